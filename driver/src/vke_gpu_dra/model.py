@@ -1,0 +1,123 @@
+"""The driver's data model: devices as discovered, and devices as prepared for a claim.
+
+Pure data and rendering; no I/O. Discovery (NVML or simulated) produces `Device`s, the slice
+publisher renders them with `Device.slice_entry()`, and prepare answers with `PreparedDevice`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import facts
+
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def binary_si(value: int) -> str:
+    """Canonical BinarySI quantity: the largest binary suffix that divides `value` exactly.
+
+    >>> binary_si(25769803776), binary_si(85520809984), binary_si(14)
+    ('24Gi', '81559Mi', '14')
+    """
+    if value < 0:
+        raise ValueError(f"quantity must not be negative, got {value}")
+    for suffix, size in _BINARY_SUFFIXES:
+        if value and value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Version:
+    """A `version` attribute value (already normalised to strict semver MAJOR.MINOR.PATCH)."""
+
+    value: str
+
+
+#: A device attribute value; rendered as {"string"|"int"|"bool"|"version": …}.
+AttributeValue = str | int | bool | Version
+
+
+def render_attribute(value: AttributeValue) -> dict[str, object]:
+    """Render an attribute value in resource.k8s.io/v1 DeviceAttribute form."""
+    if isinstance(value, Version):
+        return {"version": value.value}
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    return {"string": value}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One allocatable device on this node (a full GPU or a MIG device).
+
+    `attributes` and `capacity` are keyed by the names published in the slice (unqualified names
+    belong to the driver's domain). Capacity values are plain integers (bytes for memory); they are
+    rendered as BinarySI quantities. The remaining fields are node-local facts used by prepare/CDI.
+    """
+
+    name: str
+    device_type: str
+    uuid: str
+    attributes: Mapping[str, AttributeValue]
+    capacity: Mapping[str, int]
+    #: /dev/nvidia<minor> of the GPU (the parent GPU for MIG devices); None for simulated devices.
+    minor: int | None = None
+    #: Extra device nodes the container needs (e.g. MIG capability nodes), host paths.
+    device_nodes: tuple[str, ...] = ()
+    #: True when the device exists only in simulation (CDI sets environment variables only).
+    simulated: bool = False
+    #: Health as last observed (NVML health events; simulated devices are always healthy).
+    healthy: bool = True
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def slice_entry(self) -> dict[str, object]:
+        """The device as an entry of ResourceSlice `spec.devices` (resource.k8s.io/v1)."""
+        return {
+            "name": self.name,
+            "attributes": {k: render_attribute(v) for k, v in sorted(self.attributes.items())},
+            "capacity": {k: {"value": binary_si(v)} for k, v in sorted(self.capacity.items())},
+        }
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One entry of a NodePrepareResources answer (kubelet's `Device` message)."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "requestNames": list(self.request_names),
+            "poolName": self.pool_name,
+            "deviceName": self.device_name,
+            "cdiDeviceIDs": list(self.cdi_device_ids),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> PreparedDevice:
+        def strings(key: str) -> tuple[str, ...]:
+            raw = data.get(key, [])
+            if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+                raise ValueError(f"prepared device field {key!r} must be a list of strings, got {raw!r}")
+            return tuple(raw)
+
+        pool, device = data.get("poolName"), data.get("deviceName")
+        if not isinstance(pool, str) or not isinstance(device, str):
+            raise ValueError(f"prepared device needs string poolName and deviceName, got {dict(data)!r}")
+        return cls(strings("requestNames"), pool, device, strings("cdiDeviceIDs"))
+
+
+class ClaimError(Exception):
+    """A claim cannot be prepared; the message goes into the claim's per-claim `error` verbatim."""
+
+
+def is_driver_domain(name: str) -> bool:
+    """True for attribute/capacity names that belong to the driver's own domain."""
+    return "/" not in name or name.startswith(facts.DRIVER_NAME + "/")
