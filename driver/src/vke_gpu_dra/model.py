@@ -114,6 +114,18 @@ class PreparedDevice:
         return cls(strings("requestNames"), pool, device, strings("cdiDeviceIDs"))
 
 
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as kubelet names it in NodePrepareResources / NodeUnprepareResources."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} (uid {self.uid})"
+
+
 class ClaimError(Exception):
     """A claim cannot be prepared; the message goes into the claim's per-claim `error` verbatim."""
 
