@@ -1,0 +1,1 @@
+"""Operator tools for DRA GPUs on VKE: `verify`, `demo`, `plan`."""
