@@ -1,0 +1,72 @@
+"""Check published devices as the apiserver would: schema (kubernetes-validate) plus the rules it skips."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import kubernetes_validate
+from vke_gpu_dra import facts
+from vke_gpu_dra.model import Device, Version
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def resource_slice(devices: Sequence[Device], node: str = "node-a") -> dict[str, object]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-abcde"},
+        "spec": {
+            "driver": facts.DRIVER_NAME,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [d.slice_entry() for d in devices],
+        },
+    }
+
+
+def qualified_name_ok(name: str) -> bool:
+    domain, _, ident = name.rpartition("/")
+    if domain and (len(domain) > 63 or not DNS_SUBDOMAIN.match(domain)):
+        return False
+    return len(ident) <= 32 and bool(C_IDENTIFIER.match(ident))
+
+
+def apiserver_problems(devices: Sequence[Device]) -> list[str]:
+    """Rules kubernetes-validate does not check (names, value lengths, strict semver, per-device limits)."""
+    problems = []
+    names = [d.name for d in devices]
+    if len(set(names)) != len(names):
+        problems.append(f"duplicate device names: {names}")
+    if len(devices) > 128:
+        problems.append(f"{len(devices)} devices > 128")
+    for dev in devices:
+        if len(dev.name) > 63 or not DNS_LABEL.match(dev.name):
+            problems.append(f"{dev.name}: not a DNS label")
+        if len(dev.attributes) + len(dev.capacity) > 32:
+            problems.append(f"{dev.name}: more than 32 attributes and capacities")
+        for key, value in dev.attributes.items():
+            if not qualified_name_ok(key):
+                problems.append(f"{dev.name}: bad attribute name {key!r}")
+            if isinstance(value, Version):
+                if len(value.value) > 64 or not SEMVER.match(value.value):
+                    problems.append(f"{dev.name}: {key}={value.value!r} is not strict semver")
+            elif isinstance(value, str) and len(value) > 64:
+                problems.append(f"{dev.name}: {key} longer than 64 characters")
+        for key in dev.capacity:
+            if not qualified_name_ok(key):
+                problems.append(f"{dev.name}: bad capacity name {key!r}")
+    return problems
+
+
+def assert_publishable(devices: Sequence[Device]) -> None:
+    kubernetes_validate.validate(resource_slice(devices), "1.34.0", strict=True)
+    assert apiserver_problems(devices) == []
