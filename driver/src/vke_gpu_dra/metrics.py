@@ -1,0 +1,63 @@
+"""Prometheus metrics of the kubelet plugin (one registry per plugin instance).
+
+The HTTP endpoint is started by the plugin wiring; this module only defines the metrics and
+how the rest of the driver records into them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_PREFIX = "vke_gpu_dra"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 45.0)
+
+
+class Metrics:
+    """All metrics of one plugin instance, registered in their own `CollectorRegistry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.prepare_claims = Counter(
+            f"{_PREFIX}_prepare_claims", "ResourceClaims handled by NodePrepareResources, by result.",
+            ["result"], registry=r,
+        )
+        self.unprepare_claims = Counter(
+            f"{_PREFIX}_unprepare_claims", "ResourceClaims handled by NodeUnprepareResources, by result.",
+            ["result"], registry=r,
+        )
+        self.prepare_seconds = Histogram(
+            f"{_PREFIX}_prepare_duration_seconds", "Duration of NodePrepareResources calls with claims.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.unprepare_seconds = Histogram(
+            f"{_PREFIX}_unprepare_duration_seconds", "Duration of NodeUnprepareResources calls with claims.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.devices_published = Gauge(
+            f"{_PREFIX}_devices_published", "Devices published in this node's ResourceSlices.", registry=r,
+        )
+        self.resource_slices = Gauge(
+            f"{_PREFIX}_resource_slices", "ResourceSlices this plugin currently publishes.", registry=r,
+        )
+        self.pool_generation = Gauge(
+            f"{_PREFIX}_pool_generation", "Generation of the published resource pool.", registry=r,
+        )
+        self.slice_sync_errors = Counter(
+            f"{_PREFIX}_slice_sync_errors", "Failed ResourceSlice reconciliations.", registry=r,
+        )
+        self.registered = Gauge(
+            f"{_PREFIX}_kubelet_registered",
+            "1 when kubelet reported a successful registration, 0 after a failed one or before any.",
+            registry=r,
+        )
+        self.registration_notifications = Counter(
+            f"{_PREFIX}_registration_notifications", "Registration status notifications from kubelet.",
+            ["registered"], registry=r,
+        )
+        self.devices_discovered = Gauge(
+            f"{_PREFIX}_devices_discovered", "Devices found at start-up.", registry=r,
+        )
+        self.devices_unhealthy = Gauge(
+            f"{_PREFIX}_devices_unhealthy", "Devices currently reported unhealthy.", registry=r,
+        )

@@ -1,0 +1,96 @@
+"""The kubelet plugin-registration service served on `<registrar-dir>/<driver>-reg.sock`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from ._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from ._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"
+#: Services offered on the DRA socket, in order of preference (kubelet takes the first it knows).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+def registration_socket_name(driver_name: str) -> str:
+    return f"{driver_name}-reg.sock"
+
+
+@dataclass(frozen=True)
+class RegistrationSnapshot:
+    """Last registration status kubelet reported (`registered` is None until kubelet reports)."""
+
+    registered: bool | None
+    error: str
+    updated_at: float | None
+
+
+class RegistrationStatus:
+    """Thread-safe record of kubelet's registration notifications, with change listeners."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot = RegistrationSnapshot(None, "", None)
+        self._listeners: list[Callable[[RegistrationSnapshot], None]] = []
+
+    def add_listener(self, listener: Callable[[RegistrationSnapshot], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def record(self, registered: bool, error: str) -> None:
+        snapshot = RegistrationSnapshot(registered, error, time.time())
+        with self._lock:
+            self._snapshot = snapshot
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(snapshot)
+
+    def snapshot(self) -> RegistrationSnapshot:
+        with self._lock:
+            return self._snapshot
+
+
+class RegistrationServicer(reg_grpc.RegistrationServicer):
+    """Answers kubelet's GetInfo and records NotifyRegistrationStatus."""
+
+    def __init__(self, *, driver_name: str, dra_endpoint: Path, status: RegistrationStatus) -> None:
+        if not dra_endpoint.is_absolute():
+            raise ValueError(f"DRA endpoint {dra_endpoint} must be an absolute path")
+        self._info = reg_pb2.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=driver_name,
+            endpoint=str(dra_endpoint),
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+        self._status = status
+
+    def GetInfo(self, request: reg_pb2.InfoRequest, context: grpc.ServicerContext) -> reg_pb2.PluginInfo:
+        return self._info
+
+    def NotifyRegistrationStatus(
+        self, request: reg_pb2.RegistrationStatus, context: grpc.ServicerContext
+    ) -> reg_pb2.RegistrationStatusResponse:
+        self._status.record(request.plugin_registered, request.error)
+        if request.plugin_registered:
+            log.info("registered with kubelet", extra={"fields": {"driver": self._info.name}})
+            return reg_pb2.RegistrationStatusResponse()
+        log.error(
+            "kubelet rejected the registration",
+            extra={"fields": {"driver": self._info.name, "error": request.error}},
+        )
+        # Like the Go helper: a failed registration is answered with an error.
+        context.abort(grpc.StatusCode.UNKNOWN, f"registration failed: {request.error}")
+        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+def add_registration_servicer(server: grpc.Server, servicer: RegistrationServicer) -> None:
+    reg_grpc.add_RegistrationServicer_to_server(servicer, server)

@@ -1,0 +1,61 @@
+"""Unix-domain gRPC servers: socket file housekeeping and server construction."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+log = logging.getLogger(__name__)
+
+#: Linux limit for a unix socket path (sun_path is 108 bytes including the terminating NUL).
+MAX_SOCKET_PATH_BYTES = 107
+
+
+class SocketError(Exception):
+    """A socket path cannot be used."""
+
+
+def prepare_socket_path(path: Path) -> None:
+    """Make sure `path` can be bound: parent directory exists, a stale socket of ours is removed.
+
+    Refuses paths that are too long and existing files that are not sockets (never deletes
+    anything that is not a socket).
+    """
+    if not path.is_absolute():
+        raise SocketError(f"socket path {path} must be absolute")
+    if len(os.fsencode(str(path))) > MAX_SOCKET_PATH_BYTES:
+        raise SocketError(f"socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SocketError(f"{path} exists and is not a socket; refusing to replace it")
+    log.info("removing stale socket", extra={"fields": {"path": str(path)}})
+    path.unlink()
+
+
+def remove_socket(path: Path) -> None:
+    """Remove our socket file if it is still there (gRPC usually removes it on stop)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+
+
+def unix_server(path: Path, *, max_workers: int, name: str) -> grpc.Server:
+    """A gRPC server with a thread pool, bound (not started) to the unix socket at `path`."""
+    prepare_socket_path(path)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name),
+        options=[("grpc.so_reuseport", 0)],
+    )
+    if server.add_insecure_port(f"unix://{path}") == 0:
+        raise SocketError(f"cannot bind gRPC server to unix socket {path}")
+    return server

@@ -1,0 +1,20 @@
+"""Fixtures shared by the driver's cluster-side tests."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory with a short path (unix socket paths are limited to 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="dra", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

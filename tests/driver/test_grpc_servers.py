@@ -1,0 +1,286 @@
+"""Registration and DRA services over real unix-socket gRPC, called like kubelet calls them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from vke_gpu_dra import facts
+from vke_gpu_dra.dra_service import DRAServicer, add_dra_servicer, check_claim, request_names
+from vke_gpu_dra.metrics import Metrics
+from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
+from vke_gpu_dra.registration import (
+    RegistrationServicer,
+    RegistrationStatus,
+    add_registration_servicer,
+    registration_socket_name,
+)
+from vke_gpu_dra.resource_health import (
+    DeviceHealthBoard,
+    ResourceHealthServicer,
+    add_resource_health_servicer,
+)
+from vke_gpu_dra.sockets import SocketError, prepare_socket_path, unix_server
+
+from .kubelet_client import Kubelet
+
+NODE = "node-a"
+
+
+def allocated_claim(ns: str, name: str, uid: str, *results: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": ns, "name": name, "uid": uid},
+        "spec": {"devices": {"requests": []}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": req, "driver": facts.DRIVER_NAME, "pool": NODE, "device": dev}
+                        for req, dev in results
+                    ]
+                }
+            }
+        },
+    }
+
+
+class DictClaims:
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(self, claim: dict[str, Any]) -> None:
+        md = claim["metadata"]
+        self.claims[(md["namespace"], md["name"])] = claim
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.claims.get((namespace, name))
+
+
+class RecordingState:
+    """Test double of DeviceState: knows devices gpu-0..gpu-7, records prepared claims."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.prepared: dict[str, list[PreparedDevice]] = {}
+        self.barrier: threading.Barrier | None = None
+        self.explode_on: set[str] = set()
+
+    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        if ref.name in self.explode_on:
+            raise RuntimeError("boom")
+        if self.barrier is not None:
+            self.barrier.wait(timeout=10)
+        out = []
+        for r in claim["status"]["allocation"]["devices"]["results"]:
+            if r["device"] not in {f"gpu-{i}" for i in range(8)}:
+                raise ClaimError(f"device {r['device']} is not on this node")
+            cdi = (f"k8s.gpu.nvidia.com/device={r['device']}",)
+            out.append(PreparedDevice((r["request"],), r["pool"], r["device"], cdi))
+        with self.lock:
+            self.prepared[ref.uid] = out
+        return out
+
+    def unprepare(self, ref: ClaimRef) -> None:
+        with self.lock:
+            self.prepared.pop(ref.uid, None)
+
+
+class Servers:
+    def __init__(self, root: Path) -> None:
+        self.claims = DictClaims()
+        self.state = RecordingState()
+        self.metrics = Metrics()
+        self.status = RegistrationStatus()
+        self.dra_socket = root / "plugins" / facts.DRIVER_NAME / "dra.sock"
+        self.reg_socket = root / "registry" / registration_socket_name(facts.DRIVER_NAME)
+        dev = Device(name="gpu-0", device_type="gpu", uuid="GPU-0", attributes={}, capacity={})
+        self.board = DeviceHealthBoard(NODE, [dev])
+        self.dra = unix_server(self.dra_socket, max_workers=16, name="dra")
+        add_dra_servicer(self.dra, DRAServicer(claims=self.claims, state=self.state, metrics=self.metrics))
+        add_resource_health_servicer(self.dra, ResourceHealthServicer(self.board, resend_interval=30))
+        self.reg = unix_server(self.reg_socket, max_workers=2, name="reg")
+        add_registration_servicer(
+            self.reg,
+            RegistrationServicer(
+                driver_name=facts.DRIVER_NAME, dra_endpoint=self.dra_socket, status=self.status
+            ),
+        )
+        self.dra.start()
+        self.reg.start()
+
+    def stop(self) -> None:
+        self.board.close()
+        self.reg.stop(0).wait()
+        self.dra.stop(0).wait()
+
+
+@pytest.fixture
+def servers(short_tmp: Path) -> Iterator[Servers]:
+    s = Servers(short_tmp)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def kubelet(servers: Servers) -> Iterator[Kubelet]:
+    k = Kubelet(servers.reg_socket)
+    yield k
+    k.close()
+
+
+def test_registration_handshake_advertises_dra_plugin(servers: Servers, kubelet: Kubelet) -> None:
+    info = kubelet.register()
+    assert info.type == "DRAPlugin"
+    assert info.name == facts.DRIVER_NAME
+    assert info.endpoint == str(servers.dra_socket)
+    assert Path(info.endpoint).is_absolute()
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert kubelet.version == "v1"
+    snap = servers.status.snapshot()
+    assert snap.registered is True and snap.error == ""
+
+
+def test_failed_registration_is_answered_with_an_error(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register(accept=False)
+    assert servers.status.snapshot().registered is None
+    with pytest.raises(grpc.RpcError) as err:
+        kubelet.notify(False, "no handler registered for plugin type")
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert "no handler registered" in err.value.details()
+    snap = servers.status.snapshot()
+    assert snap.registered is False and "no handler" in snap.error
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_prepare_and_unprepare_over_both_versions(servers: Servers, kubelet: Kubelet, version: str) -> None:
+    kubelet.register()
+    servers.claims.add(allocated_claim("ns", "c1", "uid-1", ("gpu", "gpu-0"), ("fa/sub", "gpu-1")))
+    result = kubelet.prepare([("ns", "c1", "uid-1")], version=version)
+    assert result == {
+        "uid-1": {
+            "error": "",
+            "devices": [
+                {"request_names": ["gpu"], "pool_name": NODE, "device_name": "gpu-0",
+                 "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-0"]},
+                {"request_names": ["fa"], "pool_name": NODE, "device_name": "gpu-1",
+                 "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-1"]},
+            ],
+        }
+    }
+    assert "uid-1" in servers.state.prepared
+    assert kubelet.unprepare([("ns", "c1", "uid-1")], version=version) == {"uid-1": ""}
+    assert servers.state.prepared == {}
+    # Unknown claims unprepare successfully; every requested claim gets an entry.
+    assert kubelet.unprepare([("ns", "gone", "uid-x"), ("ns", "c1", "uid-1")], version=version) == {
+        "uid-x": "", "uid-1": ""}
+
+
+def test_bad_claims_fail_alone_while_others_succeed(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register()
+    servers.claims.add(allocated_claim("ns", "good", "uid-good", ("gpu", "gpu-2")))
+    servers.claims.add(allocated_claim("ns", "replaced", "uid-new", ("gpu", "gpu-3")))
+    unallocated = allocated_claim("ns", "pending", "uid-pending")
+    del unallocated["status"]
+    servers.claims.add(unallocated)
+    servers.claims.add(allocated_claim("ns", "elsewhere", "uid-else", ("gpu", "gpu-99")))
+    servers.claims.add(allocated_claim("ns", "explodes", "uid-boom", ("gpu", "gpu-4")))
+    servers.state.explode_on.add("explodes")
+    result = kubelet.prepare([
+        ("ns", "good", "uid-good"), ("ns", "missing", "uid-missing"), ("ns", "replaced", "uid-old"),
+        ("ns", "pending", "uid-pending"), ("ns", "elsewhere", "uid-else"), ("ns", "explodes", "uid-boom"),
+    ])
+    assert set(result) == {"uid-good", "uid-missing", "uid-old", "uid-pending", "uid-else", "uid-boom"}
+    assert result["uid-good"]["error"] == ""
+    assert [d["device_name"] for d in result["uid-good"]["devices"]] == ["gpu-2"]
+    assert result["uid-missing"]["error"] == "claim ns/missing not found"
+    assert "claim ns/replaced got replaced" in result["uid-old"]["error"]
+    assert result["uid-pending"]["error"] == "claim ns/pending not allocated"
+    assert result["uid-else"]["error"] == "device gpu-99 is not on this node"
+    assert "internal error" in result["uid-boom"]["error"] and "boom" in result["uid-boom"]["error"]
+    # The process survived and keeps serving.
+    assert kubelet.prepare([("ns", "good", "uid-good")])["uid-good"]["error"] == ""
+    registry = servers.metrics.registry
+    errors = registry.get_sample_value("vke_gpu_dra_prepare_claims_total", {"result": "error"})
+    assert errors == 5
+
+
+def test_calls_for_different_pods_overlap(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register()
+    n = 8
+    servers.state.barrier = threading.Barrier(n)  # breaks unless all n calls run at the same time
+    for i in range(n):
+        servers.claims.add(allocated_claim("ns", f"c{i}", f"uid-{i}", ("gpu", f"gpu-{i}")))
+    results: dict[int, dict] = {}
+
+    def call(i: int) -> None:
+        results[i] = kubelet.prepare([("ns", f"c{i}", f"uid-{i}")])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert all(results[i][f"uid-{i}"]["error"] == "" for i in range(n)), results
+    assert len(servers.state.prepared) == n
+
+
+def test_empty_prepare_answers_without_touching_claims(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register()
+    assert kubelet.prepare([], version="v1beta1") == {}
+
+
+def test_health_stream_sends_full_list_and_changes(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register()
+    stream = kubelet.watch_health()
+    first = next(stream)
+    got = [(d.device.pool_name, d.device.device_name, d.health) for d in first.devices]
+    assert got == [(NODE, "gpu-0", 1)]
+    assert first.devices[0].last_updated_time > 0
+    assert servers.board.set_health("gpu-0", False)
+    second = next(stream)
+    assert [d.health for d in second.devices] == [2]
+    stream.cancel()
+
+
+def test_request_names_strip_subrequests() -> None:
+    assert request_names(["a/x", "b", "a/y"]) == ("a", "b")
+
+
+def test_check_claim_messages() -> None:
+    ref = ClaimRef("ns", "c", "u1")
+    with pytest.raises(ClaimError, match="claim ns/c not found"):
+        check_claim(ref, None)
+    claim = allocated_claim("ns", "c", "u1", ("r", "gpu-0"))
+    assert check_claim(ref, claim) is claim
+
+
+def test_prepare_socket_path_refuses_non_sockets_and_long_paths(short_tmp: Path) -> None:
+    regular = short_tmp / "file.sock"
+    regular.write_text("not a socket")
+    with pytest.raises(SocketError, match="not a socket"):
+        prepare_socket_path(regular)
+    assert regular.exists()
+    with pytest.raises(SocketError, match="longer than"):
+        prepare_socket_path(short_tmp / ("x" * 120))
+
+
+def test_stale_socket_is_replaced(short_tmp: Path) -> None:
+    path = short_tmp / "a" / "dra.sock"
+    first = unix_server(path, max_workers=1, name="t")
+    first.start()
+    first.stop(0).wait()
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))  # a stale socket file left behind by a crashed process
+    s.close()
+    assert path.exists()
+    second = unix_server(path, max_workers=1, name="t")
+    second.start()
+    assert path.exists()
+    second.stop(0).wait()
