@@ -1,0 +1,299 @@
+"""The kubelet plugin DaemonSet: scheduling, command-line contract through env, mounts, privileges, probes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart.chartlib import RELEASE, SIMULATED, chart_metadata, default_values, find, plugin_container
+from vke_gpu_dra import facts
+
+#: Env var of every plugin flag that the chart sets (KUBECONFIG is left unset: in-cluster config).
+NVML_ENV = {
+    "DRIVER_NAME": "gpu.nvidia.com",
+    "PLUGIN_DATA_DIR": "/var/lib/kubelet/plugins/gpu.nvidia.com",
+    "REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry",
+    "CDI_ROOT": "/var/run/cdi",
+    "DEVICE_SOURCE": "nvml",
+    "NVIDIA_DRIVER_ROOT": "/driver-root",
+    "HEALTHCHECK_PORT": "51516",
+    "METRICS_PORT": "8080",
+    "LOG_FORMAT": "json",
+    "NVIDIA_VISIBLE_DEVICES": "void",
+}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    env = container["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names)), f"duplicate env vars: {names}"
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in env}
+
+
+def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return find(objects, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def mounts_by_name(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in container["volumeMounts"]}
+
+
+def volumes_by_name(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in spec["volumes"]}
+
+
+# ---------------------------------------------------------------- scheduling
+
+
+def test_default_node_affinity_is_the_dra_label(render: Any) -> None:
+    spec = pod_spec(render({}))
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": facts.LABEL_GPU_SCHEDULE, "operator": "In", "values": [facts.LABEL_GPU_SCHEDULE_DRA]}
+            ]
+        }
+    ]
+    assert "nodeSelector" not in spec and "tolerations" not in spec
+
+
+def test_scheduling_values_are_passed_through(render: Any) -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
+            }
+        }
+    }
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    spec = pod_spec(
+        render(
+            {
+                "kubeletPlugin": {
+                    "affinity": affinity,
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "tolerations": tolerations,
+                    "priorityClassName": "gpu-critical",
+                }
+            }
+        )
+    )
+    assert spec["affinity"] == affinity  # replaced, not merged
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["tolerations"] == tolerations
+    assert spec["priorityClassName"] == "gpu-critical"
+
+
+def test_priority_and_grace_period(render: Any) -> None:
+    spec = pod_spec(render({}))
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["terminationGracePeriodSeconds"] == 30
+    assert "hostNetwork" not in spec and "hostPID" not in spec and "hostIPC" not in spec
+
+
+def test_rolling_update_never_surges(render: Any) -> None:
+    strategy = find(render({}), "DaemonSet")["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    custom = {"kubeletPlugin": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}}}}
+    strategy = find(render(custom), "DaemonSet")["spec"]["updateStrategy"]
+    assert strategy["rollingUpdate"] == {"maxUnavailable": "25%", "maxSurge": 0}
+    on_delete = {"kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}}}
+    assert find(render(on_delete), "DaemonSet")["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_image_defaults_to_app_version(render: Any) -> None:
+    container = plugin_container(render({}))
+    repository = default_values()["image"]["repository"]
+    assert container["image"] == f"{repository}:{chart_metadata()['appVersion']}"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["command"] == ["dra-gpu-kubelet-plugin"]
+    objects = render({"image": {"repository": "cr.example/x/plugin", "tag": "dev", "pullPolicy": "Always"},
+                      "imagePullSecrets": [{"name": "cr-pull"}]})
+    container = plugin_container(objects)
+    assert container["image"] == "cr.example/x/plugin:dev"
+    assert container["imagePullPolicy"] == "Always"
+    assert pod_spec(objects)["imagePullSecrets"] == [{"name": "cr-pull"}]
+
+
+# ---------------------------------------------------------------- command line through env
+
+
+def test_nvml_env_sets_every_flag_from_values(render: Any) -> None:
+    env = env_of(plugin_container(render({})))
+    assert env.pop("NODE_NAME") == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env == NVML_ENV
+    assert "KUBECONFIG" not in env  # in-cluster configuration with the pod's ServiceAccount
+
+
+def test_simulated_env(render: Any) -> None:
+    env = env_of(plugin_container(render(SIMULATED)))
+    env.pop("NODE_NAME")
+    expected = {k: v for k, v in NVML_ENV.items() if k != "NVIDIA_DRIVER_ROOT"}
+    expected |= {"DEVICE_SOURCE": "simulated", "SIMULATED_GPUS": "4", "SIMULATED_PRODUCT": "NVIDIA A30"}
+    assert env == expected
+
+
+def test_env_follows_values(render: Any) -> None:
+    values = {
+        "driverName": "gpu.example.com",
+        "deviceSource": {"type": "simulated", "simulatedGpus": 2, "simulatedProduct": "NVIDIA H200"},
+        "logFormat": "text",
+        "healthcheckPort": 9443,
+        "metricsPort": 9100,
+        "kubeletPluginsDir": "/data/kubelet/plugins/",
+        "kubeletRegistrarDir": "/data/kubelet/plugins_registry",
+        "cdiRoot": "/etc/cdi",
+    }
+    env = env_of(plugin_container(render(values)))
+    assert env["DRIVER_NAME"] == "gpu.example.com"
+    assert env["PLUGIN_DATA_DIR"] == "/data/kubelet/plugins/gpu.example.com"
+    assert env["REGISTRAR_DIR"] == "/data/kubelet/plugins_registry"
+    assert env["CDI_ROOT"] == "/etc/cdi"
+    assert env["SIMULATED_GPUS"] == "2"
+    assert env["SIMULATED_PRODUCT"] == "NVIDIA H200"
+    assert env["LOG_FORMAT"] == "text"
+    assert env["HEALTHCHECK_PORT"] == "9443"
+    assert env["METRICS_PORT"] == "9100"
+
+
+@pytest.mark.parametrize(
+    ("root", "container_path"), [("/", "/driver-root"), ("/run/nvidia/driver", "/run/nvidia/driver")]
+)
+def test_driver_root_mounted_read_only(render: Any, root: str, container_path: str) -> None:
+    objects = render({"nvidiaDriverRoot": root})
+    container = plugin_container(objects)
+    assert env_of(container)["NVIDIA_DRIVER_ROOT"] == container_path
+    mount = mounts_by_name(container)["driver-root"]
+    assert mount == {
+        "name": "driver-root",
+        "mountPath": container_path,
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    assert volumes_by_name(pod_spec(objects))["driver-root"]["hostPath"] == {"path": root, "type": "Directory"}
+
+
+# ---------------------------------------------------------------- mounts
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"kubeletPluginsDir": "/data/plugins", "kubeletRegistrarDir": "/data/reg", "cdiRoot": "/etc/cdi",
+          "driverName": "gpu.example.com"}],
+    ids=["default", "custom-paths"],
+)
+def test_socket_and_state_paths_are_identical_on_host_and_in_container(render: Any, values: dict[str, Any]) -> None:
+    objects = render(values)
+    container = plugin_container(objects)
+    env = env_of(container)
+    mounts = mounts_by_name(container)
+    volumes = volumes_by_name(pod_spec(objects))
+    for volume, env_name in (("plugins-registry", "REGISTRAR_DIR"), ("plugin-data", "PLUGIN_DATA_DIR"),
+                             ("cdi", "CDI_ROOT")):
+        host_path = volumes[volume]["hostPath"]
+        assert host_path["type"] == "DirectoryOrCreate"
+        assert mounts[volume]["mountPath"] == host_path["path"] == env[env_name], volume
+        assert not mounts[volume].get("readOnly", False), volume
+    assert env["PLUGIN_DATA_DIR"].endswith("/" + env["DRIVER_NAME"])
+
+
+def test_no_bidirectional_propagation(render: Any) -> None:
+    for values in ({}, SIMULATED):
+        for mount in plugin_container(render(values))["volumeMounts"]:
+            assert mount.get("mountPropagation", "None") in {"None", "HostToContainer"}, mount
+
+
+def test_nvml_mode_mounts_dev_and_driver_root(render: Any) -> None:
+    objects = render({})
+    mounts = mounts_by_name(plugin_container(objects))
+    assert set(mounts) == {"plugins-registry", "plugin-data", "cdi", "tmp", "dev", "driver-root"}
+    assert mounts["dev"] == {"name": "dev", "mountPath": "/dev", "mountPropagation": "HostToContainer"}
+    volumes = volumes_by_name(pod_spec(objects))
+    assert volumes["dev"]["hostPath"] == {"path": "/dev", "type": "Directory"}
+    assert volumes["tmp"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_simulated_mode_mounts_no_devices_and_no_driver(render: Any) -> None:
+    objects = render(SIMULATED)
+    assert set(mounts_by_name(plugin_container(objects))) == {"plugins-registry", "plugin-data", "cdi", "tmp"}
+    assert set(volumes_by_name(pod_spec(objects))) == {"plugins-registry", "plugin-data", "cdi", "tmp"}
+
+
+def test_termination_message_is_not_written_into_host_dev(render: Any) -> None:
+    container = plugin_container(render({}))
+    assert container["terminationMessagePath"] == "/tmp/termination-log"
+    assert mounts_by_name(container)["tmp"]["mountPath"] == "/tmp"
+
+
+# ---------------------------------------------------------------- privileges
+
+
+def test_nvml_mode_is_privileged_for_device_access(render: Any) -> None:
+    security = plugin_container(render({}))["securityContext"]
+    assert security == {"privileged": True, "runAsUser": 0, "runAsGroup": 0, "readOnlyRootFilesystem": True}
+
+
+def test_simulated_mode_runs_without_privileges_or_capabilities(render: Any) -> None:
+    security = plugin_container(render(SIMULATED))["securityContext"]
+    assert security["privileged"] is False
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert security["runAsUser"] == 0  # root-owned host directories; owner rights, no capabilities
+
+
+# ---------------------------------------------------------------- probes, ports, resources
+
+
+@pytest.mark.parametrize("port", [51516, 6000])
+def test_grpc_probes_on_the_health_port(render: Any, port: int) -> None:
+    container = plugin_container(render({"healthcheckPort": port}))
+    for probe_name in ("startupProbe", "livenessProbe", "readinessProbe"):
+        probe = container[probe_name]
+        assert probe["grpc"] == {"port": port, "service": "liveness"}, probe_name
+        assert set(probe) == {"grpc", "periodSeconds", "timeoutSeconds", "failureThreshold"}, probe_name
+    assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] == 600
+    assert container["livenessProbe"]["failureThreshold"] == 3
+
+
+def test_ports_and_scrape_annotations(render: Any) -> None:
+    objects = render({"metricsPort": 9400, "podAnnotations": {"example.com/owner": "gpu-team"}})
+    container = plugin_container(objects)
+    assert container["ports"] == [
+        {"name": "healthcheck", "containerPort": 51516, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9400, "protocol": "TCP"},
+    ]
+    annotations = find(objects, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9400",
+        "prometheus.io/path": "/metrics",
+        "example.com/owner": "gpu-team",
+    }
+
+
+def test_health_and_metrics_ports_must_differ(helm: Any) -> None:
+    assert "healthcheckPort and metricsPort must differ" in helm.template_error({"metricsPort": 51516})
+
+
+def test_resources_have_requests_and_limits(render: Any) -> None:
+    resources = plugin_container(render({}))["resources"]
+    assert set(resources) == {"requests", "limits"}
+    assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
+    # maps merge with the defaults; null removes a default (here: the CPU limit)
+    custom = {"kubeletPlugin": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                              "limits": {"cpu": None, "memory": "1Gi"}}}}
+    assert plugin_container(render(custom))["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+
+
+def test_daemonset_runs_as_the_release_service_account(render: Any) -> None:
+    objects = render({})
+    account = find(objects, "ServiceAccount", f"{RELEASE}-vke-gpu-dra-driver-kubelet-plugin")
+    assert pod_spec(objects)["serviceAccountName"] == account["metadata"]["name"]
+    assert pod_spec(render({"serviceAccount": {"name": "dra"}}))["serviceAccountName"] == "dra"
