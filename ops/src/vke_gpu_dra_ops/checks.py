@@ -1,0 +1,480 @@
+"""The VKE DRA procedure's checks ("Step 3" and "Validating results") as pure functions.
+
+Every check takes a `Snapshot` of already fetched Kubernetes objects (plain JSON dicts, as the
+API returns them) and returns a `StepResult`; nothing here talks to a cluster, so each check is
+unit-testable with hand-written objects. `kube.py` fetches the snapshot, `verify.py` runs the
+checks until they pass or time out and prints the checklist.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vke_gpu_dra import facts
+
+#: The resource.k8s.io group version and the resources the procedure expects it to serve.
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSION = "v1"
+RESOURCE_GROUP_VERSION = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
+REQUIRED_API_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
+
+#: Extended resource of NVIDIA's device plugin; DRA nodes must not expose it.
+DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
+
+#: The procedure's sample workload ("Validating results").
+SAMPLE_DEPLOYMENT = "gpu-test"
+SAMPLE_CLAIM_TEMPLATE = "single-gpu"
+
+#: Label selector of the nodes DRA GPUs are scheduled on.
+DRA_NODE_SELECTOR = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
+
+#: `nvidia-smi -L` line of a whole GPU, e.g. "GPU 0: NVIDIA A30 (UUID: GPU-c8133a35-…)".
+GPU_LINE = re.compile(r"^GPU \d+: .+ \(UUID: GPU-[0-9A-Za-z-]+\)\s*$", re.MULTILINE)
+
+JSON = dict[str, Any]
+
+
+class Status(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"  # not checked because a step it depends on failed
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Outcome of one check: what was found and, unless it passed, how to fix it."""
+
+    id: str
+    title: str
+    status: Status
+    found: str
+    hint: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASS
+
+    def as_json(self) -> JSON:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status.value,
+            "found": self.found,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the checks look at, fetched in one pass.
+
+    `None` means "not fetched": the resource.k8s.io/v1 objects are not fetched when the
+    group version is not served. Objects are Kubernetes JSON (camelCase keys).
+    """
+
+    api_resources: frozenset[str] | None  # resource names served by resource.k8s.io/v1
+    nodes: Sequence[JSON] = ()  # nodes labelled vke.node.gpu.schedule=nvidia-dra
+    driver_pods: Sequence[JSON] = ()  # pods of the driver namespace
+    device_classes: Sequence[JSON] | None = None
+    resource_slices: Sequence[JSON] | None = None
+    sample_deployment: JSON | None = None
+    sample_pods: Sequence[JSON] = ()  # pods selected by the sample Deployment
+    claims: Sequence[JSON] | None = None  # ResourceClaims of the workload namespace
+    pod_logs: Mapping[str, str] = field(default_factory=dict)  # pod name -> log of its GPU container
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespace: str = facts.DRIVER_NAMESPACE
+    workload_namespace: str = "default"
+    expected_devices_per_node: int | None = None
+    sample_deployment: str = SAMPLE_DEPLOYMENT
+    sample_claim_template: str = SAMPLE_CLAIM_TEMPLATE
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _name(obj: JSON) -> str:
+    return str(obj.get("metadata", {}).get("name", "?"))
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _pod_problem(pod: JSON) -> str | None:
+    """None when the pod is Running with every container ready; else a short description."""
+    phase = _get(pod, "status", "phase") or "Unknown"
+    statuses = _get(pod, "status", "containerStatuses") or []
+    for cs in statuses:
+        waiting = _get(cs, "state", "waiting")
+        if waiting:
+            reason = waiting.get("reason", "Waiting")
+            restarts = cs.get("restartCount", 0)
+            return f"{reason} (container {cs.get('name', '?')}, {restarts} restarts)"
+    if phase != "Running":
+        reason = _get(pod, "status", "reason")
+        unscheduled = [
+            c.get("message", "")
+            for c in _get(pod, "status", "conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "False"
+        ]
+        detail = reason or (unscheduled[0] if unscheduled and unscheduled[0] else "")
+        return f"{phase}{': ' + detail if detail else ''}"
+    not_ready = [cs.get("name", "?") for cs in statuses if not cs.get("ready")]
+    if not_ready or not statuses:
+        return f"Running but not Ready (containers not ready: {', '.join(not_ready) or 'no status'})"
+    return None
+
+
+def _live(pods: Sequence[JSON]) -> list[JSON]:
+    """Pods that are not being deleted (a rollout leaves terminating pods behind)."""
+    return [p for p in pods if not _get(p, "metadata", "deletionTimestamp")]
+
+
+def _join(items: Sequence[str], limit: int = 4) -> str:
+    shown = list(items[:limit])
+    if len(items) > limit:
+        shown.append(f"… {len(items) - limit} more")
+    return "; ".join(shown)
+
+
+def _skip(step_id: str, title: str, reason: str) -> StepResult:
+    return StepResult(step_id, title, Status.SKIP, f"not checked: {reason}")
+
+
+# --------------------------------------------------------------------------- checks
+
+API_TITLE = f"{RESOURCE_GROUP_VERSION} API resources"
+
+
+def check_api_resources(snap: Snapshot, settings: Settings) -> StepResult:
+    step = "api-resources"
+    if snap.api_resources is None:
+        return StepResult(
+            step,
+            API_TITLE,
+            Status.FAIL,
+            f"the API server does not serve {RESOURCE_GROUP_VERSION}",
+            "DRA needs Kubernetes 1.34 or later (resource.k8s.io/v1 is served by default there): "
+            "upgrade the cluster's kubernetes_version",
+        )
+    missing = [r for r in REQUIRED_API_RESOURCES if r not in snap.api_resources]
+    if missing:
+        return StepResult(
+            step,
+            API_TITLE,
+            Status.FAIL,
+            f"{RESOURCE_GROUP_VERSION} lacks {', '.join(missing)}",
+            "check the API server version and its --runtime-config; "
+            "`kubectl api-resources | grep resource.k8s.io` lists what is served",
+        )
+    return StepResult(step, API_TITLE, Status.PASS, ", ".join(REQUIRED_API_RESOURCES))
+
+
+NO_NODES_HINT = (
+    f"label the GPU node pool {DRA_NODE_SELECTOR} and {facts.LABEL_GPU_PRESENT}="
+    f"{facts.LABEL_GPU_PRESENT_VALUE} (procedure step 1) and wait for its nodes to join"
+)
+
+
+def check_driver_pods(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "driver-pods", "driver pods Running and Ready on DRA nodes"
+    ns = settings.namespace
+    if not snap.nodes:
+        return StepResult(step, title, Status.FAIL, f"no node labelled {DRA_NODE_SELECTOR}", NO_NODES_HINT)
+    problems: list[str] = []
+    hints: list[str] = []
+    healthy: list[str] = []
+    for node in snap.nodes:
+        node_name = _name(node)
+        pods = [p for p in _live(snap.driver_pods) if _get(p, "spec", "nodeName") == node_name]
+        if not pods:
+            problems.append(f"node {node_name}: no driver pod in namespace {ns}")
+            hints.append(
+                f"`kubectl -n {ns} get daemonsets,pods -o wide`: the kubelet plugin's node affinity must "
+                f"select {DRA_NODE_SELECTOR}, and the chart must be installed into {ns}"
+            )
+            continue
+        for pod in pods:
+            problem = _pod_problem(pod)
+            if problem:
+                problems.append(f"node {node_name}: pod {_name(pod)} is {problem}")
+                hints.append(
+                    f"`kubectl -n {ns} describe pod {_name(pod)}` and "
+                    f"`kubectl -n {ns} logs {_name(pod)} --all-containers`"
+                )
+            else:
+                healthy.append(_name(pod))
+    if problems:
+        return StepResult(step, title, Status.FAIL, _join(problems), _join(sorted(set(hints)), 2))
+    return StepResult(
+        step, title, Status.PASS, f"{len(healthy)} pod(s) on {len(snap.nodes)} node(s): {_join(healthy)}"
+    )
+
+
+def check_device_classes(snap: Snapshot, settings: Settings) -> StepResult:
+    step = "device-classes"
+    wanted = [spec.name for spec in facts.DEVICE_CLASSES]
+    title = f"DeviceClasses {', '.join(wanted)}"
+    if snap.device_classes is None:
+        return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
+    present = {_name(dc) for dc in snap.device_classes}
+    missing = [name for name in wanted if name not in present]
+    if missing:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            f"missing DeviceClass {', '.join(missing)} (present: {', '.join(sorted(present)) or 'none'})",
+            "the driver chart creates them: check its release (`helm -n "
+            f"{settings.namespace} list`) or apply them; `kubectl get deviceclass` lists what exists",
+        )
+    return StepResult(step, title, Status.PASS, ", ".join(wanted))
+
+
+def _devices_per_node(slices: Sequence[JSON]) -> dict[str, list[str]]:
+    """Device names of the driver per node, from the newest generation of each node's pool."""
+    newest: dict[str, int] = {}
+    for s in slices:
+        node, gen = _get(s, "spec", "nodeName"), _get(s, "spec", "pool", "generation") or 0
+        if node:
+            newest[node] = max(newest.get(node, gen), gen)
+    devices: dict[str, list[str]] = {}
+    for s in slices:
+        node, gen = _get(s, "spec", "nodeName"), _get(s, "spec", "pool", "generation") or 0
+        if node and gen == newest[node]:
+            devices.setdefault(node, []).extend(
+                str(d.get("name", "?")) for d in _get(s, "spec", "devices") or []
+            )
+    return devices
+
+
+def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
+    step = "resource-slices"
+    expected = settings.expected_devices_per_node
+    want = f"{expected} device(s)" if expected is not None else "at least 1 device"
+    title = f"ResourceSlice of {facts.DRIVER_NAME} on each DRA node ({want})"
+    if snap.resource_slices is None:
+        return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
+    if not snap.nodes:
+        return StepResult(step, title, Status.FAIL, f"no node labelled {DRA_NODE_SELECTOR}", NO_NODES_HINT)
+    ours = [s for s in snap.resource_slices if _get(s, "spec", "driver") == facts.DRIVER_NAME]
+    per_node = _devices_per_node(ours)
+    problems: list[str] = []
+    found: list[str] = []
+    for node in snap.nodes:
+        node_name = _name(node)
+        devices = per_node.get(node_name)
+        if devices is None:
+            problems.append(f"node {node_name}: no ResourceSlice of {facts.DRIVER_NAME}")
+        elif expected is not None and len(devices) != expected:
+            problems.append(
+                f"node {node_name}: {len(devices)} device(s) ({_join(devices)}), expected {expected}"
+            )
+        elif not devices:
+            problems.append(f"node {node_name}: ResourceSlice lists no devices")
+        else:
+            found.append(f"{node_name}: {len(devices)} ({_join(devices)})")
+    if problems:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join(problems),
+            f"the kubelet plugin on the node publishes the slice: check its logs "
+            f"(`kubectl -n {settings.namespace} logs <plugin pod on the node>`) and the GPUs the node "
+            "sees (`nvidia-smi -L` on the node); `kubectl get resourceslice -o yaml` shows what is published",
+        )
+    return StepResult(step, title, Status.PASS, _join(found))
+
+
+def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "no-device-plugin-capacity", f"DRA nodes expose no {DEVICE_PLUGIN_RESOURCE} capacity"
+    if not snap.nodes:
+        return _skip(step, title, f"no node labelled {DRA_NODE_SELECTOR}")
+    problems = []
+    for node in snap.nodes:
+        for part in ("capacity", "allocatable"):
+            value = (_get(node, "status", part) or {}).get(DEVICE_PLUGIN_RESOURCE)
+            if value is not None:
+                problems.append(f"node {_name(node)}: {part} {DEVICE_PLUGIN_RESOURCE}={value}")
+    if problems:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join(problems),
+            "the NVIDIA device plugin runs on (or ran on) the node: DRA nodes need "
+            f"{DRA_NODE_SELECTOR} (not {' or '.join(facts.LABEL_GPU_SCHEDULE_CONFLICTING)}) and no device "
+            "plugin; clear a stale value with `kubectl patch node <node> --subresource=status --type=json "
+            '-p \'[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"}]\'`',
+        )
+    return StepResult(step, title, Status.PASS, f"none on {len(snap.nodes)} node(s)")
+
+
+def _sample_ref(settings: Settings) -> str:
+    return f"Deployment {settings.workload_namespace}/{settings.sample_deployment}"
+
+
+def _sample_missing(snap: Snapshot, settings: Settings) -> tuple[str, str] | None:
+    """(found, hint) when the sample Deployment or its pods are missing."""
+    apply_hint = (
+        f"deploy the sample: ResourceClaimTemplate {settings.sample_claim_template} and "
+        f'{_sample_ref(settings)} (procedure "Validating results"; the program\'s sample workload)'
+    )
+    if snap.sample_deployment is None:
+        return f"{_sample_ref(settings)} not found", apply_hint
+    if not _live(snap.sample_pods):
+        return (
+            f"{_sample_ref(settings)} has no pods",
+            f"`kubectl -n {settings.workload_namespace} describe deployment {settings.sample_deployment}`",
+        )
+    return None
+
+
+def _claim_name_of(pod: JSON, template: str) -> tuple[str | None, str | None]:
+    """(pod claim entry name, generated ResourceClaim name) for the entry using `template`."""
+    entries = [
+        e.get("name")
+        for e in _get(pod, "spec", "resourceClaims") or []
+        if e.get("resourceClaimTemplateName") == template
+    ]
+    if not entries:
+        return None, None
+    for st in _get(pod, "status", "resourceClaimStatuses") or []:
+        if st.get("name") == entries[0]:
+            return entries[0], st.get("resourceClaimName")
+    return entries[0], None
+
+
+def check_sample_claim(snap: Snapshot, settings: Settings) -> StepResult:
+    step = "sample-claim"
+    title = f"sample ResourceClaim (template {settings.sample_claim_template}) allocated and reserved"
+    if snap.claims is None:
+        return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
+    missing = _sample_missing(snap, settings)
+    if missing:
+        return StepResult(step, title, Status.FAIL, *missing)
+    ns = settings.workload_namespace
+    claims = {_name(c): c for c in snap.claims}
+    problems: list[str] = []
+    hints: list[str] = []
+    found: list[str] = []
+    for pod in _live(snap.sample_pods):
+        pod_name = _name(pod)
+        entry, claim_name = _claim_name_of(pod, settings.sample_claim_template)
+        if entry is None:
+            problems.append(f"pod {pod_name} uses no claim from template {settings.sample_claim_template}")
+            hints.append(
+                "the pod spec needs resourceClaims[].resourceClaimTemplateName: "
+                f"{settings.sample_claim_template}"
+            )
+            continue
+        claim = claims.get(claim_name or "")
+        if claim is None:
+            problems.append(f"pod {pod_name}: no ResourceClaim generated for {entry!r} yet")
+            hints.append(
+                f"`kubectl -n {ns} get resourceclaimtemplate {settings.sample_claim_template}` and "
+                f"`kubectl -n {ns} describe pod {pod_name}`"
+            )
+            continue
+        results = _get(claim, "status", "allocation", "devices", "results") or []
+        reserved = _get(claim, "status", "reservedFor") or []
+        pod_uid = _get(pod, "metadata", "uid")
+        if not _get(claim, "status", "allocation"):
+            problems.append(f"claim {claim_name} (pod {pod_name}) is not allocated")
+            hints.append(
+                f"`kubectl -n {ns} describe pod {pod_name}` shows why the scheduler cannot allocate: "
+                f"check the ResourceSlices and DeviceClass {facts.DEVICE_CLASS_GPU.name}"
+            )
+        elif not any(r.get("name") == pod_name or (pod_uid and r.get("uid") == pod_uid) for r in reserved):
+            problems.append(f"claim {claim_name} is allocated but not reserved for pod {pod_name}")
+            hints.append(f"`kubectl -n {ns} describe resourceclaim {claim_name}`")
+        else:
+            devices = ", ".join(f"{r.get('device')}@{r.get('pool')}" for r in results) or "no devices"
+            found.append(f"{claim_name}: allocated {devices}, reserved for {pod_name}")
+    if problems:
+        return StepResult(step, title, Status.FAIL, _join(problems), _join(sorted(set(hints)), 2))
+    return StepResult(step, title, Status.PASS, _join(found))
+
+
+def check_sample_pod(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "sample-pod", f"sample pod ({_sample_ref(settings)}) Running"
+    missing = _sample_missing(snap, settings)
+    if missing:
+        return StepResult(step, title, Status.FAIL, *missing)
+    problems, found = [], []
+    for pod in _live(snap.sample_pods):
+        problem = _pod_problem(pod)
+        if problem:
+            problems.append(f"pod {_name(pod)} is {problem}")
+        else:
+            found.append(f"{_name(pod)} on {_get(pod, 'spec', 'nodeName')}")
+    if problems:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join(problems),
+            f"`kubectl -n {settings.workload_namespace} describe pod <pod>`: events show scheduling "
+            "(claim allocation) and container start (CDI injection) errors",
+        )
+    return StepResult(step, title, Status.PASS, _join(found))
+
+
+def check_sample_log(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "sample-log", "sample pod log lists a GPU (nvidia-smi -L)"
+    missing = _sample_missing(snap, settings)
+    if missing:
+        return _skip(step, title, missing[0])
+    running = [p for p in _live(snap.sample_pods) if _pod_problem(p) is None]
+    if not running:
+        return _skip(step, title, "no sample pod is Running")
+    problems, found = [], []
+    for pod in running:
+        log = snap.pod_logs.get(_name(pod), "")
+        match = GPU_LINE.search(log)
+        if match:
+            found.append(f"{_name(pod)}: {match.group(0).strip()}")
+        else:
+            first = next((line.strip() for line in log.splitlines() if line.strip()), "")
+            problems.append(
+                f"pod {_name(pod)}: no 'GPU <n>: <name> (UUID: GPU-…)' line"
+                + (f" (log starts {first[:120]!r})" if first else " (log is empty)")
+            )
+    if problems:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join(problems),
+            "the container sees no GPU: check the claim's devices and the kubelet plugin's logs on the "
+            f"pod's node (`kubectl -n {settings.namespace} logs <plugin pod>`; CDI spec injection)",
+        )
+    return StepResult(step, title, Status.PASS, _join(found))
+
+
+CHECKS: tuple[Callable[[Snapshot, Settings], StepResult], ...] = (
+    check_api_resources,
+    check_driver_pods,
+    check_device_classes,
+    check_resource_slices,
+    check_no_device_plugin_capacity,
+    check_sample_claim,
+    check_sample_pod,
+    check_sample_log,
+)
+
+
+def run_checks(snap: Snapshot, settings: Settings) -> list[StepResult]:
+    return [check(snap, settings) for check in CHECKS]

@@ -1,0 +1,213 @@
+"""`vke-gpu-dra verify`: the VKE DRA procedure's validation against a live cluster.
+
+Checks (see `checks.py`) are retried until they all pass or `--timeout` runs out, with progress on
+stderr; the checklist goes to stdout as text or one JSON document. Exit codes: 0 all checks pass,
+1 a check fails, 2 usage or connection error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from vke_gpu_dra import facts
+
+from vke_gpu_dra_ops import checks, kube
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+DEFAULT_TIMEOUT = 300
+DEFAULT_INTERVAL = 5.0
+
+
+# argparse prefixes these messages with "argument --flag:", so they name the value and what is allowed.
+
+
+def _non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}: expected whole seconds, 0 or more")
+    return number
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}: expected a whole number, 1 or more")
+    return number
+
+
+def _interval(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 <= number <= 600:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}: expected seconds from 0 to 600")
+    return number
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by `verify` and `demo up` (which verifies the new stack's cluster)."""
+    parser.add_argument(
+        "--namespace",
+        default=facts.DRIVER_NAMESPACE,
+        help="namespace of the DRA driver (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workload-namespace",
+        default="default",
+        help="namespace of the sample workload (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--expected-devices-per-node",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="devices each DRA node's ResourceSlice must list (default: at least 1)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_non_negative_int,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="retry failing checks this long (default: %(default)s; 0 checks once)",
+    )
+    parser.add_argument(
+        "--interval", type=_interval, default=DEFAULT_INTERVAL, metavar="SECONDS", help=argparse.SUPPRESS
+    )
+    parser.add_argument("--output", choices=("text", "json"), default="text", help="checklist format")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="check a cluster against the VKE DRA procedure",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--kubeconfig", required=True, metavar="PATH", help="kubeconfig file of the cluster")
+    parser.add_argument("--context", default=None, help="kubeconfig context (default: its current context)")
+    add_cluster_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def settings_from(args: argparse.Namespace) -> checks.Settings:
+    return checks.Settings(
+        namespace=args.namespace,
+        workload_namespace=args.workload_namespace,
+        expected_devices_per_node=args.expected_devices_per_node,
+    )
+
+
+@dataclass
+class Clock:
+    """Time source and sleep, replaceable in tests."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+def wait_for_checks(
+    fetch: Callable[[], checks.Snapshot],
+    settings: checks.Settings,
+    *,
+    timeout: float,
+    interval: float,
+    progress: TextIO,
+    clock: Clock | None = None,
+) -> list[checks.StepResult]:
+    """Run the checks until all pass or `timeout` seconds have passed; the last results."""
+    clock = clock or Clock()
+    start = clock.now()
+    while True:
+        results = checks.run_checks(fetch(), settings)
+        pending = [r for r in results if not r.passed]
+        elapsed = clock.now() - start
+        if not pending or elapsed + interval > timeout:
+            return results
+        progress.write(
+            f"[{elapsed:4.0f}s/{timeout:.0f}s] {len(results) - len(pending)}/{len(results)} checks pass; "
+            f"waiting for {', '.join(r.id for r in pending)}\n"
+        )
+        progress.flush()
+        clock.sleep(interval)
+
+
+def render_text(results: Sequence[checks.StepResult]) -> str:
+    lines = []
+    for r in results:
+        lines.append(f"[{r.status.value.upper()}] {r.title}: {r.found}")
+        if r.hint and not r.passed:
+            lines.append(f"       fix: {r.hint}")
+    passed = sum(r.passed for r in results)
+    verdict = "PASS" if passed == len(results) else "FAIL"
+    lines.append(f"{verdict}: {passed}/{len(results)} checks passed")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(results: Sequence[checks.StepResult], context: dict[str, Any]) -> str:
+    passed = sum(r.passed for r in results)
+    doc = {
+        "result": "pass" if passed == len(results) else "fail",
+        "passed": passed,
+        "total": len(results),
+        **context,
+        "steps": [r.as_json() for r in results],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def run_verify(
+    kubeconfig: str,
+    context: str | None,
+    settings: checks.Settings,
+    *,
+    timeout: float,
+    output: str = "text",
+    interval: float = DEFAULT_INTERVAL,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    clock: Clock | None = None,
+) -> int:
+    """Connect, check, print; the exit code."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    meta = {
+        "context": context,
+        "namespace": settings.namespace,
+        "workload_namespace": settings.workload_namespace,
+    }
+    try:
+        api = kube.connect(kubeconfig, context)
+        with api:
+            fetcher = kube.Fetcher(api, settings)
+            results = wait_for_checks(
+                fetcher.snapshot, settings, timeout=timeout, interval=interval, progress=stderr, clock=clock
+            )
+    except kube.ClusterError as exc:
+        stderr.write(f"vke-gpu-dra verify: error: {exc}\n")
+        if output == "json":
+            stdout.write(json.dumps({"result": "error", "error": str(exc), **meta}, indent=2) + "\n")
+        return EXIT_USAGE
+    stdout.write(render_json(results, meta) if output == "json" else render_text(results))
+    return EXIT_OK if all(r.passed for r in results) else EXIT_FAIL
+
+
+def main(args: argparse.Namespace) -> int:
+    return run_verify(
+        args.kubeconfig,
+        args.context,
+        settings_from(args),
+        timeout=args.timeout,
+        output=args.output,
+        interval=args.interval,
+    )

@@ -1,0 +1,299 @@
+"""A small HTTP fake of the Kubernetes API (read-only, the requests `vke-gpu-dra verify` makes).
+
+It serves discovery (/apis, /apis/resource.k8s.io/v1), nodes, pods and their logs, DeviceClasses,
+ResourceSlices, ResourceClaims and Deployments from a `FakeCluster`, on 127.0.0.1 with a threaded
+http.server, so tests drive the real kubernetes client through a kubeconfig pointing at it.
+`healthy_cluster()` builds the procedure's expected state; tests break one part of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import yaml
+from vke_gpu_dra import facts
+
+JSON = dict[str, Any]
+TOKEN = "fake-token-must-never-be-printed"
+NODE = "192.168.2.8"
+DRIVER_POD = "nvidia-dra-driver-gpu-kubelet-plugin-mq7x2"
+SAMPLE_POD = "gpu-test-5c47d94bf9-fbx2k"
+SAMPLE_UID = "691d19b1-5ca8-40c0-9d61-0a1b2c3d4e5f"
+CLAIM = "gpu-test-5c47d94bf9-fbx2k-gpu-abcde"
+GPU_LOG = "GPU 0: NVIDIA A30 (UUID: GPU-c8133a35-9d03-a6b2-31dd-26aa11bb22cc)\n"
+RESOURCE_V1 = [
+    "deviceclasses",
+    "resourceclaims",
+    "resourceclaims/status",
+    "resourceclaimtemplates",
+    "resourceslices",
+]
+
+
+@dataclass
+class FakeCluster:
+    groups: dict[str, list[str]] = field(default_factory=dict)  # API group -> served versions
+    resource_v1: list[str] = field(default_factory=list)
+    nodes: list[JSON] = field(default_factory=list)
+    pods: list[JSON] = field(default_factory=list)
+    device_classes: list[JSON] = field(default_factory=list)
+    resource_slices: list[JSON] = field(default_factory=list)
+    claims: list[JSON] = field(default_factory=list)
+    deployments: list[JSON] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)  # pod name -> log
+    status_override: int | None = None  # answer every request with this HTTP status
+    requests: list[str] = field(default_factory=list)
+    on_request: Callable[[str], None] | None = None
+
+    def pod(self, name: str) -> JSON:
+        return next(p for p in self.pods if p["metadata"]["name"] == name)
+
+
+def _meta(name: str, namespace: str | None = None, **extra: Any) -> JSON:
+    meta: JSON = {"name": name, "uid": f"uid-{name}", **extra}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def node(name: str = NODE, labels: dict[str, str] | None = None) -> JSON:
+    return {
+        "metadata": _meta(name, labels=dict(facts.REQUIRED_NODE_LABELS) if labels is None else labels),
+        "status": {
+            "capacity": {"cpu": "14", "memory": "56Gi"},
+            "allocatable": {"cpu": "13", "memory": "50Gi"},
+        },
+    }
+
+
+def running_pod(name: str, namespace: str, node_name: str, labels: dict[str, str] | None = None) -> JSON:
+    return {
+        "metadata": _meta(name, namespace, labels=labels or {}),
+        "spec": {"nodeName": node_name, "containers": [{"name": "main"}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "main", "ready": True, "restartCount": 0, "state": {"running": {}}}
+            ],
+        },
+    }
+
+
+def resource_slice(node_name: str = NODE, devices: int = 1, driver: str = facts.DRIVER_NAME) -> JSON:
+    return {
+        "metadata": _meta(f"{node_name}-{driver}-tn8wq"),
+        "spec": {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(devices)
+            ],
+        },
+    }
+
+
+def sample_pod(namespace: str = "default") -> JSON:
+    pod = running_pod(SAMPLE_POD, namespace, NODE, labels={"app": "gpu-test"})
+    pod["metadata"]["uid"] = SAMPLE_UID
+    pod["spec"]["containers"] = [{"name": "test", "resources": {"claims": [{"name": "gpu"}]}}]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
+    pod["status"]["containerStatuses"][0]["name"] = "test"
+    pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": CLAIM}]
+    return pod
+
+
+def allocated_claim(namespace: str = "default") -> JSON:
+    return {
+        "metadata": _meta(CLAIM, namespace, annotations={"resource.kubernetes.io/pod-claim-name": "gpu"}),
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": facts.DRIVER_NAME, "pool": NODE, "device": "gpu-0"}
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": SAMPLE_POD, "uid": SAMPLE_UID}],
+        },
+    }
+
+
+def healthy_cluster(devices: int = 1) -> FakeCluster:
+    """The state the procedure's "Step 3" and "Validating results" expect."""
+    ns = facts.DRIVER_NAMESPACE
+    return FakeCluster(
+        groups={"apps": ["v1"], "resource.k8s.io": ["v1", "v1beta2"]},
+        resource_v1=list(RESOURCE_V1),
+        nodes=[node(), node("192.168.2.9", labels={"role": "system"})],
+        pods=[
+            running_pod(DRIVER_POD, ns, NODE, labels={"app": "kubelet-plugin"}),
+            running_pod("nvidia-dra-driver-gpu-controller-6d9f", ns, "192.168.2.9"),
+            sample_pod(),
+        ],
+        device_classes=[spec.manifest() for spec in facts.DEVICE_CLASSES],
+        resource_slices=[resource_slice(devices=devices)],
+        claims=[allocated_claim()],
+        deployments=[
+            {
+                "metadata": _meta("gpu-test", "default"),
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "gpu-test"}}},
+            }
+        ],
+        logs={SAMPLE_POD: GPU_LOG},
+    )
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def _selected(obj: JSON, selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in (term.split("=", 1) for term in selector.split(",")))
+
+
+def _list(kind: str, items: list[JSON]) -> JSON:
+    return {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": copy.deepcopy(items)}
+
+
+def _ns(items: list[JSON], namespace: str) -> list[JSON]:
+    return [i for i in items if i["metadata"].get("namespace") == namespace]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    cluster: FakeCluster
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def _send(self, code: int, body: JSON | str) -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, reason: str) -> None:
+        self._send(
+            code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code}
+        )
+
+    def do_GET(self) -> None:
+        c = self.cluster
+        url = urlparse(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        c.requests.append(url.path)
+        if c.on_request:
+            c.on_request(url.path)
+        if c.status_override:
+            self._status(c.status_override, "Unauthorized")
+            return
+        answer = self._route(url.path.rstrip("/") or "/", query.get("labelSelector"))
+        if answer is None:
+            self._status(404, "NotFound")
+        else:
+            self._send(200, answer)
+
+    def _route(self, path: str, selector: str | None) -> JSON | str | None:  # noqa: PLR0911
+        c = self.cluster
+        v1 = "v1" in c.groups.get("resource.k8s.io", [])
+        if path == "/apis":
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [
+                    {
+                        "name": g,
+                        "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                        "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                    }
+                    for g, vs in c.groups.items()
+                ],
+            }
+        if path == "/apis/resource.k8s.io/v1":
+            if not v1:
+                return None
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": "resource.k8s.io/v1",
+                "resources": [
+                    {
+                        "name": r,
+                        "singularName": "",
+                        "namespaced": r.startswith("resourceclaim"),
+                        "kind": "X",
+                        "verbs": ["get", "list"],
+                    }
+                    for r in c.resource_v1
+                ],
+            }
+        if path == "/api/v1/nodes":
+            return _list("Node", [n for n in c.nodes if _selected(n, selector)])
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path):
+            return _list("Pod", [p for p in _ns(c.pods, m[1]) if _selected(p, selector)])
+        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path):
+            return c.logs.get(m[2]) if any(p["metadata"]["name"] == m[2] for p in _ns(c.pods, m[1])) else None
+        if m := re.fullmatch(r"/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)", path):
+            found = [d for d in _ns(c.deployments, m[1]) if d["metadata"]["name"] == m[2]]
+            return copy.deepcopy(found[0]) if found else None
+        if not v1:
+            return None
+        if path == "/apis/resource.k8s.io/v1/deviceclasses":
+            return _list("DeviceClass", c.device_classes)
+        if path == "/apis/resource.k8s.io/v1/resourceslices":
+            return _list("ResourceSlice", c.resource_slices)
+        if m := re.fullmatch(r"/apis/resource.k8s.io/v1/namespaces/([^/]+)/resourceclaims", path):
+            return _list("ResourceClaim", _ns(c.claims, m[1]))
+        return None
+
+
+@contextmanager
+def serve(cluster: FakeCluster) -> Iterator[str]:
+    """Serve `cluster` on 127.0.0.1; yields the base URL."""
+    handler = type("Handler", (_Handler,), {"cluster": cluster})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def write_kubeconfig(path: Path, server: str, context: str = "fake") -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": server}}],
+                "users": [{"name": "fake", "user": {"token": TOKEN}}],
+                "contexts": [{"name": context, "context": {"cluster": "fake", "user": "fake"}}],
+                "current-context": context,
+            }
+        )
+    )
+    return path

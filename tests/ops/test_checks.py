@@ -1,0 +1,131 @@
+"""The procedure's checks as pure functions over hand-built objects (no HTTP)."""
+
+from __future__ import annotations
+
+import copy
+
+from vke_gpu_dra_ops import checks
+from vke_gpu_dra_ops.checks import Settings, Snapshot, Status
+
+from tests.ops import fake_kube
+
+
+def snapshot(cluster: fake_kube.FakeCluster | None = None, **changes: object) -> Snapshot:
+    c = cluster or fake_kube.healthy_cluster()
+    base = {
+        "api_resources": frozenset(c.resource_v1),
+        "nodes": [n for n in c.nodes if n["metadata"]["labels"].get("vke.node.gpu.schedule") == "nvidia-dra"],
+        "driver_pods": [p for p in c.pods if p["metadata"]["namespace"] == "nvidia-dra-driver-gpu"],
+        "device_classes": c.device_classes,
+        "resource_slices": c.resource_slices,
+        "sample_deployment": c.deployments[0],
+        "sample_pods": [p for p in c.pods if p["metadata"]["labels"].get("app") == "gpu-test"],
+        "claims": c.claims,
+        "pod_logs": c.logs,
+    }
+    base.update(changes)
+    return Snapshot(**base)  # type: ignore[arg-type]
+
+
+def by_id(snap: Snapshot, settings: Settings | None = None) -> dict[str, checks.StepResult]:
+    return {r.id: r for r in checks.run_checks(snap, settings or Settings())}
+
+
+def test_healthy_snapshot_passes() -> None:
+    results = by_id(snapshot())
+    assert all(r.status is Status.PASS for r in results.values())
+    assert results["resource-slices"].found == "192.168.2.8: 1 (gpu-0)"
+
+
+def test_only_the_newest_pool_generation_counts() -> None:
+    old = fake_kube.resource_slice(devices=3)
+    new = fake_kube.resource_slice(devices=2)
+    new["spec"]["pool"]["generation"] = 2
+    result = by_id(snapshot(resource_slices=[old, new]), Settings(expected_devices_per_node=2))
+    assert result["resource-slices"].status is Status.PASS
+    assert "2 (gpu-0; gpu-1)" in result["resource-slices"].found
+
+
+def test_slices_of_one_pool_are_summed() -> None:
+    a, b = fake_kube.resource_slice(devices=1), fake_kube.resource_slice(devices=1)
+    b["spec"]["devices"][0]["name"] = "gpu-1"
+    result = by_id(snapshot(resource_slices=[a, b]), Settings(expected_devices_per_node=2))
+    assert result["resource-slices"].status is Status.PASS
+
+
+def test_no_dra_nodes_fails_with_the_label_to_set() -> None:
+    results = by_id(snapshot(nodes=[]))
+    assert results["driver-pods"].status is Status.FAIL
+    assert "no node labelled vke.node.gpu.schedule=nvidia-dra" in results["driver-pods"].found
+    assert "nvidia.com/gpu.present=true" in results["driver-pods"].hint
+    assert results["no-device-plugin-capacity"].status is Status.SKIP
+
+
+def test_node_without_a_driver_pod_is_named() -> None:
+    extra = fake_kube.node("192.168.2.10")
+    snap = snapshot()
+    result = by_id(snapshot(nodes=[*snap.nodes, extra]))["driver-pods"]
+    assert result.status is Status.FAIL
+    assert result.found == "node 192.168.2.10: no driver pod in namespace nvidia-dra-driver-gpu"
+    assert "node affinity" in result.hint
+
+
+def test_running_but_unready_driver_pod_fails() -> None:
+    c = fake_kube.healthy_cluster()
+    c.pod(fake_kube.DRIVER_POD)["status"]["containerStatuses"][0]["ready"] = False
+    result = by_id(snapshot(c))["driver-pods"]
+    assert result.status is Status.FAIL
+    assert "Running but not Ready (containers not ready: main)" in result.found
+
+
+def test_terminating_sample_pods_are_ignored() -> None:
+    c = fake_kube.healthy_cluster()
+    old = copy.deepcopy(c.pod(fake_kube.SAMPLE_POD))
+    old["metadata"].update(name="gpu-test-old", deletionTimestamp="2026-01-01T00:00:00Z")
+    old["status"]["phase"] = "Failed"
+    snap = snapshot(c)
+    results = by_id(snapshot(c, sample_pods=[*snap.sample_pods, old]))
+    assert results["sample-pod"].status is Status.PASS
+
+
+def test_missing_sample_deployment_fails_claim_and_pod_and_skips_log() -> None:
+    results = by_id(snapshot(sample_deployment=None, sample_pods=[]))
+    assert results["sample-claim"].found == "Deployment default/gpu-test not found"
+    assert "ResourceClaimTemplate single-gpu" in results["sample-claim"].hint
+    assert results["sample-pod"].status is Status.FAIL
+    assert results["sample-log"].status is Status.SKIP
+
+
+def test_claim_allocated_but_reserved_for_another_pod() -> None:
+    c = fake_kube.healthy_cluster()
+    c.claims[0]["status"]["reservedFor"] = [{"resource": "pods", "name": "other", "uid": "x"}]
+    result = by_id(snapshot(c))["sample-claim"]
+    assert result.status is Status.FAIL
+    assert "allocated but not reserved for pod gpu-test-5c47d94bf9-fbx2k" in result.found
+
+
+def test_pod_without_claim_status_yet() -> None:
+    c = fake_kube.healthy_cluster()
+    c.pod(fake_kube.SAMPLE_POD)["status"].pop("resourceClaimStatuses")
+    result = by_id(snapshot(c))["sample-claim"]
+    assert result.status is Status.FAIL
+    assert "no ResourceClaim generated for 'gpu' yet" in result.found
+
+
+def test_log_line_must_be_a_whole_gpu_line() -> None:
+    logs = {fake_kube.SAMPLE_POD: "  MIG 1g.10gb Device 0: (UUID: MIG-0123)\nGPU: none\n"}
+    result = by_id(snapshot(pod_logs=logs))["sample-log"]
+    assert result.status is Status.FAIL
+    assert "log starts 'MIG 1g.10gb Device 0: (UUID: MIG-0123)'" in result.found
+    assert by_id(snapshot(pod_logs={}))["sample-log"].found.endswith("(log is empty)")
+
+
+def test_step_results_serialise_to_json() -> None:
+    result = by_id(snapshot(device_classes=[]))["device-classes"]
+    assert result.as_json() == {
+        "id": "device-classes",
+        "title": "DeviceClasses gpu.nvidia.com, mig.nvidia.com",
+        "status": "fail",
+        "found": "missing DeviceClass gpu.nvidia.com, mig.nvidia.com (present: none)",
+        "hint": result.hint,
+    }

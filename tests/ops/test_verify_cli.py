@@ -1,0 +1,328 @@
+"""`vke-gpu-dra verify` end to end: the real kubernetes client against the fake API server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from vke_gpu_dra import facts
+from vke_gpu_dra_ops import checks, verify
+from vke_gpu_dra_ops.__main__ import main
+
+from tests.ops import fake_kube
+from tests.ops.fake_kube import FakeCluster
+
+
+def run_cli(tmp_path: Path, cluster: FakeCluster, *extra: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with fake_kube.serve(cluster) as url:
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig", url)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["verify", "--kubeconfig", str(kubeconfig), "--timeout", "0", *extra])
+    assert fake_kube.TOKEN not in out.getvalue() + err.getvalue()
+    return code, out.getvalue(), err.getvalue()
+
+
+def status_lines(text: str) -> dict[str, str]:
+    """Check title prefix -> status, from the text checklist."""
+    result = {}
+    for line in text.splitlines():
+        if line.startswith("["):
+            status, rest = line[1:].split("] ", 1)
+            result[rest.split(":", 1)[0]] = status
+    return result
+
+
+def test_healthy_cluster_passes_every_step(tmp_path: Path) -> None:
+    code, out, err = run_cli(tmp_path, fake_kube.healthy_cluster())
+    assert code == 0, out
+    statuses = status_lines(out)
+    assert len(statuses) == len(checks.CHECKS)
+    assert set(statuses.values()) == {"PASS"}
+    assert "GPU 0: NVIDIA A30 (UUID: GPU-c8133a35" in out
+    assert out.rstrip().endswith(f"PASS: {len(checks.CHECKS)}/{len(checks.CHECKS)} checks passed")
+    assert err == ""
+
+
+def test_json_output_is_one_document(tmp_path: Path) -> None:
+    code, out, _ = run_cli(
+        tmp_path, fake_kube.healthy_cluster(devices=2), "--output", "json", "--expected-devices-per-node", "2"
+    )
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["result"] == "pass"
+    assert doc["namespace"] == facts.DRIVER_NAMESPACE
+    assert [s["id"] for s in doc["steps"]] == [
+        "api-resources",
+        "driver-pods",
+        "device-classes",
+        "resource-slices",
+        "no-device-plugin-capacity",
+        "sample-claim",
+        "sample-pod",
+        "sample-log",
+    ]
+    assert {s["status"] for s in doc["steps"]} == {"pass"}
+
+
+def _no_v1(c: FakeCluster) -> None:
+    c.groups["resource.k8s.io"] = ["v1beta2"]
+
+
+def _crashloop(c: FakeCluster) -> None:
+    pod = c.pod(fake_kube.DRIVER_POD)
+    pod["status"]["containerStatuses"][0].update(
+        ready=False, restartCount=7, state={"waiting": {"reason": "CrashLoopBackOff"}}
+    )
+
+
+def _missing_class(c: FakeCluster) -> None:
+    c.device_classes = [dc for dc in c.device_classes if dc["metadata"]["name"] != "mig.nvidia.com"]
+
+
+def _no_slice(c: FakeCluster) -> None:
+    c.resource_slices = [fake_kube.resource_slice(driver="other.example.com")]
+
+
+def _wrong_count(c: FakeCluster) -> None:
+    c.resource_slices = [fake_kube.resource_slice(devices=1)]
+
+
+def _device_plugin(c: FakeCluster) -> None:
+    c.nodes[0]["status"]["capacity"]["nvidia.com/gpu"] = "1"
+    c.nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+
+
+def _unallocated(c: FakeCluster) -> None:
+    c.claims[0]["status"] = {}
+
+
+def _pending(c: FakeCluster) -> None:
+    pod = c.pod(fake_kube.SAMPLE_POD)
+    pod["spec"].pop("nodeName")
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "message": "0/2 nodes are available: cannot allocate all claims",
+            }
+        ],
+    }
+
+
+def _no_gpu_log(c: FakeCluster) -> None:
+    c.logs[fake_kube.SAMPLE_POD] = "No devices were found\n"
+
+
+BROKEN: dict[str, tuple[Callable[[FakeCluster], None], str, tuple[str, ...]]] = {
+    # name: (break it, failing step title prefix, words the failure must mention)
+    "no v1 API": (_no_v1, "resource.k8s.io/v1 API resources", ("does not serve resource.k8s.io/v1", "1.34")),
+    "driver pod CrashLoop": (
+        _crashloop,
+        "driver pods",
+        ("CrashLoopBackOff", fake_kube.DRIVER_POD, "7 restarts"),
+    ),
+    "missing DeviceClass": (_missing_class, "DeviceClasses", ("missing DeviceClass mig.nvidia.com",)),
+    "slice missing": (
+        _no_slice,
+        "ResourceSlice of gpu.nvidia.com",
+        ("no ResourceSlice of gpu.nvidia.com", fake_kube.NODE),
+    ),
+    "wrong count": (_wrong_count, "ResourceSlice of gpu.nvidia.com", ("1 device(s) (gpu-0), expected 2",)),
+    "nvidia.com/gpu capacity": (
+        _device_plugin,
+        "DRA nodes expose no",
+        ("capacity nvidia.com/gpu=1", "device plugin"),
+    ),
+    "claim unallocated": (
+        _unallocated,
+        "sample ResourceClaim",
+        (f"claim {fake_kube.CLAIM}", "not allocated"),
+    ),
+    "pod Pending": (
+        _pending,
+        "sample pod",
+        ("Pending: 0/2 nodes are available: cannot allocate all claims",),
+    ),
+    "log without GPU": (_no_gpu_log, "sample pod log lists a GPU", ("No devices were found",)),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_cluster_names_the_failing_step(tmp_path: Path, name: str) -> None:
+    breaker, title, words = BROKEN[name]
+    cluster = fake_kube.healthy_cluster()
+    breaker(cluster)
+    code, out, _ = run_cli(
+        tmp_path, cluster, "--expected-devices-per-node", "2" if name == "wrong count" else "1"
+    )
+    assert code == 1
+    failing = [line for line in out.splitlines() if line.startswith("[FAIL]")]
+    assert any(line.startswith(f"[FAIL] {title}") for line in failing), out
+    line = next(line for line in failing if line.startswith(f"[FAIL] {title}"))
+    fix = out.splitlines()[out.splitlines().index(line) + 1]
+    assert fix.strip().startswith("fix: ") and len(fix) > 20
+    for word in words:
+        assert word in line + fix, (word, line, fix)
+    assert out.rstrip().splitlines()[-1].startswith("FAIL: ")
+
+
+def test_no_v1_api_skips_the_steps_that_need_it_and_reads_nothing_there(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    _no_v1(cluster)
+    code, out, _ = run_cli(tmp_path, cluster, "--output", "json")
+    doc = json.loads(out)
+    status = {s["id"]: s["status"] for s in doc["steps"]}
+    assert code == 1 and doc["result"] == "fail"
+    assert status["api-resources"] == "fail"
+    assert status["device-classes"] == status["resource-slices"] == status["sample-claim"] == "skip"
+    assert not [p for p in cluster.requests if p.startswith("/apis/resource.k8s.io/v1/")]
+
+
+def test_failing_steps_are_retried_until_they_pass(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    _unallocated(cluster)
+    healed = fake_kube.allocated_claim()
+    sleeps: list[float] = []
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:  # the claim gets allocated while verify waits
+        sleeps.append(seconds)
+        now[0] += seconds
+        cluster.claims = [healed]
+
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with fake_kube.serve(cluster) as url:
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig", url)
+        code = verify.run_verify(
+            str(kubeconfig),
+            None,
+            checks.Settings(),
+            timeout=30,
+            interval=5,
+            stdout=out,
+            stderr=err,
+            clock=verify.Clock(now=lambda: now[0], sleep=sleep),
+        )
+    assert code == 0
+    assert sleeps == [5]
+    assert "7/8 checks pass; waiting for sample-claim" in err.getvalue()
+    assert "[PASS] sample ResourceClaim" in out.getvalue()
+
+
+def test_gives_up_at_the_timeout(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    _no_gpu_log(cluster)
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    import io
+
+    err = io.StringIO()
+    with fake_kube.serve(cluster) as url:
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig", url)
+        code = verify.run_verify(
+            str(kubeconfig),
+            None,
+            checks.Settings(),
+            timeout=12,
+            interval=5,
+            stdout=io.StringIO(),
+            stderr=err,
+            clock=verify.Clock(now=lambda: now[0], sleep=sleep),
+        )
+    assert code == 1
+    assert err.getvalue().count("waiting for sample-log") == 2  # at 0 s and 5 s; 10 s + 5 s > 12 s
+
+
+def test_context_flag_selects_a_context(tmp_path: Path) -> None:
+    with fake_kube.serve(fake_kube.healthy_cluster()) as url:
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig", url, context="vke-dev")
+        assert (
+            main(["verify", "--kubeconfig", str(kubeconfig), "--context", "vke-dev", "--timeout", "0"]) == 0
+        )
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("missing-file", "--kubeconfig {path}: no such file"),
+        ("bad-context", "--context nope: no such context in the kubeconfig (contexts: fake)"),
+        ("unauthorized", "answered 401 Unauthorized to /apis: check the kubeconfig's credentials"),
+        ("unreachable", "cannot reach the API server at http://127.0.0.1:"),
+        ("not-a-kubeconfig", "--kubeconfig {path}: not a usable kubeconfig"),
+    ],
+)
+def test_connection_problems_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str, expected: str
+) -> None:
+    cluster = fake_kube.healthy_cluster()
+    path = tmp_path / "kubeconfig"
+    args = ["--timeout", "0"]
+    with fake_kube.serve(cluster) as url:
+        fake_kube.write_kubeconfig(path, url)
+        if setup == "missing-file":
+            path = tmp_path / "absent"
+        elif setup == "bad-context":
+            args += ["--context", "nope"]
+        elif setup == "unauthorized":
+            cluster.status_override = 401
+        elif setup == "not-a-kubeconfig":
+            path.write_text("just: [text\n")
+    if setup != "unreachable":
+        with fake_kube.serve(cluster) as url:
+            if setup not in ("missing-file", "not-a-kubeconfig", "bad-context"):
+                fake_kube.write_kubeconfig(path, url)
+            code = main(["verify", "--kubeconfig", str(path), *args])
+    else:  # the server is gone: its port refuses connections
+        code = main(["verify", "--kubeconfig", str(path), *args])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("vke-gpu-dra verify: error: ")
+    assert expected.format(path=path) in lines[0]
+    assert fake_kube.TOKEN not in captured.err
+
+
+def test_connection_error_in_json_mode_is_still_a_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = fake_kube.healthy_cluster()
+    cluster.status_override = 403
+    with fake_kube.serve(cluster) as url:
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig", url)
+        code = main(["verify", "--kubeconfig", str(kubeconfig), "--timeout", "0", "--output", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert doc["result"] == "error" and "403" in doc["error"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--timeout", "-5", "argument --timeout: invalid value '-5': expected whole seconds, 0 or more"),
+        ("--timeout", "soon", "argument --timeout: invalid value 'soon'"),
+        ("--expected-devices-per-node", "0", "argument --expected-devices-per-node: invalid value '0'"),
+        ("--output", "yaml", "argument --output: invalid choice: 'yaml'"),
+    ],
+)
+def test_bad_flag_values_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--kubeconfig", "k", flag, value])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
