@@ -80,7 +80,15 @@ class Helm:
         """Render the chart (test hooks included) and return its objects; cached per arguments."""
         key = (release, namespace, json.dumps(values or {}, sort_keys=True))
         if key not in self._cache:
-            args = ["template", release, str(CHART_DIR), "--namespace", namespace, "--kube-version", KUBE_VERSION]
+            args = [
+                "template",
+                release,
+                str(CHART_DIR),
+                "--namespace",
+                namespace,
+                "--kube-version",
+                KUBE_VERSION,
+            ]
             if values:
                 args += ["--values", str(self.values_file(values))]
             out = self.run(*args).stdout
@@ -97,7 +105,9 @@ class Helm:
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:
     """The single object of `kind` (and `name`, if given)."""
     matches = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-    assert len(matches) == 1, f"expected one {kind} {name or ''}, got {[o['metadata']['name'] for o in matches]}"
+    assert len(matches) == 1, (
+        f"expected one {kind} {name or ''}, got {[o['metadata']['name'] for o in matches]}"
+    )
     return matches[0]
 
 

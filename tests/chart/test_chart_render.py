@@ -1,4 +1,4 @@
-"""The chart lints, renders valid Kubernetes 1.34 objects, and the objects carry the names and labels expected."""
+"""The chart lints and renders valid Kubernetes 1.34 objects with the expected names and labels."""
 
 from __future__ import annotations
 
@@ -110,7 +110,11 @@ def test_recommended_labels_on_every_object(render: Any, scenario: str) -> None:
         assert labels["app.kubernetes.io/managed-by"] == "Helm", where
         assert labels["helm.sh/chart"] == f"vke-gpu-dra-driver-{app_version}", where
         expected_component = (
-            "test" if is_test_hook(obj) else "device-classes" if obj["kind"] == "DeviceClass" else "kubelet-plugin"
+            "test"
+            if is_test_hook(obj)
+            else "device-classes"
+            if obj["kind"] == "DeviceClass"
+            else "kubelet-plugin"
         )
         assert labels["app.kubernetes.io/component"] == expected_component, where
 
@@ -139,7 +143,9 @@ def test_pod_template_carries_labels_and_selector(render: Any) -> None:
         ("a-very-long-release-name-that-goes-on-and-on", {}, "a-very-long-release-name-that-goes-on-an"),
     ],
 )
-def test_names_derive_from_the_release(render: Any, release: str, values: dict[str, Any], prefix: str) -> None:
+def test_names_derive_from_the_release(
+    render: Any, release: str, values: dict[str, Any], prefix: str
+) -> None:
     objects = render(values, release=release, namespace="gpu-system")
     for obj in objects:
         name = obj["metadata"]["name"]
@@ -167,7 +173,6 @@ def test_two_releases_do_not_collide(render: Any) -> None:
     first = names(render(NO_DEVICE_CLASSES, release="one"))
     second = names(render(NO_DEVICE_CLASSES, release="two"))
     assert first and second and not first & second
-
 
 
 def test_notes_list_the_verification_commands(helm: Helm) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from vke_gpu_dra import facts
 
 from tests.chart.chartlib import RELEASE, SIMULATED, chart_metadata, default_values, find, plugin_container
-from vke_gpu_dra import facts
 
 #: Env var of every plugin flag that the chart sets (KUBECONFIG is left unset: in-cluster config).
 NVML_ENV = {
@@ -48,7 +48,9 @@ def volumes_by_name(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_default_node_affinity_is_the_dra_label(render: Any) -> None:
     spec = pod_spec(render({}))
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert terms == [
         {
             "matchExpressions": [
@@ -96,7 +98,11 @@ def test_priority_and_grace_period(render: Any) -> None:
 def test_rolling_update_never_surges(render: Any) -> None:
     strategy = find(render({}), "DaemonSet")["spec"]["updateStrategy"]
     assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
-    custom = {"kubeletPlugin": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}}}}
+    custom = {
+        "kubeletPlugin": {
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}}
+        }
+    }
     strategy = find(render(custom), "DaemonSet")["spec"]["updateStrategy"]
     assert strategy["rollingUpdate"] == {"maxUnavailable": "25%", "maxSurge": 0}
     on_delete = {"kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}}}
@@ -109,8 +115,12 @@ def test_image_defaults_to_app_version(render: Any) -> None:
     assert container["image"] == f"{repository}:{chart_metadata()['appVersion']}"
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["command"] == ["dra-gpu-kubelet-plugin"]
-    objects = render({"image": {"repository": "cr.example/x/plugin", "tag": "dev", "pullPolicy": "Always"},
-                      "imagePullSecrets": [{"name": "cr-pull"}]})
+    objects = render(
+        {
+            "image": {"repository": "cr.example/x/plugin", "tag": "dev", "pullPolicy": "Always"},
+            "imagePullSecrets": [{"name": "cr-pull"}],
+        }
+    )
     container = plugin_container(objects)
     assert container["image"] == "cr.example/x/plugin:dev"
     assert container["imagePullPolicy"] == "Always"
@@ -172,7 +182,10 @@ def test_driver_root_mounted_read_only(render: Any, root: str, container_path: s
         "readOnly": True,
         "mountPropagation": "HostToContainer",
     }
-    assert volumes_by_name(pod_spec(objects))["driver-root"]["hostPath"] == {"path": root, "type": "Directory"}
+    assert volumes_by_name(pod_spec(objects))["driver-root"]["hostPath"] == {
+        "path": root,
+        "type": "Directory",
+    }
 
 
 # ---------------------------------------------------------------- mounts
@@ -180,18 +193,30 @@ def test_driver_root_mounted_read_only(render: Any, root: str, container_path: s
 
 @pytest.mark.parametrize(
     "values",
-    [{}, {"kubeletPluginsDir": "/data/plugins", "kubeletRegistrarDir": "/data/reg", "cdiRoot": "/etc/cdi",
-          "driverName": "gpu.example.com"}],
+    [
+        {},
+        {
+            "kubeletPluginsDir": "/data/plugins",
+            "kubeletRegistrarDir": "/data/reg",
+            "cdiRoot": "/etc/cdi",
+            "driverName": "gpu.example.com",
+        },
+    ],
     ids=["default", "custom-paths"],
 )
-def test_socket_and_state_paths_are_identical_on_host_and_in_container(render: Any, values: dict[str, Any]) -> None:
+def test_socket_and_state_paths_are_identical_on_host_and_in_container(
+    render: Any, values: dict[str, Any]
+) -> None:
     objects = render(values)
     container = plugin_container(objects)
     env = env_of(container)
     mounts = mounts_by_name(container)
     volumes = volumes_by_name(pod_spec(objects))
-    for volume, env_name in (("plugins-registry", "REGISTRAR_DIR"), ("plugin-data", "PLUGIN_DATA_DIR"),
-                             ("cdi", "CDI_ROOT")):
+    for volume, env_name in (
+        ("plugins-registry", "REGISTRAR_DIR"),
+        ("plugin-data", "PLUGIN_DATA_DIR"),
+        ("cdi", "CDI_ROOT"),
+    ):
         host_path = volumes[volume]["hostPath"]
         assert host_path["type"] == "DirectoryOrCreate"
         assert mounts[volume]["mountPath"] == host_path["path"] == env[env_name], volume
@@ -284,8 +309,14 @@ def test_resources_have_requests_and_limits(render: Any) -> None:
     assert set(resources) == {"requests", "limits"}
     assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
     # maps merge with the defaults; null removes a default (here: the CPU limit)
-    custom = {"kubeletPlugin": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                                              "limits": {"cpu": None, "memory": "1Gi"}}}}
+    custom = {
+        "kubeletPlugin": {
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "256Mi"},
+                "limits": {"cpu": None, "memory": "1Gi"},
+            }
+        }
+    }
     assert plugin_container(render(custom))["resources"] == {
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"memory": "1Gi"},

@@ -1,0 +1,242 @@
+"""RBAC is exactly what the plugin uses; the admission policy keeps the plugin's slice writes on its node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cel_expr_python import cel
+
+from tests.chart.chartlib import NAMESPACE, RELEASE, find
+
+PLUGIN_SA = f"{RELEASE}-vke-gpu-dra-driver-kubelet-plugin"
+PLUGIN_USER = f"system:serviceaccount:{NAMESPACE}:{PLUGIN_SA}"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+# ---------------------------------------------------------------- RBAC
+
+
+def test_cluster_role_grants_only_what_the_plugin_uses(render: Any) -> None:
+    role = find(render({}), "ClusterRole", PLUGIN_SA)
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    ]
+
+
+def test_binding_ties_the_role_to_the_daemonset_service_account(render: Any) -> None:
+    objects = render({})
+    binding = find(objects, "ClusterRoleBinding", PLUGIN_SA)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": PLUGIN_SA,
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PLUGIN_SA, "namespace": NAMESPACE}]
+    service_account = find(objects, "ServiceAccount", PLUGIN_SA)
+    assert service_account["metadata"]["namespace"] == NAMESPACE
+    assert find(objects, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == PLUGIN_SA
+
+
+def test_service_account_annotations(render: Any) -> None:
+    annotations = {"example.com/role": "dra"}
+    objects = render({"serviceAccount": {"annotations": annotations}})
+    assert find(objects, "ServiceAccount", PLUGIN_SA)["metadata"]["annotations"] == annotations
+
+
+# ---------------------------------------------------------------- ValidatingAdmissionPolicy
+
+
+def policy_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return find(objects, "ValidatingAdmissionPolicy")
+
+
+def test_policy_and_binding(render: Any) -> None:
+    objects = render({})
+    policy = policy_of(objects)
+    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["metadata"]["name"] == f"{RELEASE}-vke-gpu-dra-driver-resourceslices"
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["resourceslices"],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "namespace", "user"),
+    [
+        ({}, NAMESPACE, PLUGIN_USER),
+        ({}, "gpu-system", f"system:serviceaccount:gpu-system:{PLUGIN_SA}"),
+        (
+            {"serviceAccount": {"name": "dra-plugin"}},
+            NAMESPACE,
+            f"system:serviceaccount:{NAMESPACE}:dra-plugin",
+        ),
+        (
+            {"serviceAccount": {"create": False, "name": "external"}},
+            NAMESPACE,
+            f"system:serviceaccount:{NAMESPACE}:external",
+        ),
+    ],
+)
+def test_policy_matches_the_service_account_the_daemonset_runs_as(
+    render: Any, values: dict[str, Any], namespace: str, user: str
+) -> None:
+    """Unlike NVIDIA's 25.8.1 chart, the matched user is the plugin's own ServiceAccount."""
+    objects = render(values, namespace=namespace)
+    daemonset = find(objects, "DaemonSet")
+    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    assert user == f"system:serviceaccount:{daemonset['metadata']['namespace']}:{account}"
+    conditions = policy_of(objects)["spec"]["matchConditions"]
+    assert len(conditions) == 1
+    assert conditions[0]["expression"] == f'request.userInfo.username == "{user}"'
+
+
+class Policy:
+    """Evaluates a rendered ValidatingAdmissionPolicy the way the apiserver does (match conditions, variables,
+    validations) with cel-expr-python (cel-cpp), which type-checks expressions at compile time."""
+
+    def __init__(self, policy: dict[str, Any]) -> None:
+        dyn_map = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+        self.env = cel.NewEnv(
+            variables={name: dyn_map for name in ("request", "object", "oldObject", "variables")}
+        )
+        spec = policy["spec"]
+        self.match = [self.compile(c["expression"], cel.Type.BOOL) for c in spec["matchConditions"]]
+        self.variables = [(v["name"], self.compile(v["expression"], None)) for v in spec["variables"]]
+        self.validations = [
+            (
+                self.compile(v["expression"], cel.Type.BOOL),
+                self.compile(v["messageExpression"], cel.Type.STRING) if "messageExpression" in v else None,
+                v.get("message", ""),
+            )
+            for v in spec["validations"]
+        ]
+
+    def compile(self, expression: str, expected: Any) -> Any:
+        compiled = self.env.compile(expression)  # raises on syntax and type errors
+        if expected is not None:
+            assert compiled.return_type() in (expected, cel.Type.DYN), expression
+        return compiled
+
+    @staticmethod
+    def value(compiled: Any, data: dict[str, Any]) -> Any:
+        result = compiled.eval(data=data)
+        assert result.type() != cel.Type.ERROR, repr(result)
+        return result.value()
+
+    def admit(
+        self,
+        operation: str,
+        user: str,
+        node: str | None,
+        new: dict[str, Any] | None = None,
+        old: dict[str, Any] | None = None,
+    ) -> tuple[bool, str]:
+        """(allowed, denial message) for a request by `user` whose token is bound to `node`."""
+        extra = {NODE_NAME_EXTRA: [node]} if node else {}
+        extra["authentication.kubernetes.io/credential-id"] = ["JTI=1234"]
+        data: dict[str, Any] = {
+            "request": {"operation": operation, "userInfo": {"username": user, "extra": extra}},
+            "object": new,
+            "oldObject": old,
+        }
+        if not all(self.value(m, data) for m in self.match):
+            return True, "not matched"
+        data["variables"] = {}
+        for name, compiled in self.variables:
+            data["variables"][name] = self.value(compiled, data)
+        for check, message_expression, message in self.validations:
+            if not self.value(check, data):
+                return False, self.value(message_expression, data) if message_expression else message
+        return True, ""
+
+
+def resource_slice(node: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "driver": "gpu.nvidia.com",
+        "pool": {"name": node or "shared", "generation": 1, "resourceSliceCount": 1},
+    }
+    if node is None:
+        spec["allNodes"] = True
+    else:
+        spec["nodeName"] = node
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def policy(render: Any) -> Policy:
+    return Policy(policy_of(render({})))
+
+
+def test_policy_expressions_compile_and_are_boolean(policy: Policy) -> None:
+    assert len(policy.match) == 1
+    assert [name for name, _ in policy.variables] == ["userNodeName", "objectNodeName"]
+    assert len(policy.validations) == 3
+
+
+def test_plugin_may_write_slices_of_its_own_node(policy: Policy) -> None:
+    own = resource_slice("node-a")
+    assert policy.admit("CREATE", PLUGIN_USER, "node-a", new=own) == (True, "")
+    assert policy.admit("UPDATE", PLUGIN_USER, "node-a", new=own, old=own) == (True, "")
+    assert policy.admit("DELETE", PLUGIN_USER, "node-a", old=own) == (True, "")
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
+def test_plugin_may_not_write_slices_of_another_node(policy: Policy, operation: str) -> None:
+    other = resource_slice("node-b")
+    new = None if operation == "DELETE" else other
+    old = None if operation == "CREATE" else other
+    allowed, message = policy.admit(operation, PLUGIN_USER, "node-a", new=new, old=old)
+    assert not allowed
+    assert message == (
+        "the kubelet plugin on node 'node-a' may only write ResourceSlices of its own node, "
+        "not slices of node 'node-b'"
+    )
+
+
+def test_plugin_may_not_write_cluster_wide_slices(policy: Policy) -> None:
+    allowed, message = policy.admit("CREATE", PLUGIN_USER, "node-a", new=resource_slice(None))
+    assert not allowed
+    assert message.endswith("not slices without spec.nodeName")
+
+
+def test_plugin_may_not_take_over_a_slice_of_another_node(policy: Policy) -> None:
+    allowed, message = policy.admit(
+        "UPDATE", PLUGIN_USER, "node-a", new=resource_slice("node-a"), old=resource_slice("node-b")
+    )
+    assert (allowed, message) == (
+        False,
+        "the kubelet plugin may not take over ResourceSlices of another node",
+    )
+
+
+def test_plugin_token_without_node_binding_is_denied(policy: Policy) -> None:
+    allowed, message = policy.admit("CREATE", PLUGIN_USER, None, new=resource_slice("node-a"))
+    assert not allowed
+    assert message.startswith("no node is associated with this request")
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        "system:serviceaccount:kube-system:resourceclaim-controller",
+        f"system:serviceaccount:other-namespace:{PLUGIN_SA}",
+        "kubernetes-admin",
+    ],
+)
+def test_other_users_are_not_restricted(policy: Policy, user: str) -> None:
+    assert policy.admit("DELETE", user, None, old=resource_slice("node-b")) == (True, "not matched")
