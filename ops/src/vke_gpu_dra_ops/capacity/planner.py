@@ -1,0 +1,300 @@
+"""Does it fit? Replicas of claim templates against the GPU pools, with reasons when they do not.
+
+Per pool variant the pool's nodes are filled pod by pod (first fit: the scheduler's allocator on each
+node in turn). Nodes that publish the same selector-visible devices fill the same way, so the count for
+one node stands for all its equals (1,000 identical nodes cost one node's search).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Final
+
+from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
+from .celenv import SelectorError, SelectorRuntimeError
+from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
+from .inventory import GpuPool, Node
+from .quantity import QuantityError, SemverError, format_bytes, parse_quantity, parse_semver
+from .selection import SelectorCache
+
+#: Pods per node when claims need no device at all (the kubelet's default maxPods).
+MAX_PODS_PER_NODE: Final = 110
+
+
+@dataclass(frozen=True)
+class PoolFit:
+    pool: GpuPool
+    per_node: int
+    at_min: int
+    at_max: int
+    #: devices of the first pod on the first node, per claim: (claim name, request, device)
+    chosen: tuple[tuple[str, str, str], ...] = ()
+    reasons: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """One pod shape (a template, or a workload's claims) against the stack's pools."""
+
+    subject: str
+    replicas: int | None
+    pools: tuple[PoolFit, ...]
+    problems: tuple[str, ...] = ()
+
+    @property
+    def at_min(self) -> int:
+        return _sum_worst(self.pools, "at_min")
+
+    @property
+    def at_max(self) -> int:
+        return _sum_worst(self.pools, "at_max")
+
+    @property
+    def error(self) -> str | None:
+        return next((p.error for p in self.pools if p.error), None) or (
+            self.problems[0] if self.problems else None
+        )
+
+    @property
+    def fits(self) -> bool:
+        if self.problems or any(p.error for p in self.pools) or not self.pools:
+            return False
+        wanted = 1 if self.replicas is None else self.replicas
+        if self.replicas is None:  # one pod per node
+            return all(p.per_node >= 1 for p in self.pools)
+        return self.at_max >= wanted
+
+    def reasons(self) -> list[str]:
+        if self.problems:
+            return list(self.problems)
+        if not self.pools:
+            return [
+                "the stack has no GPU node pool that runs the DRA driver (labels "
+                "vke.node.gpu.schedule=nvidia-dra and nvidia.com/gpu.present=true)"
+            ]
+        out: list[str] = []
+        for p in self.pools:
+            if p.error:
+                out.append(f"{p.pool.label}: allocation error: {p.error}")
+            elif p.per_node == 0:
+                out.extend(f"{p.pool.label}: {r}" for r in p.reasons)
+            elif self.replicas is not None and self.at_max < self.replicas:
+                out.append(
+                    f"{p.pool.label}: {self.replicas} replicas wanted, {p.per_node} fit per node, "
+                    f"{p.at_max} on the pool's maximum of {p.pool.max_nodes} nodes"
+                )
+        return out
+
+
+def _sum_worst(pools: Sequence[PoolFit], attribute: str) -> int:
+    """Pools are groups of variants (one per instance type); count the worst variant of each pool."""
+    by_pool: dict[str, int] = {}
+    for p in pools:
+        value = getattr(p, attribute)
+        by_pool[p.pool.name] = min(by_pool.get(p.pool.name, value), value)
+    return sum(by_pool.values())
+
+
+@dataclass
+class Planner:
+    classes: Mapping[str, DeviceClass]
+    cache: SelectorCache = field(default_factory=SelectorCache)
+
+    def fit(
+        self,
+        subject: str,
+        claims: Sequence[tuple[str, ClaimSpec]],
+        pools: Sequence[Sequence[GpuPool]],
+        replicas: int | None,
+    ) -> FitResult:
+        fits = tuple(self._pool_fit(pool, claims) for variants in pools for pool in variants)
+        return FitResult(subject, replicas, fits)
+
+    def _pool_fit(self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]]) -> PoolFit:
+        specs = [spec for _, spec in claims]
+        per_node_counts: dict[tuple[object, ...], int] = {}
+        counts: list[int] = []
+        chosen: tuple[tuple[str, str, str], ...] = ()
+        try:
+            for index in range(max(pool.max_nodes, 1)):
+                node = pool.node(index)
+                signature = self._signature(node, specs)
+                if signature not in per_node_counts:
+                    count, first = self._fill(node, specs)
+                    per_node_counts[signature] = count
+                    if index == 0 and first is not None:
+                        chosen = tuple(
+                            (name, d.request, f"{node.name}/{d.device}")
+                            for (name, _), result in zip(claims, first, strict=True)
+                            for d in result.devices
+                        )
+                counts.append(per_node_counts[signature])
+        except AllocationError as exc:
+            return PoolFit(pool, 0, 0, 0, error=str(exc))
+        per_node = counts[0] if counts else 0
+        reasons = tuple(self.explain(pool.node(0), specs)) if per_node == 0 else ()
+        return PoolFit(
+            pool, per_node, sum(counts[: pool.min_nodes]), sum(counts[: pool.max_nodes]), chosen, reasons
+        )
+
+    def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
+        expressions, attributes = self._inputs(specs)
+        allocator = NodeAllocator(node, self.classes, self.cache)
+        parts: list[object] = []
+        for view in allocator.views:
+            keys = tuple(self.cache.cache_key(e, view)[1:] for e in expressions)
+            values = tuple(repr(lookup_attribute(view.device, node.driver, a)) for a in attributes)
+            parts.append((view.device.name, keys, values))
+        return tuple(parts)
+
+    def _inputs(self, specs: Sequence[ClaimSpec]) -> tuple[list[str], list[str]]:
+        expressions: list[str] = []
+        attributes: list[str] = []
+        for spec in specs:
+            for request in spec.requests:
+                for sub in request.alternatives:
+                    class_ = self.classes.get(sub.device_class)
+                    expressions.extend((*(class_.selectors if class_ else ()), *sub.selectors))
+            attributes.extend(c.attribute for c in spec.constraints)
+        return sorted(set(expressions)), sorted(set(attributes))
+
+    def _fill(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
+        allocator = NodeAllocator(node, self.classes, self.cache)
+        limit = len(node.devices) if _needs_devices(specs) else MAX_PODS_PER_NODE
+        count, first = 0, None
+        while count < limit:
+            result = allocator.allocate(specs)
+            if result is None:
+                break
+            first = first or result
+            count += 1
+        if count == limit and not _needs_devices(specs):
+            count = MAX_PODS_PER_NODE
+        return count, first
+
+    # --- explanations -----------------------------------------------------------------------
+
+    def explain(self, node: Node, specs: Sequence[ClaimSpec]) -> list[str]:
+        """Why one pod does not fit on an empty `node`: the first thing that rules it out, per request."""
+        allocator = NodeAllocator(node, self.classes, self.cache)
+        reasons: list[str] = []
+        for spec in specs:
+            needed = 0
+            for request in spec.requests:
+                problems = []
+                satisfiable = False
+                for ai, sub in enumerate(request.alternatives):
+                    name = request.result_name(ai)
+                    problem = self._explain_sub(allocator, name, sub)
+                    if problem is None:
+                        satisfiable = True
+                        needed += sub.count if not sub.wants_all else 1
+                        break
+                    problems.append(problem)
+                if not satisfiable:
+                    reasons.append(
+                        "; ".join(problems)
+                        if len(problems) > 1 or not request.first_available
+                        else problems[0]
+                    )
+            if not reasons and spec.constraints:
+                constraints = ", ".join(describe_constraint(c) for c in spec.constraints)
+                reasons.append(
+                    f"each request fits alone, but not together under the constraint(s) {constraints}"
+                )
+            elif not reasons and needed > len(node.devices):
+                reasons.append(f"the requests need {needed} devices together, a node has {len(node.devices)}")
+        return reasons or ["the claims do not fit together on one node"]
+
+    def _explain_sub(self, allocator: NodeAllocator, name: str, sub: SubRequest) -> str | None:
+        class_ = self.classes.get(sub.device_class)
+        if class_ is None:
+            return f"request {name}: device class {sub.device_class} does not exist"
+        views = allocator.views
+        candidates = list(views)
+        for expression in class_.selectors:
+            candidates = [v for v in candidates if self._safe_match(expression, v)]
+            if not candidates:
+                return (
+                    f"request {name}: no device matches device class {class_.name} (selector {expression!r})"
+                    f"{_hint(expression, views)}"
+                )
+        for expression in sub.selectors:
+            remaining = [v for v in candidates if self._safe_match(expression, v)]
+            if not remaining:
+                return f"request {name}: no device matches selector {expression!r}{_hint(expression, candidates)}"
+            candidates = remaining
+        if not sub.wants_all and sub.count > len(candidates):
+            return (
+                f"request {name}: needs {sub.count}, pool has {len(candidates)} per node "
+                f"({len(views)} devices per node)"
+            )
+        return None
+
+    def _safe_match(self, expression: str, view: object) -> bool:
+        try:
+            return self.cache.matches(expression, view)  # type: ignore[arg-type]
+        except (SelectorRuntimeError, SelectorError):
+            return False
+
+
+def _needs_devices(specs: Sequence[ClaimSpec]) -> bool:
+    return any(spec.requests for spec in specs)
+
+
+_QUANTITY_CMP_RE: Final = re.compile(
+    r"""capacity\s*\[\s*['"]([^'"]+)['"]\s*\]\s*(?:\.\s*(\w+)|\[\s*['"](\w+)['"]\s*\])\s*\.\s*"""
+    r"""(compareTo|isGreaterThan|isLessThan)\s*\(\s*quantity\s*\(\s*['"]([^'"]+)['"]\s*\)\s*\)"""
+)
+_SEMVER_CMP_RE: Final = re.compile(
+    r"""attributes\s*\[\s*['"]([^'"]+)['"]\s*\]\s*(?:\.\s*(\w+)|\[\s*['"](\w+)['"]\s*\])\s*\.\s*"""
+    r"""(compareTo|isGreaterThan|isLessThan)\s*\(\s*semver\s*\(\s*['"]([^'"]+)['"]\s*\)\s*\)"""
+)
+
+
+def _hint(expression: str, views: Sequence[object]) -> str:
+    """`: memory 80Gi > 24Gi` style detail for quantity and semver comparisons with literals."""
+    if not views:
+        return ""
+    device_views = list(views)
+    hints: list[str] = []
+    for domain, attr, attr2, _, literal in _QUANTITY_CMP_RE.findall(expression):
+        ident = attr or attr2
+        values = sorted(
+            {
+                v.variable["capacity"].get(domain, {}).get(ident, {}).get("__kubernetes.Quantity")  # type: ignore[attr-defined]
+                for v in device_views
+            }
+            - {None}
+        )
+        try:
+            wanted = parse_quantity(literal)
+        except QuantityError:
+            continue
+        if values:
+            have = max(Fraction(x) for x in values)
+            relation = ">" if wanted > have else "<=" if wanted == have else "vs"
+            hints.append(f"{ident} {format_bytes(wanted)} {relation} {format_bytes(have)}")
+    for domain, attr, attr2, _, literal in _SEMVER_CMP_RE.findall(expression):
+        ident = attr or attr2
+        have = {
+            str(lookup_attribute(v.device, v.driver, f"{domain}/{ident}").value)  # type: ignore[attr-defined,union-attr]
+            for v in device_views
+            if lookup_attribute(v.device, v.driver, f"{domain}/{ident}") is not None
+        }  # type: ignore[attr-defined]
+        try:
+            parse_semver(literal)
+        except SemverError:
+            continue
+        if have:
+            hints.append(f"{ident} {', '.join(sorted(have))} on the devices vs {literal}")
+    return (": " + "; ".join(hints)) if hints else ""
+
+
+def template_subject(template: ClaimTemplate) -> str:
+    kind = "ResourceClaim" if template.shared else "ResourceClaimTemplate"
+    return f"{kind} {template.key}"

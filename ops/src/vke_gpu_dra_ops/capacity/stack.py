@@ -1,0 +1,302 @@
+"""What a stack asks for and what it buys: GPU pools, DeviceClasses, claim templates and workloads.
+
+Built from Pulumi resources (type token + input props, as the policy pack sees them) or from a stack
+config file plus Kubernetes manifests (the `plan` command). DeviceClasses default to the driver's
+(`facts.DEVICE_CLASSES`, which its chart creates); a stack's own DeviceClass resources override them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from vke_gpu_dra import facts
+
+from .catalog import CatalogError, InstanceType, load_catalog, lookup
+from .claims import (
+    ClaimTemplate,
+    DeviceClass,
+    ManifestError,
+    PodClaimRef,
+    parse_claim_template,
+    parse_device_class,
+    parse_pod_claims,
+)
+from .inventory import GpuPool
+
+NODE_POOL_TYPE: Final = "volcengine:vke/nodePool:NodePool"
+_RESOURCE_GROUP: Final = "kubernetes:resource.k8s.io/"
+#: kind -> how many pods run at once
+WORKLOAD_KINDS: Final = ("Pod", "Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob", "DaemonSet")
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    name: str
+    namespace: str
+    #: pods running at once (DaemonSet: None = one per GPU node)
+    replicas: int | None
+    claims: tuple[PodClaimRef, ...]
+    urn: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass
+class StackModel:
+    pools: list[list[GpuPool]] = field(default_factory=list)
+    classes: dict[str, DeviceClass] = field(default_factory=dict)
+    templates: dict[str, ClaimTemplate] = field(default_factory=dict)
+    workloads: list[Workload] = field(default_factory=list)
+    #: problems found while reading the stack (each names the resource and field)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
+        name = ref.template or ref.claim or ""
+        return self.templates.get(f"{workload.namespace}/{name}")
+
+
+def default_classes() -> dict[str, DeviceClass]:
+    return {c.name: parse_device_class(c.manifest()) for c in facts.DEVICE_CLASSES}
+
+
+def _number(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(value)
+    number = float(value)
+    if number != int(number) or number < 0:
+        raise ValueError(value)
+    return int(number)
+
+
+def _pod_spec(kind: str, spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    if kind == "Pod":
+        return spec, "spec"
+    if kind == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        return (job.get("template") or {}).get("spec") or {}, "spec.jobTemplate.spec.template.spec"
+    return (spec.get("template") or {}).get("spec") or {}, "spec.template.spec"
+
+
+def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
+    """A workload whose pods claim devices; None for other objects or pods without claims."""
+    kind = obj.get("kind")
+    if kind not in WORKLOAD_KINDS:
+        return None
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "<unnamed>")
+    where = f"{kind} {name}"
+    spec = obj.get("spec") or {}
+    pod_spec, field_path = _pod_spec(kind, spec)
+    claims = parse_pod_claims(pod_spec, where, field_path)
+    if not claims:
+        return None
+    try:
+        if kind in ("Deployment", "StatefulSet", "ReplicaSet"):
+            replicas: int | None = _number(spec.get("replicas"), 1)
+        elif kind in ("Job", "CronJob"):
+            job = spec if kind == "Job" else (spec.get("jobTemplate") or {}).get("spec") or {}
+            parallelism = _number(job.get("parallelism"), 1)
+            completions = job.get("completions")
+            replicas = parallelism if completions is None else min(parallelism, _number(completions, 1))
+        elif kind == "DaemonSet":
+            replicas = None
+        else:
+            replicas = 1
+    except ValueError as exc:
+        raise ManifestError(f"{where}: replica count {exc.args[0]!r} is not a whole number >= 0") from None
+    return Workload(kind, name, str(meta.get("namespace") or "default"), replicas, claims, urn)
+
+
+def _labels(props: Mapping[str, Any]) -> dict[str, str]:
+    raw = (props.get("kubernetesConfig") or {}).get("labels") or []
+    return {str(lb.get("key")): str(lb.get("value")) for lb in raw if isinstance(lb, Mapping)}
+
+
+def pools_from_node_pool(
+    props: Mapping[str, Any], name: str, catalog: Mapping[str, InstanceType]
+) -> list[GpuPool]:
+    """The variants (one per instance type) of a VKE node pool resource that runs the DRA driver."""
+    labels = _labels(props)
+    if any(labels.get(k) != v for k, v in facts.REQUIRED_NODE_LABELS.items()):
+        return []  # not a DRA GPU pool: the driver publishes nothing there
+    pool_name = str(props.get("name") or name)
+    scaling = props.get("autoScaling") or {}
+    try:
+        if scaling.get("enabled"):
+            low, high = _number(scaling.get("minReplicas"), 0), _number(scaling.get("maxReplicas"), 10)
+        else:
+            low = high = _number(scaling.get("desiredReplicas"), 0)
+    except ValueError as exc:
+        raise ManifestError(
+            f"node pool {pool_name}: autoScaling replica count {exc.args[0]!r} is not a whole number >= 0"
+        ) from None
+    types = (props.get("nodeConfig") or {}).get("instanceTypeIds") or []
+    return [_pool(pool_name, str(t), low, high, catalog) for t in types]
+
+
+def _pool(
+    name: str,
+    instance_type: str,
+    low: int,
+    high: int,
+    catalog: Mapping[str, InstanceType],
+    notes: Sequence[str] = (),
+) -> GpuPool:
+    row = lookup(instance_type, catalog)
+    extra = (
+        []
+        if row.verified
+        else [
+            f"{instance_type}: catalog row confidence {row.confidence} ({row.source}); "
+            "confirm with ecs.get_instance_types"
+        ]
+    )
+    return GpuPool(name, instance_type, row.product, row.gpus, low, high, (*notes, *extra))
+
+
+def _resource_type(resource: Any) -> str:
+    return str(getattr(resource, "resource_type", None) or getattr(resource, "type", "") or "")
+
+
+def _kubernetes_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    # token kubernetes:<group>/<version>:<Kind> -> apiVersion and kind, when the props lack them
+    _, _, rest = resource_type.partition(":")
+    api_version, _, kind = rest.rpartition(":")
+    obj = dict(props)
+    obj.setdefault("apiVersion", api_version.removeprefix("core/"))
+    obj.setdefault("kind", kind)
+    return obj
+
+
+def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -> StackModel:
+    """A StackModel from policy-pack resources (anything with resource_type/type, props, urn, name)."""
+    model = StackModel(classes=default_classes())
+    try:
+        catalog = load_catalog(catalog_config)
+    except CatalogError as exc:
+        model.problems.append(("", str(exc)))
+        catalog = load_catalog()
+    for resource in resources:
+        rtype = _resource_type(resource)
+        props = getattr(resource, "props", None) or {}
+        urn = str(getattr(resource, "urn", "") or "")
+        name = str(getattr(resource, "name", "") or "")
+        try:
+            if rtype == NODE_POOL_TYPE:
+                variants = pools_from_node_pool(props, name, catalog)
+                if variants:
+                    model.pools.append(variants)
+            elif rtype.startswith("kubernetes:"):
+                add_object(model, _kubernetes_object(rtype, props), urn)
+        except (ManifestError, CatalogError) as exc:
+            model.problems.append((urn, str(exc)))
+    return model
+
+
+def add_object(model: StackModel, obj: Mapping[str, Any], urn: str = "") -> None:
+    kind = obj.get("kind")
+    api_version = str(obj.get("apiVersion") or "")
+    if api_version.startswith("resource.k8s.io/"):
+        if kind == "DeviceClass":
+            cls = parse_device_class(obj)
+            model.classes[cls.name] = cls
+        elif kind in ("ResourceClaimTemplate", "ResourceClaim"):
+            template = parse_claim_template(obj)
+            model.templates[template.key] = template
+        return
+    workload = parse_workload(obj, urn)
+    if workload is not None:
+        model.workloads.append(workload)
+
+
+# --- stack config (the plan command) ------------------------------------------------------------
+
+PROJECT: Final = "vke-gpu-dra"
+
+
+def _config_value(config: Mapping[str, Any], key: str, default: Any) -> Any:
+    value = config.get(f"{PROJECT}:{key}", config.get(key, default))
+    if isinstance(default, list | bool | int) and isinstance(value, str) and not isinstance(default, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ManifestError(
+                f"config {PROJECT}:{key}: {value!r} is not valid; allowed: "
+                f"{type(default).__name__} like {json.dumps(default)}"
+            ) from None
+    return value
+
+
+def pools_from_config(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[GpuPool]:
+    """The stack's GPU pool variants from its config (program defaults filled in from `defaults`)."""
+    merged = {**defaults, **config}
+
+    def get(key: str, default: Any) -> Any:
+        return _config_value(merged, key, default)
+
+    catalog = load_catalog(get("gpuInstanceTypes", None))
+    name = str(get("nodePool.name", "gpu-dra"))
+    low, high = int(get("nodePool.minReplicas", 1)), int(get("nodePool.maxReplicas", 1))
+    types = get("nodePool.instanceTypes", ["ecs.gni2.3xlarge"])
+    if not isinstance(types, list) or not types:
+        raise ManifestError(
+            f"config {PROJECT}:nodePool.instanceTypes: {types!r}; allowed: a non-empty list of "
+            "ECS instance types"
+        )
+    if get("driver.deviceSource", "nvml") == "simulated":
+        product = str(get("driver.simulatedProduct", facts_default_product()))
+        gpus = int(get("driver.simulatedGpus", 8))
+        note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product} whatever its instance type"
+        return [GpuPool(name, str(t), product, gpus, low, high, (note,)) for t in types]
+    return [_pool(name, str(t), low, high, catalog) for t in types]
+
+
+def facts_default_product() -> str:
+    from vke_gpu_dra.profiles import DEFAULT_PRODUCT
+
+    return DEFAULT_PRODUCT
+
+
+def sample_objects(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The program's sample: ResourceClaimTemplate single-gpu and Deployment gpu-test (1 replica)."""
+    merged = {**defaults, **config}
+    if not _config_value(merged, "sample.enabled", True):
+        return []
+    namespace = str(_config_value(merged, "sample.namespace", "default"))
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "single-gpu", "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name, "count": 1},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gpu-test", "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "template": {
+                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]}
+            },
+        },
+    }
+    return [template, deployment]
