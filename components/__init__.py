@@ -1,0 +1,1 @@
+"""Pulumi components of the vke-gpu-dra program (one ComponentResource per concern)."""

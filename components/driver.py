@@ -1,0 +1,139 @@
+"""`DraDriver`: the driver's namespace and Helm release (this repository's chart or NVIDIA's).
+
+Both charts are installed with `helm.v3.Release` (see README, "Helm resource choice"). Helm values
+that must be `null` (to delete a chart default, like the procedure's `--set controller.affinity=null`)
+cannot travel in `values`: Pulumi drops `None` from input maps. They go in a values file
+(`value_yaml_files`) that Helm merges first, with `allow_null_values` on; everything else stays in
+`values`, where previews and policies see it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+from vke_gpu_dra import facts
+
+from . import manifests
+from .config import IMPLEMENTATION_NVIDIA, DriverConfig, Taint
+
+RELEASE_NAME: Final = "nvidia-dra-driver-gpu"
+PYTHON_CHART_PATH: Final = "./driver/chart"
+NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
+NVIDIA_REPO: Final = "https://helm.ngc.nvidia.com/nvidia"
+
+
+@dataclass(frozen=True)
+class ChartValues:
+    """Values for one release: `values` (no nulls) and `nulls` (keys set to null, as a values file)."""
+
+    values: dict[str, Any]
+    nulls: dict[str, Any]
+
+    def null_file(self) -> str | None:
+        return yaml.safe_dump(self.nulls, sort_keys=True) if self.nulls else None
+
+
+def nvidia_values() -> ChartValues:
+    """Exactly the procedure's `--set` flags for NVIDIA's chart 25.8.1."""
+    return ChartValues(
+        values={
+            "gpuResourcesEnabledOverride": True,
+            "resources": {"computeDomains": {"enabled": False}},
+            "kubeletPlugin": {"affinity": manifests.dra_node_affinity()},
+        },
+        nulls={"controller": {"affinity": None}},
+    )
+
+
+def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValues:
+    """Values for driver/chart (its values.yaml contract). DeviceClasses come from the program."""
+    image: dict[str, Any] = {"pullPolicy": cfg.image_pull_policy}
+    if cfg.image_repository:
+        image["repository"] = cfg.image_repository
+    if cfg.image_tag:
+        image["tag"] = cfg.image_tag
+    kubelet_plugin: dict[str, Any] = {"tolerations": manifests.tolerations(taints)}
+    nulls: dict[str, Any] = {}
+    if cfg.kubelet_plugin_on_all_nodes:
+        nulls["kubeletPlugin"] = {"affinity": None}
+    else:
+        kubelet_plugin["affinity"] = manifests.dra_node_affinity()
+    return ChartValues(
+        values={
+            "image": image,
+            "imagePullSecrets": [{"name": s} for s in cfg.image_pull_secrets],
+            "driverName": facts.DRIVER_NAME,
+            "deviceSource": {
+                "type": cfg.device_source,
+                "simulatedGpus": cfg.simulated_gpus,
+                "simulatedProduct": cfg.simulated_product,
+            },
+            "kubeletPlugin": kubelet_plugin,
+            "deviceClasses": {"enabled": False},
+        },
+        nulls=nulls,
+    )
+
+
+def chart_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValues:
+    return nvidia_values() if cfg.implementation == IMPLEMENTATION_NVIDIA else python_values(cfg, taints)
+
+
+def chart_creates_device_classes(cfg: DriverConfig) -> bool:
+    """NVIDIA's chart always renders gpu/mig DeviceClasses with GPU resources on; ours has them off."""
+    return cfg.implementation == IMPLEMENTATION_NVIDIA
+
+
+class DraDriver(pulumi.ComponentResource):
+    """Namespace `nvidia-dra-driver-gpu` and the driver's Helm release in it."""
+
+    namespace: pulumi.Output[str]
+    release: k8s.helm.v3.Release
+
+    def __init__(
+        self,
+        name: str,
+        cfg: DriverConfig,
+        *,
+        provider: k8s.Provider,
+        taints: Sequence[Taint] = (),
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("vke-gpu-dra:index:DraDriver", name, None, opts)
+        ns_manifest = manifests.driver_namespace()
+        ns = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=ns_manifest["metadata"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+        )
+        chart = chart_values(cfg, taints)
+        null_file = chart.null_file()
+        if cfg.implementation == IMPLEMENTATION_NVIDIA:
+            source: dict[str, Any] = {
+                "chart": NVIDIA_CHART,
+                "version": cfg.nvidia_chart_version,
+                "repository_opts": k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_REPO),
+            }
+        else:
+            source = {"chart": PYTHON_CHART_PATH}
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name=RELEASE_NAME,
+            namespace=ns.metadata.name,
+            create_namespace=False,
+            values=chart.values,
+            value_yaml_files=[pulumi.StringAsset(null_file)] if null_file else None,
+            allow_null_values=bool(null_file),
+            timeout=cfg.timeout_seconds,
+            atomic=False,
+            **source,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *depends_on]),
+        )
+        self.namespace = ns.metadata.name
+        self.register_outputs({"namespace": self.namespace, "releaseStatus": self.release.status})

@@ -1,0 +1,131 @@
+"""Kubernetes objects of the program as plain API JSON (pure functions, no Pulumi).
+
+The components register exactly these objects, so the same dicts serve the resources and the
+schema tests. Names of the sample come from the procedure's "Validating results" section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from vke_gpu_dra import facts
+
+from .config import SampleConfig, Taint
+
+SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
+SAMPLE_DEPLOYMENT: Final = "gpu-test"
+SAMPLE_CONTAINER: Final = "test"
+SAMPLE_REQUEST: Final = "gpu"
+SAMPLE_APP_LABEL: Final = {"app": SAMPLE_DEPLOYMENT}
+
+#: The kubelet plugin mounts host paths and talks to the kubelet: its namespace must allow it.
+DRIVER_NAMESPACE_LABELS: Final = {
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "app.kubernetes.io/part-of": "vke-gpu-dra",
+}
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def driver_namespace() -> dict[str, Any]:
+    return namespace(facts.DRIVER_NAMESPACE, DRIVER_NAMESPACE_LABELS)
+
+
+def device_classes() -> list[dict[str, Any]]:
+    """gpu.nvidia.com and mig.nvidia.com, as defined by the shared facts."""
+    return [spec.manifest() for spec in facts.DEVICE_CLASSES]
+
+
+def tolerations(taints: Sequence[Taint]) -> list[dict[str, str]]:
+    """Tolerations matching the node pool's taints (for the kubelet plugin and the sample)."""
+    result = []
+    for t in taints:
+        tol = {"key": t.key, "effect": t.effect}
+        if t.value:
+            tol.update(operator="Equal", value=t.value)
+        else:
+            tol["operator"] = "Exists"
+        result.append(tol)
+    return result
+
+
+def resource_claim_template(ns: str) -> dict[str, Any]:
+    """The procedure's ResourceClaimTemplate: exactly one device of class gpu.nvidia.com."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": SAMPLE_CLAIM_TEMPLATE, "namespace": ns},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": SAMPLE_REQUEST,
+                            "exactly": {
+                                "deviceClassName": facts.DEVICE_CLASS_GPU.name,
+                                "allocationMode": "ExactCount",
+                                "count": 1,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, Any]:
+    """The procedure's Deployment gpu-test: one pod whose container claims the template's GPU."""
+    container: dict[str, Any] = {
+        "name": SAMPLE_CONTAINER,
+        "image": sample.image,
+        "command": list(sample.command),
+        "resources": {"claims": [{"name": SAMPLE_REQUEST}]},
+    }
+    if sample.args:
+        container["args"] = list(sample.args)
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": 3,
+        "resourceClaims": [{"name": SAMPLE_REQUEST, "resourceClaimTemplateName": SAMPLE_CLAIM_TEMPLATE}],
+    }
+    tols = tolerations(taints)
+    if tols:
+        pod_spec["tolerations"] = tols
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": SAMPLE_DEPLOYMENT, "namespace": sample.namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": dict(SAMPLE_APP_LABEL)},
+            "template": {"metadata": {"labels": dict(SAMPLE_APP_LABEL)}, "spec": pod_spec},
+        },
+    }
+
+
+def dra_node_affinity() -> dict[str, Any]:
+    """The procedure's kubelet-plugin affinity: vke.node.gpu.schedule In [nvidia-dra], one term."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": facts.LABEL_GPU_SCHEDULE,
+                                "operator": "In",
+                                "values": [facts.LABEL_GPU_SCHEDULE_DRA],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }

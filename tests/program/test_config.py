@@ -1,0 +1,301 @@
+"""Stack configuration: defaults, Pulumi.yaml agreement and one test per kind of bad value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from components import config
+from components.config import ConfigError, RawConfig
+from tests.program import harness
+
+P = config.PROJECT
+
+
+def raw(values: dict[str, Any], secrets: dict[str, str] | None = None, region: bool = True) -> RawConfig:
+    """A minimal valid vke config (key pair login) plus `values`."""
+    base: dict[str, Any] = {"nodePool.keyPairName": "kp"}
+    base.update(values)
+    plain = {(k if ":" in k else f"{P}:{k}"): v for k, v in base.items() if v is not None}
+    if region:
+        plain.setdefault("volcengine:region", "cn-beijing")
+    r = config.raw_from_stack_file(plain)
+    merged = dict(r.values)
+    secret_keys = set(r.secret_keys)
+    for k, v in (secrets or {}).items():
+        full = k if ":" in k else f"{P}:{k}"
+        merged[full] = v
+        secret_keys.add(full)
+    return RawConfig(values=merged, secret_keys=frozenset(secret_keys))
+
+
+def problems(values: dict[str, Any], **kwargs: Any) -> list[config.Issue]:
+    with pytest.raises(ConfigError) as info:
+        config.load(raw(values, **kwargs))
+    return list(info.value.issues)
+
+
+def only_issue(values: dict[str, Any], key: str, **kwargs: Any) -> config.Issue:
+    issues = problems(values, **kwargs)
+    assert [i.key for i in issues] == [key], issues
+    return issues[0]
+
+
+def test_defaults_are_valid_and_typed() -> None:
+    cfg = config.load(raw({}))
+    assert cfg.target == "vke"
+    assert cfg.cluster.kubernetes_version == "1.34"
+    assert cfg.node_pool.containerd_version == "2.1"
+    assert cfg.driver.implementation == "python"
+    assert cfg.sample.enabled is True
+    assert cfg.sample.namespace == "default"
+    assert cfg.node_pool.instance_types == ("ecs.gni2.3xlarge",)
+    assert isinstance(cfg.node_pool.min_replicas, int)
+    with pytest.raises(AttributeError):
+        cfg.target = "other"  # type: ignore[misc]
+
+
+def test_pulumi_yaml_declares_every_key_with_python_defaults() -> None:
+    project = yaml.safe_load((harness.ROOT / "Pulumi.yaml").read_text())
+    assert project["name"] == "vke-gpu-dra"
+    assert project["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": ".venv"}}
+    assert project["config"] == config.pulumi_yaml_config()
+    for key, entry in project["config"].items():
+        assert entry["type"] in ("string", "integer", "boolean", "array"), key
+        assert entry["description"], key
+        assert entry["default"] == config.KEYS_BY_NAME[key].default
+
+
+def test_pulumi_yaml_defaults_load_to_the_same_config_as_python_defaults() -> None:
+    """The CLI passes Pulumi.yaml defaults as config; they must mean what the Python defaults mean."""
+    project = yaml.safe_load((harness.ROOT / "Pulumi.yaml").read_text())
+    from_yaml = config.raw_from_stack_file(
+        {f"{P}:{k}": v["default"] for k, v in project["config"].items()} | {
+            f"{P}:nodePool.keyPairName": "kp", "volcengine:region": "cn-beijing"}
+    )
+    assert config.load(from_yaml) == config.load(raw({}))
+
+
+def test_errors_are_collected_into_one_exception() -> None:
+    issues = problems({
+        "cluster.kubernetesVersion": "1.33",
+        "nodePool.containerdVersion": "1.7",
+        "driver.implementation": "rust",
+    })
+    assert {i.key for i in issues} == {
+        "cluster.kubernetesVersion", "nodePool.containerdVersion", "driver.implementation"}
+    with pytest.raises(ConfigError) as info:
+        config.load(raw({"cluster.kubernetesVersion": "1.33", "driver.implementation": "rust"}))
+    message = str(info.value)
+    assert "2 problem(s)" in message
+    assert f"{P}:cluster.kubernetesVersion = '1.33': allowed: " in message
+    assert f"{P}:driver.implementation = 'rust': allowed: one of python, nvidia" in message
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.30", "v1.34", "1.34.1", "latest", ""])
+def test_rejects_kubernetes_versions_other_than_1_34_or_later(version: str) -> None:
+    issue = only_issue({"cluster.kubernetesVersion": version}, "cluster.kubernetesVersion")
+    assert issue.value == repr(version)
+    assert "1.34 or later" in issue.allowed
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35", "2.0"])
+def test_accepts_kubernetes_1_34_and_later(version: str) -> None:
+    assert config.load(raw({"cluster.kubernetesVersion": version})).cluster.kubernetes_version == version
+
+
+@pytest.mark.parametrize("version", ["2.0", "1.7.27", "1.6", "containerd-2.1", ""])
+def test_rejects_containerd_below_2_1(version: str) -> None:
+    issue = only_issue({"nodePool.containerdVersion": version}, "nodePool.containerdVersion")
+    assert "2.1 or later" in issue.allowed
+
+
+def test_accepts_containerd_2_1_patch_and_later() -> None:
+    assert config.load(raw({"nodePool.containerdVersion": "2.1.4"})).node_pool.containerd_version == "2.1.4"
+    assert config.load(raw({"nodePool.containerdVersion": "2.2"})).node_pool.containerd_version == "2.2"
+
+
+def test_rejects_empty_instance_types() -> None:
+    issue = only_issue({"nodePool.instanceTypes": []}, "nodePool.instanceTypes")
+    assert "at least one GPU ECS instance type" in issue.allowed
+
+
+def test_rejects_empty_instance_type_entry() -> None:
+    issue = only_issue({"nodePool.instanceTypes": [""]}, "nodePool.instanceTypes")
+    assert issue.value == "''"
+    assert "non-empty ECS instance type" in issue.allowed
+
+
+def test_rejects_min_above_max() -> None:
+    issue = only_issue(
+        {"nodePool.minReplicas": 3, "nodePool.maxReplicas": 2, "nodePool.desiredReplicas": 2},
+        "nodePool.minReplicas",
+    )
+    assert issue.value == "3"
+    assert "at most nodePool.maxReplicas (2)" in issue.allowed
+
+
+@pytest.mark.parametrize("desired", [0, 5])
+def test_rejects_desired_outside_min_max(desired: int) -> None:
+    issue = only_issue(
+        {"nodePool.minReplicas": 1, "nodePool.maxReplicas": 4, "nodePool.desiredReplicas": desired},
+        "nodePool.desiredReplicas",
+    )
+    assert issue.value == str(desired)
+    assert "between nodePool.minReplicas (1) and nodePool.maxReplicas (4)" in issue.allowed
+
+
+def test_rejects_unknown_implementation() -> None:
+    issue = only_issue({"driver.implementation": "rust"}, "driver.implementation")
+    assert issue.allowed == "one of python, nvidia"
+
+
+def test_rejects_schedule_label_other_than_nvidia_dra() -> None:
+    issue = only_issue({"nodePool.labels": ["vke.node.gpu.schedule=nvidia"]}, "nodePool.labels")
+    assert issue.value == "'vke.node.gpu.schedule=nvidia'"
+    assert "vke.node.gpu.schedule=nvidia-dra" in issue.allowed
+
+
+def test_rejects_gpu_present_label_other_than_true() -> None:
+    issue = only_issue({"nodePool.labels": ["nvidia.com/gpu.present=false"]}, "nodePool.labels")
+    assert "nvidia.com/gpu.present=true" in issue.allowed
+
+
+def test_rejects_malformed_label_and_taint() -> None:
+    issues = problems({"nodePool.labels": ["no-equals-sign"], "nodePool.taints": ["gpu=yes:Sometimes"]})
+    assert [(i.key, i.value) for i in issues] == [
+        ("nodePool.labels", "'no-equals-sign'"),
+        ("nodePool.taints", "'gpu=yes:Sometimes'"),
+    ]
+    assert "NoSchedule, NoExecute, PreferNoSchedule" in issues[1].allowed
+
+
+def test_user_labels_and_taints_are_parsed_and_dra_labels_always_present() -> None:
+    cfg = config.load(raw({"nodePool.labels": ["team=ml", "vke.node.gpu.schedule=nvidia-dra"],
+                           "nodePool.taints": ["gpu=true:NoSchedule", "dedicated:NoExecute"]}))
+    labels = [(lb.key, lb.value) for lb in cfg.node_pool.all_labels]
+    assert labels == [
+        ("vke.node.gpu.schedule", "nvidia-dra"), ("nvidia.com/gpu.present", "true"), ("team", "ml")]
+    assert cfg.node_pool.taints == (
+        config.Taint("gpu", "true", "NoSchedule"), config.Taint("dedicated", "", "NoExecute"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("network.vpcCidr", "192.168.0.0/33"),
+        ("network.vpcCidr", "192.168.1.0/16"),
+        ("network.vpcCidr", "not-a-cidr"),
+        ("cluster.serviceCidr", "172.30.0.1/18"),
+    ],
+)
+def test_rejects_malformed_cidrs(key: str, value: str) -> None:
+    issues = problems({key: value})
+    first = issues[0]
+    assert (first.key, first.value) == (key, repr(value))
+    assert "well-formed" in first.allowed
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("network.vpcCidr", "8.8.0.0/16"),
+        ("cluster.serviceCidr", "100.64.0.0/16"),
+        ("network.vpcCidr", "10.0.0.0/7"),
+    ],
+)
+def test_rejects_cidrs_outside_private_ranges(key: str, value: str) -> None:
+    issues = problems({key: value})
+    assert (issues[0].key, issues[0].value) == (key, repr(value))
+    assert issues[0].allowed == "a CIDR inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
+
+
+def test_rejects_subnet_outside_vpc_and_overlapping_service_cidr() -> None:
+    issues = problems({"network.subnetCidrs": ["10.1.0.0/20"], "cluster.serviceCidr": "192.168.128.0/18"})
+    assert [(i.key, i.allowed) for i in issues] == [
+        ("network.subnetCidrs", "a CIDR inside network.vpcCidr (192.168.0.0/16)"),
+        ("cluster.serviceCidr", "a CIDR that does not overlap network.vpcCidr"),
+    ]
+
+
+def test_rejects_subnet_count_not_matching_zones() -> None:
+    issue = only_issue({"network.zoneIds": ["cn-beijing-a", "cn-beijing-b"]}, "network.subnetCidrs")
+    assert "one CIDR per zone" in issue.allowed
+
+
+def test_existing_network_needs_all_three_ids() -> None:
+    issues = problems({"network.existingVpcId": "vpc-1"})
+    assert {i.key for i in issues} == {"network.existingSubnetIds", "network.existingSecurityGroupId"}
+    cfg = config.load(raw({"network.existingVpcId": "vpc-1", "network.existingSubnetIds": ["subnet-1"],
+                           "network.existingSecurityGroupId": "sg-1"}))
+    assert cfg.network.use_existing
+
+
+def test_rejects_unknown_keys() -> None:
+    issue = only_issue({"nodePool.instanceType": "ecs.gni2.3xlarge"}, "nodePool.instanceType")
+    assert issue.allowed == "one of the keys declared in Pulumi.yaml"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("nodePool.minReplicas", "one", "an integer"),
+        ("sample.enabled", "yes", "true or false"),
+        ("nodePool.instanceTypes", "ecs.gni2.3xlarge", "a list of strings"),
+    ],
+)
+def test_rejects_wrongly_typed_values(key: str, value: str, allowed: str) -> None:
+    issue = only_issue({key: value}, key)
+    assert issue.allowed == allowed
+
+
+def test_login_needs_exactly_one_of_key_pair_and_password() -> None:
+    issue = only_issue({"nodePool.keyPairName": None}, "nodePool.keyPairName")
+    assert "exactly one of nodePool.keyPairName and nodePool.password" in issue.allowed
+    issues = problems({}, secrets={"nodePool.password": "S3cret!pass"})
+    assert [i.key for i in issues] == ["nodePool.keyPairName"]
+
+
+def test_password_must_be_a_secret_and_is_never_shown() -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load(raw({"nodePool.keyPairName": None, "nodePool.password": "S3cret!pass"}))
+    assert [i.key for i in info.value.issues] == ["nodePool.password"]
+    assert "S3cret!pass" not in str(info.value)
+    assert "--secret" in info.value.issues[0].allowed
+    cfg = config.load(raw({"nodePool.keyPairName": None}, secrets={"nodePool.password": "S3cret!pass"}))
+    assert cfg.node_pool.password is not None
+    assert cfg.node_pool.password.reveal() == "S3cret!pass"
+    assert "S3cret" not in repr(cfg)
+
+
+def test_vke_target_needs_a_region() -> None:
+    issue = only_issue({}, "(volcengine:region)", region=False)
+    assert "volcengine:region" in issue.allowed
+
+
+def test_existing_cluster_needs_exactly_one_kubeconfig_source() -> None:
+    issue = only_issue({"target": "existing-cluster"}, "kubeconfig", region=False)
+    assert "exactly one of kubeconfig (secret) and kubeconfigPath" in issue.allowed
+    cfg = config.load(raw({"target": "existing-cluster", "kubeconfigPath": "~/.kube/config"}, region=False))
+    assert not cfg.provisions_vke
+    assert cfg.volcengine is None
+
+
+def test_rejects_unknown_target_and_bad_sample_namespace() -> None:
+    issues = problems({"target": "gke", "sample.namespace": "Bad_NS"})
+    assert [(i.key, i.value) for i in issues] == [("target", "'gke'"), ("sample.namespace", "'Bad_NS'")]
+
+
+def test_nvidia_rejects_simulated_devices_and_taints() -> None:
+    issues = problems({"driver.implementation": "nvidia", "driver.deviceSource": "simulated",
+                       "nodePool.taints": ["gpu:NoSchedule"]})
+    assert [i.key for i in issues] == ["driver.deviceSource", "nodePool.taints"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "local"])
+def test_example_stack_files_are_valid(stack: str) -> None:
+    cfg = config.load(harness.stack_raw_config(stack))
+    assert cfg.production is (stack == "prod")
+    assert cfg.provisions_vke is (stack != "local")
