@@ -1,0 +1,90 @@
+"""The VKE cluster: Kubernetes version (mandatory) and public API server exposure (advisory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from vke_gpu_dra import facts
+
+from .. import resources as r
+from ..versions import at_least, format_version
+from . import Violation
+
+MIN_K8S = format_version(facts.MIN_KUBERNETES_VERSION)
+API_SERVER_PORT = 6443
+OPEN_CIDRS = ("0.0.0.0/0", "::/0")
+
+
+def kubernetes_version(cluster: r.Res) -> list[Violation]:
+    """The cluster runs Kubernetes 1.34 or later (the procedure's prerequisite)."""
+    version = cluster.get("kubernetesVersion")
+    if version is r.UNKNOWN:
+        return []
+    fix = f'set kubernetesVersion to "{MIN_K8S}" or later (DRA needs resource.k8s.io/v1)'
+    if version is None or version == "":
+        return [
+            Violation(
+                f"{cluster.label}: kubernetesVersion is not set, so VKE picks its default; {fix}.",
+                cluster.urn,
+            )
+        ]
+    if not isinstance(version, str):
+        return [
+            Violation(
+                f"{cluster.label}: kubernetesVersion {version!r} is not a version string; {fix}.", cluster.urn
+            )
+        ]
+    ok = at_least(version, facts.MIN_KUBERNETES_VERSION)
+    if ok is None:
+        return [
+            Violation(
+                f'{cluster.label}: kubernetesVersion "{version}" is not a MAJOR.MINOR version; {fix}.',
+                cluster.urn,
+            )
+        ]
+    if not ok:
+        return [
+            Violation(
+                f'{cluster.label}: kubernetesVersion "{version}" is older than {MIN_K8S}; {fix}.', cluster.urn
+            )
+        ]
+    return []
+
+
+def api_server_public(cluster: r.Res) -> list[Violation]:
+    """Advisory: a public API server endpoint has no source-address restriction in VKE's cluster API."""
+    enabled = r.truthy(cluster.get("clusterConfig", "apiServerPublicAccessEnabled"))
+    if not enabled:
+        return []
+    return [
+        Violation(
+            f"{cluster.label}: clusterConfig.apiServerPublicAccessEnabled is true, so the API server is "
+            "reachable "
+            "from 0.0.0.0/0; disable public access and use the private kubeconfig (or restrict the "
+            "control-plane "
+            "security group) for stacks that do not need it.",
+            cluster.urn,
+        )
+    ]
+
+
+def open_api_server_rules(rules: Iterable[r.Res]) -> list[Violation]:
+    """Advisory: security group rules opening the API server port to the whole internet."""
+    out = []
+    for rule in rules:
+        direction, cidr = rule.get("direction"), rule.get("cidrIp")
+        start, end = rule.get("portStart"), rule.get("portEnd")
+        if direction != "ingress" or cidr not in OPEN_CIDRS:
+            continue
+        if not isinstance(start, int | float) or not isinstance(end, int | float):
+            continue
+        if start == -1 or start <= API_SERVER_PORT <= end:
+            out.append(
+                Violation(
+                    f"{rule.label}: ingress from {cidr} on ports {int(start)}-{int(end)} opens the API "
+                    "server "
+                    f"(port {API_SERVER_PORT}) to 0.0.0.0/0; restrict cidrIp to your office or CI ranges.",
+                    rule.urn,
+                )
+            )
+    return out

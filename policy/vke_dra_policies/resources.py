@@ -1,0 +1,147 @@
+"""A neutral view of the resources a policy looks at, independent of pulumi_policy's classes.
+
+Validators take `Res` objects whose `props` are plain dicts/lists/scalars. Values the engine does
+not know yet (during preview) are the `UNKNOWN` sentinel; validators skip them instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+# --- resource type tokens (pulumi-volcengine 0.0.47, pulumi-kubernetes 4.34) ---
+CLUSTER: Final = "volcengine:vke/cluster:Cluster"
+NODE_POOL: Final = "volcengine:vke/nodePool:NodePool"
+ADDON: Final = "volcengine:vke/addon:Addon"
+KUBECONFIG: Final = "volcengine:vke/kubeconfig:Kubeconfig"
+SECURITY_GROUP_RULE: Final = "volcengine:vpc/securityGroupRule:SecurityGroupRule"
+K8S_PROVIDER: Final = "pulumi:providers:kubernetes"
+STACK: Final = "pulumi:pulumi:Stack"
+DEVICE_CLASS: Final = "kubernetes:resource.k8s.io/v1:DeviceClass"
+RESOURCE_CLAIM_TEMPLATE: Final = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
+RESOURCE_CLAIM: Final = "kubernetes:resource.k8s.io/v1:ResourceClaim"
+HELM_RELEASE: Final = "kubernetes:helm.sh/v3:Release"
+HELM_CHART_V3: Final = "kubernetes:helm.sh/v3:Chart"
+HELM_CHART_V4: Final = "kubernetes:helm.sh/v4:Chart"
+HELM_TYPES: Final = (HELM_RELEASE, HELM_CHART_V3, HELM_CHART_V4)
+DYNAMIC_PREFIX: Final = "pulumi-python:dynamic"
+NODE_POOL_RUNTIME_NAME: Final = "NodePoolRuntime"
+
+#: Workload kinds and where their pod spec sits.
+POD_SPEC_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
+    "kubernetes:core/v1:Pod": ("spec",),
+    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:DaemonSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+
+
+class _Unknown:
+    """A value that is not known until the resource exists (preview)."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+    def __bool__(self) -> bool:
+        raise TypeError("an unknown value has no truth value; test `is UNKNOWN` first")
+
+
+UNKNOWN: Final = _Unknown()
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Res:
+    """One resource: its type, name, URN, properties and the options policies care about."""
+
+    type: str
+    name: str
+    urn: str
+    props: Mapping[str, Any]
+    protect: bool = False
+    parent: str | None = None
+    dependencies: tuple[str, ...] = ()
+    #: Property paths whose values are secrets (a path covers everything below it).
+    secret_paths: frozenset[Path] = field(default_factory=frozenset)
+
+    def get(self, *path: str | int) -> Any:
+        return get_path(self.props, path)
+
+    def is_secret(self, path: Path) -> bool:
+        return any(path[: len(p)] == p for p in self.secret_paths)
+
+    @property
+    def label(self) -> str:
+        """How messages name the resource: `<type> "<name>"`."""
+        return f'{self.type} "{self.name}"'
+
+
+def get_path(data: Any, path: Iterable[str | int]) -> Any:
+    """The value at `path`, None when absent, UNKNOWN when it or a parent is unknown."""
+    current = data
+    for key in path:
+        if current is UNKNOWN:
+            return UNKNOWN
+        if isinstance(key, int):
+            if not isinstance(current, list) or not -len(current) <= key < len(current):
+                return None
+            current = current[key]
+        else:
+            if not isinstance(current, Mapping) or key not in current:
+                return None
+            current = current[key]
+    return current
+
+
+def of_type(resources: Iterable[Res], *types: str) -> list[Res]:
+    return [r for r in resources if r.type in types]
+
+
+def is_node_pool_runtime(res: Res) -> bool:
+    """The program's dynamic resource that pins a node pool's container runtime."""
+    return res.type.startswith(DYNAMIC_PREFIX) and res.type.endswith(NODE_POOL_RUNTIME_NAME)
+
+
+def walk_strings(data: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
+    """Every string leaf with its path."""
+    if isinstance(data, str):
+        yield path, data
+    elif isinstance(data, Mapping):
+        for key, value in data.items():
+            yield from walk_strings(value, (*path, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from walk_strings(value, (*path, index))
+
+
+def format_path(path: Path) -> str:
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out or "<root>"
+
+
+def truthy(value: Any) -> bool | None:
+    """Booleans as config and Helm values write them (True, "true", "True"); None when unknown."""
+    if value is UNKNOWN:
+        return None
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return value is True
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` when it is a list, else [] (absent, unknown or malformed)."""
+    return value if isinstance(value, list) else []
