@@ -40,6 +40,17 @@ def find_helm() -> Path | None:
     return Path(found) if found else None
 
 
+def require_helm(home: Path) -> Helm:
+    """The project's helm, or skip the test; under CI (CI=true) a missing helm fails instead of skipping."""
+    binary = find_helm()
+    if binary is None:
+        reason = "helm binary not found (.venv/bin/helm or PATH); run scripts/setup to install it"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI=true: not skipping)")
+        pytest.skip(reason)
+    return Helm(binary, home)
+
+
 class HelmError(RuntimeError):
     """helm exited non-zero; the message carries its stderr."""
 

@@ -7,6 +7,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from tests.chart import chartlib
 from tests.chart.chartlib import (
     CHART_DIR,
     KUBE_VERSION,
@@ -206,3 +207,17 @@ def test_all_kinds_of_objects_are_accounted_for(render: Any) -> None:
         "Pod",
     }
     assert find_all(render({}), "Pod")[0]["metadata"]["annotations"]["helm.sh/hook"] == "test"
+
+
+def test_missing_helm_skips_locally_but_fails_in_ci(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setattr(chartlib, "find_helm", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="helm binary not found"):
+        chartlib.require_helm(tmp_path)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true: not skipping"):
+        chartlib.require_helm(tmp_path)
+
+
+def test_helm_is_the_real_binary(helm: Helm) -> None:
+    assert helm.run("version", "--short").stdout.startswith(("v3.", "v4."))

@@ -146,8 +146,9 @@ class Policy:
         new: dict[str, Any] | None = None,
         old: dict[str, Any] | None = None,
     ) -> tuple[bool, str]:
-        """(allowed, denial message) for a request by `user` whose token is bound to `node`."""
-        extra = {NODE_NAME_EXTRA: [node]} if node else {}
+        """(allowed, denial message) for a request by `user` whose token is bound to `node` ("": no node-name
+        extra at all, None: the extra with an empty list)."""
+        extra: dict[str, list[str]] = {NODE_NAME_EXTRA: [node] if node else []} if node != "" else {}
         extra["authentication.kubernetes.io/credential-id"] = ["JTI=1234"]
         data: dict[str, Any] = {
             "request": {"operation": operation, "userInfo": {"username": user, "extra": extra}},
@@ -224,8 +225,9 @@ def test_plugin_may_not_take_over_a_slice_of_another_node(policy: Policy) -> Non
     )
 
 
-def test_plugin_token_without_node_binding_is_denied(policy: Policy) -> None:
-    allowed, message = policy.admit("CREATE", PLUGIN_USER, None, new=resource_slice("node-a"))
+@pytest.mark.parametrize("node", ["", None], ids=["no-extra", "empty-extra"])
+def test_plugin_token_without_node_binding_is_denied(policy: Policy, node: str | None) -> None:
+    allowed, message = policy.admit("CREATE", PLUGIN_USER, node, new=resource_slice("node-a"))
     assert not allowed
     assert message.startswith("no node is associated with this request")
 
