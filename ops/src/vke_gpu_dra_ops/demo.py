@@ -1,0 +1,185 @@
+"""`vke-gpu-dra demo up|down|list|reap`: short-lived demo environments as Pulumi stacks.
+
+Stacks live in a separate backend (default a local file backend, `file://~/.pulumi-demo`) with the
+passphrase secrets provider (PULUMI_CONFIG_PASSPHRASE). `up` creates `demo-<user>-<time>-<rand>`
+from a base stack's config, tags it with its expiry, runs `pulumi up` with the policy pack and then
+`vke-gpu-dra verify` against the stack's kubeconfig output. Needs the Pulumi CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import getpass
+import json
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from vke_gpu_dra_ops import demo_stacks, verify
+from vke_gpu_dra_ops.pulumi_workspace import (
+    PASSPHRASE_VARS,
+    AutomationWorkspace,
+    OpenWorkspace,
+    PulumiError,
+    PulumiUnavailable,
+    WorkspaceOptions,
+    backend_url,
+    find_pulumi_cli,
+    missing_cli_message,
+)
+
+DEFAULT_BACKEND = "file://~/.pulumi-demo"
+BACKEND_ENV = "VKE_GPU_DRA_DEMO_BACKEND_URL"
+DEFAULT_BASE_STACK = "dev"
+DEFAULT_TTL = "4h"
+DEFAULT_KUBECONFIG_OUTPUT = "kubeconfig"
+PROG = "vke-gpu-dra demo"
+
+
+def _ttl(value: str) -> Any:
+    try:
+        return demo_stacks.parse_ttl(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--backend-url",
+        default=os.environ.get(BACKEND_ENV, DEFAULT_BACKEND),
+        help=f"Pulumi backend of demo stacks (default: ${BACKEND_ENV} or {DEFAULT_BACKEND})",
+    )
+    common.add_argument(
+        "--project-dir", default=".", type=Path, help="directory of Pulumi.yaml (default: current directory)"
+    )
+    return common
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="short-lived demo environments (Pulumi stacks)", description=__doc__
+    )
+    sub = parser.add_subparsers(dest="demo_command", required=True)
+    common = _common()
+
+    up = sub.add_parser("up", parents=[common], help="create a demo stack, bring it up and verify it")
+    up.add_argument(
+        "--base-stack",
+        default=DEFAULT_BASE_STACK,
+        help="stack whose config to start from (default: %(default)s)",
+    )
+    up.add_argument(
+        "--ttl", type=_ttl, default=DEFAULT_TTL, help=f"{demo_stacks.TTL_FORMS} (default: %(default)s)"
+    )
+    up.add_argument("--user", default=None, help="owner in the stack name (default: the login name)")
+    up.add_argument(
+        "--kubeconfig-output",
+        default=DEFAULT_KUBECONFIG_OUTPUT,
+        help="stack output holding the cluster's kubeconfig (default: %(default)s)",
+    )
+    up.add_argument("--skip-verify", action="store_true", help="do not run verify after pulumi up")
+    verify.add_cluster_arguments(up)
+    up.set_defaults(func=main, needs_passphrase=True)
+
+    down = sub.add_parser("down", parents=[common], help="destroy and remove a demo stack")
+    down.add_argument("name", help="demo stack name (see demo list)")
+    down.set_defaults(func=main, needs_passphrase=True)
+
+    listing = sub.add_parser("list", parents=[common], help="list demo stacks with their expiry")
+    listing.add_argument("--output", choices=("text", "json"), default="text")
+    listing.set_defaults(func=main, needs_passphrase=False)
+
+    reap = sub.add_parser("reap", parents=[common], help="destroy and remove expired demo stacks")
+    reap.add_argument("--dry-run", action="store_true", help="only list what would be destroyed")
+    reap.set_defaults(func=main, needs_passphrase=True)
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "user"
+
+
+def _preflight(args: argparse.Namespace, find_cli: Callable[[], str | None]) -> tuple[Path, str | None]:
+    """Project dir and Pulumi install root; raises DemoError/PulumiUnavailable with one line."""
+    root = find_cli()
+    if root is None:
+        raise PulumiUnavailable(missing_cli_message())
+    project_dir = args.project_dir.expanduser().resolve()
+    if not (project_dir / "Pulumi.yaml").is_file():
+        raise demo_stacks.DemoError(
+            f"--project-dir {args.project_dir}: no Pulumi.yaml there "
+            "(run from the repository root or pass the project's directory)"
+        )
+    if args.needs_passphrase and not any(os.environ.get(v) for v in PASSPHRASE_VARS):
+        raise demo_stacks.DemoError(
+            "PULUMI_CONFIG_PASSPHRASE is not set: demo stacks use the passphrase secrets provider; "
+            "export PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE) "
+            "with the base stack's passphrase"
+        )
+    return project_dir, root or None
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    open_workspace: OpenWorkspace = AutomationWorkspace,
+    find_cli: Callable[[], str | None] = find_pulumi_cli,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    demo_kwargs: dict[str, Any] | None = None,
+) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    command = args.demo_command
+    try:
+        project_dir, root = _preflight(args, find_cli)
+        workspace = open_workspace(WorkspaceOptions(project_dir, backend_url(args.backend_url), root))
+        demo = demo_stacks.Demo(workspace, project_dir, out, err, **(demo_kwargs or {}))
+        if command == "up":
+            return demo.up(
+                base_stack=args.base_stack,
+                ttl=args.ttl,
+                user=args.user or _login_name(),
+                suffix=secrets.token_hex(2),
+                kubeconfig_output=args.kubeconfig_output,
+                verify=None if args.skip_verify else functools.partial(_verify, args, out, err),
+            )
+        if command == "down":
+            return demo.down(args.name)
+        if command == "list":
+            demos, now = demo.demos(), demo.now()
+            if args.output == "json":
+                out.write(json.dumps([d.as_json(now) for d in demos], indent=2) + "\n")
+            else:
+                out.write(demo_stacks.render_list(demos, now))
+            return 0
+        return demo.reap(dry_run=args.dry_run)
+    except (PulumiUnavailable, demo_stacks.DemoError) as exc:
+        err.write(f"{PROG} {command}: {exc}\n")
+        return 2
+    except PulumiError as exc:
+        err.write(f"{PROG} {command}: pulumi failed: {exc}\n")
+        return 1
+
+
+def _verify(args: argparse.Namespace, out: TextIO, err: TextIO, kubeconfig: str) -> int:
+    return verify.run_verify(
+        kubeconfig,
+        None,
+        verify.settings_from(args),
+        timeout=args.timeout,
+        output=args.output,
+        interval=args.interval,
+        stdout=out,
+        stderr=err,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(args)
