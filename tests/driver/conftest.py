@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vke_gpu_dra.kubeapi import KubeAPI
+
+from .fake_apiserver import FakeAPIServer
 
 
 @pytest.fixture
@@ -18,3 +21,18 @@ def short_tmp() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_api(short_tmp: Path) -> Iterator[FakeAPIServer]:
+    """A running fake API server; its kubeconfig is at `short_tmp / "kubeconfig"`."""
+    with FakeAPIServer() as server:
+        server.write_kubeconfig(short_tmp / "kubeconfig")
+        yield server
+
+
+@pytest.fixture
+def kube(fake_api: FakeAPIServer, short_tmp: Path) -> Iterator[KubeAPI]:
+    api = KubeAPI.from_kubeconfig(short_tmp / "kubeconfig")
+    yield api
+    api.close()

@@ -42,7 +42,10 @@ def _numbers(message: object) -> dict[str, int]:
 def test_field_numbers() -> None:
     for pb in (v1_pb2, v1beta1_pb2):
         assert _numbers(pb.Device) == {
-            "request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4,
+            "request_names": 1,
+            "pool_name": 2,
+            "device_name": 3,
+            "cdi_device_ids": 4,
         }
         assert _numbers(pb.Claim) == {"namespace": 1, "uid": 2, "name": 3}
         assert _numbers(pb.NodePrepareResourceResponse) == {"devices": 1, "error": 2}

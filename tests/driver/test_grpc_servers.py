@@ -166,10 +166,18 @@ def test_prepare_and_unprepare_over_both_versions(servers: Servers, kubelet: Kub
         "uid-1": {
             "error": "",
             "devices": [
-                {"request_names": ["gpu"], "pool_name": NODE, "device_name": "gpu-0",
-                 "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-0"]},
-                {"request_names": ["fa"], "pool_name": NODE, "device_name": "gpu-1",
-                 "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-1"]},
+                {
+                    "request_names": ["gpu"],
+                    "pool_name": NODE,
+                    "device_name": "gpu-0",
+                    "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-0"],
+                },
+                {
+                    "request_names": ["fa"],
+                    "pool_name": NODE,
+                    "device_name": "gpu-1",
+                    "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-1"],
+                },
             ],
         }
     }
@@ -178,7 +186,9 @@ def test_prepare_and_unprepare_over_both_versions(servers: Servers, kubelet: Kub
     assert servers.state.prepared == {}
     # Unknown claims unprepare successfully; every requested claim gets an entry.
     assert kubelet.unprepare([("ns", "gone", "uid-x"), ("ns", "c1", "uid-1")], version=version) == {
-        "uid-x": "", "uid-1": ""}
+        "uid-x": "",
+        "uid-1": "",
+    }
 
 
 def test_bad_claims_fail_alone_while_others_succeed(servers: Servers, kubelet: Kubelet) -> None:
@@ -191,10 +201,16 @@ def test_bad_claims_fail_alone_while_others_succeed(servers: Servers, kubelet: K
     servers.claims.add(allocated_claim("ns", "elsewhere", "uid-else", ("gpu", "gpu-99")))
     servers.claims.add(allocated_claim("ns", "explodes", "uid-boom", ("gpu", "gpu-4")))
     servers.state.explode_on.add("explodes")
-    result = kubelet.prepare([
-        ("ns", "good", "uid-good"), ("ns", "missing", "uid-missing"), ("ns", "replaced", "uid-old"),
-        ("ns", "pending", "uid-pending"), ("ns", "elsewhere", "uid-else"), ("ns", "explodes", "uid-boom"),
-    ])
+    result = kubelet.prepare(
+        [
+            ("ns", "good", "uid-good"),
+            ("ns", "missing", "uid-missing"),
+            ("ns", "replaced", "uid-old"),
+            ("ns", "pending", "uid-pending"),
+            ("ns", "elsewhere", "uid-else"),
+            ("ns", "explodes", "uid-boom"),
+        ]
+    )
     assert set(result) == {"uid-good", "uid-missing", "uid-old", "uid-pending", "uid-else", "uid-boom"}
     assert result["uid-good"]["error"] == ""
     assert [d["device_name"] for d in result["uid-good"]["devices"]] == ["gpu-2"]
@@ -276,6 +292,7 @@ def test_stale_socket_is_replaced(short_tmp: Path) -> None:
     first.start()
     first.stop(0).wait()
     import socket
+
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))  # a stale socket file left behind by a crashed process
     s.close()

@@ -92,7 +92,9 @@ class DRAServicer:
             ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
             entry = response.claims[claim.uid]
             fields: dict[str, object] = {
-                "call": call_id, "claim": f"{ref.namespace}/{ref.name}", "uid": ref.uid,
+                "call": call_id,
+                "claim": f"{ref.namespace}/{ref.name}",
+                "uid": ref.uid,
             }
             try:
                 devices = self._prepare_one(ref)
@@ -132,7 +134,9 @@ class DRAServicer:
             ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
             entry = response.claims[claim.uid]  # every claim gets an entry, even an empty one
             fields: dict[str, object] = {
-                "call": call_id, "claim": f"{ref.namespace}/{ref.name}", "uid": ref.uid,
+                "call": call_id,
+                "claim": f"{ref.namespace}/{ref.name}",
+                "uid": ref.uid,
             }
             try:
                 self._state.unprepare(ref)

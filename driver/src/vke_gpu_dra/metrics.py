@@ -19,32 +19,48 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.prepare_claims = Counter(
-            f"{_PREFIX}_prepare_claims", "ResourceClaims handled by NodePrepareResources, by result.",
-            ["result"], registry=r,
+            f"{_PREFIX}_prepare_claims",
+            "ResourceClaims handled by NodePrepareResources, by result.",
+            ["result"],
+            registry=r,
         )
         self.unprepare_claims = Counter(
-            f"{_PREFIX}_unprepare_claims", "ResourceClaims handled by NodeUnprepareResources, by result.",
-            ["result"], registry=r,
+            f"{_PREFIX}_unprepare_claims",
+            "ResourceClaims handled by NodeUnprepareResources, by result.",
+            ["result"],
+            registry=r,
         )
         self.prepare_seconds = Histogram(
-            f"{_PREFIX}_prepare_duration_seconds", "Duration of NodePrepareResources calls with claims.",
-            buckets=_LATENCY_BUCKETS, registry=r,
+            f"{_PREFIX}_prepare_duration_seconds",
+            "Duration of NodePrepareResources calls with claims.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.unprepare_seconds = Histogram(
-            f"{_PREFIX}_unprepare_duration_seconds", "Duration of NodeUnprepareResources calls with claims.",
-            buckets=_LATENCY_BUCKETS, registry=r,
+            f"{_PREFIX}_unprepare_duration_seconds",
+            "Duration of NodeUnprepareResources calls with claims.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.devices_published = Gauge(
-            f"{_PREFIX}_devices_published", "Devices published in this node's ResourceSlices.", registry=r,
+            f"{_PREFIX}_devices_published",
+            "Devices published in this node's ResourceSlices.",
+            registry=r,
         )
         self.resource_slices = Gauge(
-            f"{_PREFIX}_resource_slices", "ResourceSlices this plugin currently publishes.", registry=r,
+            f"{_PREFIX}_resource_slices",
+            "ResourceSlices this plugin currently publishes.",
+            registry=r,
         )
         self.pool_generation = Gauge(
-            f"{_PREFIX}_pool_generation", "Generation of the published resource pool.", registry=r,
+            f"{_PREFIX}_pool_generation",
+            "Generation of the published resource pool.",
+            registry=r,
         )
         self.slice_sync_errors = Counter(
-            f"{_PREFIX}_slice_sync_errors", "Failed ResourceSlice reconciliations.", registry=r,
+            f"{_PREFIX}_slice_sync_errors",
+            "Failed ResourceSlice reconciliations.",
+            registry=r,
         )
         self.registered = Gauge(
             f"{_PREFIX}_kubelet_registered",
@@ -52,12 +68,18 @@ class Metrics:
             registry=r,
         )
         self.registration_notifications = Counter(
-            f"{_PREFIX}_registration_notifications", "Registration status notifications from kubelet.",
-            ["registered"], registry=r,
+            f"{_PREFIX}_registration_notifications",
+            "Registration status notifications from kubelet.",
+            ["registered"],
+            registry=r,
         )
         self.devices_discovered = Gauge(
-            f"{_PREFIX}_devices_discovered", "Devices found at start-up.", registry=r,
+            f"{_PREFIX}_devices_discovered",
+            "Devices found at start-up.",
+            registry=r,
         )
         self.devices_unhealthy = Gauge(
-            f"{_PREFIX}_devices_unhealthy", "Devices currently reported unhealthy.", registry=r,
+            f"{_PREFIX}_devices_unhealthy",
+            "Devices currently reported unhealthy.",
+            registry=r,
         )

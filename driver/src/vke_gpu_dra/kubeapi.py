@@ -1,0 +1,248 @@
+"""Thin access to the Kubernetes API through the official client, in plain JSON dicts.
+
+Requests go through `kubernetes.client.ApiClient` (authentication, TLS, proxies and token
+refresh come from the client's configuration) but bodies are sent and returned as camelCase
+JSON dicts, exactly as the API server speaks them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+SLICE_API_VERSION = "resource.k8s.io/v1"
+#: Client-side timeouts (connect, read) for ordinary requests.
+REQUEST_TIMEOUT = (10.0, 30.0)
+
+
+class KubeConfigError(Exception):
+    """No usable Kubernetes client configuration."""
+
+
+class KubeError(Exception):
+    """A failed API request: HTTP status (0 for transport errors) and the server's message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}" if status else message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+def load_api_client(kubeconfig: Path | None) -> k8s_client.ApiClient:
+    """`kubeconfig` if given, else the in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist")
+        try:
+            return k8s_config.new_client_from_config(config_file=str(kubeconfig))
+        except ConfigException as err:
+            raise KubeConfigError(f"kubeconfig {kubeconfig} is not usable: {err}") from err
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return k8s_client.ApiClient(configuration)
+    except ConfigException as in_cluster_err:
+        env = os.environ.get("KUBECONFIG")
+        try:
+            return k8s_config.new_client_from_config(config_file=env or None)
+        except (ConfigException, OSError) as err:
+            raise KubeConfigError(
+                f"no Kubernetes configuration: not in a cluster ({in_cluster_err}) and no usable kubeconfig "
+                f"({err}); pass --kubeconfig"
+            ) from err
+
+
+def slice_field_selector(driver: str, node_name: str) -> str:
+    return f"spec.driver={driver},spec.nodeName={node_name}"
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK or ERROR
+    object: dict[str, Any]
+
+
+class Watch:
+    """An open watch stream; iterate for events, `close()` from any thread to stop it."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        buffer = b""
+        complete = False
+        try:
+            for chunk in self._response.stream(amt=None, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        raw = json.loads(line)
+                        yield WatchEvent(raw.get("type", ""), raw.get("object") or {})
+            if buffer.strip():
+                raw = json.loads(buffer)
+                yield WatchEvent(raw.get("type", ""), raw.get("object") or {})
+            complete = True
+        except Exception as err:
+            if self._closed.is_set():
+                return
+            raise KubeError(0, "WatchFailed", f"watch stream failed: {err}") from err
+        finally:
+            if not complete:
+                # Unread stream data would poison the pooled connection: drop the connection.
+                self._response.close()
+            self._response.release_conn()
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._response.shutdown()
+        except Exception:  # already closed or finished: nothing left to stop
+            log.debug("watch shutdown", exc_info=True)
+
+
+class KubeAPI:
+    """The API calls the plugin makes."""
+
+    def __init__(self, api_client: k8s_client.ApiClient) -> None:
+        self._client = api_client
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: Path | None) -> KubeAPI:
+        return cls(load_api_client(kubeconfig))
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- transport ---
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: dict[str, Any] | None = None,
+        timeout: Any = REQUEST_TIMEOUT,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        method, url, headers, body, _ = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=timeout
+            )
+        except ApiException as err:
+            raise KubeError(err.status or 0, str(err.reason or ""), str(err.body or err)) from err
+        except Exception as err:  # urllib3 transport errors
+            raise KubeError(0, "TransportError", f"{method} {path}: {err}") from err
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(method, path, **kwargs)
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise _error_from(response.status, str(response.reason or ""), data)
+        return json.loads(data) if data else {}
+
+    # --- objects ---
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/api/v1/nodes/{name}")
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._json("GET", f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}")
+        except KubeError as err:
+            if err.not_found:
+                return None
+            raise
+
+    def list_slices(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
+        """Slices of `driver` on `node_name` and the list's resourceVersion."""
+        data = self._json(
+            "GET",
+            f"{RESOURCE_API}/resourceslices",
+            query=[("fieldSelector", slice_field_selector(driver, node_name))],
+        )
+        return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._json("POST", f"{RESOURCE_API}/resourceslices", body=obj)
+
+    def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._json("PUT", f"{RESOURCE_API}/resourceslices/{obj['metadata']['name']}", body=obj)
+
+    def delete_slice(self, name: str, uid: str | None = None) -> None:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._json("DELETE", f"{RESOURCE_API}/resourceslices/{name}", body=body)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+
+    def watch_slices(self, driver: str, node_name: str, resource_version: str, timeout_seconds: int) -> Watch:
+        query = [
+            ("fieldSelector", slice_field_selector(driver, node_name)),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        response = self._call(
+            "GET", f"{RESOURCE_API}/resourceslices", query=query, timeout=(10.0, timeout_seconds + 30.0)
+        )
+        if not 200 <= response.status <= 299:
+            raise _error_from(response.status, str(response.reason or ""), response.read())
+        return Watch(response.response)
+
+
+def _error_from(status: int, reason: str, data: bytes | None) -> KubeError:
+    message = ""
+    if data:
+        try:
+            body = json.loads(data)
+            message = str(body.get("message", ""))
+            reason = str(body.get("reason", reason))
+        except (ValueError, AttributeError):
+            message = data[:500].decode(errors="replace")
+    return KubeError(status, reason, message)

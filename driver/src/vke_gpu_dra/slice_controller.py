@@ -1,0 +1,239 @@
+"""Keeps this node's ResourceSlices published (threads and API I/O around `slices.plan_sync`).
+
+A watcher thread follows the node's slices (field selector driver + node) and marks the state
+dirty on every change; a reconciler thread lists the slices and applies the plan when dirty,
+on a periodic resync, and after errors (with exponential back-off). kubelet deletes a node's
+slices when it starts or when the plugin was away; they come back within a reconcile round.
+Stopping leaves the slices in place, as NVIDIA's plugin does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .kubeapi import KubeError, Watch
+from .metrics import Metrics
+from .slices import SyncPlan, canonical, plan_sync
+
+log = logging.getLogger(__name__)
+
+
+class SliceAPI(Protocol):
+    def get_node(self, name: str) -> dict[str, Any]: ...
+
+    def list_slices(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]: ...
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def delete_slice(self, name: str, uid: str | None = None) -> None: ...
+
+    def watch_slices(
+        self, driver: str, node_name: str, resource_version: str, timeout_seconds: int
+    ) -> Watch: ...
+
+
+class SliceController:
+    """Publishes `entries` (ResourceSlice device entries) as the node's pool and keeps them there."""
+
+    def __init__(
+        self,
+        api: SliceAPI,
+        *,
+        driver: str,
+        node_name: str,
+        entries: Sequence[dict[str, Any]],
+        metrics: Metrics,
+        resync_interval: float = 60.0,
+        watch_timeout: int = 300,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self._api = api
+        self._driver = driver
+        self._node = node_name
+        self._entries = list(entries)
+        self._metrics = metrics
+        self._resync = resync_interval
+        self._watch_timeout = watch_timeout
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._node_uid = ""
+        self._generation = 0
+        # canonical(desired spec) -> canonical(spec as the apiserver stored it), for servers that
+        # normalise or drop fields: what they accepted for our spec counts as in sync.
+        self._accepted: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._watch: Watch | None = None
+        self._threads: list[threading.Thread] = []
+
+    # --- public ---
+
+    def start(self) -> None:
+        self._dirty.set()
+        self._threads = [
+            threading.Thread(target=self._reconcile_loop, name="slice-reconciler", daemon=True),
+            threading.Thread(target=self._watch_loop, name="slice-watcher", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop both threads; the published slices stay."""
+        self._stop.set()
+        self._dirty.set()
+        with self._lock:
+            watch = self._watch
+        if watch is not None:
+            watch.close()
+        for t in self._threads:
+            t.join(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once the slices were published at least once."""
+        return self._synced.wait(timeout)
+
+    def resync(self) -> None:
+        """Ask for a reconcile round now."""
+        self._dirty.set()
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    # --- reconcile ---
+
+    def _matches(self, actual: dict[str, Any], desired: dict[str, Any]) -> bool:
+        if actual == desired:
+            return True
+        return self._accepted.get(canonical(desired)) == canonical(actual)
+
+    def _remember(self, sent: dict[str, Any], stored: dict[str, Any]) -> None:
+        if stored.get("spec") != sent["spec"]:
+            log.warning(
+                "the API server changed the published slice (fields dropped or normalised)",
+                extra={"fields": {"slice": stored.get("metadata", {}).get("name")}},
+            )
+            self._accepted[canonical(sent["spec"])] = canonical(stored.get("spec"))
+
+    def reconcile_once(self) -> SyncPlan:
+        """List, plan, write. Raises KubeError on API failures."""
+        if not self._node_uid:
+            self._node_uid = str(self._api.get_node(self._node)["metadata"]["uid"])
+        existing, _ = self._api.list_slices(self._driver, self._node)
+        plan = plan_sync(
+            existing,
+            self._entries,
+            driver=self._driver,
+            node_name=self._node,
+            node_uid=self._node_uid,
+            known_generation=self._generation,
+            matches=self._matches,
+        )
+        if not plan.in_sync:
+            log.info(
+                "publishing resource slices",
+                extra={
+                    "fields": {
+                        "generation": plan.generation,
+                        "update": len(plan.updates),
+                        "create": len(plan.creates),
+                        "delete": [name for name, _ in plan.deletes],
+                    }
+                },
+            )
+        for obj in plan.updates:
+            self._remember(obj, self._api.update_slice(obj))
+        for obj in plan.creates:
+            self._remember(obj, self._api.create_slice(obj))
+        for name, uid in plan.deletes:
+            self._api.delete_slice(name, uid or None)
+        self._generation = plan.generation
+        self._metrics.pool_generation.set(plan.generation)
+        self._metrics.devices_published.set(len(self._entries))
+        self._metrics.resource_slices.set(
+            len(existing) if plan.in_sync else len(plan.updates) + len(plan.creates)
+        )
+        return plan
+
+    def _reconcile_loop(self) -> None:
+        backoff = self._backoff_initial
+        while not self._stop.is_set():
+            self._dirty.wait(self._resync)
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            try:
+                self.reconcile_once()
+            except Exception as err:
+                self._dirty.set()
+                if isinstance(err, KubeError) and (err.conflict or err.not_found):
+                    # Someone changed a slice under us: re-list right away (after a short pause).
+                    log.info("slice changed concurrently, re-listing", extra={"fields": {"error": str(err)}})
+                    self._stop.wait(self._backoff_initial)
+                    continue
+                self._metrics.slice_sync_errors.inc()
+                log.warning(
+                    "publishing resource slices failed; retrying",
+                    extra={"fields": {"error": str(err), "retry_in_s": backoff}},
+                    exc_info=not isinstance(err, KubeError),
+                )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self._backoff_max)
+                continue
+            backoff = self._backoff_initial
+            self._synced.set()
+
+    # --- watch ---
+
+    def _watch_loop(self) -> None:
+        resource_version = ""
+        backoff = self._backoff_initial
+        while not self._stop.is_set():
+            try:
+                watch = self._api.watch_slices(
+                    self._driver, self._node, resource_version, self._watch_timeout
+                )
+                with self._lock:
+                    self._watch = watch
+                if self._stop.is_set():
+                    watch.close()
+                    return
+                for event in watch:
+                    if event.type == "ERROR":
+                        code = int(event.object.get("code") or 0)
+                        raise KubeError(
+                            code, str(event.object.get("reason", "")), str(event.object.get("message"))
+                        )
+                    resource_version = str(
+                        event.object.get("metadata", {}).get("resourceVersion", resource_version)
+                    )
+                    if event.type != "BOOKMARK":
+                        self._dirty.set()
+                backoff = self._backoff_initial
+            except Exception as err:
+                if self._stop.is_set():
+                    return
+                if isinstance(err, KubeError) and err.gone:
+                    log.info("slice watch expired; re-listing")
+                    resource_version = ""
+                    self._dirty.set()
+                    continue
+                log.warning(
+                    "watching resource slices failed; retrying",
+                    extra={"fields": {"error": str(err), "retry_in_s": backoff}},
+                )
+                resource_version = ""
+                self._dirty.set()
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self._backoff_max)
+            finally:
+                with self._lock:
+                    self._watch = None

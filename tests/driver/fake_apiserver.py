@@ -1,0 +1,616 @@
+"""An in-process fake of the Kubernetes API server for the plugin's tests.
+
+Served over HTTP on 127.0.0.1 with `http.server` (one thread per connection) and used through
+the real `kubernetes` client via a kubeconfig pointing at it. It implements what the plugin
+uses: nodes get; resourceclaims get; resourceslices list/get/create/update/delete/watch with
+fieldSelector, generateName, resourceVersion (409 on a stale one), watch streams with
+ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion. Every object it is
+sent is validated with kubernetes-validate (1.34, strict) plus the apiserver-only rules the
+schema does not express; invalid objects get 422 Invalid with a Status body.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import kubernetes_validate
+
+TOKEN = "fake-apiserver-token"
+K8S_VERSION = "1.34.0"
+RESOURCE = "/apis/resource.k8s.io/v1"
+MAX_DEVICES = 128
+MAX_ATTRS_AND_CAPS = 32
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
+
+
+def _dns_subdomain(value: str, limit: int = 253) -> bool:
+    return 0 < len(value) <= limit and bool(DNS_SUBDOMAIN.match(value))
+
+
+def _qualified_name(name: str) -> bool:
+    domain, _, ident = name.rpartition("/")
+    if domain and not _dns_subdomain(domain, 63):
+        return False
+    return 0 < len(ident) <= 32 and bool(C_IDENTIFIER.match(ident))
+
+
+def slice_rule_errors(obj: dict[str, Any]) -> list[str]:
+    """ResourceSlice rules the apiserver enforces and the JSON schema does not."""
+    errors: list[str] = []
+    spec = obj.get("spec") or {}
+    name = obj.get("metadata", {}).get("name", "")
+    if name and not _dns_subdomain(name):
+        errors.append(f"metadata.name: Invalid value: {name!r}: must be a DNS subdomain")
+    driver = spec.get("driver", "")
+    if not _dns_subdomain(driver, 63):
+        errors.append(
+            f"spec.driver: Invalid value: {driver!r}: must be a DNS subdomain of at most 63 characters"
+        )
+    pool = spec.get("pool") or {}
+    pool_name = pool.get("name", "")
+    if not (0 < len(pool_name) <= 253 and all(_dns_subdomain(p) for p in pool_name.split("/"))):
+        errors.append(f"spec.pool.name: Invalid value: {pool_name!r}")
+    if int(pool.get("resourceSliceCount", 0)) <= 0:
+        errors.append("spec.pool.resourceSliceCount: Invalid value: must be greater than zero")
+    if int(pool.get("generation", -1)) < 0:
+        errors.append("spec.pool.generation: Invalid value: must be greater than or equal to zero")
+    chosen = [k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(k)]
+    if len(chosen) != 1:
+        errors.append(
+            "spec: Invalid value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+            f"`perDeviceNodeSelection` is required, got {chosen}"
+        )
+    devices = spec.get("devices") or []
+    if len(devices) > MAX_DEVICES:
+        errors.append(f"spec.devices: Too many: {len(devices)}: must have at most {MAX_DEVICES} items")
+    names = [dev.get("name", "") for dev in devices]
+    errors += [
+        f"spec.devices: Duplicate value: {n!r}" for n in sorted({n for n in names if names.count(n) > 1})
+    ]
+    for i, dev in enumerate(devices):
+        errors += device_rule_errors(f"spec.devices[{i}]", dev)
+    return errors
+
+
+def device_rule_errors(path: str, dev: dict[str, Any]) -> list[str]:
+    errors: list[str] = []
+    dname = dev.get("name", "")
+    if not (len(dname) <= 63 and DNS_LABEL.match(dname)):
+        errors.append(f"{path}.name: Invalid value: {dname!r}: must be a DNS label")
+    attrs, caps = dev.get("attributes") or {}, dev.get("capacity") or {}
+    if len(attrs) + len(caps) > MAX_ATTRS_AND_CAPS:
+        errors.append(f"{path}: Too many: attributes and capacities must be at most {MAX_ATTRS_AND_CAPS}")
+    errors += [
+        f"{path}.{kind}[{key}]: Invalid value: not a qualified name"
+        for kind, keys in (("attributes", attrs), ("capacity", caps))
+        for key in keys
+        if not _qualified_name(key)
+    ]
+    for key, value in attrs.items():
+        kinds = [k for k in ("int", "bool", "string", "version") if k in value]
+        if len(kinds) != 1:
+            errors.append(f"{path}.attributes[{key}]: Invalid value: exactly one value must be specified")
+            continue
+        v = value[kinds[0]]
+        if kinds[0] in ("string", "version") and len(v) > 64:
+            errors.append(f"{path}.attributes[{key}].{kinds[0]}: Too long: may not be more than 64 bytes")
+        if kinds[0] == "version" and not SEMVER.match(v):
+            errors.append(
+                f"{path}.attributes[{key}].version: Invalid value: {v!r}: "
+                "must be a string compatible with semver.org spec 2.0.0"
+            )
+    return errors
+
+
+def validate_slice(obj: dict[str, Any]) -> None:
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        raise _invalid(obj, [str(err.message) if hasattr(err, "message") else str(err)]) from err
+    errors = slice_rule_errors(obj)
+    if errors:
+        raise _invalid(obj, errors)
+
+
+def _invalid(obj: dict[str, Any], errors: list[str]) -> ApiError:
+    name = obj.get("metadata", {}).get("name") or obj.get("metadata", {}).get("generateName", "")
+    return ApiError(
+        422,
+        "Invalid",
+        f'ResourceSlice.resource.k8s.io "{name}" is invalid: {"; ".join(errors)}',
+        {
+            "name": name,
+            "group": "resource.k8s.io",
+            "kind": "ResourceSlice",
+            "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors],
+        },
+    )
+
+
+def parse_field_selector(selector: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in filter(None, selector.split(",")):
+        key, sep, value = part.partition("==") if "==" in part else part.partition("=")
+        if not sep or key.endswith("!"):
+            raise ApiError(400, "BadRequest", f"unsupported field selector {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return "" if cur is None else str(cur)
+
+
+def matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
+    return all(_field(obj, k) == v for k, v in selector.items())
+
+
+@dataclass
+class Fault:
+    method: str
+    path_contains: str
+    code: int
+    remaining: int
+
+
+class FakeAPIServer:
+    """State, HTTP serving and test helpers. Use as a context manager or call start()/stop()."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self._rv = itertools.count(1)
+        self.current_rv = 0
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[int, str, dict[str, Any]]] = []
+        self.compacted_rv = 0
+        self.requests: list[tuple[str, str]] = []
+        self.faults: list[Fault] = []
+        self.closing = False
+        self._random = random.Random(1)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---
+
+    def start(self) -> FakeAPIServer:
+        server = self
+
+        class Handler(_Handler):
+            api = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self) -> FakeAPIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                }
+            )
+        )
+        return path
+
+    # --- state helpers (all under self.cond) ---
+
+    def _next_rv(self) -> str:
+        self.current_rv = next(self._rv)
+        return str(self.current_rv)
+
+    def _emit(self, kind: str, obj: dict[str, Any]) -> None:
+        self.events.append((int(obj["metadata"]["resourceVersion"]), kind, copy.deepcopy(obj)))
+        self.cond.notify_all()
+
+    def add_node(self, name: str) -> dict[str, Any]:
+        with self.cond:
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": self._next_rv()},
+            }
+            self.nodes[name] = node
+            return copy.deepcopy(node)
+
+    def add_claim(self, claim: dict[str, Any]) -> None:
+        with self.cond:
+            claim = copy.deepcopy(claim)
+            claim["metadata"].setdefault("uid", str(uuid.uuid4()))
+            claim["metadata"]["resourceVersion"] = self._next_rv()
+            self.claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
+
+    def slices_of(self, node: str) -> list[dict[str, Any]]:
+        with self.cond:
+            return sorted(
+                (copy.deepcopy(s) for s in self.slices.values() if s["spec"].get("nodeName") == node),
+                key=lambda s: s["metadata"]["name"],
+            )
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a slice as another client would (validated like any create)."""
+        with self.cond:
+            return copy.deepcopy(self._create_slice(copy.deepcopy(obj)))
+
+    def delete_slice(self, name: str) -> None:
+        with self.cond:
+            self._delete_slice(name, None)
+
+    def edit_slice(self, name: str, mutate: Callable[[dict[str, Any]], None]) -> None:
+        with self.cond:
+            obj = copy.deepcopy(self.slices[name])
+            mutate(obj)
+            self._update_slice(name, obj)
+
+    def compact(self) -> None:
+        """Forget history: watches from an older resourceVersion get 410 Gone."""
+        with self.cond:
+            self.compacted_rv = self.current_rv
+            self.events.clear()
+            self.cond.notify_all()
+
+    def inject_fault(self, method: str, path_contains: str, code: int, times: int = 1) -> None:
+        with self.cond:
+            self.faults.append(Fault(method, path_contains, code, times))
+
+    def count(self, method: str, path_contains: str = "") -> int:
+        with self.cond:
+            return sum(1 for m, p in self.requests if m == method and path_contains in p)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+        """Poll `predicate` until it is true (returns False after `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            with self.cond:
+                self.cond.wait(0.02)
+        return predicate()
+
+    # --- resource logic (callers hold self.cond) ---
+
+    def _create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        md = obj.setdefault("metadata", {})
+        if md.get("resourceVersion"):
+            raise ApiError(400, "BadRequest", "resourceVersion should not be set on objects to be created")
+        if not md.get("name"):
+            prefix = md.get("generateName")
+            if not prefix:
+                raise _invalid(obj, ["metadata.name: Required value: name or generateName is required"])
+            suffix = "".join(self._random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+            md["name"] = prefix + suffix
+        validate_slice(obj)
+        if md["name"] in self.slices:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'resourceslices.resource.k8s.io "{md["name"]}" already exists',
+                {"name": md["name"], "group": "resource.k8s.io", "kind": "resourceslices"},
+            )
+        md.update(
+            uid=str(uuid.uuid4()),
+            resourceVersion=self._next_rv(),
+            generation=1,
+            creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        self.slices[md["name"]] = obj
+        self._emit("ADDED", obj)
+        return obj
+
+    def _get_slice(self, name: str) -> dict[str, Any]:
+        try:
+            return self.slices[name]
+        except KeyError:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'resourceslices.resource.k8s.io "{name}" not found',
+                {"name": name, "group": "resource.k8s.io", "kind": "resourceslices"},
+            ) from None
+
+    def _update_slice(self, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        current = self._get_slice(name)
+        md = obj.setdefault("metadata", {})
+        if md.get("name", name) != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        md["name"] = name
+        rv = md.get("resourceVersion")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on resourceslices.resource.k8s.io "{name}": '
+                "the object has been modified; please apply your changes to the latest version and try again",
+                {"name": name, "group": "resource.k8s.io", "kind": "resourceslices"},
+            )
+        validate_slice(obj)
+        immutable = [f for f in ("driver", "nodeName") if obj["spec"].get(f) != current["spec"].get(f)]
+        if obj["spec"]["pool"]["name"] != current["spec"]["pool"]["name"]:
+            immutable.append("pool.name")
+        if immutable:
+            raise _invalid(obj, [f"spec.{f}: Invalid value: field is immutable" for f in immutable])
+        for key in ("uid", "creationTimestamp"):
+            md[key] = current["metadata"][key]
+        changed = obj["spec"] != current["spec"]
+        md["generation"] = current["metadata"]["generation"] + (1 if changed else 0)
+        md["resourceVersion"] = self._next_rv()
+        self.slices[name] = obj
+        self._emit("MODIFIED", obj)
+        return obj
+
+    def _delete_slice(self, name: str, uid: str | None) -> dict[str, Any]:
+        current = self._get_slice(name)
+        if uid and uid != current["metadata"]["uid"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {uid}, "
+                f"UID in object meta: {current['metadata']['uid']}",
+            )
+        del self.slices[name]
+        current["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit("DELETED", current)
+        return current
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: FakeAPIServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    # --- plumbing ---
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError as err:
+            raise ApiError(400, "BadRequest", f"invalid JSON body: {err}") from err
+
+    def _handle(self, method: str) -> None:
+        split = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        path = split.path.rstrip("/")
+        api = self.api
+        body: dict[str, Any] = {}
+        try:
+            if method in ("POST", "PUT", "DELETE"):
+                body = self._body()
+            with api.cond:
+                api.requests.append((method, self.path))
+                for fault in api.faults:
+                    if fault.remaining and fault.method == method and fault.path_contains in self.path:
+                        fault.remaining -= 1
+                        raise ApiError(fault.code, "InternalError", "injected fault")
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            if (
+                method == "GET"
+                and path == f"{RESOURCE}/resourceslices"
+                and query.get("watch") in ("true", "1")
+            ):
+                self._watch(query)
+                return
+            code, result = self._route(method, path, query, body)
+            self._send(code, result)
+        except ApiError as err:
+            self._send(err.code, err.status())
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # --- routes ---
+
+    def _route(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+        api = self.api
+        parts = path.strip("/").split("/")
+        with api.cond:
+            if method == "GET" and len(parts) == 4 and parts[:3] == ["api", "v1", "nodes"]:
+                node = api.nodes.get(parts[3])
+                if node is None:
+                    raise ApiError(
+                        404, "NotFound", f'nodes "{parts[3]}" not found', {"name": parts[3], "kind": "nodes"}
+                    )
+                return 200, copy.deepcopy(node)
+            if (
+                method == "GET"
+                and len(parts) == 7
+                and parts[:3] == ["apis", "resource.k8s.io", "v1"]
+                and parts[3] == "namespaces"
+                and parts[5] == "resourceclaims"
+            ):
+                claim = api.claims.get((parts[4], parts[6]))
+                if claim is None:
+                    raise ApiError(
+                        404,
+                        "NotFound",
+                        f'resourceclaims.resource.k8s.io "{parts[6]}" not found',
+                        {"name": parts[6], "group": "resource.k8s.io", "kind": "resourceclaims"},
+                    )
+                return 200, copy.deepcopy(claim)
+            return self._route_slices(method, path, query, body)
+
+    def _route_slices(
+        self, method: str, path: str, query: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, Any]:
+        api = self.api
+        parts = path.strip("/").split("/")
+        with api.cond:
+            if path == f"{RESOURCE}/resourceslices":
+                if method == "GET":
+                    selector = parse_field_selector(query.get("fieldSelector", ""))
+                    items = [copy.deepcopy(s) for _, s in sorted(api.slices.items()) if matches(s, selector)]
+                    return 200, {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceSliceList",
+                        "metadata": {"resourceVersion": str(api.current_rv)},
+                        "items": items,
+                    }
+                if method == "POST":
+                    return 201, copy.deepcopy(api._create_slice(body))
+            if path.startswith(f"{RESOURCE}/resourceslices/") and len(parts) == 5:
+                name = parts[4]
+                if method == "GET":
+                    return 200, copy.deepcopy(api._get_slice(name))
+                if method == "PUT":
+                    return 200, copy.deepcopy(api._update_slice(name, body))
+                if method == "DELETE":
+                    uid = (body.get("preconditions") or {}).get("uid")
+                    return 200, copy.deepcopy(api._delete_slice(name, uid))
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, query: dict[str, str]) -> None:
+        api = self.api
+        selector = parse_field_selector(query.get("fieldSelector", ""))
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        rv_param = query.get("resourceVersion", "")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            with api.cond:
+                if rv_param not in ("", "0") and int(rv_param) < api.compacted_rv:
+                    expired = ApiError(
+                        410, "Expired", f"too old resource version: {rv_param} ({api.compacted_rv})"
+                    )
+                    pending: list[dict[str, Any]] = [{"type": "ERROR", "object": expired.status()}]
+                    last = None
+                elif rv_param in ("", "0"):
+                    pending = [
+                        {"type": "ADDED", "object": copy.deepcopy(s)}
+                        for _, s in sorted(api.slices.items())
+                        if matches(s, selector)
+                    ]
+                    last = api.current_rv
+                else:
+                    last = int(rv_param)
+                    pending = []
+            while True:
+                for event in pending:
+                    self._chunk(event)
+                if last is None:
+                    break
+                with api.cond:
+                    while not api.closing and not any(rv > last for rv, _, _ in api.events):
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0 or api.compacted_rv > last:
+                            break
+                        api.cond.wait(min(remaining, 0.5))
+                    if api.closing or time.monotonic() >= deadline:
+                        break
+                    if api.compacted_rv > last and not any(rv > last for rv, _, _ in api.events):
+                        expired = ApiError(410, "Expired", "too old resource version")
+                        pending, last = [{"type": "ERROR", "object": expired.status()}], None
+                        continue
+                    new = [(rv, t, o) for rv, t, o in api.events if rv > last]
+                    pending = [
+                        {"type": t, "object": copy.deepcopy(o)} for _, t, o in new if matches(o, selector)
+                    ]
+                    last = new[-1][0]
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return

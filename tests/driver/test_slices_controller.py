@@ -1,0 +1,170 @@
+"""The slice controller against the fake API server: publish, restore, repair, clean up, stop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from vke_gpu_dra import facts
+from vke_gpu_dra.discovery.simulated import SimulatedSource
+from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra.metrics import Metrics
+from vke_gpu_dra.slice_controller import SliceController
+from vke_gpu_dra.slices import new_slice, slice_spec
+
+from .fake_apiserver import FakeAPIServer
+
+DRIVER = facts.DRIVER_NAME
+NODE = "node-a"
+
+
+def make_controller(kube: KubeAPI, entries: list[dict], **kwargs) -> SliceController:
+    return SliceController(
+        kube,
+        driver=DRIVER,
+        node_name=NODE,
+        entries=entries,
+        metrics=Metrics(),
+        backoff_initial=0.05,
+        backoff_max=0.2,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def node(fake_api: FakeAPIServer) -> dict:
+    return fake_api.add_node(NODE)
+
+
+@pytest.fixture
+def gpus() -> list[dict]:
+    return [
+        d.slice_entry()
+        for d in SimulatedSource(count=8, product="NVIDIA A30", node_name=NODE).discover().devices
+    ]
+
+
+@pytest.fixture
+def running(kube: KubeAPI, node: dict, gpus: list[dict]) -> Iterator[SliceController]:
+    controller = make_controller(kube, gpus)
+    controller.start()
+    assert controller.wait_synced(10)
+    yield controller
+    controller.stop()
+
+
+def pool_state(fake_api: FakeAPIServer) -> list[tuple[int, int, int]]:
+    return [
+        (s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"], len(s["spec"]["devices"]))
+        for s in fake_api.slices_of(NODE)
+    ]
+
+
+def test_publishes_one_owned_slice(fake_api: FakeAPIServer, running: SliceController, node: dict) -> None:
+    [published] = fake_api.slices_of(NODE)
+    assert published["metadata"]["name"].startswith(f"{NODE}-{DRIVER}-")
+    assert published["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"], "controller": True}
+    ]
+    assert published["spec"]["nodeName"] == NODE and published["spec"]["driver"] == DRIVER
+    assert published["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    assert [d["name"] for d in published["spec"]["devices"]] == [f"gpu-{i}" for i in range(8)]
+
+
+def test_restores_deleted_slices(fake_api: FakeAPIServer, running: SliceController) -> None:
+    [published] = fake_api.slices_of(NODE)
+    fake_api.delete_slice(published["metadata"]["name"])  # what kubelet does at start
+    assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+
+
+def test_repairs_edited_slices(fake_api: FakeAPIServer, running: SliceController) -> None:
+    [published] = fake_api.slices_of(NODE)
+    fake_api.edit_slice(
+        published["metadata"]["name"], lambda s: s["spec"].update(devices=s["spec"]["devices"][:2])
+    )
+    assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+    [repaired] = fake_api.slices_of(NODE)
+    assert repaired["metadata"]["name"] == published["metadata"]["name"]
+
+
+def test_stale_slices_are_removed_at_start(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    for generation in (3, 4):
+        spec = slice_spec(
+            driver=DRIVER, node_name=NODE, devices=[{"name": "gone-0"}], generation=generation, slice_count=2
+        )
+        fake_api.create_slice(new_slice(spec, driver=DRIVER, node_name=NODE, node_uid="old-uid"))
+    other = slice_spec(driver=DRIVER, node_name="node-b", devices=[], generation=1, slice_count=1)
+    fake_api.create_slice(new_slice(other, driver=DRIVER, node_name="node-b", node_uid="b"))
+    controller = make_controller(kube, gpus)
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        assert pool_state(fake_api) == [(5, 1, 8)]
+        assert fake_api.slices_of(NODE)[0]["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+        assert len(fake_api.slices_of("node-b")) == 1  # never touches other nodes' slices
+    finally:
+        controller.stop()
+
+
+def test_splits_more_than_128_devices(fake_api: FakeAPIServer, kube: KubeAPI, node: dict) -> None:
+    controller = make_controller(kube, [{"name": f"dev-{i}"} for i in range(300)])
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        assert sorted(pool_state(fake_api)) == [(1, 3, 44), (1, 3, 128), (1, 3, 128)]
+        names = [d["name"] for s in fake_api.slices_of(NODE) for d in s["spec"]["devices"]]
+        assert sorted(names) == sorted(f"dev-{i}" for i in range(300))
+    finally:
+        controller.stop()
+
+
+def test_empty_device_list_publishes_an_empty_slice(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict
+) -> None:
+    controller = make_controller(kube, [])
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        assert pool_state(fake_api) == [(1, 1, 0)]
+    finally:
+        controller.stop()
+
+
+def test_retries_after_errors_and_conflicts(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    fake_api.inject_fault("POST", "/resourceslices", 500, times=2)
+    controller = make_controller(kube, gpus)
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        assert pool_state(fake_api) == [(1, 1, 8)]
+        assert fake_api.count("POST", "/resourceslices") == 3
+        # A conflicting writer: our update hits 409 once and is retried after re-listing.
+        fake_api.inject_fault("PUT", "/resourceslices/", 409, times=1)
+        [published] = fake_api.slices_of(NODE)
+        fake_api.edit_slice(published["metadata"]["name"], lambda s: s["spec"].update(devices=[]))
+        assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+        assert fake_api.count("PUT", "/resourceslices/") == 2
+    finally:
+        controller.stop()
+
+
+def test_watch_expiry_relists(fake_api: FakeAPIServer, running: SliceController) -> None:
+    fake_api.compact()  # the open watch gets 410 Gone and starts over
+    [published] = fake_api.slices_of(NODE)
+    fake_api.delete_slice(published["metadata"]["name"])
+    assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+
+
+def test_stop_is_prompt_and_leaves_slices(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    controller = make_controller(kube, gpus)
+    controller.start()
+    assert controller.wait_synced(10)
+    controller.stop(timeout=5)
+    assert not any(t.is_alive() for t in controller._threads)
+    assert pool_state(fake_api) == [(1, 1, 8)]
