@@ -1,0 +1,148 @@
+import pytest
+
+from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
+from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
+from vke_gpu_dra_ops.capacity.stack import default_classes
+
+from .helpers import CC, MEM, exactly, fit, parsed, pool
+
+
+def test_count_that_fits_and_count_that_does_not():
+    ok = fit(parsed(exactly("gpu", 2)))
+    assert ok.fits and ok.pools[0].per_node == 1
+    assert [d for _, _, d in ok.pools[0].chosen] == ["pool-node-0/gpu-0", "pool-node-0/gpu-1"]
+    too_many = fit(parsed(exactly("gpu", 4)))
+    assert not too_many.fits
+    assert too_many.reasons() == ["pool (ecs.test.x: 2x NVIDIA A30): request gpu: needs 4, pool has 2 per node "
+                                  "(2 devices per node)"]
+
+
+def test_all_takes_every_matching_device_and_needs_one():
+    result = fit(parsed(exactly("gpus", mode="All")), pools=[pool(gpus=4)])
+    assert result.fits and result.pools[0].per_node == 1
+    assert len(result.pools[0].chosen) == 4
+    none = fit(parsed(exactly("gpus", 1, "device.attributes['gpu.nvidia.com'].brand == 'Quadro'", mode="All")))
+    assert not none.fits
+    assert "no device matches selector" in none.reasons()[0]
+
+
+def test_memory_floor_with_quantity():
+    assert fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('24Gi')) >= 0"))).fits
+    result = fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('80Gi')) >= 0")))
+    assert not result.fits
+    assert result.reasons()[0].endswith("memory 80Gi > 24Gi")
+    assert fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('80Gi')) >= 0")),
+               pools=[pool("NVIDIA H100 80GB HBM3", 8)]).fits is False  # 81559Mi < 80Gi
+    assert fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('79Gi')) >= 0")),
+               pools=[pool("NVIDIA H100 80GB HBM3", 8)]).fits
+
+
+def test_compute_capability_with_semver():
+    hopper = f"{CC}.compareTo(semver('9.0.0')) >= 0"
+    assert fit(parsed(exactly("gpu", 1, hopper)), pools=[pool("NVIDIA H20", 8)]).fits
+    result = fit(parsed(exactly("gpu", 1, hopper)))
+    assert not result.fits
+    assert "cudaComputeCapability 8.0.0 on the devices vs 9.0.0" in result.reasons()[0]
+
+
+def test_several_requests_take_distinct_devices():
+    result = fit(parsed(exactly("a"), exactly("b")), pools=[pool(gpus=2)])
+    assert result.fits
+    assert [d for _, _, d in result.pools[0].chosen] == ["pool-node-0/gpu-0", "pool-node-0/gpu-1"]
+    assert not fit(parsed(exactly("a", 2), exactly("b")), pools=[pool(gpus=2)]).fits
+
+
+def test_match_attribute_across_requests():
+    same_root = [{"requests": ["a", "b"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    # every simulated GPU has its own PCIe root: two GPUs never share one
+    result = fit(parsed(exactly("a"), exactly("b"), constraints=same_root), pools=[pool(gpus=8)])
+    assert not result.fits
+    assert "not together under the constraint(s) matchAttribute resource.kubernetes.io/pcieRoot" in result.reasons()[0]
+    same_product = [{"requests": ["a", "b"], "matchAttribute": "gpu.nvidia.com/productName"}]
+    assert fit(parsed(exactly("a"), exactly("b"), constraints=same_product), pools=[pool(gpus=8)]).fits
+    # a constraint limited to other requests does not apply
+    only_a = [{"requests": ["a"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    assert fit(parsed(exactly("a"), exactly("b"), constraints=only_a), pools=[pool(gpus=8)]).fits
+
+
+def test_distinct_attribute():
+    distinct = [{"distinctAttribute": "gpu.nvidia.com/productName"}]
+    assert not fit(parsed(exactly("a"), exactly("b"), constraints=distinct), pools=[pool(gpus=8)]).fits
+    distinct_bus = [{"distinctAttribute": "gpu.nvidia.com/pcieBusID"}]
+    assert fit(parsed(exactly("a", 3), constraints=distinct_bus), pools=[pool(gpus=8)]).fits
+
+
+def test_first_available_falls_back_in_order():
+    big = {"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 4}
+    small = {"name": "small", "deviceClassName": "gpu.nvidia.com", "count": 1}
+    result = fit(parsed({"name": "gpu", "firstAvailable": [big, small]}), pools=[pool(gpus=2)])
+    assert result.fits
+    assert [r for _, r, _ in result.pools[0].chosen] == ["gpu/small"]
+    preferred = fit(parsed({"name": "gpu", "firstAvailable": [big, small]}), pools=[pool(gpus=8)])
+    assert [r for _, r, _ in preferred.pools[0].chosen] == ["gpu/big"] * 4
+
+
+def test_replicas_exhaust_the_pool():
+    tpl = parsed(exactly("gpu", 1))
+    result = fit(tpl, replicas=4, pools=[pool(gpus=2, low=1, high=2)])
+    assert result.fits and (result.at_min, result.at_max) == (2, 4)
+    over = fit(tpl, replicas=5, pools=[pool(gpus=2, low=1, high=2)])
+    assert not over.fits
+    assert over.reasons() == ["pool (ecs.test.x: 2x NVIDIA A30): 5 replicas wanted, 2 fit per node, "
+                              "4 on the pool's maximum of 2 nodes"]
+
+
+def test_devices_already_taken_by_earlier_pods_are_skipped():
+    allocator = NodeAllocator(pool(gpus=3).node(0), default_classes(), SelectorCache())
+    spec = parsed(exactly("gpu", 2)).spec
+    first = allocator.allocate([spec])
+    assert first is not None and [d.device for d in first[0].devices] == ["gpu-0", "gpu-1"]
+    assert allocator.allocate([spec]) is None
+    single = allocator.allocate([parsed(exactly("gpu", 1)).spec])
+    assert single is not None and single[0].devices[0].device == "gpu-2"
+
+
+def test_non_compiling_selector_is_an_error_with_expression():
+    result = fit(parsed(exactly("gpu", 1, "device.driver == 1")))
+    assert not result.fits
+    assert "CEL compile error" in result.error
+    assert "'device.driver == 1'" in result.error
+    assert "found no matching overload for '_==_' applied to '(string, int)'" in result.error
+
+
+def test_runtime_error_fails_allocation_like_the_scheduler():
+    result = fit(parsed(exactly("gpu", 1, "device.attributes['gpu.nvidia.com'].profile == '1g.6gb'")))
+    assert not result.fits
+    assert result.error.startswith("request gpu: selector #0 on device gpu.nvidia.com/pool-node-0/gpu-0: "
+                                   "CEL runtime error: no such key: profile")
+
+
+def test_mig_class_against_full_gpus():
+    result = fit(parsed(exactly("mig", 1, cls="mig.nvidia.com")))
+    assert not result.fits and result.error is None
+    assert "request mig: no device matches device class mig.nvidia.com" in result.reasons()[0]
+
+
+def test_missing_device_class_is_an_error():
+    result = fit(parsed(exactly("gpu", 1, cls="nope.example.com")))
+    assert "could not retrieve device class nope.example.com" in result.error
+
+
+def test_more_than_32_devices_in_a_claim_is_an_error():
+    with pytest.raises(AllocationError, match="exceeds the claim limit of 32"):
+        NodeAllocator(pool(gpus=40).node(0), default_classes(), SelectorCache()).allocate(
+            [parsed(exactly("gpu", 33)).spec])
+
+
+def test_cache_projection_only_for_literal_lookups():
+    assert observed_ids(f"device.driver == 'x' && {MEM}.compareTo(quantity('1')) > 0") == {
+        ("capacity", "gpu.nvidia.com", "memory")}
+    assert observed_ids("'x' in device.attributes['a.io']") == {("attributes", "a.io", "x")}
+    assert observed_ids("device.attributes['a.io'].exists(k, k == 'x')") is None
+    assert observed_ids("size(device.attributes) > 0") is None
+
+
+def test_identical_nodes_share_one_evaluation():
+    result = fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('1Gi')) >= 0")), replicas=1,
+                 pools=[pool(gpus=8, low=10, high=50)])
+    assert result.at_max == 400

@@ -1,0 +1,83 @@
+import pytest
+from vke_gpu_dra.discovery.simulated import SimulatedSource
+
+from vke_gpu_dra_ops.capacity.celenv import (
+    SelectorCompileError,
+    SelectorRuntimeError,
+    compile_selector,
+    evaluate,
+)
+
+from .helpers import CC, MEM
+
+DRIVER = "gpu.nvidia.com"
+
+
+@pytest.fixture(scope="module")
+def a30():
+    return SimulatedSource(1, "NVIDIA A30", "node-a").discover().devices[0]
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        (f"{MEM}.compareTo(quantity('24Gi')) == 0", True),
+        (f"{MEM}.isGreaterThan(quantity('23Gi')) && {MEM}.isLessThan(quantity('25Gi'))", True),
+        (f"{MEM}.compareTo(quantity('40Gi')) >= 0", False),
+        (f"{MEM}.add(quantity('1Gi')).compareTo(quantity('25Gi')) == 0", True),
+        (f"{MEM}.sub(1024).asInteger() == 25769803776 - 1024", True),
+        (f"{MEM}.add(1).isInteger() && !quantity('500m').isInteger() && quantity('-1').sign() == -1", True),
+        ("quantity('1Gi') == quantity('1024Mi') && quantity('50M').isLessThan(quantity('50Mi'))", True),
+        (f"{CC}.compareTo(semver('8.0.0')) >= 0 && {CC}.isLessThan(semver('9.0.0'))", True),
+        (f"{CC}.major() == 8 && {CC}.minor() == 0 && {CC}.patch() == 0", True),
+        (f"{CC}.isGreaterThan(semver('8.0.0'))", False),
+        ("semver('1.0.0-rc.1').isLessThan(semver('1.0.0')) && semver('1.0.0+b1') == semver('1.0.0')", True),
+        ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A30'", True),
+        ("device.attributes['resource.kubernetes.io'].pcieRoot.startsWith('pci')", True),
+        ("'profile' in device.attributes['gpu.nvidia.com']", False),
+        # an unknown domain is an empty map, not an error
+        ("'x' in device.attributes['example.com'] || size(device.capacity['example.com']) == 0", True),
+        # attributes are dyn: this compiles (as in the apiserver) and is simply false
+        ("device.attributes['gpu.nvidia.com'].productName == 1", False),
+    ],
+)
+def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
+    assert evaluate(expression, DRIVER, a30) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("device.driver == 1", "<input>:1:15: found no matching overload for '_==_' applied to '(string, int)'"),
+        (f"{MEM} >= quantity('1Gi')", "no matching overload for '_>=_'"),
+        (f"{MEM}.compareTo(semver('1.0.0')) == 0", "'(kubernetes.Quantity, kubernetes.Semver)'"),
+        ("device.attributes[", "Syntax error"),
+        ("device.driver", "must evaluate to bool or the unknown type, not string"),
+        ("nodeName == 'x'", "undeclared reference to 'nodeName'"),
+    ],
+)
+def test_compile_errors_carry_expression_and_engine_message(expression, message):
+    with pytest.raises(SelectorCompileError) as info:
+        compile_selector(expression)
+    assert message in str(info.value)
+    assert info.value.expression == expression
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("device.attributes['gpu.nvidia.com'].profile == '1g.6gb'", "no such key: profile"),
+        ("quantity('200K').sign() == 1", "'200K'"),
+        ("quantity('9999999999999999999999G').asInteger() > 0", "cannot convert value to integer"),
+        ("device.attributes['gpu.nvidia.com'].productName", "could not be converted to bool"),
+    ],
+)
+def test_runtime_errors_are_errors_not_false(a30, expression, message):
+    with pytest.raises(SelectorRuntimeError, match=message):
+        evaluate(expression, DRIVER, a30)
+
+
+def test_strings_extension_selector_is_evaluated_unchecked(a30):
+    expression = "device.attributes['gpu.nvidia.com'].productName.lowerAscii() == 'nvidia a30'"
+    assert compile_selector(expression).checked is False
+    assert evaluate(expression, DRIVER, a30) is True
