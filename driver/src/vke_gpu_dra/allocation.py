@@ -1,0 +1,102 @@
+"""Pure checks of a fetched ResourceClaim: is it the claim kubelet meant, allocated, and ours to prepare?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .model import ClaimError, ClaimRef, Device
+from .opaque_config import ConfigError, DeviceConfig, check_supported, config_for, decode_configs
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One allocation result of this driver on this node, with the config that applies to it."""
+
+    request: str
+    device: Device
+    config: DeviceConfig | None
+
+    @property
+    def request_name(self) -> str:
+        """The request without its `/subrequest` part (what kubelet matches containers against)."""
+        return self.request.split("/", 1)[0]
+
+
+def _label(ref: ClaimRef) -> str:
+    return f"{ref.namespace}/{ref.name}"
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def allocated_devices(
+    ref: ClaimRef,
+    claim: Mapping[str, Any],
+    *,
+    driver_name: str,
+    pool_name: str,
+    devices: Mapping[str, Device],
+) -> list[AllocatedDevice]:
+    """This node's devices allocated to `claim` (API JSON); raises ClaimError with one clear message."""
+    label = _label(ref)
+    uid = _get(claim, "metadata", "uid")
+    if uid != ref.uid:
+        raise ClaimError(f"claim {label} got replaced: uid {uid}, expected {ref.uid}")
+    allocation = _get(claim, "status", "allocation")
+    if not isinstance(allocation, Mapping):
+        raise ClaimError(f"claim {label} is not allocated")
+    results = _get(allocation, "devices", "results") or []
+    if not isinstance(results, list):
+        raise ClaimError(f"claim {label}: status.allocation.devices.results must be a list")
+    try:
+        configs = decode_configs(_get(allocation, "devices", "config"), driver_name)
+    except ConfigError as exc:
+        raise ClaimError(f"claim {label}: {exc}") from None
+
+    allocated = [
+        _one_result(label, i, result, driver_name=driver_name, pool_name=pool_name, devices=devices,
+                    configs=configs)
+        for i, result in enumerate(results)
+        if isinstance(result, Mapping) and result.get("driver") == driver_name
+    ]
+    if not allocated:
+        raise ClaimError(f"claim {label} has no devices allocated by driver {driver_name}")
+    return allocated
+
+
+def _one_result(
+    label: str,
+    index: int,
+    result: Mapping[str, Any],
+    *,
+    driver_name: str,
+    pool_name: str,
+    devices: Mapping[str, Device],
+    configs: list[DeviceConfig],
+) -> AllocatedDevice:
+    request, pool, name = result.get("request"), result.get("pool"), result.get("device")
+    if not (isinstance(request, str) and isinstance(pool, str) and isinstance(name, str)
+            and request and pool and name):
+        raise ClaimError(f"claim {label}: result {index} of {driver_name} needs request, pool and device")
+    if pool != pool_name:
+        raise ClaimError(
+            f"device {name} of claim {label} is in pool {pool}, but this node's pool is {pool_name}"
+        )
+    device = devices.get(name)
+    if device is None:
+        known = ", ".join(sorted(devices)) or "none"
+        raise ClaimError(f"device {name} of claim {label} is not published by this node (known: {known})")
+    try:
+        config = config_for(request, device.device_type, name, configs)
+        if config is not None:
+            check_supported(config)
+    except ConfigError as exc:
+        raise ClaimError(f"claim {label}: {exc}") from None
+    return AllocatedDevice(request, device, config)

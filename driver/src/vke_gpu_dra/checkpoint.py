@@ -1,0 +1,176 @@
+"""Checkpoint of prepared claims, in the plugin data directory under this driver's own file name.
+
+Format (JSON, version 1):
+
+    {"format": "vke-gpu-dra-checkpoint", "version": 1, "checksum": "sha256:<hex>",
+     "claims": [{"uid", "namespace", "name", "state": "PrepareStarted"|"PrepareCompleted",
+                 "devices": [PreparedDevice JSON, ...]}, ...]}
+
+The checksum covers the canonical JSON (sorted keys, no spaces) of `{"claims": ..., "version": ...}`.
+NVIDIA's `checkpoint.json` in the same directory is never written, so a rollback to NVIDIA's plugin
+never meets a file it rejects.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from .fsutil import atomic_write, fsync_dir
+from .model import PreparedDevice
+
+CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
+FORMAT: Final = "vke-gpu-dra-checkpoint"
+VERSION: Final = 1
+
+
+class ClaimState(enum.StrEnum):
+    PREPARE_STARTED = "PrepareStarted"
+    PREPARE_COMPLETED = "PrepareCompleted"
+
+
+@dataclass(frozen=True)
+class ClaimEntry:
+    uid: str
+    namespace: str
+    name: str
+    state: ClaimState
+    devices: tuple[PreparedDevice, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": self.state.value,
+            "devices": [d.to_json() for d in self.devices],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> ClaimEntry:
+        if not isinstance(data, Mapping):
+            raise CheckpointError(f"{where} must be an object, got {type(data).__name__}")
+        _exact_fields(data, {"uid", "namespace", "name", "state", "devices"}, where)
+        for key in ("uid", "namespace", "name"):
+            if not isinstance(data[key], str):
+                raise CheckpointError(f"{where}.{key} must be a string, got {data[key]!r}")
+        if not data["uid"]:
+            raise CheckpointError(f"{where}.uid must not be empty")
+        try:
+            state = ClaimState(data["state"])
+        except ValueError:
+            allowed = ", ".join(s.value for s in ClaimState)
+            raise CheckpointError(f"{where}.state must be one of {allowed}, got {data['state']!r}") from None
+        if not isinstance(data["devices"], list):
+            raise CheckpointError(f"{where}.devices must be a list, got {type(data['devices']).__name__}")
+        devices = []
+        for i, raw in enumerate(data["devices"]):
+            if not isinstance(raw, Mapping):
+                raise CheckpointError(f"{where}.devices[{i}] must be an object, got {raw!r}")
+            try:
+                devices.append(PreparedDevice.from_json(raw))
+            except ValueError as exc:
+                raise CheckpointError(f"{where}.devices[{i}]: {exc}") from None
+        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices))
+
+
+class CheckpointError(ValueError):
+    """The checkpoint file is not a valid checkpoint (bad JSON, checksum or shape)."""
+
+
+def _exact_fields(obj: Mapping[str, Any], expected: set[str], where: str) -> None:
+    if set(obj) != expected:
+        raise CheckpointError(f"{where} must have exactly the fields {sorted(expected)}, has {sorted(obj)}")
+
+
+def _canonical(payload: Mapping[str, Any]) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _checksum(payload: Mapping[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(_canonical(payload)).hexdigest()
+
+
+def encode(entries: Mapping[str, ClaimEntry]) -> bytes:
+    payload = {"version": VERSION, "claims": [entries[uid].to_json() for uid in sorted(entries)]}
+    document = {"format": FORMAT, **payload, "checksum": _checksum(payload)}
+    return json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
+
+
+def decode(data: bytes) -> dict[str, ClaimEntry]:
+    """Parse a checkpoint; raises CheckpointError naming what is wrong."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"top level must be an object, got {type(document).__name__}")
+    if document.get("format") != FORMAT:
+        raise CheckpointError(f"format must be {FORMAT!r}, got {document.get('format')!r}")
+    if document.get("version") != VERSION:
+        raise CheckpointError(f"version must be {VERSION}, got {document.get('version')!r}")
+    _exact_fields(document, {"format", "version", "checksum", "claims"}, "top level")
+    payload = {"version": document["version"], "claims": document["claims"]}
+    if document["checksum"] != _checksum(payload):
+        raise CheckpointError(f"checksum mismatch (stored {document['checksum']!r})")
+    claims = document["claims"]
+    if not isinstance(claims, list):
+        raise CheckpointError(f"claims must be a list, got {type(claims).__name__}")
+    entries: dict[str, ClaimEntry] = {}
+    for i, raw in enumerate(claims):
+        entry = ClaimEntry.from_json(raw, f"claims[{i}]")
+        if entry.uid in entries:
+            raise CheckpointError(f"claims[{i}]: duplicate uid {entry.uid}")
+        entries[entry.uid] = entry
+    return entries
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    entries: dict[str, ClaimEntry]
+    #: One clear message when the file was unusable (it was moved to `moved_to`); None otherwise.
+    problem: str | None = None
+    moved_to: Path | None = None
+
+
+class CheckpointStore:
+    """Reads and atomically rewrites the checkpoint file in `directory`."""
+
+    def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE) -> None:
+        self.path = directory / file_name
+
+    def load(self) -> LoadResult:
+        """The stored entries; a corrupt file is moved aside to `<name>.corrupt-<timestamp>`."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return LoadResult({})
+        try:
+            return LoadResult(decode(data))
+        except CheckpointError as exc:
+            moved = self._move_aside()
+            problem = (
+                f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name} "
+                "and recovering prepared claims from the CDI specs on disk"
+            )
+            return LoadResult({}, problem=problem, moved_to=moved)
+
+    def save(self, entries: Mapping[str, ClaimEntry]) -> None:
+        atomic_write(self.path, encode(entries), mode=0o600)
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            n += 1
+        self.path.rename(target)
+        fsync_dir(self.path.parent)
+        return target

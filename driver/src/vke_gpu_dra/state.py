@@ -1,0 +1,204 @@
+"""Prepared-claim state of this node: prepare/unprepare, backed by CDI specs and the checkpoint.
+
+Called concurrently from gRPC worker threads. Each claim UID has its own lock, so different claims
+are prepared in parallel while the same claim is never prepared twice at once; a short global lock
+guards the in-memory entries and serialises checkpoint writes (the file always matches memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import cdi
+from .allocation import allocated_devices
+from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from .model import ClaimError, ClaimRef, Device, PreparedDevice
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _ClaimLock:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
+class DeviceState:
+    """Devices of this node and the claims prepared on them."""
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        pool_name: str,
+        devices: Sequence[Device],
+        cdi_root: Path,
+        plugin_data_dir: Path,
+        dev_root: Path = Path("/"),
+    ) -> None:
+        names = [d.name for d in devices]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"device names must be unique, duplicated: {', '.join(duplicates)}")
+        self._driver_name = driver_name
+        self._pool_name = pool_name
+        self._devices = tuple(devices)
+        self._by_name = {d.name: d for d in devices}
+        self._cdi_root = cdi_root
+        self._dev_root = dev_root
+        self._store = CheckpointStore(plugin_data_dir)
+        self._entries_lock = threading.Lock()
+        self._claim_locks: dict[str, _ClaimLock] = {}
+        self._claim_locks_guard = threading.Lock()
+        #: The one-line problem found while loading the checkpoint (None when it was fine).
+        self.load_problem: str | None = None
+        self._entries = self._load()
+
+    # ------------------------------------------------------------------------------------ public API
+
+    @property
+    def devices(self) -> Sequence[Device]:
+        return self._devices
+
+    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError."""
+        with self._claim_lock(ref.uid):
+            entry = self._entry(ref.uid)
+            if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+                self._ensure_spec(ref, entry)
+                return list(entry.devices)
+            allocated = allocated_devices(
+                ref, claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
+            )
+            self._save_entry(ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED), ref)
+            unique = list({a.device.name: a.device for a in allocated}.values())
+            self._write_spec(ref, unique)
+            prepared = [
+                PreparedDevice(
+                    request_names=(a.request_name,),
+                    pool_name=self._pool_name,
+                    device_name=a.device.name,
+                    cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
+                )
+                for a in allocated
+            ]
+            done = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, tuple(prepared))
+            self._save_entry(done, ref)
+            return prepared
+
+    def unprepare(self, ref: ClaimRef) -> None:
+        """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
+        with self._claim_lock(ref.uid):
+            try:
+                cdi.delete_claim_spec(self._cdi_root, ref.uid)
+            except OSError as exc:
+                label = f"{ref.namespace}/{ref.name}"
+                raise ClaimError(f"claim {label}: cannot delete its CDI spec: {exc}") from None
+            with self._entries_lock:
+                if ref.uid not in self._entries:
+                    return
+                remaining = {uid: e for uid, e in self._entries.items() if uid != ref.uid}
+                self._persist(remaining, ref)
+
+    def prepared(self) -> dict[str, list[PreparedDevice]]:
+        """Claim UID -> prepared devices, for claims whose preparation completed."""
+        with self._entries_lock:
+            return {
+                uid: list(e.devices)
+                for uid, e in self._entries.items()
+                if e.state is ClaimState.PREPARE_COMPLETED
+            }
+
+    def entries(self) -> dict[str, ClaimEntry]:
+        """All checkpoint entries (including PrepareStarted), for inspection."""
+        with self._entries_lock:
+            return dict(self._entries)
+
+    # ------------------------------------------------------------------------------------- internals
+
+    def _load(self) -> dict[str, ClaimEntry]:
+        result = self._store.load()
+        entries = dict(result.entries)
+        if result.problem is not None:
+            self.load_problem = result.problem
+            log.error("%s", result.problem)
+        recovered = []
+        for uid, path in cdi.list_claim_specs(self._cdi_root).items():
+            if uid in entries:
+                continue
+            try:
+                cdi.load_spec(path)
+            except (OSError, cdi.CdiSpecError) as exc:
+                log.warning("%s is not a valid CDI spec (%s); unprepare will still remove it", path, exc)
+            # Request names are not in the spec: the claim is marked started, so a repeated prepare
+            # redoes it and unprepare removes the spec.
+            entries[uid] = ClaimEntry(uid, "", "", ClaimState.PREPARE_STARTED)
+            recovered.append(uid)
+        if recovered:
+            log.warning("recovered %d claim(s) from CDI specs without checkpoint entries: %s",
+                        len(recovered), ", ".join(recovered))
+        if recovered or result.problem is not None:
+            self._store.save(entries)
+        return entries
+
+    @contextlib.contextmanager
+    def _claim_lock(self, uid: str) -> Iterator[None]:
+        with self._claim_locks_guard:
+            slot = self._claim_locks.setdefault(uid, _ClaimLock())
+            slot.users += 1
+        try:
+            with slot.lock:
+                yield
+        finally:
+            with self._claim_locks_guard:
+                slot.users -= 1
+                if slot.users == 0:
+                    del self._claim_locks[uid]
+
+    def _entry(self, uid: str) -> ClaimEntry | None:
+        with self._entries_lock:
+            return self._entries.get(uid)
+
+    def _save_entry(self, entry: ClaimEntry, ref: ClaimRef) -> None:
+        with self._entries_lock:
+            self._persist({**self._entries, entry.uid: entry}, ref)
+
+    def _persist(self, entries: dict[str, ClaimEntry], ref: ClaimRef) -> None:
+        """Write `entries` and make them current; memory is unchanged when the write fails."""
+        try:
+            self._store.save(entries)
+        except OSError as exc:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name}: cannot write checkpoint {self._store.path}: {exc}"
+            ) from None
+        self._entries = entries
+
+    def _optional_nodes(self) -> list[str]:
+        return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
+
+    def _write_spec(self, ref: ClaimRef, devices: Sequence[Device]) -> None:
+        try:
+            spec = cdi.build_claim_spec(ref.uid, devices, optional_nodes=self._optional_nodes())
+            cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
+        except (OSError, cdi.CdiSpecError) as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot write its CDI spec: {exc}") from None
+
+    def _ensure_spec(self, ref: ClaimRef, entry: ClaimEntry) -> None:
+        """Rewrite a completed claim's CDI spec if it vanished (e.g. /var/run/cdi emptied by a reboot)."""
+        if cdi.claim_spec_path(self._cdi_root, ref.uid).exists():
+            return
+        names = list(dict.fromkeys(d.device_name for d in entry.devices))
+        missing = [n for n in names if n not in self._by_name]
+        if missing:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name} was prepared with device(s) {', '.join(missing)}, "
+                "which this node no longer publishes"
+            )
+        log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
+        self._write_spec(ref, [self._by_name[n] for n in names])

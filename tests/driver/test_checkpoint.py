@@ -1,0 +1,105 @@
+import json
+
+import pytest
+from vke_gpu_dra import checkpoint as cp
+from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.model import PreparedDevice
+
+DEV = PreparedDevice(("gpu",), "node-a", "gpu-0", ("k8s.gpu.nvidia.com/claim=u1-gpu-0",))
+ENTRIES = {
+    "u1": ClaimEntry("u1", "ns", "a", ClaimState.PREPARE_COMPLETED, (DEV,)),
+    "u2": ClaimEntry("u2", "ns", "b", ClaimState.PREPARE_STARTED),
+}
+
+
+def test_file_name_is_our_own(tmp_path):
+    store = CheckpointStore(tmp_path)
+    assert store.path == tmp_path / "vke-gpu-dra-checkpoint.json"
+    assert store.path.name != "checkpoint.json"
+
+
+def test_round_trip(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.save(ENTRIES)
+    assert store.load() == cp.LoadResult(ENTRIES)
+    assert oct(store.path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in tmp_path.iterdir()] == [store.path.name]  # no temp files left
+
+
+def test_missing_file_is_empty(tmp_path):
+    assert CheckpointStore(tmp_path).load() == cp.LoadResult({})
+
+
+def test_document_shape(tmp_path):
+    doc = json.loads(cp.encode(ENTRIES))
+    assert doc["format"] == "vke-gpu-dra-checkpoint" and doc["version"] == 1
+    assert doc["checksum"].startswith("sha256:") and len(doc["checksum"]) == 7 + 64
+    assert doc["claims"][0] == {
+        "uid": "u1", "namespace": "ns", "name": "a", "state": "PrepareCompleted",
+        "devices": [{"requestNames": ["gpu"], "poolName": "node-a", "deviceName": "gpu-0",
+                     "cdiDeviceIDs": ["k8s.gpu.nvidia.com/claim=u1-gpu-0"]}],
+    }
+
+
+def tamper(change):
+    doc = json.loads(cp.encode(ENTRIES))
+    change(doc)
+    return json.dumps(doc).encode()
+
+
+def resign(doc):
+    doc["checksum"] = cp._checksum({"version": doc["version"], "claims": doc["claims"]})
+
+
+def bad_state(doc):
+    doc["claims"][0]["state"] = "Prepared"
+    resign(doc)
+
+
+def extra_field(doc):
+    doc["claims"][0]["extra"] = 1
+    resign(doc)
+
+
+def bad_device(doc):
+    doc["claims"][0]["devices"][0]["deviceName"] = 5
+    resign(doc)
+
+
+def duplicate(doc):
+    doc["claims"][1] = doc["claims"][0]
+    resign(doc)
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"{not json", "not valid JSON"),
+    (b"\xff\xfe", "not valid JSON"),
+    (b"[]", "top level must be an object"),
+    (tamper(lambda d: d.update(format="other")), "format must be 'vke-gpu-dra-checkpoint'"),
+    (tamper(lambda d: d.update(version=2)), "version must be 1"),
+    (tamper(lambda d: d["claims"][0].update(name="changed")), "checksum mismatch"),
+    (tamper(lambda d: d.pop("checksum")), "must have exactly the fields"),
+    (tamper(bad_state), r"claims\[0\]\.state must be one of PrepareStarted, PrepareCompleted"),
+    (tamper(extra_field), r"claims\[0\] must have exactly the fields"),
+    (tamper(bad_device), r"claims\[0\]\.devices\[0\]: prepared device needs string"),
+    (tamper(duplicate), r"claims\[1\]: duplicate uid u1"),
+])
+def test_decode_rejects_with_a_clear_message(data, message):
+    with pytest.raises(CheckpointError, match=message):
+        cp.decode(data)
+
+
+def test_corrupt_file_is_moved_aside_with_one_message(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.path.write_bytes(tamper(lambda d: d["claims"][0].update(name="changed")))
+    result = store.load()
+    assert result.entries == {}
+    assert result.moved_to is not None
+    assert result.moved_to.name.startswith("vke-gpu-dra-checkpoint.json.corrupt-")
+    assert result.moved_to.exists() and not store.path.exists()
+    assert "checksum mismatch" in result.problem
+    assert "recovering prepared claims from the CDI specs" in result.problem
+    # a second corrupt file in the same second does not overwrite the first one
+    store.path.write_bytes(b"garbage")
+    second = store.load()
+    assert second.moved_to != result.moved_to and second.moved_to.exists() and result.moved_to.exists()

@@ -1,0 +1,300 @@
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from vke_gpu_dra import cdi, facts
+from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
+from vke_gpu_dra.discovery.simulated import SimulatedSource
+from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
+from vke_gpu_dra.state import DeviceState
+
+from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
+
+POOL = "node-a"
+DEVICES = SimulatedSource(4, "NVIDIA A30", POOL).discover().devices
+
+
+def ref(uid="uid-1", name="c"):
+    return ClaimRef("default", name, uid)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return tmp_path / "cdi", tmp_path / "plugin"
+
+
+def make_state(dirs, devices=DEVICES, **kwargs):
+    cdi_root, data = dirs
+    return DeviceState(driver_name=facts.DRIVER_NAME, pool_name=POOL, devices=devices,
+                       cdi_root=cdi_root, plugin_data_dir=data, **kwargs)
+
+
+def checkpoint_doc(dirs):
+    return json.loads((dirs[1] / CHECKPOINT_FILE).read_text())
+
+
+def test_prepare_writes_spec_and_checkpoint_and_answers(dirs):
+    state = make_state(dirs)
+    got = state.prepare(ref(), claim("uid-1", result("gpu-0", "gpu"), result("gpu-2", "pair/second")))
+    assert got == [
+        PreparedDevice(("gpu",), POOL, "gpu-0", ("k8s.gpu.nvidia.com/claim=uid-1-gpu-0",)),
+        PreparedDevice(("pair",), POOL, "gpu-2", ("k8s.gpu.nvidia.com/claim=uid-1-gpu-2",)),
+    ]
+    spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
+    assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-0", "uid-1-gpu-2"]
+    assert f"NVIDIA_VISIBLE_DEVICES={DEVICES[0].uuid},{DEVICES[2].uuid}" in spec["containerEdits"]["env"]
+    doc = checkpoint_doc(dirs)
+    assert [(c["uid"], c["namespace"], c["name"], c["state"]) for c in doc["claims"]] == [
+        ("uid-1", "default", "c", "PrepareCompleted"),
+    ]
+    assert state.prepared() == {"uid-1": got}
+    assert list(state.devices) == DEVICES
+
+
+def test_prepare_is_idempotent(dirs):
+    state = make_state(dirs)
+    first = state.prepare(ref(), claim("uid-1", result("gpu-1")))
+    # A completed claim answers from the checkpoint, even for a claim object it would now refuse.
+    assert state.prepare(ref(), claim("uid-1", allocated=False)) == first
+    assert len(checkpoint_doc(dirs)["claims"]) == 1
+
+
+def test_results_of_other_drivers_are_ignored(dirs):
+    got = make_state(dirs).prepare(ref(), claim("uid-1", result("nic-0", driver="net.example.com"),
+                                                 result("gpu-3")))
+    assert [d.device_name for d in got] == ["gpu-3"]
+
+
+def test_same_device_in_two_results_is_one_cdi_device(dirs):
+    got = make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-0", "a"), result("gpu-0", "b")))
+    assert [d.request_names for d in got] == [("a",), ("b",)]
+    assert len(cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"]) == 1
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    (claim("other-uid", result("gpu-0")), "claim default/c got replaced: uid other-uid, expected uid-1"),
+    (claim("uid-1", allocated=False), "claim default/c is not allocated"),
+    (claim("uid-1", result("gpu-9")),
+     r"device gpu-9 of claim default/c is not published by this node \(known: gpu-0, gpu-1, gpu-2, gpu-3\)"),
+    (claim("uid-1", result("gpu-0", pool="node-b")),
+     "device gpu-0 of claim default/c is in pool node-b, but this node's pool is node-a"),
+    (claim("uid-1", result("nic-0", driver="net.example.com")),
+     "claim default/c has no devices allocated by driver gpu.nvidia.com"),
+    (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
+    (claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}), "result 0 of gpu.nvidia.com needs request"),
+    (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
+     r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: GPU sharing strategy MPS is not "
+     "supported by this driver yet"),
+    (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(bogus=1))]),
+     r"claim default/c: config\[0\] \(FromClaim\) \(GpuConfig\): unknown field\(s\) bogus"),
+    (claim("uid-1", result("gpu-0"), config=[opaque(mig_config(), requests=["gpu"])]),
+     "cannot apply MigDeviceConfig .* to request gpu: device gpu-0 is of type gpu"),
+])
+def test_bad_claims_fail_with_one_clear_message_and_leave_nothing(dirs, obj, message):
+    state = make_state(dirs)
+    with pytest.raises(ClaimError, match=message):
+        state.prepare(ref(), obj)
+    assert state.entries() == {}
+    assert cdi.list_claim_specs(dirs[0]) == {}
+
+
+def test_null_sharing_and_class_configs_are_accepted(dirs):
+    config = [opaque(gpu_config(sharing=None), source="FromClass"), opaque(gpu_config(), requests=["gpu"])]
+    got = make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-0"), config=config))
+    assert [d.device_name for d in got] == ["gpu-0"]
+
+
+def test_unprepare_removes_spec_and_entry_and_tolerates_unknown_claims(dirs):
+    state = make_state(dirs)
+    state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    state.unprepare(ref())
+    assert state.entries() == {}
+    assert cdi.list_claim_specs(dirs[0]) == {}
+    assert checkpoint_doc(dirs)["claims"] == []
+    state.unprepare(ref())  # again: still a success
+    state.unprepare(ref("never-seen"))
+
+
+def test_failed_spec_write_leaves_a_started_entry_that_unprepare_cleans(dirs, monkeypatch):
+    state = make_state(dirs)
+
+    def refuse(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cdi, "write_claim_spec", refuse)
+    with pytest.raises(ClaimError, match=r"claim default/c: cannot write its CDI spec: .*No space left"):
+        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    assert state.entries()["uid-1"].state is ClaimState.PREPARE_STARTED
+    assert state.prepared() == {}
+    state.unprepare(ref())
+    assert state.entries() == {}
+    assert checkpoint_doc(dirs)["claims"] == []
+
+
+def test_failed_checkpoint_write_is_a_claim_error_and_memory_is_unchanged(dirs, monkeypatch):
+    state = make_state(dirs)
+
+    def refuse(_entries):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(state._store, "save", refuse)
+    with pytest.raises(ClaimError, match=r"cannot write checkpoint .*Read-only file system"):
+        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    assert state.entries() == {}
+
+
+def test_restart_between_prepare_and_unprepare(dirs):
+    answer = make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-1")))
+    restarted = make_state(dirs)
+    assert restarted.load_problem is None
+    assert restarted.prepared() == {"uid-1": answer}
+    assert restarted.prepare(ref(), claim("uid-1", result("gpu-1"))) == answer
+    restarted.unprepare(ref())
+    assert cdi.list_claim_specs(dirs[0]) == {}
+    assert make_state(dirs).entries() == {}
+
+
+def test_restart_after_a_started_prepare_redoes_it(dirs, monkeypatch):
+    state = make_state(dirs)
+    def fail(*_args, **_kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(cdi, "write_claim_spec", fail)
+    with pytest.raises(ClaimError):
+        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    monkeypatch.undo()
+    restarted = make_state(dirs)
+    assert restarted.entries()["uid-1"].state is ClaimState.PREPARE_STARTED
+    got = restarted.prepare(ref(), claim("uid-1", result("gpu-0")))
+    assert [d.device_name for d in got] == ["gpu-0"]
+    assert restarted.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
+
+
+def test_corrupt_checkpoint_is_moved_aside_and_claims_recovered_from_cdi_specs(dirs, caplog):
+    state = make_state(dirs)
+    state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))
+    state.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))
+    (dirs[1] / CHECKPOINT_FILE).write_text('{"format": "vke-gpu-dra-checkpoint", "version": 1, "chec')
+
+    recovered = make_state(dirs)
+    assert "is corrupt" in recovered.load_problem and "not valid JSON" in recovered.load_problem
+    assert [r.levelname for r in caplog.records if "is corrupt" in r.getMessage()] == ["ERROR"]
+    assert len(list(dirs[1].glob(f"{CHECKPOINT_FILE}.corrupt-*"))) == 1
+    entries = recovered.entries()
+    assert sorted(entries) == ["uid-1", "uid-2"]
+    assert all(e.state is ClaimState.PREPARE_STARTED for e in entries.values())
+    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-1", "uid-2"]
+    # kubelet retries prepare: the claim is prepared again with the right request names
+    again = recovered.prepare(ref("uid-1"), claim("uid-1", result("gpu-0", "gpu")))
+    assert again[0].request_names == ("gpu",)
+    # and unprepare removes what the lost checkpoint knew about
+    recovered.unprepare(ref("uid-2", "d"))
+    assert list(cdi.list_claim_specs(dirs[0])) == ["uid-1"]
+
+
+def test_orphan_cdi_spec_is_recovered_even_with_a_valid_checkpoint(dirs):
+    make_state(dirs)  # writes nothing yet
+    spec = cdi.build_claim_spec("uid-9", DEVICES[:1])
+    cdi.write_claim_spec(dirs[0], "uid-9", spec)
+    state = make_state(dirs)
+    assert state.entries()["uid-9"].state is ClaimState.PREPARE_STARTED
+    state.unprepare(ref("uid-9"))
+    assert cdi.list_claim_specs(dirs[0]) == {}
+
+
+def test_missing_spec_of_a_completed_claim_is_rewritten(dirs):
+    state = make_state(dirs)
+    first = state.prepare(ref(), claim("uid-1", result("gpu-2")))
+    cdi.claim_spec_path(dirs[0], "uid-1").unlink()
+    assert make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-2"))) == first
+    assert cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"][0]["name"] == "uid-1-gpu-2"
+
+
+def test_missing_spec_of_a_claim_on_a_vanished_device_is_an_error(dirs):
+    make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-3")))
+    cdi.claim_spec_path(dirs[0], "uid-1").unlink()
+    with pytest.raises(ClaimError, match=r"device.* gpu-3, which this node no longer publishes"):
+        make_state(dirs, devices=DEVICES[:2]).prepare(ref(), claim("uid-1", result("gpu-3")))
+
+
+def test_real_gpu_spec_uses_control_nodes_present_under_dev_root(dirs, tmp_path):
+    dev_root = tmp_path / "host"
+    (dev_root / "dev").mkdir(parents=True)
+    (dev_root / "dev" / "nvidia-uvm").touch()
+    gpu = Device(name="gpu-0", device_type="gpu", uuid="GPU-real", attributes={facts.ATTR_TYPE: "gpu"},
+                 capacity={}, minor=0, device_nodes=("/dev/nvidia0",))
+    make_state(dirs, devices=[gpu], dev_root=dev_root).prepare(ref(), claim("uid-1", result("gpu-0")))
+    spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
+    assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
+    assert "NVIDIA_VISIBLE_DEVICES=GPU-real" in spec["containerEdits"]["env"]
+
+
+def test_duplicate_device_names_are_rejected(dirs):
+    with pytest.raises(ValueError, match="duplicated: gpu-0"):
+        make_state(dirs, devices=[DEVICES[0], DEVICES[0]])
+
+
+def test_many_threads_many_claims(dirs):
+    state = make_state(dirs)
+    uids = [f"uid-{i}" for i in range(16)]
+
+    def work(i):
+        uid = uids[i % 16]
+        return uid, state.prepare(ref(uid), claim(uid, result(f"gpu-{i % 4}")))
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        answers = list(pool.map(work, range(64)))
+    by_uid = {}
+    for uid, got in answers:
+        assert by_uid.setdefault(uid, got) == got  # the same claim always gets the same answer
+    assert sorted(state.prepared()) == sorted(uids)
+    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == sorted(uids)
+    assert sorted(cdi.list_claim_specs(dirs[0])) == sorted(uids)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(lambda uid: state.unprepare(ref(uid)), uids * 2))
+    assert state.entries() == {} and checkpoint_doc(dirs)["claims"] == []
+    assert cdi.list_claim_specs(dirs[0]) == {}
+    assert state._claim_locks == {}  # per-claim locks do not accumulate
+
+
+def test_same_claim_concurrently_is_prepared_once(dirs, monkeypatch):
+    state = make_state(dirs)
+    writes = []
+    real_write = cdi.write_claim_spec
+
+    def counting_write(*args, **kwargs):
+        writes.append(args[1])
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(cdi, "write_claim_spec", counting_write)
+    start = threading.Barrier(8)
+
+    def work(_):
+        start.wait(timeout=30)
+        return state.prepare(ref(), claim("uid-1", result("gpu-0")))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(work, range(8)))
+    assert all(a == answers[0] for a in answers)
+    assert writes == ["uid-1"]
+    assert list(state.entries()) == ["uid-1"]
+
+
+def test_different_claims_are_prepared_in_parallel(dirs, monkeypatch):
+    """Both prepares must be inside the spec write at the same time, or the barrier breaks."""
+    state = make_state(dirs)
+    both_inside = threading.Barrier(2)
+    real_write = cdi.write_claim_spec
+
+    def rendezvous(*args, **kwargs):
+        both_inside.wait(timeout=30)  # deadlock guard only: serialised prepares would never meet here
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(cdi, "write_claim_spec", rendezvous)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(state.prepare, ref(u), claim(u, result(d))) for u, d in
+                   (("uid-a", "gpu-0"), ("uid-b", "gpu-1"))]
+        assert [f.result()[0].device_name for f in futures] == ["gpu-0", "gpu-1"]
