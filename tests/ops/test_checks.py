@@ -128,4 +128,16 @@ def test_step_results_serialise_to_json() -> None:
         "status": "fail",
         "found": "missing DeviceClass gpu.nvidia.com, mig.nvidia.com (present: none)",
         "hint": result.hint,
+        "waived": False,
     }
+
+
+def test_step_ids_are_the_checklist_order() -> None:
+    assert tuple(r.id for r in checks.run_checks(snapshot(), Settings())) == checks.STEP_IDS
+
+
+def test_skipped_steps_are_waived_not_passed() -> None:
+    results = by_id(snapshot(pod_logs={}), Settings(skip=frozenset({"sample-log"})))
+    log = results["sample-log"]
+    assert (log.status, log.waived, log.ok, log.passed) == (Status.SKIP, True, True, False)
+    assert log.found == "skipped on request (--skip)"

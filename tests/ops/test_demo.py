@@ -205,8 +205,9 @@ def test_up_hands_verify_a_private_kubeconfig_file_and_deletes_it(project: Path)
     ws = FakeWorkspace()
     seen: dict[str, Any] = {}
 
-    def fake_verify(path: str) -> int:
+    def fake_verify(path: str, values: Mapping[str, Any]) -> int:
         seen.update(path=path, mode=stat.S_IMODE(os.stat(path).st_mode), text=Path(path).read_text())
+        seen["values"] = dict(values)
         return 1
 
     d = demo_stacks.Demo(ws, project, io.StringIO(), io.StringIO(), now=lambda: NOW)
@@ -222,14 +223,52 @@ def test_up_hands_verify_a_private_kubeconfig_file_and_deletes_it(project: Path)
     assert code == 1  # verify's exit code
     assert seen["mode"] == 0o600
     assert seen["text"] == "apiVersion: v1\n"
+    assert seen["values"] == {"kubeconfig": "apiVersion: v1\n"}
     assert not os.path.exists(seen["path"])
+
+
+def test_a_stack_configured_with_kubeconfig_path_is_verified_with_that_file(project: Path) -> None:
+    (project / "Pulumi.local.yaml").write_text(
+        "config:\n  vke-gpu-dra:target: existing-cluster\n  vke-gpu-dra:kubeconfigPath: ~/.kube/config\n"
+    )
+    ws = FakeWorkspace()
+    seen: list[str] = []
+    d = demo_stacks.Demo(ws, project, io.StringIO(), io.StringIO(), now=lambda: NOW)
+    code = d.up(
+        base_stack="local",
+        ttl=timedelta(hours=1),
+        user="bob",
+        suffix="0002",
+        kubeconfig_output="kubeconfig",
+        verify=lambda path, values: seen.append(path) or 0,
+    )
+    assert code == 0
+    assert seen == [os.path.expanduser("~/.kube/config")]
+
+
+def test_verify_settings_come_from_flags_then_stack_outputs() -> None:
+    values = {
+        "driverNamespace": "dra-system",
+        "sample": {"namespace": "gpu-samples", "deployment": "gpu-demo", "resourceClaimTemplate": "one-gpu"},
+    }
+    args = build_parser().parse_args(["demo", "up", "--skip", "sample-log"])
+    settings = demo.settings_from_stack(args, values)
+    assert (settings.namespace, settings.workload_namespace) == ("dra-system", "gpu-samples")
+    assert (settings.sample_deployment, settings.sample_claim_template) == ("gpu-demo", "one-gpu")
+    assert settings.skip == frozenset({"sample-log"})
+    args = build_parser().parse_args(["demo", "up", "--namespace", "a", "--workload-namespace", "b"])
+    settings = demo.settings_from_stack(args, values)
+    assert (settings.namespace, settings.workload_namespace) == ("a", "b")
+    defaults = demo.settings_from_stack(build_parser().parse_args(["demo", "up"]), {})
+    assert (defaults.namespace, defaults.workload_namespace) == ("nvidia-dra-driver-gpu", "default")
+    assert (defaults.sample_deployment, defaults.sample_claim_template) == ("gpu-test", "single-gpu")
 
 
 def test_up_without_the_kubeconfig_output_names_the_flag(project: Path) -> None:
     ws = FakeWorkspace()
     code, _, err = run_demo(ws, project, "up", "--user", "c", "--kubeconfig-output", "kc")
     assert code == 1
-    assert "has no kubeconfig output 'kc' (outputs: none); pass --kubeconfig-output" in err
+    assert "has no kubeconfig output 'kc' (outputs: none); pass --kubeconfig-output or --kubeconfig" in err
 
 
 def test_failed_up_keeps_the_stack_and_says_how_to_remove_it(project: Path) -> None:

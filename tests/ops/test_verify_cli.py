@@ -174,6 +174,15 @@ def test_broken_cluster_names_the_failing_step(tmp_path: Path, name: str) -> Non
     assert out.rstrip().splitlines()[-1].startswith("FAIL: ")
 
 
+def test_skip_waives_a_step(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    _no_gpu_log(cluster)
+    code, out, _ = run_cli(tmp_path, cluster, "--skip", "sample-log")
+    assert code == 0
+    assert "[SKIP] sample pod log lists a GPU (nvidia-smi -L): skipped on request (--skip)" in out
+    assert out.rstrip().endswith("PASS: 7/8 checks passed, 1 skipped on request")
+
+
 def test_no_v1_api_skips_the_steps_that_need_it_and_reads_nothing_there(tmp_path: Path) -> None:
     cluster = fake_kube.healthy_cluster()
     _no_v1(cluster)
@@ -317,6 +326,7 @@ def test_connection_error_in_json_mode_is_still_a_document(
         ("--timeout", "soon", "argument --timeout: invalid value 'soon'"),
         ("--expected-devices-per-node", "0", "argument --expected-devices-per-node: invalid value '0'"),
         ("--output", "yaml", "argument --output: invalid choice: 'yaml'"),
+        ("--skip", "logs", "argument --skip: invalid choice: 'logs' (choose from "),
     ],
 )
 def test_bad_flag_values_are_usage_errors(

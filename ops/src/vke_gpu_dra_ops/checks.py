@@ -53,10 +53,15 @@ class StepResult:
     status: Status
     found: str
     hint: str = ""
+    waived: bool = False  # skipped on request (--skip): does not fail the run
 
     @property
     def passed(self) -> bool:
         return self.status is Status.PASS
+
+    @property
+    def ok(self) -> bool:
+        return self.passed or self.waived
 
     def as_json(self) -> JSON:
         return {
@@ -65,6 +70,7 @@ class StepResult:
             "status": self.status.value,
             "found": self.found,
             "hint": self.hint,
+            "waived": self.waived,
         }
 
 
@@ -94,6 +100,7 @@ class Settings:
     expected_devices_per_node: int | None = None
     sample_deployment: str = SAMPLE_DEPLOYMENT
     sample_claim_template: str = SAMPLE_CLAIM_TEMPLATE
+    skip: frozenset[str] = frozenset()  # step ids not to check
 
 
 # --------------------------------------------------------------------------- helpers
@@ -476,5 +483,26 @@ CHECKS: tuple[Callable[[Snapshot, Settings], StepResult], ...] = (
 )
 
 
+#: Step ids, in checklist order.
+STEP_IDS = (
+    "api-resources",
+    "driver-pods",
+    "device-classes",
+    "resource-slices",
+    "no-device-plugin-capacity",
+    "sample-claim",
+    "sample-pod",
+    "sample-log",
+)
+
+
 def run_checks(snap: Snapshot, settings: Settings) -> list[StepResult]:
-    return [check(snap, settings) for check in CHECKS]
+    results = []
+    for check in CHECKS:
+        result = check(snap, settings)
+        if result.id in settings.skip:
+            result = StepResult(
+                result.id, result.title, Status.SKIP, "skipped on request (--skip)", waived=True
+            )
+        results.append(result)
+    return results

@@ -15,11 +15,13 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from vke_gpu_dra_ops import demo_stacks, verify
+from vke_gpu_dra import facts
+
+from vke_gpu_dra_ops import checks, demo_stacks, verify
 from vke_gpu_dra_ops.pulumi_workspace import (
     PASSPHRASE_VARS,
     AutomationWorkspace,
@@ -82,8 +84,15 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_KUBECONFIG_OUTPUT,
         help="stack output holding the cluster's kubeconfig (default: %(default)s)",
     )
+    up.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="verify this cluster instead of the stack's kubeconfig output (default for stacks "
+        "configured with kubeconfigPath: that path)",
+    )
     up.add_argument("--skip-verify", action="store_true", help="do not run verify after pulumi up")
-    verify.add_cluster_arguments(up)
+    verify.add_cluster_arguments(up, from_stack=True)
     up.set_defaults(func=main, needs_passphrase=True)
 
     down = sub.add_parser("down", parents=[common], help="destroy and remove a demo stack")
@@ -149,6 +158,7 @@ def run(
                 suffix=secrets.token_hex(2),
                 kubeconfig_output=args.kubeconfig_output,
                 verify=None if args.skip_verify else functools.partial(_verify, args, out, err),
+                kubeconfig_path=args.kubeconfig,
             )
         if command == "down":
             return demo.down(args.name)
@@ -168,11 +178,26 @@ def run(
         return 1
 
 
-def _verify(args: argparse.Namespace, out: TextIO, err: TextIO, kubeconfig: str) -> int:
+def settings_from_stack(args: argparse.Namespace, values: Mapping[str, Any]) -> checks.Settings:
+    """Verify settings: flags first, then the stack's outputs (driverNamespace, sample), then defaults."""
+    sample = values.get("sample") if isinstance(values.get("sample"), Mapping) else {}
+    return checks.Settings(
+        namespace=args.namespace or values.get("driverNamespace") or facts.DRIVER_NAMESPACE,
+        workload_namespace=args.workload_namespace or sample.get("namespace") or "default",
+        expected_devices_per_node=args.expected_devices_per_node,
+        sample_deployment=sample.get("deployment") or checks.SAMPLE_DEPLOYMENT,
+        sample_claim_template=sample.get("resourceClaimTemplate") or checks.SAMPLE_CLAIM_TEMPLATE,
+        skip=frozenset(args.skip),
+    )
+
+
+def _verify(
+    args: argparse.Namespace, out: TextIO, err: TextIO, kubeconfig: str, values: Mapping[str, Any]
+) -> int:
     return verify.run_verify(
         kubeconfig,
         None,
-        verify.settings_from(args),
+        settings_from_stack(args, values),
         timeout=args.timeout,
         output=args.output,
         interval=args.interval,

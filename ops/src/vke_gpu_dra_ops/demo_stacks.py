@@ -42,6 +42,10 @@ MIN_TTL, MAX_TTL = timedelta(minutes=5), timedelta(days=14)
 TTL_FORMS = "a duration like 90m, 4h or 2d, from 5m to 14d"
 
 
+#: Runs verify: (kubeconfig path, stack output values) -> exit code.
+Verify = Callable[[str, Mapping[str, Any]], int]
+
+
 class DemoError(Exception):
     """A usage or setup problem (exit code 2); the message is one line."""
 
@@ -178,7 +182,8 @@ class Demo:
         user: str,
         suffix: str,
         kubeconfig_output: str,
-        verify: Callable[[str], int] | None,
+        verify: Verify | None,
+        kubeconfig_path: str | None = None,
     ) -> int:
         stack_file = read_stack_file(self.project_dir, base_stack)
         now = self.now()
@@ -199,24 +204,27 @@ class Demo:
             return 1
         code = 0
         if verify is not None:
-            code = self._verify(stack.outputs(), name, kubeconfig_output, verify)
+            outputs = stack.outputs()
+            values = {k: getattr(v, "value", None) for k, v in outputs.items()}
+            # A stack deploying into an existing cluster is verified with that cluster's kubeconfig.
+            path = kubeconfig_path or _config_kubeconfig_path(stack_file)
+            code = verify(path, values) if path else self._verify(values, name, kubeconfig_output, verify)
         self.out.write(f"demo stack {name} is up (expires {expires}); {down_hint}\n")
         return code
 
-    def _verify(
-        self, outputs: Mapping[str, Any], name: str, output_name: str, verify: Callable[[str], int]
-    ) -> int:
-        output = outputs.get(output_name)
-        value = getattr(output, "value", None)
+    def _verify(self, values: Mapping[str, Any], name: str, output_name: str, verify: Verify) -> int:
+        """Verify with the kubeconfig output, written to a private temp file that is deleted after."""
+        value = values.get(output_name)
         if not isinstance(value, str) or not value.strip():
             self.err.write(
                 f"vke-gpu-dra demo up: stack {name} has no kubeconfig output {output_name!r} "
-                f"(outputs: {', '.join(sorted(outputs)) or 'none'}); pass --kubeconfig-output\n"
+                f"(outputs: {', '.join(sorted(values)) or 'none'}); "
+                "pass --kubeconfig-output or --kubeconfig\n"
             )
             return 1
         path = write_private_file(value)
         try:
-            return verify(path)
+            return verify(path, values)
         finally:
             os.unlink(path)
 
@@ -274,6 +282,14 @@ def _demo_info(info: StackInfo, tags: Mapping[str, str]) -> DemoInfo:
         resources=info.resource_count,
         update_in_progress=bool(info.update_in_progress),
     )
+
+
+def _config_kubeconfig_path(stack_file: StackFile) -> str | None:
+    """The `<project>:kubeconfigPath` a stack deploying into an existing cluster is configured with."""
+    for key, value in stack_file.config.items():
+        if key.endswith(":kubeconfigPath") and isinstance(value, str) and value.strip():
+            return os.path.expanduser(value)
+    return None
 
 
 def write_private_file(text: str) -> str:

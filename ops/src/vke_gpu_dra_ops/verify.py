@@ -57,17 +57,19 @@ def _interval(value: str) -> float:
     return number
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by `verify` and `demo up` (which verifies the new stack's cluster)."""
+def add_cluster_arguments(parser: argparse.ArgumentParser, *, from_stack: bool = False) -> None:
+    """Flags shared by `verify` and `demo up`; with `from_stack` namespaces default to the stack's outputs."""
+    default_ns, default_wns = (None, None) if from_stack else (facts.DRIVER_NAMESPACE, "default")
+    origin = "the stack's output, else " if from_stack else ""
     parser.add_argument(
         "--namespace",
-        default=facts.DRIVER_NAMESPACE,
-        help="namespace of the DRA driver (default: %(default)s)",
+        default=default_ns,
+        help=f"namespace of the DRA driver (default: {origin}{facts.DRIVER_NAMESPACE})",
     )
     parser.add_argument(
         "--workload-namespace",
-        default="default",
-        help="namespace of the sample workload (default: %(default)s)",
+        default=default_wns,
+        help=f"namespace of the sample workload (default: {origin}default)",
     )
     parser.add_argument(
         "--expected-devices-per-node",
@@ -85,6 +87,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--interval", type=_interval, default=DEFAULT_INTERVAL, metavar="SECONDS", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        choices=checks.STEP_IDS,
+        default=[],
+        metavar="STEP",
+        help=f"do not check this step (repeatable): {', '.join(checks.STEP_IDS)}",
     )
     parser.add_argument("--output", choices=("text", "json"), default="text", help="checklist format")
 
@@ -106,6 +116,7 @@ def settings_from(args: argparse.Namespace) -> checks.Settings:
         namespace=args.namespace,
         workload_namespace=args.workload_namespace,
         expected_devices_per_node=args.expected_devices_per_node,
+        skip=frozenset(args.skip),
     )
 
 
@@ -131,7 +142,7 @@ def wait_for_checks(
     start = clock.now()
     while True:
         results = checks.run_checks(fetch(), settings)
-        pending = [r for r in results if not r.passed]
+        pending = [r for r in results if not r.ok]
         elapsed = clock.now() - start
         if not pending or elapsed + interval > timeout:
             return results
@@ -149,16 +160,19 @@ def render_text(results: Sequence[checks.StepResult]) -> str:
         lines.append(f"[{r.status.value.upper()}] {r.title}: {r.found}")
         if r.hint and not r.passed:
             lines.append(f"       fix: {r.hint}")
-    passed = sum(r.passed for r in results)
-    verdict = "PASS" if passed == len(results) else "FAIL"
-    lines.append(f"{verdict}: {passed}/{len(results)} checks passed")
+    passed, waived = sum(r.passed for r in results), sum(r.waived for r in results)
+    verdict = "PASS" if all(r.ok for r in results) else "FAIL"
+    lines.append(
+        f"{verdict}: {passed}/{len(results)} checks passed"
+        + (f", {waived} skipped on request" if waived else "")
+    )
     return "\n".join(lines) + "\n"
 
 
 def render_json(results: Sequence[checks.StepResult], context: dict[str, Any]) -> str:
     passed = sum(r.passed for r in results)
     doc = {
-        "result": "pass" if passed == len(results) else "fail",
+        "result": "pass" if all(r.ok for r in results) else "fail",
         "passed": passed,
         "total": len(results),
         **context,
@@ -199,7 +213,7 @@ def run_verify(
             stdout.write(json.dumps({"result": "error", "error": str(exc), **meta}, indent=2) + "\n")
         return EXIT_USAGE
     stdout.write(render_json(results, meta) if output == "json" else render_text(results))
-    return EXIT_OK if all(r.passed for r in results) else EXIT_FAIL
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL
 
 
 def main(args: argparse.Namespace) -> int:
