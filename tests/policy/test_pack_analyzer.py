@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import pytest
 from pulumi.runtime.proto import analyzer_pb2
@@ -63,10 +65,20 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 RCT = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 DEVICE_CLASS = "kubernetes:resource.k8s.io/v1:DeviceClass"
+PASSWORD = "S3cr3t-Passw0rd"
 
 
 def _labels(stack: Stack) -> list[dict[str, str]]:
     return stack.one(POOL).props["kubernetesConfig"]["labels"]
+
+
+def _set_schedule_label(value: str) -> Callable[[Stack], None]:
+    def mutate(s: Stack) -> None:
+        for lb in _labels(s):
+            if lb["key"] == facts.LABEL_GPU_SCHEDULE:
+                lb["value"] = value
+
+    return mutate
 
 
 def k8s_133(s: Stack) -> None:
@@ -78,41 +90,23 @@ def containerd_20(s: Stack) -> None:
 
 
 def label_missing(s: Stack) -> None:
-    s.one(POOL).props["kubernetesConfig"]["labels"] = [
-        lb for lb in _labels(s) if lb["key"] != facts.LABEL_GPU_PRESENT
-    ]
-
-
-def label_nvidia(s: Stack) -> None:
-    for lb in _labels(s):
-        if lb["key"] == facts.LABEL_GPU_SCHEDULE:
-            lb["value"] = "nvidia"
-
-
-def label_mgpu(s: Stack) -> None:
-    for lb in _labels(s):
-        if lb["key"] == facts.LABEL_GPU_SCHEDULE:
-            lb["value"] = "mgpu"
+    kubernetes_config = s.one(POOL).props["kubernetesConfig"]
+    kubernetes_config["labels"] = [lb for lb in _labels(s) if lb["key"] != facts.LABEL_GPU_PRESENT]
 
 
 def device_plugin_addon(s: Stack) -> None:
     addon = SimRes(
         "volcengine:vke/addon:Addon",
         "gpu-device-plugin",
-        {"clusterId": "cc-1", "name": "nvidia-device-plugin", "deployMode": "Unmanaged"},
+        {"clusterId": "vke-cluster-id", "name": "nvidia-device-plugin", "deployMode": "Unmanaged"},
     )
     addon.urn = f"urn:pulumi:{s.name}::vke-gpu-dra::{addon.type}::{addon.name}"
     s.append(addon)
 
 
-def cpu_instance_type(s: Stack) -> None:
-    s.one(POOL).props["nodeConfig"]["instanceTypeIds"] = ["ecs.g3i.2xlarge"]
-
-
 def unknown_class(s: Stack) -> None:
-    s.one(RCT).props["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = (
-        "gpu.example.com"
-    )
+    request = s.one(RCT).props["spec"]["spec"]["devices"]["requests"][0]
+    request["exactly"]["deviceClassName"] = "gpu.example.com"
 
 
 def no_pod_claim(s: Stack) -> None:
@@ -124,16 +118,12 @@ def plaintext_kubeconfig_output(s: Stack) -> None:
 
 
 def plaintext_password(s: Stack) -> None:
-    login = s.one(POOL).props["nodeConfig"]["security"]["login"]
-    login["password"] = login["password"]["value"]
+    pool = s.one(POOL).props
+    pool["nodeConfig"] = pool["nodeConfig"]["value"]  # the program marks the whole nodeConfig secret
 
 
 def cluster_unprotected(s: Stack) -> None:
     s.one(CLUSTER).protect = False
-
-
-def kubelet_plugin_anywhere(s: Stack) -> None:
-    del s.one(RELEASE).props["values"]["kubeletPlugin"]["affinity"]
 
 
 def gpu_resources_off(s: Stack) -> None:
@@ -142,7 +132,7 @@ def gpu_resources_off(s: Stack) -> None:
 
 def controller_affinity_default(s: Stack) -> None:
     release = s.one(RELEASE).props
-    del release["valueYamlFiles"], release["allowNullValues"]
+    del release["valueYamlFiles"]
 
 
 def gpu_class_selects_everything(s: Stack) -> None:
@@ -155,146 +145,176 @@ def mig_class_does_not_compile(s: Stack) -> None:
     spec["selectors"][0]["cel"]["expression"] = "device.attributes['gpu.nvidia.com'].type =="
 
 
+@dataclass(frozen=True)
+class Case:
+    """A broken stack: a config change the program accepts, or a mutation of what it registers.
+
+    Mutations stand for what slips past the program's own config validation (a hand-edited stack,
+    another program): the policy must still catch it.
+    """
+
+    id: str
+    stack: str
+    implementation: str
+    policy: str
+    words: tuple[str, ...]
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+    mutate: Callable[[Stack], None] | None = None
+
+    def build(self) -> Stack:
+        stack = program_stack(self.stack, self.implementation, self.overrides, self.secrets, self.remove)
+        return stack.mutated(self.mutate) if self.mutate else stack
+
+
 BROKEN = [
-    # (id, stack, implementation, mutation, policy, words the message must contain)
-    ("kubernetes-1.33", "dev", "python", k8s_133, "kubernetes-version", ["vke-cluster", '"1.33"', "1.34"]),
-    (
+    Case(
+        "kubernetes-1.33",
+        "dev",
+        "python",
+        "kubernetes-version",
+        ("vke-cluster", '"1.33"', "1.34"),
+        mutate=k8s_133,
+    ),
+    Case(
         "containerd-2.0",
         "dev",
         "python",
-        containerd_20,
         "gpu-node-pool-runtime",
-        ["gpu-runtime", '"2.0"', "2.1"],
+        ("gpu-runtime", '"2.0"', "2.1"),
+        mutate=containerd_20,
     ),
-    (
+    Case(
         "label-missing",
         "dev",
         "python",
-        label_missing,
         "gpu-node-pool-labels",
-        ["gpu-pool", "nvidia.com/gpu.present is missing", 'value: "true"'],
+        ("gpu-pool", "nvidia.com/gpu.present is missing", 'value: "true"'),
+        mutate=label_missing,
     ),
-    (
+    Case(
         "label-value-nvidia",
         "dev",
         "python",
-        label_nvidia,
         "no-device-plugin-beside-dra",
-        ["gpu-pool", 'vke.node.gpu.schedule="nvidia"', '"nvidia-dra"'],
+        ("gpu-pool", 'vke.node.gpu.schedule="nvidia"', '"nvidia-dra"'),
+        mutate=_set_schedule_label("nvidia"),
     ),
-    (
+    Case(
         "label-value-mgpu",
         "prod",
         "nvidia",
-        label_mgpu,
         "no-device-plugin-beside-dra",
-        ["mGPU", '"nvidia-dra"'],
+        ("mGPU", '"nvidia-dra"'),
+        mutate=_set_schedule_label("mgpu"),
     ),
-    (
+    Case(
         "device-plugin-add-on",
         "dev",
         "nvidia",
-        device_plugin_addon,
         "no-device-plugin-beside-dra",
-        ["gpu-device-plugin", '"nvidia-device-plugin"', "remove the add-on"],
+        ("gpu-device-plugin", '"nvidia-device-plugin"', "remove the add-on"),
+        mutate=device_plugin_addon,
     ),
-    (
+    Case(
         "cpu-instance-type",
         "dev",
         "python",
-        cpu_instance_type,
         "gpu-node-pool-instance-types",
-        ["gpu-pool", "ecs.g3i.2xlarge", "GPU Accelerated"],
+        ("gpu-pool", "ecs.g3i.2xlarge", "GPU Accelerated"),
+        overrides={"nodePool.instanceTypes": json.dumps(["ecs.g3i.2xlarge"])},
     ),
-    (
+    Case(
         "template-unknown-class",
         "dev",
         "python",
-        unknown_class,
         "claim-references",
-        ["sample-claim-template", "'gpu.example.com'", "gpu.nvidia.com"],
+        ("sample-claim-template", "'gpu.example.com'", "gpu.nvidia.com"),
+        mutate=unknown_class,
     ),
-    (
+    Case(
         "container-claim-without-pod-claim",
         "local",
         "nvidia",
-        no_pod_claim,
         "claim-references",
-        ["sample-deployment", "'gpu'", "resourceClaims"],
+        ("sample-deployment", "'gpu'", "resourceClaims"),
+        mutate=no_pod_claim,
     ),
-    (
+    Case(
         "plaintext-kubeconfig-output",
         "dev",
         "python",
-        plaintext_kubeconfig_output,
         "secrets",
-        ['"kubeconfig"', "plaintext", "pulumi.Output.secret"],
+        ('"kubeconfig"', "plaintext", "pulumi.Output.secret"),
+        mutate=plaintext_kubeconfig_output,
     ),
-    (
+    Case(
         "plaintext-node-password",
         "prod",
         "python",
-        plaintext_password,
         "secrets",
-        ["gpu-pool", "nodeConfig.security.login.password", "pulumi.Output.secret"],
+        ("gpu-pool", "nodeConfig.security.login.password", "pulumi.Output.secret"),
+        secrets={"nodePool.password": PASSWORD},
+        remove=("nodePool.keyPairName",),
+        mutate=plaintext_password,
     ),
-    (
+    Case(
         "production-without-protect",
         "prod",
         "python",
-        cluster_unprotected,
         "production-protection",
-        ["vke-cluster", "protect is false", "protect=True"],
+        ("vke-cluster", "protect is false", "protect=True"),
+        mutate=cluster_unprotected,
     ),
-    (
+    Case(
         "kubelet-plugin-on-any-node",
         "dev",
         "python",
-        kubelet_plugin_anywhere,
         "dra-driver-values",
-        ["dra-driver-release", "kubeletPlugin", "nvidia-dra"],
+        ("dra-driver-release", "kubeletPlugin", "nvidia-dra"),
+        overrides={"driver.kubeletPluginOnAllNodes": "true"},
     ),
-    (
+    Case(
         "nvidia-gpu-resources-off",
         "prod",
         "nvidia",
-        gpu_resources_off,
         "dra-driver-values",
-        ["gpuResourcesEnabledOverride is False", "set it to true"],
+        ("gpuResourcesEnabledOverride is False", "set it to true"),
+        mutate=gpu_resources_off,
     ),
-    (
+    Case(
         "nvidia-controller-affinity-default",
         "dev",
         "nvidia",
-        controller_affinity_default,
         "dra-driver-values",
-        ["controller.affinity is not set", "null"],
+        ("controller.affinity is not set", "null"),
+        mutate=controller_affinity_default,
     ),
-    (
+    Case(
         "gpu-class-selects-mig",
         "dev",
         "python",
-        gpu_class_selects_everything,
         "device-classes",
-        ["gpu.nvidia.com", "also select a MIG device", "device.attributes"],
+        ("gpu.nvidia.com", "also select a MIG device", "device.attributes"),
+        mutate=gpu_class_selects_everything,
     ),
-    (
+    Case(
         "mig-class-does-not-compile",
         "prod",
         "python",
-        mig_class_does_not_compile,
         "device-classes",
-        ["mig.nvidia.com", "does not compile", "Syntax error"],
+        ("mig.nvidia.com", "does not compile", "Syntax error"),
+        mutate=mig_class_does_not_compile,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", [pytest.param(case, id=case[0]) for case in BROKEN])
-def test_broken_stack_fails_exactly_one_policy(analyzer: PackProcess, case: tuple[Any, ...]) -> None:
-    _, stack, implementation, mutate, policy, words = case
-    diags = mandatory(analyzer.run(program_stack(stack, implementation).mutated(mutate)))
-    assert [d.policy for d in diags] == [policy], [d.message for d in diags]
-    for word in words:
+@pytest.mark.parametrize("case", [pytest.param(case, id=case.id) for case in BROKEN])
+def test_broken_stack_fails_exactly_one_policy(analyzer: PackProcess, case: Case) -> None:
+    diags = mandatory(analyzer.run(case.build()))
+    assert [d.policy for d in diags] == [case.policy], [d.message for d in diags]
+    for word in case.words:
         assert word in diags[0].message
 
 
@@ -302,3 +322,10 @@ def test_broken_resource_is_named_by_urn(analyzer: PackProcess) -> None:
     broken = program_stack("dev", "python").mutated(k8s_133)
     (diag,) = mandatory(analyzer.run(broken))
     assert diag.urn == broken.one(CLUSTER).urn
+
+
+def test_password_secret_in_the_program_passes(analyzer: PackProcess) -> None:
+    stack = program_stack(
+        "prod", "python", secrets={"nodePool.password": PASSWORD}, remove=("nodePool.keyPairName",)
+    )
+    assert mandatory(analyzer.run(stack)) == []
