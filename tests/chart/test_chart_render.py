@@ -221,3 +221,8 @@ def test_missing_helm_skips_locally_but_fails_in_ci(monkeypatch: pytest.MonkeyPa
 
 def test_helm_is_the_real_binary(helm: Helm) -> None:
     assert helm.run("version", "--short").stdout.startswith(("v3.", "v4."))
+
+
+def test_kubernetes_older_than_1_34_is_refused(helm: Helm) -> None:
+    with pytest.raises(chartlib.HelmError, match=r"chart requires kubeVersion: >=1\.34\.0-0"):
+        helm.run("template", RELEASE, str(CHART_DIR), "--kube-version", "1.33.5")

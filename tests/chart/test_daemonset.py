@@ -328,3 +328,23 @@ def test_daemonset_runs_as_the_release_service_account(render: Any) -> None:
     account = find(objects, "ServiceAccount", f"{RELEASE}-vke-gpu-dra-driver-kubelet-plugin")
     assert pod_spec(objects)["serviceAccountName"] == account["metadata"]["name"]
     assert pod_spec(render({"serviceAccount": {"name": "dra"}}))["serviceAccountName"] == "dra"
+
+
+def test_values_in_the_shape_the_pulumi_program_passes(render: Any) -> None:
+    """The program sets image, pull secrets, driver name, device source, tolerations, DeviceClasses off, and
+    deletes the default affinity with a null (plugin on all nodes)."""
+    tolerations = [{"key": "vke.node.gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    values = {
+        "image": {"pullPolicy": "Always", "repository": "cr.example/vke-gpu-dra/dra-gpu-kubelet-plugin"},
+        "imagePullSecrets": [{"name": "cr"}],
+        "driverName": facts.DRIVER_NAME,
+        "deviceSource": {"type": "simulated", "simulatedGpus": 2, "simulatedProduct": "NVIDIA A30"},
+        "kubeletPlugin": {"tolerations": tolerations, "affinity": None},
+        "deviceClasses": {"enabled": False},
+    }
+    objects = render(values)
+    spec = pod_spec(objects)
+    assert "affinity" not in spec
+    assert spec["tolerations"] == tolerations
+    assert not [o for o in objects if o["kind"] == "DeviceClass"]
+    assert plugin_container(objects)["image"] == "cr.example/vke-gpu-dra/dra-gpu-kubelet-plugin:0.1.0"
