@@ -123,3 +123,12 @@ def test_helm_test_image_defaults_to_the_plugin_image(render: Any) -> None:
 
 def test_helm_test_can_be_turned_off(render: Any) -> None:
     assert not [o for o in render({"helmTest": {"enabled": False}}) if is_test_hook(o)]
+
+
+def test_helm_test_rbac_does_not_outlive_a_successful_test(render: Any) -> None:
+    for hook in (o for o in render({}) if is_test_hook(o)):
+        policy = hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+        expected = (
+            ["before-hook-creation"] if hook["kind"] == "Pod" else ["before-hook-creation", "hook-succeeded"]
+        )
+        assert policy == expected, hook["kind"]
