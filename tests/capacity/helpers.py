@@ -13,8 +13,9 @@ MEM = "device.capacity['gpu.nvidia.com'].memory"
 CC = "device.attributes['gpu.nvidia.com'].cudaComputeCapability"
 
 
-def exactly(name: str, count: int = 1, *selectors: str, cls: str = "gpu.nvidia.com", mode: str | None = None
-            ) -> dict[str, Any]:
+def exactly(
+    name: str, count: int = 1, *selectors: str, cls: str = "gpu.nvidia.com", mode: str | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"deviceClassName": cls}
     if mode == "All":
         body["allocationMode"] = "All"
@@ -25,13 +26,18 @@ def exactly(name: str, count: int = 1, *selectors: str, cls: str = "gpu.nvidia.c
     return {"name": name, "exactly": body}
 
 
-def template(*requests: dict[str, Any], constraints: list[dict[str, Any]] | None = None,
-             name: str = "t") -> dict[str, Any]:
+def template(
+    *requests: dict[str, Any], constraints: list[dict[str, Any]] | None = None, name: str = "t"
+) -> dict[str, Any]:
     devices: dict[str, Any] = {"requests": list(requests)}
     if constraints:
         devices["constraints"] = constraints
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name, "namespace": "default"}, "spec": {"spec": {"devices": devices}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": devices}},
+    }
 
 
 def parsed(*requests: dict[str, Any], constraints: list[dict[str, Any]] | None = None) -> ClaimTemplate:

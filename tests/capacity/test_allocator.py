@@ -1,5 +1,4 @@
 import pytest
-
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
 from vke_gpu_dra_ops.capacity.stack import default_classes
@@ -13,15 +12,18 @@ def test_count_that_fits_and_count_that_does_not():
     assert [d for _, _, d in ok.pools[0].chosen] == ["pool-node-0/gpu-0", "pool-node-0/gpu-1"]
     too_many = fit(parsed(exactly("gpu", 4)))
     assert not too_many.fits
-    assert too_many.reasons() == ["pool (ecs.test.x: 2x NVIDIA A30): request gpu: needs 4, pool has 2 per node "
-                                  "(2 devices per node)"]
+    assert too_many.reasons() == [
+        "pool (ecs.test.x: 2x NVIDIA A30): request gpu: needs 4, pool has 2 per node (2 devices per node)"
+    ]
 
 
 def test_all_takes_every_matching_device_and_needs_one():
     result = fit(parsed(exactly("gpus", mode="All")), pools=[pool(gpus=4)])
     assert result.fits and result.pools[0].per_node == 1
     assert len(result.pools[0].chosen) == 4
-    none = fit(parsed(exactly("gpus", 1, "device.attributes['gpu.nvidia.com'].brand == 'Quadro'", mode="All")))
+    none = fit(
+        parsed(exactly("gpus", 1, "device.attributes['gpu.nvidia.com'].brand == 'Quadro'", mode="All"))
+    )
     assert not none.fits
     assert "no device matches selector" in none.reasons()[0]
 
@@ -31,10 +33,17 @@ def test_memory_floor_with_quantity():
     result = fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('80Gi')) >= 0")))
     assert not result.fits
     assert result.reasons()[0].endswith("memory 80Gi > 24Gi")
-    assert fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('80Gi')) >= 0")),
-               pools=[pool("NVIDIA H100 80GB HBM3", 8)]).fits is False  # 81559Mi < 80Gi
-    assert fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('79Gi')) >= 0")),
-               pools=[pool("NVIDIA H100 80GB HBM3", 8)]).fits
+    assert (
+        fit(
+            parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('80Gi')) >= 0")),
+            pools=[pool("NVIDIA H100 80GB HBM3", 8)],
+        ).fits
+        is False
+    )  # 81559Mi < 80Gi
+    assert fit(
+        parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('79Gi')) >= 0")),
+        pools=[pool("NVIDIA H100 80GB HBM3", 8)],
+    ).fits
 
 
 def test_compute_capability_with_semver():
@@ -57,7 +66,10 @@ def test_match_attribute_across_requests():
     # every simulated GPU has its own PCIe root: two GPUs never share one
     result = fit(parsed(exactly("a"), exactly("b"), constraints=same_root), pools=[pool(gpus=8)])
     assert not result.fits
-    assert "not together under the constraint(s) matchAttribute resource.kubernetes.io/pcieRoot" in result.reasons()[0]
+    assert (
+        "not together under the constraint(s) matchAttribute resource.kubernetes.io/pcieRoot"
+        in result.reasons()[0]
+    )
     same_product = [{"requests": ["a", "b"], "matchAttribute": "gpu.nvidia.com/productName"}]
     assert fit(parsed(exactly("a"), exactly("b"), constraints=same_product), pools=[pool(gpus=8)]).fits
     # a constraint limited to other requests does not apply
@@ -88,8 +100,10 @@ def test_replicas_exhaust_the_pool():
     assert result.fits and (result.at_min, result.at_max) == (2, 4)
     over = fit(tpl, replicas=5, pools=[pool(gpus=2, low=1, high=2)])
     assert not over.fits
-    assert over.reasons() == ["pool (ecs.test.x: 2x NVIDIA A30): 5 replicas wanted, 2 fit per node, "
-                              "4 on the pool's maximum of 2 nodes"]
+    assert over.reasons() == [
+        "pool (ecs.test.x: 2x NVIDIA A30): 5 replicas wanted, 2 fit per node, "
+        "4 on the pool's maximum of 2 nodes"
+    ]
 
 
 def test_devices_already_taken_by_earlier_pods_are_skipped():
@@ -113,8 +127,10 @@ def test_non_compiling_selector_is_an_error_with_expression():
 def test_runtime_error_fails_allocation_like_the_scheduler():
     result = fit(parsed(exactly("gpu", 1, "device.attributes['gpu.nvidia.com'].profile == '1g.6gb'")))
     assert not result.fits
-    assert result.error.startswith("request gpu: selector #0 on device gpu.nvidia.com/pool-node-0/gpu-0: "
-                                   "CEL runtime error: no such key: profile")
+    assert result.error.startswith(
+        "request gpu: selector #0 on device gpu.nvidia.com/pool-node-0/gpu-0: "
+        "CEL runtime error: no such key: profile"
+    )
 
 
 def test_mig_class_against_full_gpus():
@@ -131,18 +147,23 @@ def test_missing_device_class_is_an_error():
 def test_more_than_32_devices_in_a_claim_is_an_error():
     with pytest.raises(AllocationError, match="exceeds the claim limit of 32"):
         NodeAllocator(pool(gpus=40).node(0), default_classes(), SelectorCache()).allocate(
-            [parsed(exactly("gpu", 33)).spec])
+            [parsed(exactly("gpu", 33)).spec]
+        )
 
 
 def test_cache_projection_only_for_literal_lookups():
     assert observed_ids(f"device.driver == 'x' && {MEM}.compareTo(quantity('1')) > 0") == {
-        ("capacity", "gpu.nvidia.com", "memory")}
+        ("capacity", "gpu.nvidia.com", "memory")
+    }
     assert observed_ids("'x' in device.attributes['a.io']") == {("attributes", "a.io", "x")}
     assert observed_ids("device.attributes['a.io'].exists(k, k == 'x')") is None
     assert observed_ids("size(device.attributes) > 0") is None
 
 
 def test_identical_nodes_share_one_evaluation():
-    result = fit(parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('1Gi')) >= 0")), replicas=1,
-                 pools=[pool(gpus=8, low=10, high=50)])
+    result = fit(
+        parsed(exactly("gpu", 1, f"{MEM}.compareTo(quantity('1Gi')) >= 0")),
+        replicas=1,
+        pools=[pool(gpus=8, low=10, high=50)],
+    )
     assert result.at_max == 400

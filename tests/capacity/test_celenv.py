@@ -1,6 +1,5 @@
 import pytest
 from vke_gpu_dra.discovery.simulated import SimulatedSource
-
 from vke_gpu_dra_ops.capacity.celenv import (
     SelectorCompileError,
     SelectorRuntimeError,
@@ -48,7 +47,10 @@ def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("device.driver == 1", "<input>:1:15: found no matching overload for '_==_' applied to '(string, int)'"),
+        (
+            "device.driver == 1",
+            "<input>:1:15: found no matching overload for '_==_' applied to '(string, int)'",
+        ),
         (f"{MEM} >= quantity('1Gi')", "no matching overload for '_>=_'"),
         (f"{MEM}.compareTo(semver('1.0.0')) == 0", "'(kubernetes.Quantity, kubernetes.Semver)'"),
         ("device.attributes[", "Syntax error"),

@@ -221,7 +221,8 @@ class _Search:
     def run(self) -> bool:
         return self._one(0, 0, 0, 0, False)
 
-    def _one(self, ci: int, ri: int, ai: int, di: int, in_sub: bool) -> bool:
+    # one function mirrors the scheduler's allocateOne step by step, branches and all
+    def _one(self, ci: int, ri: int, ai: int, di: int, in_sub: bool) -> bool:  # noqa: PLR0911, PLR0912
         self.steps += 1
         if self.steps > MAX_SEARCH_STEPS:
             raise AllocationError(

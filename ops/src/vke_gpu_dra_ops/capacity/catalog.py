@@ -198,7 +198,7 @@ def parse_config_value(value: Any) -> dict[str, InstanceType]:
 
 
 def load_catalog(config_value: Any = None) -> dict[str, InstanceType]:
-    """The built-in catalog with the stack's rows (from `vke-gpu-dra:gpuInstanceTypes`) added or overriding."""
+    """The built-in catalog plus the stack's rows (`vke-gpu-dra:gpuInstanceTypes`), which override."""
     catalog = dict(builtin_catalog())
     if config_value is not None:
         catalog.update(parse_config_value(config_value))

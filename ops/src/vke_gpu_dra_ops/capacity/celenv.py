@@ -432,7 +432,7 @@ def _attribute_value(value: object) -> object:
 
 
 def device_variable(driver: str, device: Device) -> dict[str, object]:
-    """The `device` variable: attributes/capacity keyed by domain, unqualified names in the driver's domain."""
+    """The `device` variable: attributes/capacity by domain (unqualified names: the driver's domain)."""
     attributes: dict[str, dict[str, object]] = {}
     for name, value in device.attributes.items():
         domain, ident = _split(name, driver)

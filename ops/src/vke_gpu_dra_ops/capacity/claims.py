@@ -22,7 +22,7 @@ _FULLY_QUALIFIED: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z_]
 
 
 class ManifestError(ValueError):
-    """A Kubernetes object this tool cannot read; the message names object, field, value and what is allowed."""
+    """An object this tool cannot read; the message names object, field, value and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -211,9 +211,9 @@ def _request(raw: Any, where: str, field: str, api_version: str) -> Request:
     alternatives = []
     for i, sub in enumerate(subs):
         sub_field = f"{field}.firstAvailable[{i}]"
-        sub = _mapping(sub, where, sub_field)
+        sub_map = _mapping(sub, where, sub_field)
         alternatives.append(
-            _subrequest(sub, where, sub_field, _name(sub.get("name"), where, f"{sub_field}.name"))
+            _subrequest(sub_map, where, sub_field, _name(sub_map.get("name"), where, f"{sub_field}.name"))
         )
     return Request(name, tuple(alternatives), first_available=True)
 
@@ -297,16 +297,16 @@ def parse_pod_claims(pod_spec: Mapping[str, Any], where: str, field: str) -> tup
     refs = []
     for i, raw in enumerate(_list(pod_spec.get("resourceClaims"), where, f"{field}.resourceClaims")):
         entry_field = f"{field}.resourceClaims[{i}]"
-        raw = _mapping(raw, where, entry_field)
-        template, claim = raw.get("resourceClaimTemplateName"), raw.get("resourceClaimName")
+        entry = _mapping(raw, where, entry_field)
+        template, claim = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
         if (template is None) == (claim is None):
             raise ManifestError(
                 f"{where}: {entry_field} must set exactly one of resourceClaimTemplateName or "
-                f"resourceClaimName, got keys {sorted(raw)}"
+                f"resourceClaimName, got keys {sorted(entry)}"
             )
         refs.append(
             PodClaimRef(
-                _string(raw.get("name"), where, f"{entry_field}.name"),
+                _string(entry.get("name"), where, f"{entry_field}.name"),
                 template if isinstance(template, str) else None,
                 claim if isinstance(claim, str) else None,
             )

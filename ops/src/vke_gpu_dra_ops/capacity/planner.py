@@ -226,7 +226,8 @@ class Planner:
         for expression in sub.selectors:
             remaining = [v for v in candidates if self._safe_match(expression, v)]
             if not remaining:
-                return f"request {name}: no device matches selector {expression!r}{_hint(expression, candidates)}"
+                hint = _hint(expression, candidates)
+                return f"request {name}: no device matches selector {expression!r}{hint}"
             candidates = remaining
         if not sub.wants_all and sub.count > len(candidates):
             return (

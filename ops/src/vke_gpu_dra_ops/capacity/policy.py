@@ -50,14 +50,38 @@ def workload_claims(model: StackModel, workload: Workload) -> tuple[list[tuple[s
     return claims, missing
 
 
-def check_model(model: StackModel) -> list[Violation]:
+def missing_classes(model: StackModel, claims: list[tuple[str, ClaimSpec]]) -> list[str]:
+    return sorted(
+        {
+            sub.device_class
+            for _, spec in claims
+            for request in spec.requests
+            for sub in request.alternatives
+            if sub.device_class not in model.classes
+        }
+    )
+
+
+def check_model(model: StackModel, *, report_references: bool = True) -> list[Violation]:
+    """Violations for `model`.
+
+    With `report_references` False (the policy pack, where the claim-references policy owns them),
+    workloads naming templates or DeviceClasses that do not exist are skipped instead of reported.
+    Nothing is decided while relevant values are unknown (preview), or for stacks without a DRA pool
+    (e.g. target=existing-cluster: the cluster's capacity is not part of the stack).
+    """
+    if model.undecided:
+        return []
     violations = [Violation(message, urn) for urn, message in model.problems]
-    if not model.workloads:
+    if not model.workloads or not model.pools:
         return violations
     planner = Planner(model.classes)
     fitting_alone: list[tuple[Workload, list[tuple[str, ClaimSpec]]]] = []
     for workload in model.workloads:
         claims, missing = workload_claims(model, workload)
+        classes = missing_classes(model, claims)
+        if (missing or classes) and not report_references:
+            continue
         if missing:
             violations.extend(Violation(f"{workload.label}: {m}", workload.urn) for m in missing)
             continue
@@ -95,7 +119,8 @@ def _together(
                 names = ", ".join(p.label for p in pools)
                 violations.append(
                     Violation(
-                        f"{workload.label}: fits alone, but beside the workloads before it only {got} of {wanted} "
+                        f"{workload.label}: fits alone, but beside the workloads before it only {got} of "
+                        f"{wanted} "
                         f"replica(s) find devices on {names} at maximum size",
                         workload.urn,
                     )
@@ -138,6 +163,12 @@ def _try(allocator: NodeAllocator, specs: list[ClaimSpec]) -> int:
         return 0
 
 
-def check_stack(resources: Iterable[Any], catalog_config: Any = None) -> list[Violation]:
-    """Violations of the capacity policy for a stack's resources (see the module docstring)."""
-    return check_model(model_from_resources(resources, catalog_config))
+def check_stack(
+    resources: Iterable[Any], catalog_config: Any = None, *, report_references: bool = False
+) -> list[Violation]:
+    """Violations of the capacity policy for a stack's resources (see the module docstring).
+
+    `resources`: objects with `resource_type` (or `type`), `props` (inputs, camelCase), `urn` and `name`.
+    `catalog_config`: the value of `vke-gpu-dra:gpuInstanceTypes`, if the stack sets it.
+    """
+    return check_model(model_from_resources(resources, catalog_config), report_references=report_references)

@@ -156,7 +156,7 @@ class Semver:
         return _compare_prerelease(self.prerelease, other.prerelease)
 
 
-def _compare_prerelease(left: tuple[str, ...], right: tuple[str, ...]) -> int:
+def _compare_prerelease(left: tuple[str, ...], right: tuple[str, ...]) -> int:  # noqa: PLR0911 (semver 11.4 rules)
     if left == right:
         return 0
     if not left:  # a release ranks above any of its pre-releases

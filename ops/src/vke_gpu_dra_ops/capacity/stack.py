@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from vke_gpu_dra import facts
+from vke_gpu_dra.profiles import DEFAULT_PRODUCT
 
 from .catalog import CatalogError, InstanceType, load_catalog, lookup
 from .claims import (
@@ -55,6 +56,10 @@ class StackModel:
     workloads: list[Workload] = field(default_factory=list)
     #: problems found while reading the stack (each names the resource and field)
     problems: list[tuple[str, str]] = field(default_factory=list)
+    #: things the reader should know (left out of the count, not violations)
+    notes: list[str] = field(default_factory=list)
+    #: URNs of resources whose relevant values are unknown (preview): the stack cannot be decided yet
+    undecided: list[str] = field(default_factory=list)
 
     def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
         name = ref.template or ref.claim or ""
@@ -120,10 +125,18 @@ def _labels(props: Mapping[str, Any]) -> dict[str, str]:
     return {str(lb.get("key")): str(lb.get("value")) for lb in raw if isinstance(lb, Mapping)}
 
 
+def _family(instance_type: str) -> str:
+    return instance_type.rsplit(".", 1)[0]
+
+
 def pools_from_node_pool(
-    props: Mapping[str, Any], name: str, catalog: Mapping[str, InstanceType]
+    props: Mapping[str, Any], name: str, catalog: Mapping[str, InstanceType], model: StackModel | None = None
 ) -> list[GpuPool]:
-    """The variants (one per instance type) of a VKE node pool resource that runs the DRA driver."""
+    """The variants (one per instance type) of a VKE node pool resource that runs the DRA driver.
+
+    An instance type missing from the catalog is a problem when its family is a catalogued GPU family
+    (the GPU count is unknown); any other type is left to the instance-type policy and only noted.
+    """
     labels = _labels(props)
     if any(labels.get(k) != v for k, v in facts.REQUIRED_NODE_LABELS.items()):
         return []  # not a DRA GPU pool: the driver publishes nothing there
@@ -138,8 +151,23 @@ def pools_from_node_pool(
         raise ManifestError(
             f"node pool {pool_name}: autoScaling replica count {exc.args[0]!r} is not a whole number >= 0"
         ) from None
-    types = (props.get("nodeConfig") or {}).get("instanceTypeIds") or []
-    return [_pool(pool_name, str(t), low, high, catalog) for t in types]
+    types = [str(t) for t in (props.get("nodeConfig") or {}).get("instanceTypeIds") or []]
+    families = {_family(t) for t in catalog}
+    variants = []
+    for instance_type in types:
+        if instance_type in catalog:
+            variants.append(_pool(pool_name, instance_type, low, high, catalog=catalog))
+        elif _family(instance_type) in families:
+            try:
+                lookup(instance_type, catalog)
+            except CatalogError as exc:
+                raise CatalogError(f"node pool {pool_name}: capacity cannot be checked: {exc}") from None
+        elif model is not None:
+            model.notes.append(
+                f"node pool {pool_name}: {instance_type} is not a GPU type of the catalog; "
+                "its devices are not counted"
+            )
+    return variants
 
 
 def _pool(
@@ -147,6 +175,7 @@ def _pool(
     instance_type: str,
     low: int,
     high: int,
+    *,
     catalog: Mapping[str, InstanceType],
     notes: Sequence[str] = (),
 ) -> GpuPool:
@@ -176,6 +205,61 @@ def _kubernetes_object(resource_type: str, props: Mapping[str, Any]) -> dict[str
     return obj
 
 
+_JSON_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+def is_known(value: Any) -> bool:
+    """True when `value` is plain JSON all the way down (no unknown-during-preview markers)."""
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and is_known(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(is_known(v) for v in value)
+    return isinstance(value, _JSON_SCALARS)
+
+
+def _relevant_known(resource_type: str, props: Any) -> bool:
+    """Whether the values the capacity check reads are known (other props may stay unknown)."""
+    if not isinstance(props, Mapping):
+        return is_known(props)
+    if resource_type == NODE_POOL_TYPE:
+        return _pool_known(props)
+    if resource_type.startswith(_RESOURCE_GROUP):
+        return is_known(props)
+    kind = resource_type.rsplit(":", 1)[-1]
+    if resource_type.startswith("kubernetes:") and kind in WORKLOAD_KINDS:
+        return _workload_known(kind, props)
+    return True
+
+
+def _pool_known(props: Mapping[str, Any]) -> bool:
+    node_config = props.get("nodeConfig")
+    kube_config = props.get("kubernetesConfig")
+    return (
+        is_known(props.get("name"))
+        and is_known(props.get("autoScaling"))
+        and isinstance(node_config, Mapping | type(None))
+        and isinstance(kube_config, Mapping | type(None))
+        and is_known((node_config or {}).get("instanceTypeIds"))
+        and is_known((kube_config or {}).get("labels"))
+    )
+
+
+def _workload_known(kind: str, props: Mapping[str, Any]) -> bool:
+    spec = props.get("spec")
+    if not is_known(props.get("metadata")) or not isinstance(spec, Mapping | type(None)):
+        return False
+    spec = spec or {}
+    scalars = [spec.get(k) for k in ("replicas", "parallelism", "completions")]
+    job = spec.get("jobTemplate")
+    if kind == "CronJob" and isinstance(job, Mapping) and isinstance(job.get("spec"), Mapping):
+        scalars += [job["spec"].get(k) for k in ("parallelism", "completions")]
+    try:
+        pod_spec, _ = _pod_spec(kind, spec)
+    except (AttributeError, TypeError):  # a part of the path is unknown
+        return False
+    return is_known(scalars) and isinstance(pod_spec, Mapping) and is_known(pod_spec.get("resourceClaims"))
+
+
 def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -> StackModel:
     """A StackModel from policy-pack resources (anything with resource_type/type, props, urn, name)."""
     model = StackModel(classes=default_classes())
@@ -189,9 +273,12 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
         props = getattr(resource, "props", None) or {}
         urn = str(getattr(resource, "urn", "") or "")
         name = str(getattr(resource, "name", "") or "")
+        if not _relevant_known(rtype, props):
+            model.undecided.append(urn or name)
+            continue
         try:
             if rtype == NODE_POOL_TYPE:
-                variants = pools_from_node_pool(props, name, catalog)
+                variants = pools_from_node_pool(props, name, catalog, model)
                 if variants:
                     model.pools.append(variants)
             elif rtype.startswith("kubernetes:"):
@@ -254,14 +341,12 @@ def pools_from_config(config: Mapping[str, Any], defaults: Mapping[str, Any]) ->
     if get("driver.deviceSource", "nvml") == "simulated":
         product = str(get("driver.simulatedProduct", facts_default_product()))
         gpus = int(get("driver.simulatedGpus", 8))
-        note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product} whatever its instance type"
+        note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product}, whatever its type"
         return [GpuPool(name, str(t), product, gpus, low, high, (note,)) for t in types]
-    return [_pool(name, str(t), low, high, catalog) for t in types]
+    return [_pool(name, str(t), low, high, catalog=catalog) for t in types]
 
 
 def facts_default_product() -> str:
-    from vke_gpu_dra.profiles import DEFAULT_PRODUCT
-
     return DEFAULT_PRODUCT
 
 

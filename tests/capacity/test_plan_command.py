@@ -1,0 +1,120 @@
+import json
+
+import pytest
+import yaml
+from vke_gpu_dra_ops.__main__ import main
+
+from .helpers import MEM, exactly, template
+
+
+@pytest.fixture
+def stack_dir(tmp_path):
+    (tmp_path / "Pulumi.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "vke-gpu-dra",
+                "runtime": "python",
+                "config": {
+                    "nodePool.instanceTypes": {"type": "array", "default": ["ecs.gni2.3xlarge"]},
+                    "nodePool.minReplicas": {"type": "integer", "default": 1},
+                    "nodePool.maxReplicas": {"type": "integer", "default": 1},
+                },
+            }
+        )
+    )
+    (tmp_path / "Pulumi.dev.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "vke-gpu-dra:nodePool.instanceTypes": ["ecs.hpcpni3ln.45xlarge"],
+                    "vke-gpu-dra:nodePool.maxReplicas": 2,
+                }
+            }
+        )
+    )
+    return tmp_path
+
+
+def write_manifests(path, *docs):
+    path.write_text(yaml.safe_dump_all(list(docs)))
+    return path
+
+
+def deployment(replicas, claim="t"):
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "app"},
+        "spec": {
+            "replicas": replicas,
+            "template": {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim}]}},
+        },
+    }
+
+
+def test_plan_of_the_program_sample_in_text(stack_dir, capsys):
+    assert main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "gpu-dra: ecs.hpcpni3ln.45xlarge = 8x NVIDIA H20, 1..2 nodes" in out
+    assert "default/single-gpu: FITS (1 replica(s) wanted; fit at min size: 8, at max size: 16)" in out
+    assert "first replica gets: gpu -> gpu-dra-node-0/gpu-0" in out
+    assert out.endswith("Result: everything fits\n")
+
+
+def test_plan_defaults_come_from_pulumi_yaml(stack_dir, capsys):
+    (stack_dir / "Pulumi.prod.yaml").write_text("config: {}\n")
+    assert main(["plan", "--stack-config", str(stack_dir / "Pulumi.prod.yaml")]) == 0
+    assert "ecs.gni2.3xlarge = 1x NVIDIA A10, 1..1 nodes" in capsys.readouterr().out
+
+
+def test_plan_json_reports_fit_counts_devices_and_reasons(stack_dir, tmp_path, capsys):
+    manifests = write_manifests(
+        tmp_path / "m.yaml",
+        template(exactly("gpu", 2), name="t"),
+        template(exactly("gpu", 1, f"{MEM}.compareTo(quantity('141Gi')) >= 0"), name="big"),
+        deployment(9),
+    )
+    rc = main(
+        [
+            "plan",
+            "--stack-config",
+            str(stack_dir / "Pulumi.dev.yaml"),
+            "--manifests",
+            str(manifests),
+            "--output",
+            "json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["fits"] is False
+    by_name = {t["name"]: t for t in report["templates"]}
+    t = by_name["t"]
+    assert (t["fits"], t["replicasWanted"], t["replicasAtMin"], t["replicasAtMax"]) == (False, 9, 4, 8)
+    assert t["devices"] == [
+        {"request": "gpu", "device": "gpu-dra-node-0/gpu-0"},
+        {"request": "gpu", "device": "gpu-dra-node-0/gpu-1"},
+    ]
+    big = by_name["big"]
+    assert big["replicasWanted"] is None and big["fits"] is False
+    assert big["reasons"][0].endswith("memory 141Gi > 95.58Gi")
+    assert report["violations"] == [
+        "Deployment default/app (9 replica(s)) does not fit the GPU node pools: "
+        "gpu-dra (ecs.hpcpni3ln.45xlarge: 8x NVIDIA H20): 9 replicas wanted, 4 fit per node, "
+        "8 on the pool's maximum of 2 nodes"
+    ]
+
+
+def test_plan_reads_a_directory_and_reports_bad_input(stack_dir, tmp_path, capsys):
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    write_manifests(folder / "a.yaml", template({"name": "gpu", "deviceClassName": "gpu.nvidia.com"}))
+    assert (
+        main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "--manifests", str(folder)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: ResourceClaimTemplate t: spec.spec.devices.requests[0] (gpu) must set exactly one "
+        "of 'exactly' or 'firstAvailable'"
+    )
+    assert main(["plan", "--stack-config", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml: cannot read" in capsys.readouterr().err

@@ -1,0 +1,159 @@
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from vke_gpu_dra_ops.capacity import check_stack
+
+from .helpers import MEM, exactly, template
+
+POOL = "volcengine:vke/nodePool:NodePool"
+DRA_LABELS = [
+    {"key": "vke.node.gpu.schedule", "value": "nvidia-dra"},
+    {"key": "nvidia.com/gpu.present", "value": "true"},
+]
+
+
+class Unknown:
+    """Stands for a value the engine does not know during preview."""
+
+
+def res(type_: str, name: str, props: dict[str, Any]) -> SimpleNamespace:
+    return SimpleNamespace(
+        resource_type=type_, name=name, urn=f"urn:pulumi:dev::p::{type_}::{name}", props=props
+    )
+
+
+def node_pool(types: list[Any] | None = None, high: float = 2.0, labels: list[dict[str, str]] | None = None):
+    return res(
+        POOL,
+        "gpu-pool",
+        {
+            "name": "gpu",
+            "nodeConfig": {"instanceTypeIds": types or ["ecs.hpcpni3ln.45xlarge"]},
+            "kubernetesConfig": {"labels": DRA_LABELS if labels is None else labels, "cordon": False},
+            "autoScaling": {"enabled": True, "minReplicas": 1.0, "maxReplicas": high},
+        },
+    )
+
+
+def claim_template(*requests: dict[str, Any], name: str = "t"):
+    props = template(*requests, name=name)
+    return res("kubernetes:resource.k8s.io/v1:ResourceClaimTemplate", name, props)
+
+
+def deployment(replicas: Any = 1.0, claim: str = "t", name: str = "app"):
+    return res(
+        "kubernetes:apps/v1:Deployment",
+        name,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "replicas": replicas,
+                "template": {
+                    "spec": {
+                        "containers": [{"name": "c", "image": Unknown()}],
+                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim}],
+                    }
+                },
+            },
+        },
+    )
+
+
+def test_fitting_stack_has_no_violation():
+    assert check_stack([node_pool(), claim_template(exactly("gpu", 2)), deployment(8.0)]) == []
+
+
+def test_replicas_beyond_the_pool_maximum_are_a_violation_on_the_workload():
+    violations = check_stack([node_pool(high=2.0), claim_template(exactly("gpu", 4)), deployment(5.0)])
+    assert len(violations) == 1
+    assert violations[0].urn.endswith("::app")
+    assert violations[0].message == (
+        "Deployment default/app (5 replica(s)) does not fit the GPU node pools: gpu (ecs.hpcpni3ln.45xlarge: "
+        "8x NVIDIA H20): 5 replicas wanted, 2 fit per node, 4 on the pool's maximum of 2 nodes"
+    )
+
+
+def test_selector_no_device_matches_is_explained():
+    tpl = claim_template(exactly("gpu", 1, f"{MEM}.compareTo(quantity('141Gi')) >= 0"))
+    [violation] = check_stack([node_pool(), tpl, deployment()])
+    assert "request gpu: no device matches selector" in violation.message
+    assert violation.message.endswith("memory 141Gi > 95.58Gi")
+
+
+def test_workloads_together_exhaust_the_pool():
+    resources = [
+        node_pool(high=1.0),
+        claim_template(exactly("gpu", 4)),
+        deployment(2.0, name="first"),
+        deployment(1.0, name="second"),
+    ]
+    [violation] = check_stack(resources)
+    assert violation.message.startswith(
+        "Deployment default/second: fits alone, but beside the workloads before "
+        "it only 0 of 1 replica(s) find devices"
+    )
+
+
+def test_stacks_without_a_dra_pool_or_with_unknowns_are_not_decided():
+    tpl, app = claim_template(exactly("gpu", 64)), deployment()
+    assert check_stack([tpl, app]) == []  # e.g. target=existing-cluster
+    assert check_stack([node_pool(labels=[]), tpl, app]) == []  # the labels policy reports that
+    assert check_stack([node_pool(types=[Unknown()]), tpl, app]) == []  # preview
+    assert check_stack([node_pool(), tpl, deployment(Unknown())]) == []
+
+
+def test_references_are_left_to_the_claim_references_policy_unless_asked():
+    resources = [
+        node_pool(),
+        claim_template(exactly("gpu", 1, cls="nope.example.com")),
+        deployment(),
+        deployment(claim="missing", name="other"),
+    ]
+    assert check_stack(resources) == []
+    messages = [v.message for v in check_stack(resources, report_references=True)]
+    assert any("could not retrieve device class nope.example.com" in m for m in messages)
+    assert any(
+        "ResourceClaimTemplate default/missing (pod claim gpu) is not part of the stack" in m
+        for m in messages
+    )
+
+
+def test_gpu_family_type_missing_from_the_catalog_and_config_rows():
+    tpl, app = claim_template(exactly("gpu", 1)), deployment()
+    [violation] = check_stack([node_pool(types=["ecs.gni2.8xlarge"]), tpl, app])
+    assert violation.message.startswith(
+        "node pool gpu: capacity cannot be checked: instance type 'ecs.gni2.8xlarge'"
+    )
+    rows = json.dumps({"ecs.gni2.8xlarge": {"product": "NVIDIA A10", "gpus": 2, "source": "console"}})
+    assert check_stack([node_pool(types=["ecs.gni2.8xlarge"]), tpl, app], rows) == []
+    assert check_stack([node_pool(types=["ecs.g3i.2xlarge"]), tpl, app]) == []  # not a GPU family: not ours
+
+
+def test_bad_manifest_is_one_clear_violation():
+    bad = res(
+        "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate",
+        "bad",
+        {
+            "metadata": {"name": "bad"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "Some"},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
+    [violation] = check_stack([node_pool(), bad])
+    assert violation.message == (
+        "ResourceClaimTemplate bad: field spec.spec.devices.requests[0].exactly."
+        "allocationMode is 'Some'; allowed: ExactCount, All"
+    )
