@@ -141,6 +141,17 @@ def _contains_secret(value: Any) -> bool:
     return False
 
 
+def _unwrap_secrets(value: Any) -> Any:
+    """Replace secret envelopes ({sig: secret, value: v}) by their values (secretness is in secret_inputs)."""
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_VALUE:
+            return _unwrap_secrets(value.get("value"))
+        return {k: _unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secrets(v) for v in value]
+    return value
+
+
 class ProgramMocks(pulumi.runtime.Mocks):
     """Echo inputs back; answer the kubeconfig invoke."""
 
@@ -195,7 +206,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 urn=response.urn,
                 id=response.id,
                 custom=bool(request.custom),
-                inputs=copy.deepcopy(dict(pulumi.runtime.rpc.deserialize_properties(request.object))),
+                inputs=_unwrap_secrets(copy.deepcopy(dict(pulumi.runtime.rpc.deserialize_properties(request.object)))),
                 provider=request.provider,
                 parent=request.parent,
                 dependencies=tuple(request.dependencies),
