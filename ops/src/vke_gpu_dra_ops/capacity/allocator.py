@@ -111,7 +111,7 @@ class NodeAllocator:
         self.node = node
         self.classes = classes
         self.cache = cache
-        self.views = [DeviceView(node.driver, d, f"{node.name}/{d.name}") for d in node.devices]
+        self.views = cache.views(node)
         self.in_use: set[int] = set()
         self._selectable: dict[tuple[int, int, int, int], bool] = {}
 

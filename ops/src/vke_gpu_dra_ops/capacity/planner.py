@@ -18,8 +18,10 @@ from .celenv import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
 from .quantity import QuantityError, SemverError, format_bytes, parse_quantity, parse_semver
-from .selection import SelectorCache
+from .selection import SelectorCache, observed_ids
 
+#: Attributes that only identify a device (a selector naming them sees every device differently).
+_IDENTITY_IDS: Final = frozenset({"uuid", "parentUUID"})
 #: Pods per node when claims need no device at all (the kubelet's default maxPods).
 MAX_PODS_PER_NODE: Final = 110
 
@@ -103,6 +105,7 @@ def _sum_worst(pools: Sequence[PoolFit], attribute: str) -> int:
 class Planner:
     classes: Mapping[str, DeviceClass]
     cache: SelectorCache = field(default_factory=SelectorCache)
+    _classes: dict[tuple[str, str], object] = field(default_factory=dict, repr=False)
 
     def fit(
         self,
@@ -116,13 +119,14 @@ class Planner:
 
     def _pool_fit(self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]]) -> PoolFit:
         specs = [spec for _, spec in claims]
-        per_node_counts: dict[tuple[object, ...], int] = {}
+        per_node_counts: dict[object, int] = {}
         counts: list[int] = []
         chosen: tuple[tuple[str, str, str], ...] = ()
+        by_class = self._uuid_blind(specs)
         try:
             for index in range(max(pool.max_nodes, 1)):
                 node = pool.node(index)
-                signature = self._signature(node, specs)
+                signature = self._node_class(node) if by_class else self._signature(node, specs)
                 if signature not in per_node_counts:
                     count, first = self._fill(node, specs)
                     per_node_counts[signature] = count
@@ -140,6 +144,31 @@ class Planner:
         return PoolFit(
             pool, per_node, sum(counts[: pool.min_nodes]), sum(counts[: pool.max_nodes]), chosen, reasons
         )
+
+    def _uuid_blind(self, specs: Sequence[ClaimSpec]) -> bool:
+        """True when no selector or constraint of `specs` can tell devices apart by UUID alone."""
+        expressions, attributes = self._inputs(specs)
+        for expression in expressions:
+            observed = observed_ids(expression)
+            if observed is None or any(ident in _IDENTITY_IDS for _, _, ident in observed):
+                return False
+        return not any(a.rpartition("/")[2] in _IDENTITY_IDS for a in attributes)
+
+    def _node_class(self, node: Node) -> object:
+        """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
+        key = (node.pool, node.name)
+        found = self._classes.get(key)
+        if found is None:
+            found = tuple(
+                (
+                    d.name,
+                    tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
+                    tuple(sorted(d.capacity.items())),
+                )
+                for d in node.devices
+            )
+            self._classes[key] = found
+        return found
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)

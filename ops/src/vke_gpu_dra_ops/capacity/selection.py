@@ -17,6 +17,7 @@ from typing import Final
 from vke_gpu_dra.model import Device
 
 from .celenv import CompiledSelector, DeviceContext, SelectorRuntimeError, compile_selector, device_variable
+from .inventory import Node
 
 _LIT: Final = r"""(?:'([^'\\]*)'|"([^"\\]*)")"""
 _DEVICE_RE: Final = re.compile(r"(?<![\w.])device\b")
@@ -56,7 +57,7 @@ def observed_ids(expression: str) -> Observed | None:
 class DeviceView:
     """A device as selectors see it; the CEL context is built only when an evaluation needs it."""
 
-    __slots__ = ("_context", "_variable", "device", "driver", "key")
+    __slots__ = ("_context", "_keys", "_variable", "device", "driver", "key")
 
     def __init__(self, driver: str, device: Device, key: str) -> None:
         self.driver = driver
@@ -64,6 +65,8 @@ class DeviceView:
         self.key = key
         self._variable: dict[str, object] | None = None
         self._context: DeviceContext | None = None
+        #: cache key per expression (see SelectorCache.cache_key)
+        self._keys: dict[str, tuple[object, ...]] = {}
 
     @property
     def variable(self) -> dict[str, object]:
@@ -101,18 +104,31 @@ class SelectorCache:
     def __init__(self) -> None:
         self._results: dict[tuple[object, ...], bool | SelectorRuntimeError] = {}
         self._observed: dict[str, Observed | None] = {}
+        self._views: dict[tuple[str, str], list[DeviceView]] = {}
         self.stats = SelectionStats()
 
     def compiled(self, expression: str) -> CompiledSelector:
         return compile_selector(expression)
 
+    def views(self, node: Node) -> list[DeviceView]:
+        """The node's devices as selectors see them (shared by every allocator of this run)."""
+        key = (node.pool, node.name)
+        views = self._views.get(key)
+        if views is None:
+            views = [DeviceView(node.driver, d, f"{node.name}/{d.name}") for d in node.devices]
+            self._views[key] = views
+        return views
+
     def cache_key(self, expression: str, view: DeviceView) -> tuple[object, ...]:
+        key = view._keys.get(expression)
+        if key is not None:
+            return key
         if expression not in self._observed:
             self._observed[expression] = observed_ids(expression)
         observed = self._observed[expression]
-        if observed is None:
-            return (expression, "device", view.key)
-        return (expression, *view.project(observed))
+        key = (expression, "device", view.key) if observed is None else (expression, *view.project(observed))
+        view._keys[expression] = key
+        return key
 
     def matches(self, expression: str, view: DeviceView) -> bool:
         """True/False; raises SelectorRuntimeError (cached like a result)."""
