@@ -83,6 +83,19 @@ def _wire(value: Any) -> Any:
     return value
 
 
+def _is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SIG) == SECRET_SIG
+
+
+def _inputs(registered: harness.Registered) -> dict[str, Any]:
+    """Inputs with every top-level key the SDK sent as secret wrapped as a secret (as the engine has it)."""
+    props = _wire(registered.inputs)
+    for key in registered.secret_inputs:
+        if key in props and not _is_secret(props[key]):
+            props[key] = secret(props[key])
+    return props
+
+
 def program_stack(
     stack: str,
     implementation: str,
@@ -100,7 +113,7 @@ def program_stack(
         SimRes(
             r.type,
             r.name,
-            _wire(r.inputs),
+            _inputs(r),
             protect=r.protect,
             parent=r.parent,
             dependencies=list(r.dependencies),

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+from vke_dra_policies import resources as r
+from vke_dra_policies.checks import cluster
+
+from .helpers import res
+
+
+def _cluster(**props: object) -> r.Res:
+    return res(r.CLUSTER, "vke-cluster", dict(props))
+
+
+@pytest.mark.parametrize("version", ["1.34", "v1.34.2-vke.3", "1.35", "2.0"])
+def test_supported_versions_pass(version: str) -> None:
+    assert cluster.kubernetes_version(_cluster(kubernetesVersion=version)) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "found"),
+    [
+        ("1.33", '"1.33" is older than 1.34'),
+        ("1.4", '"1.4" is older than 1.34'),
+        ("v1.30.5-vke.12", "older than 1.34"),
+        ("latest", "is not a MAJOR.MINOR version"),
+        (None, "is not set"),
+        ("", "is not set"),
+        (1.34, "is not a version string"),
+    ],
+)
+def test_old_missing_or_malformed_versions_fail(version: object, found: str) -> None:
+    (v,) = cluster.kubernetes_version(_cluster(kubernetesVersion=version))
+    assert found in v.message
+    assert 'volcengine:vke/cluster:Cluster "vke-cluster"' in v.message
+    assert "set kubernetesVersion" in v.message
+    assert v.urn.endswith("::vke-cluster")
+
+
+def test_unknown_version_during_preview_is_not_judged() -> None:
+    assert cluster.kubernetes_version(_cluster(kubernetesVersion=r.UNKNOWN)) == []
+
+
+def test_public_api_server_is_advised_against() -> None:
+    public = _cluster(clusterConfig={"apiServerPublicAccessEnabled": True})
+    (v,) = cluster.api_server_public(public)
+    assert "0.0.0.0/0" in v.message and "disable public access" in v.message
+    assert cluster.api_server_public(_cluster(clusterConfig={"apiServerPublicAccessEnabled": False})) == []
+    assert cluster.api_server_public(_cluster()) == []
+    assert (
+        cluster.api_server_public(_cluster(clusterConfig={"apiServerPublicAccessEnabled": r.UNKNOWN})) == []
+    )
+
+
+def _rule(cidr: str, start: int, end: int, direction: str = "ingress") -> r.Res:
+    return res(
+        r.SECURITY_GROUP_RULE,
+        "rule",
+        {"direction": direction, "cidrIp": cidr, "portStart": start, "portEnd": end},
+    )
+
+
+def test_security_group_rules_opening_6443_to_everyone() -> None:
+    flagged = cluster.open_api_server_rules(
+        [
+            _rule("0.0.0.0/0", 6443, 6443),
+            _rule("0.0.0.0/0", -1, -1),
+            _rule("0.0.0.0/0", 1, 65535),
+        ]
+    )
+    assert len(flagged) == 3
+    assert "ports 6443-6443" in flagged[0].message
+    quiet = cluster.open_api_server_rules(
+        [
+            _rule("10.0.0.0/8", 6443, 6443),
+            _rule("0.0.0.0/0", 22, 22),
+            _rule("0.0.0.0/0", -1, -1, "egress"),
+        ]
+    )
+    assert quiet == []

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from vke_dra_policies import celsel
+from vke_dra_policies import resources as r
+from vke_dra_policies.checks import deviceclasses
+from vke_gpu_dra import facts
+
+from .helpers import pool, res
+
+
+def device_class(name: str, *expressions: Any) -> r.Res:
+    return res(
+        r.DEVICE_CLASS,
+        f"dc-{name}",
+        {
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
+        },
+    )
+
+
+def shipped() -> list[r.Res]:
+    return [device_class(dc.name, dc.cel_expression) for dc in facts.DEVICE_CLASSES]
+
+
+def test_shipped_classes_select_their_own_device_kind_only() -> None:
+    samples = celsel.sample_devices()
+    assert (
+        samples.gpu.device_type == facts.DEVICE_TYPE_GPU and samples.mig.device_type == facts.DEVICE_TYPE_MIG
+    )
+    gpu, mig = facts.DEVICE_CLASS_GPU.cel_expression, facts.DEVICE_CLASS_MIG.cel_expression
+    assert (celsel.matches(gpu, samples.gpu), celsel.matches(gpu, samples.mig)) == (True, False)
+    assert (celsel.matches(mig, samples.mig), celsel.matches(mig, samples.gpu)) == (True, False)
+    assert deviceclasses.device_classes([*shipped(), pool()]) == []
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        ("device.driver ==", "Syntax error"),
+        ("device.driver == 'x'", None),
+        ("'gpu'", "must evaluate to bool"),
+        ("gpu.type == 'gpu'", "undeclared reference"),
+        ("1 + 'a' == 2", "no matching overload"),
+    ],
+)
+def test_compile_errors(expression: str, error: str | None) -> None:
+    found = celsel.compile_error(expression)
+    assert (found is None) if error is None else (error in (found or ""))
+
+
+def test_kubernetes_semver_and_quantity_functions() -> None:
+    gpu = celsel.sample_devices().gpu
+    memory = f"device.capacity['{facts.DRIVER_NAME}'].memory"
+    assert celsel.matches(f"{memory}.compareTo(quantity('40Gi')) >= 0", gpu) is True
+    assert celsel.matches(f"{memory}.isGreaterThan(quantity('80Gi'))", gpu) is False
+    version = f"device.attributes['{facts.DRIVER_NAME}'].driverVersion"
+    assert celsel.matches(f"{version}.isGreaterThan(semver('550.0.0'))", gpu) is True
+    assert celsel.compile_error(f"{version}.compareTo(semver('550.0.0')) >= 0") is None
+
+
+def test_missing_attribute_is_an_evaluation_error_like_kubernetes() -> None:
+    result = celsel.matches(
+        f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'", celsel.sample_devices().gpu
+    )
+    assert isinstance(result, str) and "evaluation error" in result
+
+
+def test_gpu_class_that_selects_nothing() -> None:
+    broken = device_class(facts.DEVICE_CLASS_GPU.name, "device.driver == 'other.example.com'")
+    (v,) = deviceclasses.device_classes([broken, shipped()[1]])
+    assert "do not select a full GPU" in v.message and "does not match" in v.message
+
+
+def test_mig_class_with_a_missing_attribute_reports_the_evaluation_error() -> None:
+    broken = device_class(
+        facts.DEVICE_CLASS_MIG.name, f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'"
+    )
+    (v,) = deviceclasses.device_classes([shipped()[0], broken])
+    assert "evaluation error" in v.message and "select a MIG device" in v.message
+
+
+def test_class_without_selectors_and_other_classes() -> None:
+    empty = res(r.DEVICE_CLASS, "dc-empty", {"metadata": {"name": "empty.example.com"}, "spec": {}})
+    (v,) = deviceclasses.device_classes([*shipped(), empty])
+    assert "has no CEL selector" in v.message
+    other = device_class("fast.example.com", f"device.driver == '{facts.DRIVER_NAME}'")
+    assert deviceclasses.device_classes([*shipped(), other]) == []  # not one of the two: compile check only
+
+
+def test_missing_classes_in_a_dra_stack() -> None:
+    found = deviceclasses.device_classes([shipped()[0], pool()])
+    assert [v.message.split('"')[1] for v in found] == [facts.DEVICE_CLASS_MIG.name]
+    assert deviceclasses.device_classes([]) == []  # no DRA in the stack: nothing required
+
+
+def test_nvidia_chart_provides_the_classes() -> None:
+    chart = res(r.HELM_RELEASE, "rel", {"chart": "nvidia-dra-driver-gpu", "values": {}})
+    assert deviceclasses.device_classes([chart, pool()]) == []
+    assert deviceclasses.class_names([chart]) == {dc.name for dc in facts.DEVICE_CLASSES}
+
+
+def test_unknown_names_or_expressions_are_not_judged() -> None:
+    unknown = res(r.DEVICE_CLASS, "dc", {"metadata": {"name": r.UNKNOWN}, "spec": {"selectors": []}})
+    assert deviceclasses.device_classes([unknown, pool()]) == []
+    assert (
+        deviceclasses.device_classes([device_class(facts.DEVICE_CLASS_GPU.name, r.UNKNOWN), shipped()[1]])
+        == []
+    )

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import yaml
+from vke_dra_policies import resources as r
+from vke_dra_policies.checks import driver
+from vke_gpu_dra import facts
+
+from .helpers import pool, res
+
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": facts.LABEL_GPU_SCHEDULE, "operator": "In", "values": ["nvidia-dra"]}
+                    ]
+                }
+            ]
+        }
+    }
+}
+NULL_CONTROLLER = {
+    "4dabf18193072939515e22adb298388d": "c44067f5952c0a294b673a41bacd8c17",
+    "text": yaml.safe_dump({"controller": {"affinity": None}}),
+}
+
+
+def release(chart: str, values: Any, files: Any = None) -> r.Res:
+    props: dict[str, Any] = {"chart": chart, "values": values}
+    if files is not None:
+        props["valueYamlFiles"] = files
+    return res(r.HELM_RELEASE, "dra-driver-release", props)
+
+
+def nvidia_values(**changes: Any) -> dict[str, Any]:
+    values = {
+        "gpuResourcesEnabledOverride": True,
+        "resources": {"computeDomains": {"enabled": False}},
+        "kubeletPlugin": {"affinity": AFFINITY},
+    }
+    values.update(changes)
+    return values
+
+
+def messages(rel: r.Res, kind: driver.DriverKind = "nvidia", **kw: Any) -> list[str]:
+    return [v.message for v in driver.values(rel, kind, **kw)]
+
+
+def test_driver_kind_from_the_chart_reference() -> None:
+    assert driver.driver_kind(release("nvidia-dra-driver-gpu", {})) == "nvidia"
+    assert driver.driver_kind(release("oci://ghcr.io/nvidia/nvidia-dra-driver-gpu", {})) == "nvidia"
+    assert driver.driver_kind(release("./driver/chart", {})) == "python"
+    assert driver.driver_kind(release("ingress-nginx", {})) is None
+    assert driver.driver_kind(res("kubernetes:core/v1:Namespace", "ns", {"chart": "./driver/chart"})) is None
+
+
+def test_procedure_values_pass_with_the_null_in_a_values_file() -> None:
+    assert messages(release("nvidia-dra-driver-gpu", nvidia_values(), [NULL_CONTROLLER])) == []
+
+
+def test_a_string_asset_object_is_read_like_its_wire_form() -> None:
+    asset = pulumi.StringAsset(NULL_CONTROLLER["text"])
+    assert messages(release("nvidia-dra-driver-gpu", nvidia_values(), [asset])) == []
+
+
+def test_values_override_values_files() -> None:
+    rel = release(
+        "nvidia-dra-driver-gpu",
+        nvidia_values(controller={"affinity": {"podAffinity": {}}}),
+        [NULL_CONTROLLER],
+    )
+    (message,) = messages(rel)
+    assert "controller.affinity is {'podAffinity': {}}" in message
+
+
+def test_each_missing_procedure_value_is_its_own_violation() -> None:
+    values = nvidia_values(gpuResourcesEnabledOverride="false", resources={})
+    found = messages(release("nvidia-dra-driver-gpu", values))
+    assert len(found) == 3
+    assert "gpuResourcesEnabledOverride is 'false'" in found[0]
+    assert "computeDomains.enabled is None" in found[1]
+    assert "controller.affinity is not set" in found[2]
+
+
+def test_kubelet_plugin_placement() -> None:
+    anywhere = release("./driver/chart", {"kubeletPlugin": {}})
+    (message,) = messages(anywhere, "python")
+    assert "may run on nodes without DRA" in message
+    assert messages(anywhere, "python", dra_nodes=False) == []
+    by_selector = release(
+        "./driver/chart", {"kubeletPlugin": {"nodeSelector": {facts.LABEL_GPU_SCHEDULE: "nvidia-dra"}}}
+    )
+    assert messages(by_selector, "python") == []
+    wider = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": facts.LABEL_GPU_SCHEDULE,
+                                "operator": "In",
+                                "values": ["nvidia-dra", "nvidia"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    assert len(messages(release("./driver/chart", {"kubeletPlugin": {"affinity": wider}}), "python")) == 1
+
+
+def test_unknown_values_during_preview_are_not_judged() -> None:
+    assert messages(release("nvidia-dra-driver-gpu", r.UNKNOWN)) == []
+    assert (
+        messages(
+            release(
+                "nvidia-dra-driver-gpu",
+                nvidia_values(gpuResourcesEnabledOverride=r.UNKNOWN),
+                [NULL_CONTROLLER],
+            )
+        )
+        == []
+    )
+
+
+def test_stack_scope_of_the_placement_rule() -> None:
+    anywhere = release("./driver/chart", {"kubeletPlugin": {}})
+    assert driver.driver_values([anywhere]) == []  # an existing cluster: no DRA nodes made by the stack
+    assert len(driver.driver_values([anywhere, pool()])) == 1

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import base64
+
+from vke_dra_policies import resources as r
+from vke_dra_policies.checks import secrets
+
+from .helpers import res
+
+KUBECONFIG = "apiVersion: v1\nclusters:\n- name: c\nusers:\n- name: u\n  user: {token: t}\n"
+
+
+def test_credential_detection() -> None:
+    assert secrets.looks_like_credential(KUBECONFIG)
+    assert secrets.looks_like_credential(base64.b64encode(KUBECONFIG.encode()).decode())
+    assert secrets.looks_like_credential(
+        "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----"
+    )
+    assert not secrets.looks_like_credential("kubectl get deviceclass,resourceslice")
+    assert not secrets.looks_like_credential("~/.kube/config")
+
+
+def test_secret_properties_anywhere_in_a_resource() -> None:
+    provider = res(r.K8S_PROVIDER, "k8s", {"kubeconfig": KUBECONFIG})
+    pool = res(r.NODE_POOL, "gpu", {"nodeConfig": {"security": {"login": {"password": "cGFzcw=="}}}})
+    dynamic = res("pulumi-python:dynamic/vke:NodePoolRuntime", "rt", {"secret_key": "sk", "access_key": "ak"})
+    found = [v.message for v in secrets.secret_props([provider, pool, dynamic])]
+    assert len(found) == 4
+    assert any("kubeconfig is stored in plaintext" in m for m in found)
+    assert any("nodeConfig.security.login.password" in m for m in found)
+
+
+def test_secrets_marked_on_the_value_or_a_parent_pass() -> None:
+    provider = res(
+        r.K8S_PROVIDER, "k8s", {"kubeconfig": KUBECONFIG}, secret_paths=frozenset({("kubeconfig",)})
+    )
+    pool = res(
+        r.NODE_POOL,
+        "gpu",
+        {"nodeConfig": {"security": {"login": {"password": "cGFzcw=="}}}},
+        secret_paths=frozenset({("nodeConfig",)}),
+    )
+    assert secrets.secret_props([provider, pool]) == []
+
+
+def test_kubeconfig_path_and_empty_values_are_not_secrets() -> None:
+    provider = res(r.K8S_PROVIDER, "k8s", {"kubeconfig": "~/.kube/config", "password": ""})
+    assert secrets.secret_props([provider]) == []
+
+
+def test_plaintext_outputs() -> None:
+    provider = res(
+        r.K8S_PROVIDER,
+        "k8s",
+        {"kubeconfig": "not-a-yaml-but-secret"},
+        secret_paths=frozenset({("kubeconfig",)}),
+    )
+    stack = res(
+        r.STACK,
+        "stack",
+        {
+            "copy": "not-a-yaml-but-secret",
+            "admin": KUBECONFIG,
+            "dbPassword": "x",
+            "verifyCommands": ["kubectl get pods"],
+            "kubeconfig": "hidden",
+        },
+        secret_paths=frozenset({("kubeconfig",)}),
+    )
+    found = {v.message.split('"')[1]: v.message for v in secrets.plaintext_outputs([provider, stack])}
+    assert set(found) == {"copy", "admin", "dbPassword"}
+    assert "secret elsewhere in the stack" in found["copy"]
+    assert "kubeconfig or private-key content" in found["admin"]
+    assert "named like a credential" in found["dbPassword"]
