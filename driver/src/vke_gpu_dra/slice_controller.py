@@ -174,7 +174,7 @@ class SliceController:
                 self.reconcile_once()
             except Exception as err:
                 self._dirty.set()
-                if isinstance(err, KubeError) and (err.conflict or err.not_found):
+                if isinstance(err, KubeError) and err.conflict:
                     # Someone changed a slice under us: re-list right away (after a short pause).
                     log.info("slice changed concurrently, re-listing", extra={"fields": {"error": str(err)}})
                     self._stop.wait(self._backoff_initial)

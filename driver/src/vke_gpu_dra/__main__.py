@@ -1,0 +1,37 @@
+"""Entry point: `dra-gpu-kubelet-plugin` and `python -m vke_gpu_dra`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from .config import PROG, ConfigError, parse_config
+from .discovery import DiscoveryError
+from .kubeapi import KubeConfigError
+from .logs import setup_logging
+from .plugin import Plugin, StartupError
+from .sockets import SocketError
+
+log = logging.getLogger("vke_gpu_dra")
+
+EXIT_CONFIG = 2
+EXIT_STARTUP = 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv)
+    except ConfigError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(config.log_format)
+    try:
+        return Plugin(config).run()
+    except (StartupError, DiscoveryError, KubeConfigError, SocketError, OSError) as err:
+        log.error("cannot start", extra={"fields": {"error": str(err)}})
+        return EXIT_STARTUP
+
+
+if __name__ == "__main__":
+    sys.exit(main())

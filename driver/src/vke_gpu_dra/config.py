@@ -1,0 +1,240 @@
+"""Command line and environment of the kubelet plugin, parsed into one validated `Config`.
+
+Every flag can also be given through the environment variable named in its help (the Helm chart
+sets those); a flag on the command line wins over the environment. Any invalid value is reported
+as one `ConfigError` naming the flag, its environment variable, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from . import __version__, facts, profiles
+from .discovery.simulated import MAX_SIMULATED_GPUS
+from .dra_service import DRA_SOCKET_NAME
+from .registration import registration_socket_name
+from .sockets import MAX_SOCKET_PATH_BYTES
+
+PROG = "dra-gpu-kubelet-plugin"
+DEVICE_SOURCES = ("nvml", "simulated")
+LOG_FORMATS = ("json", "text")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ConfigError(Exception):
+    """An invalid command line or environment; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class Config:
+    node_name: str
+    driver_name: str
+    kubeconfig: Path | None
+    plugin_data_dir: Path
+    registrar_dir: Path
+    cdi_root: Path
+    device_source: Literal["nvml", "simulated"]
+    simulated_gpus: int
+    simulated_product: str
+    nvidia_driver_root: Path
+    healthcheck_port: int
+    metrics_port: int
+    log_format: Literal["json", "text"]
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_data_dir / DRA_SOCKET_NAME
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registrar_dir / registration_socket_name(self.driver_name)
+
+
+# --- value parsers: return the typed value or raise ValueError(what is allowed) ---
+
+
+def _dns_subdomain(limit: int) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if not (0 < len(value) <= limit and _DNS_SUBDOMAIN.match(value)):
+            raise ValueError(f"must be a lowercase DNS subdomain of at most {limit} characters")
+        return value
+
+    return parse
+
+
+def _abs_path(value: str) -> Path:
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path")
+    return Path(value)
+
+
+def _path(value: str) -> Path:
+    if not value:
+        raise ValueError("must not be empty")
+    return Path(value)
+
+
+def _int_range(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value.strip(), 10)
+        except ValueError:
+            raise ValueError(f"must be an integer from {low} to {high}") from None
+        if not low <= number <= high:
+            raise ValueError(f"must be an integer from {low} to {high}")
+        return number
+
+    return parse
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of: {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _product(value: str) -> str:
+    known = profiles.known_products()
+    if value not in known:
+        raise ValueError(f"must be one of the known products: {', '.join(known)}")
+    return value
+
+
+@dataclass(frozen=True)
+class _Option:
+    dest: str
+    env: str
+    parse: Callable[[str], Any]
+    default: str | None
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+_PORT = _int_range(0, 65535)
+OPTIONS: tuple[_Option, ...] = (
+    _Option("node_name", "NODE_NAME", _dns_subdomain(253), None, "name of this node (required)"),
+    _Option("driver_name", "DRIVER_NAME", _dns_subdomain(63), facts.DRIVER_NAME, "DRA driver name"),
+    _Option(
+        "kubeconfig",
+        "KUBECONFIG",
+        _path,
+        None,
+        "kubeconfig file (default: in-cluster service account, else $KUBECONFIG)",
+    ),
+    _Option(
+        "plugin_data_dir",
+        "PLUGIN_DATA_DIR",
+        _abs_path,
+        None,
+        "directory of dra.sock and the plugin's state (default /var/lib/kubelet/plugins/<driver>)",
+    ),
+    _Option(
+        "registrar_dir",
+        "REGISTRAR_DIR",
+        _abs_path,
+        "/var/lib/kubelet/plugins_registry",
+        "kubelet's plugin registration directory",
+    ),
+    _Option("cdi_root", "CDI_ROOT", _abs_path, "/var/run/cdi", "directory for generated CDI specs"),
+    _Option("device_source", "DEVICE_SOURCE", _choice(DEVICE_SOURCES), "nvml", "where devices come from"),
+    _Option(
+        "simulated_gpus",
+        "SIMULATED_GPUS",
+        _int_range(0, MAX_SIMULATED_GPUS),
+        "8",
+        "number of GPUs in simulated mode",
+    ),
+    _Option(
+        "simulated_product",
+        "SIMULATED_PRODUCT",
+        _product,
+        profiles.DEFAULT_PRODUCT,
+        "GPU product in simulated mode",
+    ),
+    _Option(
+        "nvidia_driver_root",
+        "NVIDIA_DRIVER_ROOT",
+        _abs_path,
+        "/",
+        "root of the NVIDIA driver installation (where libnvidia-ml.so.1 is looked up)",
+    ),
+    _Option("healthcheck_port", "HEALTHCHECK_PORT", _PORT, "51516", "gRPC health port (0 disables)"),
+    _Option("metrics_port", "METRICS_PORT", _PORT, "8080", "Prometheus metrics port (0 disables)"),
+    _Option("log_format", "LOG_FORMAT", _choice(LOG_FORMATS), "json", "log format"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="DRA kubelet plugin for NVIDIA GPUs (drop-in for gpu.nvidia.com).",
+        allow_abbrev=False,
+    )
+    for opt in OPTIONS:
+        default = f" (default: {opt.default})" if opt.default is not None else ""
+        parser.add_argument(
+            opt.flag, dest=opt.dest, metavar=opt.env, help=f"{opt.help} [env {opt.env}]{default}"
+        )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
+    """Parse flags (winning) and environment into a `Config`; raise ConfigError on the first problem."""
+    env = os.environ if environ is None else environ
+    args = vars(build_parser().parse_args(list(argv)))
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw, source = args[opt.dest], opt.flag
+        if raw is None and env.get(opt.env, "") != "":
+            raw, source = env[opt.env], f"env {opt.env}"
+        if raw is None:
+            if opt.default is None:
+                values[opt.dest] = None
+                continue
+            raw, source = opt.default, "default"
+        try:
+            values[opt.dest] = opt.parse(raw)
+        except ValueError as err:
+            where = f"from env {opt.env}" if source.startswith("env") else f"[env {opt.env}]"
+            raise ConfigError(f"invalid value {raw!r} for {opt.flag} {where}: {err}") from None
+    if values["node_name"] is None:
+        raise ConfigError("--node-name (env NODE_NAME) is required: the name of the node this plugin runs on")
+    if values["plugin_data_dir"] is None:
+        values["plugin_data_dir"] = Path("/var/lib/kubelet/plugins") / values["driver_name"]
+    config = Config(**values)
+    _check_combination(config)
+    return config
+
+
+def _check_combination(config: Config) -> None:
+    if config.healthcheck_port and config.healthcheck_port == config.metrics_port:
+        raise ConfigError(
+            f"--healthcheck-port (env HEALTHCHECK_PORT) and --metrics-port (env METRICS_PORT) "
+            f"must differ, both are {config.metrics_port}"
+        )
+    for flag, env, path in (
+        ("--plugin-data-dir", "PLUGIN_DATA_DIR", config.dra_socket),
+        ("--registrar-dir", "REGISTRAR_DIR", config.registration_socket),
+    ):
+        if len(os.fsencode(str(path))) > MAX_SOCKET_PATH_BYTES:
+            raise ConfigError(
+                f"{flag} (env {env}) is too long: socket path {path} exceeds {MAX_SOCKET_PATH_BYTES} bytes"
+            )

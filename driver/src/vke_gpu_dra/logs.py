@@ -1,0 +1,62 @@
+"""Structured logging: one JSON object per line, or readable text with key=value fields.
+
+Call sites add fields with `extra={"fields": {...}}`. Nothing here reads configuration files;
+callers must not pass secrets (tokens, kubeconfig contents) as fields.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, "fields", None)
+    return dict(fields) if isinstance(fields, dict) else {}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in _fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info:
+            entry["error_trace"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in _fields(record).items())
+        line = f"{_timestamp(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if fields:
+            line += " " + fields
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def setup_logging(log_format: str, *, level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send all logs to `stream` (stderr) in `log_format` ("json" or "text")."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # The kubernetes client logs request details (including headers) at debug level.
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)

@@ -1,0 +1,251 @@
+"""Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
+
+Start order: discover devices -> device state -> DRA socket -> ResourceSlices -> health and
+metrics -> registration socket last, so kubelet only registers a plugin that can serve.
+Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
+both sockets are removed, the slice controller stops; the slices are left in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import grpc
+from prometheus_client import start_http_server
+
+from . import __version__
+from .config import Config
+from .discovery import DeviceSource, DiscoveryError
+from .dra_service import DRAServicer, add_dra_servicer
+from .healthcheck import PluginHealthServicer, start_health_server
+from .kubeapi import KubeAPI
+from .metrics import Metrics
+from .model import Device
+from .registration import (
+    RegistrationServicer,
+    RegistrationSnapshot,
+    RegistrationStatus,
+    add_registration_servicer,
+)
+from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
+from .slice_controller import SliceController
+from .sockets import remove_socket, unix_server
+from .state import DeviceState
+
+log = logging.getLogger(__name__)
+
+#: How long in-flight kubelet calls may take to finish at shutdown (kubelet's call timeout is 45 s,
+#: the pod's default termination grace period 30 s).
+STOP_GRACE_SECONDS = 20.0
+#: Worker threads of the DRA socket: concurrent Prepare/Unprepare calls plus health streams.
+DRA_WORKERS = 32
+
+
+class StartupError(Exception):
+    """The plugin cannot start; the message is one line for the operator."""
+
+
+def make_source(config: Config) -> DeviceSource:
+    if config.device_source == "simulated":
+        from .discovery.simulated import SimulatedSource  # noqa: PLC0415  (only the chosen source is loaded)
+
+        return SimulatedSource(config.simulated_gpus, config.simulated_product, config.node_name)
+    from .discovery import nvml  # noqa: PLC0415  (NVML bindings load only in nvml mode)
+
+    return nvml.NvmlSource(driver_root=config.nvidia_driver_root)
+
+
+class Plugin:
+    """One running kubelet plugin. `start()` then `stop()`; or `run()` until a signal."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        source: DeviceSource | None = None,
+        api: KubeAPI | None = None,
+        metrics: Metrics | None = None,
+        stop_grace: float = STOP_GRACE_SECONDS,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.registration = RegistrationStatus()
+        self.registration.add_listener(self._on_registration)
+        self._source = source
+        self._api = api
+        self._owns_api = api is None
+        self._stop_grace = stop_grace
+        self._stopped = threading.Event()
+        self.devices: list[Device] = []
+        self.state: DeviceState | None = None
+        self.health_board: DeviceHealthBoard | None = None
+        self.slices: SliceController | None = None
+        self._dra: grpc.Server | None = None
+        self._reg: grpc.Server | None = None
+        self._health: grpc.Server | None = None
+        self._metrics_server: Any = None
+        self.health_port = 0
+        self.metrics_port = 0
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        cfg = self.config
+        log.info(
+            "starting",
+            extra={
+                "fields": {
+                    "version": __version__,
+                    "driver": cfg.driver_name,
+                    "node": cfg.node_name,
+                    "device_source": cfg.device_source,
+                }
+            },
+        )
+        try:
+            self._start()
+        except Exception:
+            self.stop(grace=0)
+            raise
+
+    def _start(self) -> None:
+        cfg = self.config
+        # 1. devices
+        source = self._source or make_source(cfg)
+        try:
+            result = source.discover()
+        except DiscoveryError as err:
+            raise StartupError(f"device discovery failed: {err}") from err
+        for problem in result.problems:
+            log.warning("device left out", extra={"fields": {"problem": problem}})
+        self.devices = list(result.devices)
+        self.metrics.devices_discovered.set(len(self.devices))
+        log.info("discovered devices", extra={"fields": {"devices": [d.name for d in self.devices]}})
+        # 2. state (reads the checkpoint of claims prepared before a restart)
+        cfg.plugin_data_dir.mkdir(parents=True, exist_ok=True)
+        cfg.cdi_root.mkdir(parents=True, exist_ok=True)
+        self.state = DeviceState(
+            driver_name=cfg.driver_name,
+            pool_name=cfg.node_name,
+            devices=self.devices,
+            cdi_root=cfg.cdi_root,
+            plugin_data_dir=cfg.plugin_data_dir,
+        )
+        if self.state.load_problem:
+            log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
+        api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
+        self._api = api
+        # 3. DRA socket (v1 + v1beta1 + resource health)
+        self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
+        self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
+        self._dra = unix_server(cfg.dra_socket, max_workers=DRA_WORKERS, name="dra")
+        add_dra_servicer(self._dra, DRAServicer(claims=api, state=self.state, metrics=self.metrics))
+        add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
+        self._dra.start()
+        # 4. ResourceSlices
+        self.slices = SliceController(
+            api,
+            driver=cfg.driver_name,
+            node_name=cfg.node_name,
+            entries=[d.slice_entry() for d in self.devices],
+            metrics=self.metrics,
+        )
+        self.slices.start()
+        # 5. health and metrics endpoints
+        if cfg.healthcheck_port:
+            self._health = start_health_server(
+                cfg.healthcheck_port,
+                PluginHealthServicer(registration_socket=cfg.registration_socket, dra_socket=cfg.dra_socket),
+            )
+            self.health_port = cfg.healthcheck_port
+        if cfg.metrics_port:
+            self._metrics_server, _ = start_http_server(cfg.metrics_port, registry=self.metrics.registry)
+            self.metrics_port = cfg.metrics_port
+        # 6. registration socket last
+        self._reg = unix_server(cfg.registration_socket, max_workers=4, name="registration")
+        add_registration_servicer(
+            self._reg,
+            RegistrationServicer(
+                driver_name=cfg.driver_name, dra_endpoint=cfg.dra_socket, status=self.registration
+            ),
+        )
+        self._reg.start()
+        log.info(
+            "serving",
+            extra={
+                "fields": {
+                    "registration_socket": str(cfg.registration_socket),
+                    "dra_socket": str(cfg.dra_socket),
+                    "healthcheck_port": cfg.healthcheck_port,
+                    "metrics_port": cfg.metrics_port,
+                }
+            },
+        )
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving; idempotent. In-flight calls get `grace` seconds to finish."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self._stop_grace if grace is None else grace
+        cfg = self.config
+        if self._reg is not None:
+            self._reg.stop(grace).wait()
+        remove_socket(cfg.registration_socket)
+        if self.health_board is not None:
+            self.health_board.close()  # ends resource-health streams
+        if self._dra is not None:
+            self._dra.stop(grace).wait()
+        remove_socket(cfg.dra_socket)
+        if self.slices is not None:
+            self.slices.stop()
+        if self._health is not None:
+            self._health.stop(0).wait()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        if self._api is not None and self._owns_api:
+            self._api.close()
+        log.info("stopped")
+
+    def run(self) -> int:
+        """Start, serve until SIGTERM or SIGINT, stop; the exit code."""
+        wake = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info(
+                "signal received, shutting down", extra={"fields": {"signal": signal.Signals(signum).name}}
+            )
+            wake.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not wake.wait(3600):
+                pass
+        finally:
+            self.stop()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return 0
+
+    # --- callbacks ---
+
+    def _on_registration(self, snapshot: RegistrationSnapshot) -> None:
+        self.metrics.registered.set(1 if snapshot.registered else 0)
+        self.metrics.registration_notifications.labels(
+            registered=str(bool(snapshot.registered)).lower()
+        ).inc()
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.config.dra_socket
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.config.registration_socket

@@ -1,0 +1,71 @@
+"""Helpers to run the plugin against the fake API server: configs, free ports, claims, polling."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vke_gpu_dra import facts
+from vke_gpu_dra.config import Config
+
+NODE = "node-a"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def plugin_args(root: Path, *, gpus: int = 8, health_port: int = 0, metrics_port: int = 0) -> list[str]:
+    return [
+        "--node-name", NODE,
+        "--kubeconfig", str(root / "kubeconfig"),
+        "--plugin-data-dir", str(root / "plugins" / facts.DRIVER_NAME),
+        "--registrar-dir", str(root / "registry"),
+        "--cdi-root", str(root / "cdi"),
+        "--device-source", "simulated",
+        "--simulated-gpus", str(gpus),
+        "--healthcheck-port", str(health_port),
+        "--metrics-port", str(metrics_port),
+        "--log-format", "json",
+    ]  # fmt: skip
+
+
+def plugin_config(root: Path, **kwargs: Any) -> Config:
+    from vke_gpu_dra.config import parse_config
+
+    return parse_config(plugin_args(root, **kwargs), environ={})
+
+
+def claim(name: str, uid: str, *devices: str, request: str = "gpu", namespace: str = "default") -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+        "spec": {
+            "devices": {"requests": [{"name": request, "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": request, "driver": facts.DRIVER_NAME, "pool": NODE, "device": d}
+                        for d in devices
+                    ]
+                }
+            }
+        },
+    }
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

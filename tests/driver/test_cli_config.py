@@ -1,0 +1,98 @@
+"""Configuration parsing: defaults, environment, precedence and one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from vke_gpu_dra import facts
+from vke_gpu_dra.config import OPTIONS, ConfigError, parse_config
+from vke_gpu_dra.logs import setup_logging
+
+
+def test_defaults_match_the_chart_contract() -> None:
+    config = parse_config(["--node-name", "10.0.0.7"], environ={})
+    assert config.node_name == "10.0.0.7"
+    assert config.driver_name == facts.DRIVER_NAME
+    assert config.kubeconfig is None
+    assert config.plugin_data_dir == Path("/var/lib/kubelet/plugins/gpu.nvidia.com")
+    assert config.registrar_dir == Path("/var/lib/kubelet/plugins_registry")
+    assert config.dra_socket == Path("/var/lib/kubelet/plugins/gpu.nvidia.com/dra.sock")
+    assert config.registration_socket == Path("/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock")
+    assert config.cdi_root == Path("/var/run/cdi")
+    assert config.device_source == "nvml"
+    assert (config.simulated_gpus, config.simulated_product) == (8, "NVIDIA A30")
+    assert config.nvidia_driver_root == Path("/")
+    assert (config.healthcheck_port, config.metrics_port) == (51516, 8080)
+    assert config.log_format == "json"
+
+
+def test_every_flag_has_its_environment_variable() -> None:
+    assert {o.flag: o.env for o in OPTIONS} == {
+        "--node-name": "NODE_NAME",
+        "--driver-name": "DRIVER_NAME",
+        "--kubeconfig": "KUBECONFIG",
+        "--plugin-data-dir": "PLUGIN_DATA_DIR",
+        "--registrar-dir": "REGISTRAR_DIR",
+        "--cdi-root": "CDI_ROOT",
+        "--device-source": "DEVICE_SOURCE",
+        "--simulated-gpus": "SIMULATED_GPUS",
+        "--simulated-product": "SIMULATED_PRODUCT",
+        "--nvidia-driver-root": "NVIDIA_DRIVER_ROOT",
+        "--healthcheck-port": "HEALTHCHECK_PORT",
+        "--metrics-port": "METRICS_PORT",
+        "--log-format": "LOG_FORMAT",
+    }
+
+
+def test_environment_and_flag_precedence() -> None:
+    env = {"NODE_NAME": "from-env", "METRICS_PORT": "0", "DRIVER_NAME": "gpu.example.com", "KUBECONFIG": "/k"}
+    config = parse_config(["--metrics-port", "9100"], environ=env)
+    assert config.node_name == "from-env"
+    assert config.metrics_port == 9100  # the flag wins
+    assert config.driver_name == "gpu.example.com"
+    assert config.plugin_data_dir == Path("/var/lib/kubelet/plugins/gpu.example.com")
+    assert config.kubeconfig == Path("/k")
+    assert parse_config([], environ={"NODE_NAME": "n", "HEALTHCHECK_PORT": ""}).healthcheck_port == 51516
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--simulated-gpus", "-1"], {}, "invalid value '-1' for --simulated-gpus [env SIMULATED_GPUS]"),
+        (
+            [],
+            {"LOG_FORMAT": "xml"},
+            "invalid value 'xml' for --log-format from env LOG_FORMAT: must be one of",
+        ),
+        (["--cdi-root", "var/run/cdi"], {}, "--cdi-root [env CDI_ROOT]: must be an absolute path"),
+        (["--simulated-product", "GTX"], {}, "must be one of the known products: "),
+        (["--driver-name", "GPU"], {}, "--driver-name [env DRIVER_NAME]: must be a lowercase DNS subdomain"),
+        (["--metrics-port", "51516"], {}, "must differ, both are 51516"),
+        (["--plugin-data-dir", "/" + "x" * 110], {}, "--plugin-data-dir (env PLUGIN_DATA_DIR) is too long"),
+    ],
+)
+def test_errors_name_flag_env_value_and_what_is_allowed(argv: list[str], env: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(["--node-name", "n", *argv], environ=env)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_json_logs_carry_fields() -> None:
+    stream = io.StringIO()
+    setup_logging("json", stream=stream)
+    try:
+        logging.getLogger("vke_gpu_dra.test").info("hello", extra={"fields": {"claim": "ns/c"}})
+        try:
+            raise ValueError("bad")
+        except ValueError:
+            logging.getLogger("vke_gpu_dra.test").exception("failed")
+    finally:
+        logging.getLogger().handlers.clear()
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines() if line.startswith("{"))
+    assert first["msg"] == "hello" and first["claim"] == "ns/c" and first["level"] == "info"
+    assert second["level"] == "error" and "ValueError: bad" in second["error_trace"]

@@ -1,0 +1,201 @@
+"""The wired plugin in-process: real SimulatedSource, DeviceState, gRPC sockets and the fake API."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from vke_gpu_dra import facts
+from vke_gpu_dra.plugin import Plugin
+
+from .fake_apiserver import FakeAPIServer
+from .kubelet_client import Kubelet
+from .plugin_env import NODE, claim, free_port, plugin_config, wait_until
+
+
+@pytest.fixture
+def node(fake_api: FakeAPIServer) -> dict:
+    return fake_api.add_node(NODE)
+
+
+@pytest.fixture
+def plugin(short_tmp: Path, fake_api: FakeAPIServer, node: dict) -> Iterator[Plugin]:
+    p = Plugin(plugin_config(short_tmp, health_port=free_port(), metrics_port=free_port()), stop_grace=5)
+    p.start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def kubelet(plugin: Plugin) -> Iterator[Kubelet]:
+    k = Kubelet(plugin.registration_socket)
+    k.register()
+    yield k
+    k.close()
+
+
+def health(port: int, service: str = "") -> int:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+
+
+def test_sockets_and_registration(plugin: Plugin, kubelet: Kubelet, short_tmp: Path) -> None:
+    assert plugin.registration_socket == short_tmp / "registry" / f"{facts.DRIVER_NAME}-reg.sock"
+    assert kubelet.info is not None
+    assert kubelet.info.endpoint == str(short_tmp / "plugins" / facts.DRIVER_NAME / "dra.sock")
+    assert plugin.registration.snapshot().registered is True
+
+
+def test_prepare_unprepare_with_real_state(plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer) -> None:
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0", "gpu-1"))
+    for version in ("v1", "v1beta1"):
+        result = kubelet.prepare([("default", "c1", "uid-1")], version=version)
+        assert result["uid-1"]["error"] == ""
+        devices = result["uid-1"]["devices"]
+        assert [(d["pool_name"], d["device_name"]) for d in devices] == [(NODE, "gpu-0"), (NODE, "gpu-1")]
+        assert all(d["request_names"] == ["gpu"] and d["cdi_device_ids"] for d in devices)
+    assert plugin.state is not None and "uid-1" in plugin.state.prepared()
+    assert kubelet.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}
+    assert plugin.state.prepared() == {}
+
+
+def test_bad_claims_get_per_claim_errors(plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer) -> None:
+    fake_api.add_claim(claim("good", "uid-good", "gpu-2"))
+    fake_api.add_claim(claim("replaced", "uid-new", "gpu-3"))
+    pending = claim("pending", "uid-pending")
+    pending["status"] = {}
+    fake_api.add_claim(pending)
+    fake_api.add_claim(claim("elsewhere", "uid-else", "gpu-42"))
+    result = kubelet.prepare([
+        ("default", "good", "uid-good"),
+        ("default", "missing", "uid-missing"),
+        ("default", "replaced", "uid-old"),
+        ("default", "pending", "uid-pending"),
+        ("default", "elsewhere", "uid-else"),
+    ])  # fmt: skip
+    assert result["uid-good"]["error"] == ""
+    assert result["uid-missing"]["error"] == "claim default/missing not found"
+    assert "got replaced" in result["uid-old"]["error"]
+    assert result["uid-pending"]["error"] == "claim default/pending not allocated"
+    assert "gpu-42" in result["uid-else"]["error"]
+    assert all(not r["devices"] for uid, r in result.items() if uid != "uid-good")
+
+
+def test_many_overlapping_calls(plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer) -> None:
+    for i in range(8):
+        fake_api.add_claim(claim(f"c{i}", f"uid-{i}", f"gpu-{i}"))
+    errors: list[str] = []
+
+    def pod(i: int) -> None:
+        for _ in range(3):
+            r = kubelet.prepare([("default", f"c{i}", f"uid-{i}")])
+            errors.append(r[f"uid-{i}"]["error"])
+            errors.append(kubelet.unprepare([("default", f"c{i}", f"uid-{i}")])[f"uid-{i}"])
+        errors.append(kubelet.prepare([("default", f"c{i}", f"uid-{i}")])[f"uid-{i}"]["error"])
+
+    threads = [threading.Thread(target=pod, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [""] * len(errors) and len(errors) == 8 * 7
+    assert plugin.state is not None and sorted(plugin.state.prepared()) == sorted(
+        f"uid-{i}" for i in range(8)
+    )
+
+
+def test_state_survives_a_restart(short_tmp: Path, fake_api: FakeAPIServer, node: dict) -> None:
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-5"))
+    config = plugin_config(short_tmp)
+    first = Plugin(config, stop_grace=5)
+    first.start()
+    k = Kubelet(first.registration_socket)
+    k.register()
+    prepared = k.prepare([("default", "c1", "uid-1")])
+    k.close()
+    first.stop()
+    assert not first.registration_socket.exists() and not first.dra_socket.exists()
+    second = Plugin(config, stop_grace=5)
+    second.start()
+    try:
+        assert second.state is not None and list(second.state.prepared()) == ["uid-1"]
+        k = Kubelet(second.registration_socket)
+        k.register()
+        assert k.prepare([("default", "c1", "uid-1")]) == prepared  # idempotent across restarts
+        fake_api.claims.clear()  # the claim is gone from the API: unprepare works from local state
+        assert k.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}
+        assert second.state.prepared() == {}
+        k.close()
+    finally:
+        second.stop()
+
+
+def test_slices_published_and_kept(plugin: Plugin, fake_api: FakeAPIServer, node: dict) -> None:
+    assert plugin.slices is not None and plugin.slices.wait_synced(10)
+    [published] = fake_api.slices_of(NODE)
+    assert [d["name"] for d in published["spec"]["devices"]] == [f"gpu-{i}" for i in range(8)]
+    assert published["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    fake_api.delete_slice(published["metadata"]["name"])
+    assert fake_api.wait_for(lambda: len(fake_api.slices_of(NODE)) == 1, timeout=5)
+    plugin.stop()
+    assert len(fake_api.slices_of(NODE)) == 1  # stopping does not delete slices
+
+
+def test_health_follows_the_sockets(plugin: Plugin, kubelet: Kubelet) -> None:
+    serving = health_pb2.HealthCheckResponse.SERVING
+    assert health(plugin.health_port) == serving
+    assert health(plugin.health_port, "liveness") == serving
+    with pytest.raises(grpc.RpcError) as err:
+        health(plugin.health_port, "readiness")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert plugin._reg is not None
+    plugin._reg.stop(0).wait()  # registration socket gone: no longer serving
+    assert health(plugin.health_port, "liveness") == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_metrics_endpoint(plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer) -> None:
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    kubelet.prepare([("default", "c1", "uid-1"), ("default", "nope", "uid-2")])
+    kubelet.unprepare([("default", "c1", "uid-1")])
+    assert plugin.slices is not None and plugin.slices.wait_synced(10)
+    with urllib.request.urlopen(f"http://127.0.0.1:{plugin.metrics_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for line in (
+        'vke_gpu_dra_prepare_claims_total{result="success"} 1.0',
+        'vke_gpu_dra_prepare_claims_total{result="error"} 1.0',
+        'vke_gpu_dra_unprepare_claims_total{result="success"} 1.0',
+        "vke_gpu_dra_prepare_duration_seconds_count 1.0",
+        "vke_gpu_dra_devices_published 8.0",
+        "vke_gpu_dra_kubelet_registered 1.0",
+        "vke_gpu_dra_pool_generation 1.0",
+    ):
+        assert line in text, line
+
+
+def test_resource_health_stream_reports_simulated_devices_healthy(plugin: Plugin, kubelet: Kubelet) -> None:
+    stream = kubelet.watch_health()
+    first = next(stream)
+    assert [(d.device.pool_name, d.device.device_name) for d in first.devices] == [
+        (NODE, f"gpu-{i}") for i in range(8)
+    ]
+    assert {d.health for d in first.devices} == {1}
+    stream.cancel()
+
+
+def test_start_waits_for_nothing_when_the_api_is_down(short_tmp: Path, fake_api: FakeAPIServer) -> None:
+    # No Node object yet: slices cannot be owned, but the sockets serve and slices follow later.
+    p = Plugin(plugin_config(short_tmp), stop_grace=5)
+    p.start()
+    try:
+        assert p.registration_socket.exists() and p.dra_socket.exists()
+        assert p.slices is not None and not p.slices.wait_synced(0.3)
+        fake_api.add_node(NODE)
+        assert wait_until(lambda: len(fake_api.slices_of(NODE)) == 1, timeout=10)
+    finally:
+        p.stop()
