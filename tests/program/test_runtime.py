@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 
+from components.readiness import NodeReadinessProvider
 from components.runtime import UNKNOWN, NodePoolRuntimeError, NodePoolRuntimeProvider, version_matches
-from tests.program import fake_http
+from tests.program import fake_http, harness
 
 UPDATE = "UpdateNodePoolConfig"
 LIST = "ListNodePools"
@@ -38,7 +41,11 @@ def live_pool(
             "Taints": [{"Key": "gpu", "Value": "true", "Effect": "NoSchedule"}],
         },
         "AutoScaling": {
-            "Enabled": True, "MinReplicas": min_r, "MaxReplicas": max_r, "DesiredReplicas": min_r},
+            "Enabled": True,
+            "MinReplicas": min_r,
+            "MaxReplicas": max_r,
+            "DesiredReplicas": min_r,
+        },
     }
 
 
@@ -51,8 +58,13 @@ class FakeVke:
 
     def __call__(self, request: fake_http.Request) -> tuple[int, Any]:
         name = action(request)
-        meta: dict[str, Any] = {"RequestId": "req-1", "Action": name, "Version": "2022-05-12",
-                                "Service": "vke", "Region": "cn-beijing"}
+        meta: dict[str, Any] = {
+            "RequestId": "req-1",
+            "Action": name,
+            "Version": "2022-05-12",
+            "Service": "vke",
+            "Region": "cn-beijing",
+        }
         if name == LIST:
             wanted = set(request.body["Filter"]["Ids"])
             items = [p for p in self.pools if p["Id"] in wanted]
@@ -223,8 +235,36 @@ def test_provider_pickles_without_clients_or_credentials() -> None:
 
 @pytest.mark.parametrize(
     ("live", "desired", "expected"),
-    [("2.1", "2.1", True), ("2.1.4", "2.1", True), ("v2.1.4", "2.1", True), ("2.10.0", "2.1", False),
-     ("2.0.5", "2.1", False), (None, "2.1", False)],
+    [
+        ("2.1", "2.1", True),
+        ("2.1.4", "2.1", True),
+        ("v2.1.4", "2.1", True),
+        ("2.10.0", "2.1", False),
+        ("2.0.5", "2.1", False),
+        (None, "2.1", False),
+    ],
 )
 def test_version_matches(live: str | None, desired: str, expected: bool) -> None:
     assert version_matches(live, desired) is expected
+
+
+@pytest.mark.parametrize("provider", [NodePoolRuntimeProvider(), NodeReadinessProvider()])
+def test_serialized_providers_load_in_a_fresh_process_started_in_the_project_root(provider: Any) -> None:
+    """The engine runs `python -m pulumi.dynamic` in the project root: state's providers must load there."""
+    code = (
+        "import base64, sys, dill\n"
+        "p = dill.loads(base64.b64decode(sys.stdin.read()))\n"
+        "news = {'runtime_version': sys.argv[1], 'expected_nodes': sys.argv[1]}\n"
+        "print(type(p).__name__, p.diff('x', {}, news).changes)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, UNKNOWN],
+        input=serialize_provider(provider),
+        capture_output=True,
+        text=True,
+        cwd=harness.ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [type(provider).__name__, "True"]
