@@ -14,9 +14,16 @@ CC = "device.attributes['gpu.nvidia.com'].cudaComputeCapability"
 
 
 def exactly(
-    name: str, count: int = 1, *selectors: str, cls: str = "gpu.nvidia.com", mode: str | None = None
+    name: str,
+    count: int = 1,
+    *selectors: str,
+    cls: str = "gpu.nvidia.com",
+    mode: str | None = None,
+    admin: bool = False,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"deviceClassName": cls}
+    if admin:
+        body["adminAccess"] = True
     if mode == "All":
         body["allocationMode"] = "All"
     else:

@@ -167,3 +167,12 @@ def test_identical_nodes_share_one_evaluation():
         pools=[pool(gpus=8, low=10, high=50)],
     )
     assert result.at_max == 400
+
+
+def test_admin_access_sees_devices_in_use_and_takes_none():
+    allocator = NodeAllocator(pool(gpus=2).node(0), default_classes(), SelectorCache())
+    assert allocator.allocate([parsed(exactly("gpu", 2)).spec]) is not None
+    admin_spec = parsed(exactly("monitor", 2, admin=True)).spec
+    assert allocator.allocate([admin_spec]) is not None
+    assert allocator.allocate([admin_spec]) is not None  # admin access does not use the devices up
+    assert allocator.allocate([parsed(exactly("gpu", 1)).spec]) is None

@@ -157,3 +157,30 @@ def test_bad_manifest_is_one_clear_violation():
         "ResourceClaimTemplate bad: field spec.spec.devices.requests[0].exactly."
         "allocationMode is 'Some'; allowed: ExactCount, All"
     )
+
+
+def resource_claim(*requests: dict[str, Any], name: str = "shared"):
+    props = template(*requests, name=name)
+    props["kind"] = "ResourceClaim"
+    props["spec"] = props["spec"]["spec"]
+    return res("kubernetes:resource.k8s.io/v1:ResourceClaim", name, props)
+
+
+def sharing(replicas: float, name: str, *extra: dict[str, str]):
+    app = deployment(replicas, name=name)
+    claims = app.props["spec"]["template"]["spec"]["resourceClaims"]
+    claims[:] = [{"name": "shared", "resourceClaimName": "shared"}, *extra]
+    return app
+
+
+def test_a_shared_resource_claim_is_allocated_once_and_pins_its_pods():
+    shared = resource_claim(exactly("gpu", 1))
+    # every pod shares the one GPU: replicas are not limited by devices, and two workloads may share it
+    assert check_stack([node_pool(high=3.0), shared, sharing(20.0, "a"), sharing(5.0, "b")]) == []
+    # with a per-pod claim of 4 GPUs too, the pods must all fit beside the shared GPU on its node
+    per_pod = {"name": "own", "resourceClaimTemplateName": "t"}
+    [violation] = check_stack(
+        [node_pool(high=3.0), shared, claim_template(exactly("gpu", 4)), sharing(2.0, "c", per_pod)]
+    )
+    assert violation.message.startswith("Deployment default/c (2 replica(s)) does not fit")
+    assert "2 replicas wanted, 1 fit per node, 1 on the pool's maximum of 3 nodes" in violation.message

@@ -196,9 +196,10 @@ class NodeAllocator:
         if not search.run():
             return None
         if commit:
-            self.in_use.update(index for _, _, index in search.chosen)
+            # devices given with admin access stay available to others (as in the scheduler)
+            self.in_use.update(index for _, _, index, admin in search.chosen if not admin)
         results: list[list[DeviceResult]] = [[] for _ in claims]
-        for ci, name, index in search.chosen:
+        for ci, name, index, _ in search.chosen:
             results[ci].append(DeviceResult(name, self.views[index].device.name))
         return [ClaimResult(tuple(r)) for r in results]
 
@@ -214,8 +215,10 @@ class _Search:
         self.claims = claims
         self.data = data
         self.constraints = [[_ConstraintState(c) for c in claim.constraints] for claim in claims]
-        self.allocating: set[int] = set()
-        self.chosen: list[tuple[int, str, int]] = []
+        #: device index -> claims it is being allocated for in this attempt
+        self.allocating: dict[int, set[int]] = {}
+        #: (claim, request result name, device index, admin access)
+        self.chosen: list[tuple[int, str, int, bool]] = []
         self.steps = 0
 
     def run(self) -> bool:
@@ -255,7 +258,7 @@ class _Search:
             self._remove(ci)
             return False
         for index in range(len(self.alloc.views)):
-            if index in self.alloc.in_use or index in self.allocating:
+            if self._unavailable(ci, data, index):
                 continue
             if not self.alloc.selectable(data, ci, index):
                 continue
@@ -266,8 +269,14 @@ class _Search:
             self._remove(ci)
         return False
 
+    def _unavailable(self, ci: int, data: _RequestData, index: int) -> bool:
+        """deviceInUse, or for admin access only allocatingDeviceForClaim (the same claim)."""
+        if data.sub.admin_access:
+            return ci in self.allocating.get(index, ())
+        return index in self.alloc.in_use or index in self.allocating
+
     def _add(self, ci: int, data: _RequestData, index: int, must: bool) -> bool:
-        if index in self.alloc.in_use or index in self.allocating:
+        if self._unavailable(ci, data, index):
             return False
         device = self.alloc.views[index].device
         subrequest = data.sub.name if data.request.first_available else None
@@ -284,13 +293,15 @@ class _Search:
                     )
                 return False
             added.append(state)
-        self.allocating.add(index)
-        self.chosen.append((ci, data.result_name, index))
+        self.allocating.setdefault(index, set()).add(ci)
+        self.chosen.append((ci, data.result_name, index, data.sub.admin_access))
         return True
 
     def _remove(self, ci: int) -> None:
-        _, _, index = self.chosen.pop()
-        self.allocating.discard(index)
+        _, _, index, _ = self.chosen.pop()
+        self.allocating[index].discard(ci)
+        if not self.allocating[index]:
+            del self.allocating[index]
         for state in self.constraints[ci]:
             state.remove()
 

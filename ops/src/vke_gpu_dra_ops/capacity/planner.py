@@ -46,14 +46,16 @@ class FitResult:
     replicas: int | None
     pools: tuple[PoolFit, ...]
     problems: tuple[str, ...] = ()
+    #: True when the pods share a claim: they all run on one node, so pools do not add up
+    pinned: bool = False
 
     @property
     def at_min(self) -> int:
-        return _sum_worst(self.pools, "at_min")
+        return _sum_worst(self.pools, "at_min", self.pinned)
 
     @property
     def at_max(self) -> int:
-        return _sum_worst(self.pools, "at_max")
+        return _sum_worst(self.pools, "at_max", self.pinned)
 
     @property
     def error(self) -> str | None:
@@ -92,12 +94,14 @@ class FitResult:
         return out
 
 
-def _sum_worst(pools: Sequence[PoolFit], attribute: str) -> int:
+def _sum_worst(pools: Sequence[PoolFit], attribute: str, pinned: bool = False) -> int:
     """Pools are groups of variants (one per instance type); count the worst variant of each pool."""
     by_pool: dict[str, int] = {}
     for p in pools:
         value = getattr(p, attribute)
         by_pool[p.pool.name] = min(by_pool.get(p.pool.name, value), value)
+    if pinned:
+        return max(by_pool.values(), default=0)
     return sum(by_pool.values())
 
 
@@ -113,9 +117,41 @@ class Planner:
         claims: Sequence[tuple[str, ClaimSpec]],
         pools: Sequence[Sequence[GpuPool]],
         replicas: int | None,
+        shared: Sequence[tuple[str, ClaimSpec]] = (),
     ) -> FitResult:
-        fits = tuple(self._pool_fit(pool, claims) for variants in pools for pool in variants)
-        return FitResult(subject, replicas, fits)
+        """Replicas of a pod with `claims` (one each per pod) and `shared` claims (allocated once)."""
+        if shared:
+            fits = tuple(self._shared_fit(pool, claims, shared) for variants in pools for pool in variants)
+        else:
+            fits = tuple(self._pool_fit(pool, claims) for variants in pools for pool in variants)
+        return FitResult(subject, replicas, fits, pinned=bool(shared))
+
+    def _shared_fit(
+        self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]], shared: Sequence[tuple[str, ClaimSpec]]
+    ) -> PoolFit:
+        """Shared claims are allocated with the first pod; every later pod must run on that node."""
+        if pool.max_nodes < 1:
+            return PoolFit(pool, 0, 0, 0, reasons=("the pool has no nodes at its maximum size",))
+        node = pool.node(0)
+        everything = [*shared, *claims]
+        specs = [spec for _, spec in claims]
+        allocator = NodeAllocator(node, self.classes, self.cache)
+        try:
+            first = allocator.allocate([spec for _, spec in everything])
+            if first is None:
+                return PoolFit(pool, 0, 0, 0, reasons=tuple(self.explain(node, [s for _, s in everything])))
+            count = 1
+            limit = len(node.devices) + 1 if _needs_devices(specs) else MAX_PODS_PER_NODE
+            while count < limit and allocator.allocate(specs) is not None:
+                count += 1
+        except AllocationError as exc:
+            return PoolFit(pool, 0, 0, 0, error=str(exc))
+        chosen = tuple(
+            (name, d.request, f"{node.name}/{d.device}")
+            for (name, _), result in zip(everything, first, strict=True)
+            for d in result.devices
+        )
+        return PoolFit(pool, count, count if pool.min_nodes >= 1 else 0, count, chosen)
 
     def _pool_fit(self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]]) -> PoolFit:
         specs = [spec for _, spec in claims]

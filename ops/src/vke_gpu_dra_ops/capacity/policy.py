@@ -34,8 +34,19 @@ class Violation:
         return self.message
 
 
-def workload_claims(model: StackModel, workload: Workload) -> tuple[list[tuple[str, ClaimSpec]], list[str]]:
-    claims: list[tuple[str, ClaimSpec]] = []
+@dataclass
+class PodClaims:
+    """A workload's pod claims: per-pod ones (from templates) and shared ResourceClaims (key, name, spec)."""
+
+    claims: list[tuple[str, ClaimSpec]]
+    shared: list[tuple[str, str, ClaimSpec]]
+
+    def all(self) -> list[tuple[str, ClaimSpec]]:
+        return [*self.claims, *((name, spec) for _, name, spec in self.shared)]
+
+
+def workload_claims(model: StackModel, workload: Workload) -> tuple[PodClaims, list[str]]:
+    pod = PodClaims([], [])
     missing: list[str] = []
     for ref in workload.claims:
         template = model.template_for(workload, ref)
@@ -46,15 +57,19 @@ def workload_claims(model: StackModel, workload: Workload) -> tuple[list[tuple[s
                 f"{kind} {workload.namespace}/{target} (pod claim {ref.name}) is not part of the stack"
             )
             continue
-        claims.append((f"{ref.name} ({template.name})", template.spec))
-    return claims, missing
+        name = f"{ref.name} ({template.name})"
+        if template.shared:
+            pod.shared.append((template.key, name, template.spec))
+        else:
+            pod.claims.append((name, template.spec))
+    return pod, missing
 
 
-def missing_classes(model: StackModel, claims: list[tuple[str, ClaimSpec]]) -> list[str]:
+def missing_classes(model: StackModel, pod: PodClaims) -> list[str]:
     return sorted(
         {
             sub.device_class
-            for _, spec in claims
+            for _, spec in pod.all()
             for request in spec.requests
             for sub in request.alternatives
             if sub.device_class not in model.classes
@@ -76,16 +91,22 @@ def check_model(model: StackModel, *, report_references: bool = True) -> list[Vi
     if not model.workloads or not model.pools:
         return violations
     planner = Planner(model.classes)
-    fitting_alone: list[tuple[Workload, list[tuple[str, ClaimSpec]]]] = []
+    fitting_alone: list[tuple[Workload, PodClaims]] = []
     for workload in model.workloads:
-        claims, missing = workload_claims(model, workload)
-        classes = missing_classes(model, claims)
+        pod, missing = workload_claims(model, workload)
+        classes = missing_classes(model, pod)
         if (missing or classes) and not report_references:
             continue
         if missing:
             violations.extend(Violation(f"{workload.label}: {m}", workload.urn) for m in missing)
             continue
-        result = planner.fit(workload.label, claims, model.pools, workload.replicas)
+        result = planner.fit(
+            workload.label,
+            pod.claims,
+            model.pools,
+            workload.replicas,
+            shared=[(n, s) for _, n, s in pod.shared],
+        )
         if not result.fits:
             wanted = (
                 "one pod per GPU node" if workload.replicas is None else f"{workload.replicas} replica(s)"
@@ -97,13 +118,13 @@ def check_model(model: StackModel, *, report_references: bool = True) -> list[Vi
                 )
             )
         else:
-            fitting_alone.append((workload, claims))
+            fitting_alone.append((workload, pod))
     violations.extend(_together(model, planner, fitting_alone))
     return violations
 
 
 def _together(
-    model: StackModel, planner: Planner, workloads: list[tuple[Workload, list[tuple[str, ClaimSpec]]]]
+    model: StackModel, planner: Planner, workloads: list[tuple[Workload, PodClaims]]
 ) -> list[Violation]:
     """Place every workload's pods in stack order on each pool variant's maximum nodes, sharing devices."""
     if len(workloads) < 2:
@@ -120,8 +141,7 @@ def _together(
                 violations.append(
                     Violation(
                         f"{workload.label}: fits alone, but beside the workloads before it only {got} of "
-                        f"{wanted} "
-                        f"replica(s) find devices on {names} at maximum size",
+                        f"{wanted} replica(s) find devices on {names} at maximum size",
                         workload.urn,
                     )
                 )
@@ -131,27 +151,38 @@ def _together(
 
 
 def _place_all(
-    planner: Planner, pools: list[GpuPool], workloads: list[tuple[Workload, list[tuple[str, ClaimSpec]]]]
+    planner: Planner, pools: list[GpuPool], workloads: list[tuple[Workload, PodClaims]]
 ) -> list[tuple[Workload, int]]:
+    """First fit of every pod, in stack order; a shared ResourceClaim pins its pods to its node."""
     allocators = [
         NodeAllocator(pool.node(i), planner.classes, planner.cache)
         for pool in pools
         for i in range(pool.max_nodes)
     ]
+    shared_at: dict[str, int] = {}
     placed: list[tuple[Workload, int]] = []
-    for workload, claims in workloads:
-        specs = [spec for _, spec in claims]
-        got = 0
-        if workload.replicas is None:
-            for allocator in allocators:
-                got += _try(allocator, specs)
-        else:
-            start = 0
-            while got < workload.replicas and start < len(allocators):
-                if _try(allocators[start], specs):
-                    got += 1
-                else:
-                    start += 1  # a node that no longer fits this pod never fits it again
+    for workload, pod in workloads:
+        specs = [spec for _, spec in pod.claims]
+        pending = [(key, spec) for key, _, spec in pod.shared if key not in shared_at]
+        pinned = {shared_at[key] for key, _, _ in pod.shared if key in shared_at}
+        if len(pinned) > 1:  # its shared claims sit on different nodes
+            placed.append((workload, 0))
+            continue
+        candidates = sorted(pinned) or list(range(len(allocators)))
+        wanted = len(allocators) if workload.replicas is None else workload.replicas
+        got, position = 0, 0
+        while got < wanted and position < len(candidates):
+            node = candidates[position]
+            extra = [spec for _, spec in pending]
+            if _try(allocators[node], specs + extra):
+                got += 1
+                shared_at.update({key: node for key, _ in pending})
+                if pending:
+                    candidates, position, pending = [node], 0, []
+                if workload.replicas is None:
+                    position += 1  # one pod per node
+            else:
+                position += 1  # a node that no longer fits this pod never fits it again
         placed.append((workload, got))
     return placed
 
