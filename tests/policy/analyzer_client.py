@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,22 +43,37 @@ def _options(res: SimRes) -> analyzer_pb2.AnalyzerResourceOptions:
 
 
 class PackProcess:
-    """`python policy/__main__.py`: reads the port from its first stdout line, then talks gRPC."""
+    """The pack started as the CLI's `pulumi-analyzer-policy-python` starts it.
+
+    That is `python -u -m pulumi.policy <engine> .` in the pack's directory, which runs
+    `policy/__main__.py`; its first stdout line is the analyzer's port.
+    """
 
     def __init__(self) -> None:
-        env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PULUMI_PROJECT": "vke-gpu-dra",
+            "PULUMI_STACK": "test",
+            "PULUMI_DRY_RUN": "true",
+        }
+        # A file, not a pipe: a chatty pack must never block; closed in close().
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, str(POLICY_DIR / "__main__.py")],
+            [sys.executable, "-u", "-m", "pulumi.policy", "127.0.0.1:0", "."],
             cwd=POLICY_DIR,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.stderr,
             env=env,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode().strip()
         if not line.isdigit():
             self.proc.kill()
-            err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+            self.proc.wait(timeout=10)
+            self.stderr.seek(0)
+            err = self.stderr.read().decode(errors="replace")
+            self.stderr.close()
             raise RuntimeError(f"policy pack did not print its port (got {line!r}): {err}")
         self.channel = grpc.insecure_channel(f"127.0.0.1:{line}")
         self.stub = analyzer_pb2_grpc.AnalyzerStub(self.channel)
@@ -65,9 +82,9 @@ class PackProcess:
         self.channel.close()
         self.proc.kill()
         self.proc.wait(timeout=10)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.stderr.close()
 
     # --- RPCs ---
 
