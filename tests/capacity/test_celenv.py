@@ -83,3 +83,24 @@ def test_strings_extension_selector_is_evaluated_unchecked(a30):
     expression = "device.attributes['gpu.nvidia.com'].productName.lowerAscii() == 'nvidia a30'"
     assert compile_selector(expression).checked is False
     assert evaluate(expression, DRIVER, a30) is True
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "cel.bind(gpu, device.attributes['gpu.nvidia.com'], gpu.type == 'gpu' && gpu.brand == 'Nvidia')",
+        "cel.bind(x, 2, cel.bind(y, x * 3, x + y)) == 8",
+        "cel.bind(m, device.capacity['gpu.nvidia.com'].memory, m.compareTo(quantity('24Gi')) == 0)",
+        "'cel.bind(a, b, c)' != '' && cel.bind(s, 'x,y', s.size() == 3)",
+    ],
+)
+def test_cel_bind_is_supported(a30, expression):
+    assert compile_selector(expression).checked
+    assert evaluate(expression, DRIVER, a30) is True
+
+
+def test_cel_bind_body_is_type_checked():
+    with pytest.raises(
+        SelectorCompileError, match="no matching overload for '_==_' applied to '\\(string, int\\)'"
+    ):
+        compile_selector("cel.bind(d, device.driver, d == 1)")

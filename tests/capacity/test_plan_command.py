@@ -118,3 +118,46 @@ def test_plan_reads_a_directory_and_reports_bad_input(stack_dir, tmp_path, capsy
     )
     assert main(["plan", "--stack-config", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: cannot read" in capsys.readouterr().err
+
+
+def test_plan_uses_config_catalog_rows_and_names_bad_ones(stack_dir, capsys):
+    stack = stack_dir / "Pulumi.big.yaml"
+    rows = {
+        "ecs.gni3cl.44xlarge": {"product": "NVIDIA L20", "gpus": 4, "source": "console", "confidence": "high"}
+    }
+    stack.write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "vke-gpu-dra:nodePool.instanceTypes": ["ecs.gni3cl.44xlarge"],
+                    "vke-gpu-dra:gpuInstanceTypes": json.dumps(rows),
+                }
+            }
+        )
+    )
+    assert main(["plan", "--stack-config", str(stack)]) == 0
+    assert "ecs.gni3cl.44xlarge = 4x NVIDIA L20, 1..1 nodes" in capsys.readouterr().out
+    stack.write_text(yaml.safe_dump({"config": {"vke-gpu-dra:gpuInstanceTypes": '{"ecs.a.b": {"gpus": 1}}'}}))
+    assert main(["plan", "--stack-config", str(stack)]) == 2
+    assert "vke-gpu-dra:gpuInstanceTypes['ecs.a.b'].product: None is not a known GPU product" in (
+        capsys.readouterr().err
+    )
+
+
+def test_plan_with_simulated_devices_counts_the_simulated_gpus(stack_dir, capsys):
+    stack = stack_dir / "Pulumi.sim.yaml"
+    stack.write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "vke-gpu-dra:driver.deviceSource": "simulated",
+                    "vke-gpu-dra:driver.simulatedGpus": 4,
+                    "vke-gpu-dra:driver.simulatedProduct": "NVIDIA A30",
+                }
+            }
+        )
+    )
+    assert main(["plan", "--stack-config", str(stack)]) == 0
+    out = capsys.readouterr().out
+    assert "ecs.gni2.3xlarge = 4x NVIDIA A30, 1..1 nodes" in out
+    assert "note: driver.deviceSource=simulated: every node publishes 4x NVIDIA A30" in out

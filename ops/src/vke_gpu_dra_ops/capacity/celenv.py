@@ -28,6 +28,7 @@ import cel
 from cel_expr_python import cel as celcpp
 from vke_gpu_dra.model import Device, Version
 
+from .celbind import rewrite_bind
 from .quantity import (
     QuantityError,
     Semver,
@@ -47,8 +48,6 @@ _S_TAG: Final = "__kubernetes.Semver"
 #: whose only type-check errors name these is evaluated unchecked (and says so).
 UNCHECKED_LIBRARY_NAMES: Final = frozenset(
     {
-        "cel",
-        "bind",
         "lowerAscii",
         "upperAscii",
         "trim",
@@ -399,8 +398,9 @@ def compile_selector(expression: str) -> CompiledSelector:
     if not expression.strip():
         raise SelectorCompileError(expression, "compilation failed: empty expression")
     checked = True
+    source = rewrite_bind(expression)
     try:
-        checked_expr = _checker().compile(expression)
+        checked_expr = _checker().compile(source)
     except RuntimeError as exc:
         detail = _clean(str(exc))
         undeclared = set(_UNDECLARED_RE.findall(detail))
@@ -415,10 +415,10 @@ def compile_selector(expression: str) -> CompiledSelector:
                 expression, f"must evaluate to bool or the unknown type, not {type_name}"
             )
     try:
-        program = cel.compile(expression)
+        program = cel.compile(source)
     except ValueError as exc:
         raise SelectorCompileError(expression, "compilation failed: " + str(exc)) from None
-    domains = frozenset(a or b for a, b in _DOMAIN_LOOKUP_RE.findall(expression))
+    domains = frozenset(a or b for a, b in _DOMAIN_LOOKUP_RE.findall(source))
     return CompiledSelector(expression, program, checked, domains)
 
 
