@@ -11,7 +11,7 @@ from pulumi.runtime.proto import analyzer_pb2
 from vke_gpu_dra import facts
 
 from .analyzer_client import Diagnostic, PackProcess
-from .stacks import KUBECONFIG_TEXT, SimRes, Stack, example_stacks, program_stack
+from .stacks import KUBECONFIG_TEXT, SimRes, Stack, example_stacks, program_stack, secret
 
 MANDATORY_POLICIES = {
     "kubernetes-version",
@@ -329,3 +329,36 @@ def test_password_secret_in_the_program_passes(analyzer: PackProcess) -> None:
         "prod", "python", secrets={"nodePool.password": PASSWORD}, remove=("nodePool.keyPairName",)
     )
     assert mandatory(analyzer.run(stack)) == []
+
+
+def _preview(s: Stack) -> None:
+    """What a first preview sends: ids, computed names and the kubeconfig are not known yet."""
+    unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+    s.one(POOL).props["clusterId"] = unknown
+    for res in s:
+        if res.type == RUNTIME or res.type.endswith(":NodeReadinessGate"):
+            res.props["node_pool_id"] = unknown
+            res.props["cluster_id"] = unknown
+        if res.type == "pulumi:providers:kubernetes":
+            res.props["kubeconfig"] = secret(unknown)
+    s.one(RELEASE).props["namespace"] = unknown
+    s.one("pulumi:pulumi:Stack").props.update(
+        clusterId=unknown, nodePoolId=unknown, kubeconfig=secret(unknown)
+    )
+
+
+@pytest.mark.parametrize("implementation", ["python", "nvidia"])
+def test_first_preview_with_unknowns_passes_without_notes(analyzer: PackProcess, implementation: str) -> None:
+    diags = analyzer.run(program_stack("prod", implementation).mutated(_preview))
+    assert mandatory(diags) == []
+    assert not [d for d in diags if "during preview" in d.message]
+
+
+def test_unknown_version_in_preview_hides_nothing_else(analyzer: PackProcess) -> None:
+    def broken(s: Stack) -> None:
+        _preview(s)
+        s.one(CLUSTER).props["kubernetesVersion"] = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+        s.one(RUNTIME).props["runtime_version"] = "2.0"
+
+    diags = mandatory(analyzer.run(program_stack("dev", "python").mutated(broken)))
+    assert [d.policy for d in diags] == ["gpu-node-pool-runtime"]
