@@ -336,3 +336,12 @@ def test_bad_flag_values_are_usage_errors(
         main(["verify", "--kubeconfig", "k", flag, value])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_server_urls_in_messages_carry_no_credentials() -> None:
+    from kubernetes import client
+    from vke_gpu_dra_ops import kube
+
+    cfg = client.Configuration()
+    cfg.host = "https://admin:hunter2@10.0.0.1:6443"
+    assert kube.server_of(client.ApiClient(cfg)) == "https://10.0.0.1:6443"

@@ -180,7 +180,8 @@ def run(
 
 def settings_from_stack(args: argparse.Namespace, values: Mapping[str, Any]) -> checks.Settings:
     """Verify settings: flags first, then the stack's outputs (driverNamespace, sample), then defaults."""
-    sample = values.get("sample") if isinstance(values.get("sample"), Mapping) else {}
+    raw_sample = values.get("sample")
+    sample: Mapping[str, Any] = raw_sample if isinstance(raw_sample, Mapping) else {}
     return checks.Settings(
         namespace=args.namespace or values.get("driverNamespace") or facts.DRIVER_NAMESPACE,
         workload_namespace=args.workload_namespace or sample.get("namespace") or "default",

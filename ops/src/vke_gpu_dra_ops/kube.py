@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import urllib3
 import yaml
@@ -59,7 +60,9 @@ def connect(kubeconfig: str, context: str | None) -> client.ApiClient:
 
 
 def server_of(api: client.ApiClient) -> str:
-    return str(api.configuration.host)
+    """The API server's URL for messages, without any user:password part."""
+    url = urlsplit(str(api.configuration.host))
+    return urlunsplit(url._replace(netloc=url.netloc.rpartition("@")[2]))
 
 
 class Fetcher:

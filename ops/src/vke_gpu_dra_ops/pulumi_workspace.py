@@ -150,12 +150,10 @@ class AutomationWorkspace:
         self._call(self._ws.set_tag, stack_name, key, value)
 
     def write_stack_file(self, stack_name: str, stack_file: StackFile) -> None:
+        # Values, `{secure: …}` ones included, are written as they are in the base stack's file; with
+        # its salt they decrypt with the same passphrase (`stack init` keeps an existing salt).
         settings = self._auto.StackSettings(
-            encryption_salt=stack_file.encryption_salt,
-            config={
-                k: self._auto.StackSettingsSecureConfigValue(v["secure"]) if is_secure(v) else v
-                for k, v in stack_file.config.items()
-            },
+            encryption_salt=stack_file.encryption_salt, config=dict(stack_file.config)
         )
         self._ws.save_stack_settings(stack_name, settings)
 
