@@ -89,8 +89,9 @@ def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel
     defaults = _defaults(stack_file)
     model = StackModel(classes=default_classes())
     model.pools = [pools_from_config(config, defaults)]
+    objects: list[Mapping[str, Any]]
     if manifests is None:
-        objects = sample_objects(config, defaults)
+        objects = list(sample_objects(config, defaults))
     else:
         objects = []
         for path in _manifest_files(manifests):

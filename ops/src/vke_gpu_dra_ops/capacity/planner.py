@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Final
 
+from vke_gpu_dra.model import Version
+
 from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
 from .celenv import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
 from .quantity import QuantityError, SemverError, format_bytes, parse_quantity, parse_semver
-from .selection import SelectorCache, observed_ids
+from .selection import DeviceView, SelectorCache, observed_ids
 
 #: Attributes that only identify a device (a selector naming them sees every device differently).
 _IDENTITY_IDS: Final = frozenset({"uuid", "parentUUID"})
@@ -301,9 +303,9 @@ class Planner:
             )
         return None
 
-    def _safe_match(self, expression: str, view: object) -> bool:
+    def _safe_match(self, expression: str, view: DeviceView) -> bool:
         try:
-            return self.cache.matches(expression, view)  # type: ignore[arg-type]
+            return self.cache.matches(expression, view)
         except (SelectorRuntimeError, SelectorError):
             return False
 
@@ -322,42 +324,43 @@ _SEMVER_CMP_RE: Final = re.compile(
 )
 
 
-def _hint(expression: str, views: Sequence[object]) -> str:
+def _values(views: Sequence[DeviceView], domain: str, ident: str, capacity: bool) -> list[object]:
+    found = []
+    for view in views:
+        device, driver = view.device, view.driver
+        if capacity:
+            name = ident if domain == driver and ident in device.capacity else f"{domain}/{ident}"
+            value: object = device.capacity.get(name)
+        else:
+            value = lookup_attribute(device, driver, f"{domain}/{ident}")
+        if value is not None:
+            found.append(value)
+    return found
+
+
+def _hint(expression: str, views: Sequence[DeviceView]) -> str:
     """`: memory 80Gi > 24Gi` style detail for quantity and semver comparisons with literals."""
-    if not views:
-        return ""
-    device_views = list(views)
     hints: list[str] = []
     for domain, attr, attr2, _, literal in _QUANTITY_CMP_RE.findall(expression):
         ident = attr or attr2
-        values = sorted(
-            {
-                v.variable["capacity"].get(domain, {}).get(ident, {}).get("__kubernetes.Quantity")  # type: ignore[attr-defined]
-                for v in device_views
-            }
-            - {None}
-        )
+        amounts = [Fraction(v) for v in _values(views, domain, ident, capacity=True) if isinstance(v, int)]
         try:
             wanted = parse_quantity(literal)
         except QuantityError:
             continue
-        if values:
-            have = max(Fraction(x) for x in values)
+        if amounts:
+            have = max(amounts)
             relation = ">" if wanted > have else "<=" if wanted == have else "vs"
             hints.append(f"{ident} {format_bytes(wanted)} {relation} {format_bytes(have)}")
     for domain, attr, attr2, _, literal in _SEMVER_CMP_RE.findall(expression):
         ident = attr or attr2
-        have = {
-            str(lookup_attribute(v.device, v.driver, f"{domain}/{ident}").value)  # type: ignore[attr-defined,union-attr]
-            for v in device_views
-            if lookup_attribute(v.device, v.driver, f"{domain}/{ident}") is not None
-        }  # type: ignore[attr-defined]
+        versions = {v.value for v in _values(views, domain, ident, capacity=False) if isinstance(v, Version)}
         try:
             parse_semver(literal)
         except SemverError:
             continue
-        if have:
-            hints.append(f"{ident} {', '.join(sorted(have))} on the devices vs {literal}")
+        if versions:
+            hints.append(f"{ident} {', '.join(sorted(versions))} on the devices vs {literal}")
     return (": " + "; ".join(hints)) if hints else ""
 
 

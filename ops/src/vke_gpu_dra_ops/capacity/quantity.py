@@ -98,8 +98,9 @@ def quantity_as_int64(value: Fraction) -> int | None:
     return value.numerator
 
 
-def format_quantity(value: Fraction) -> str:
+def format_quantity(value: Fraction | int) -> str:
     """A readable canonical form: the largest binary suffix that divides a whole value, else decimal."""
+    value = Fraction(value)
     if value.denominator == 1:
         number = value.numerator
         for suffix, size in reversed(_BINARY.items()):
