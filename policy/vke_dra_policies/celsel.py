@@ -9,7 +9,7 @@ Sample devices come from the driver's own model (its simulated discovery and MIG
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
@@ -73,7 +73,7 @@ def compare_to(a: Any, b: Any) -> int:
     return (ka > kb) - (ka < kb)
 
 
-FUNCTIONS: Final = {
+FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "semver": semver,
     "quantity": quantity,
     "compareTo": compare_to,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Final
 
 # --- resource type tokens (pulumi-volcengine 0.0.47, pulumi-kubernetes 4.34) ---
@@ -40,15 +41,10 @@ POD_SPEC_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 
 
-class _Unknown:
-    """A value that is not known until the resource exists (preview)."""
+class Unknown(Enum):
+    """A value that is not known until the resource exists (preview); `UNKNOWN` is its only member."""
 
-    _instance: _Unknown | None = None
-
-    def __new__(cls) -> _Unknown:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    UNKNOWN = "<unknown>"
 
     def __repr__(self) -> str:
         return "<unknown>"
@@ -57,7 +53,7 @@ class _Unknown:
         raise TypeError("an unknown value has no truth value; test `is UNKNOWN` first")
 
 
-UNKNOWN: Final = _Unknown()
+UNKNOWN: Final = Unknown.UNKNOWN
 
 Path = tuple[str | int, ...]
 

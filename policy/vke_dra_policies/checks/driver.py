@@ -58,7 +58,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def effective_values(release: r.Res) -> Mapping[str, Any] | r._Unknown:
+def effective_values(release: r.Res) -> Mapping[str, Any] | r.Unknown:
     """Values Helm gets: the values files (where the program puts nulls) overridden by `values`."""
     values, files = release.get("values"), release.get("valueYamlFiles")
     if values is r.UNKNOWN or files is r.UNKNOWN:

@@ -27,7 +27,7 @@ RUNTIME_POOL_KEYS = ("node_pool_id", "nodePoolId", "node_pool", "nodePool", "poo
 RUNTIME_POOL_NAME_KEYS = ("node_pool_name", "nodePoolName", "pool_name", "poolName")
 
 
-def pool_labels(pool: r.Res) -> Mapping[str, Any] | r._Unknown:
+def pool_labels(pool: r.Res) -> Mapping[str, Any] | r.Unknown:
     """Node labels of a pool as {key: value} (VKE writes them as a list of {key, value})."""
     raw = pool.get("kubernetesConfig", "labels")
     if raw is r.UNKNOWN:
@@ -41,7 +41,7 @@ def pool_labels(pool: r.Res) -> Mapping[str, Any] | r._Unknown:
     return labels
 
 
-def instance_types(pool: r.Res) -> list[Any] | r._Unknown:
+def instance_types(pool: r.Res) -> list[Any] | r.Unknown:
     raw = pool.get("nodeConfig", "instanceTypeIds")
     if raw is r.UNKNOWN:
         return r.UNKNOWN
