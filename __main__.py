@@ -1,5 +1,5 @@
 """vke-gpu-dra: GPU dynamic resource allocation on VKE (see README.md and components/)."""
 
-from components.stack import build
+from components.stack import main
 
-build()
+main()

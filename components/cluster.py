@@ -88,7 +88,7 @@ class VkeCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         result = vke.get_kubeconfigs_output(
-            ids=[kubeconfig.id],
+            ids=kubeconfig.id.apply(lambda kubeconfig_id: [kubeconfig_id]),
             opts=pulumi.InvokeOutputOptions(parent=self, provider=volcengine_provider),
         )
         text = result.kubeconfigs.apply(lambda items: decode_kubeconfig(items[0].kubeconfig))

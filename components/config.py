@@ -34,7 +34,7 @@ IMPLEMENTATION_PYTHON: Final = "python"
 IMPLEMENTATION_NVIDIA: Final = "nvidia"
 
 PRIVATE_RANGES: Final = tuple(
-    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
 _PRIVATE_TEXT: Final = "a CIDR inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
 

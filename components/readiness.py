@@ -42,7 +42,7 @@ class NodeReport:
 def runtime_ok(runtime: str, minimum: tuple[int, int]) -> bool:
     """True for `containerd://X.Y…` with (X, Y) >= minimum."""
     m = _RUNTIME_RE.match(runtime or "")
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= minimum
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= minimum
 
 
 def parse_minimum(text: str) -> tuple[int, int]:

@@ -140,3 +140,13 @@ def build(cfg: StackConfig | None = None) -> dict[str, Any]:
     for key, value in exports.items():
         pulumi.export(key, value)
     return exports
+
+
+def main() -> None:
+    """Entry point of __main__.py: a configuration error is reported as one message, not a traceback."""
+    try:
+        cfg = config_mod.load()
+    except config_mod.ConfigError as error:
+        pulumi.log.error(str(error))
+        raise SystemExit(1) from None
+    build(cfg)

@@ -72,20 +72,25 @@ def test_pulumi_yaml_defaults_load_to_the_same_config_as_python_defaults() -> No
     """The CLI passes Pulumi.yaml defaults as config; they must mean what the Python defaults mean."""
     project = yaml.safe_load((harness.ROOT / "Pulumi.yaml").read_text())
     from_yaml = config.raw_from_stack_file(
-        {f"{P}:{k}": v["default"] for k, v in project["config"].items()} | {
-            f"{P}:nodePool.keyPairName": "kp", "volcengine:region": "cn-beijing"}
+        {f"{P}:{k}": v["default"] for k, v in project["config"].items()}
+        | {f"{P}:nodePool.keyPairName": "kp", "volcengine:region": "cn-beijing"}
     )
     assert config.load(from_yaml) == config.load(raw({}))
 
 
 def test_errors_are_collected_into_one_exception() -> None:
-    issues = problems({
-        "cluster.kubernetesVersion": "1.33",
-        "nodePool.containerdVersion": "1.7",
-        "driver.implementation": "rust",
-    })
+    issues = problems(
+        {
+            "cluster.kubernetesVersion": "1.33",
+            "nodePool.containerdVersion": "1.7",
+            "driver.implementation": "rust",
+        }
+    )
     assert {i.key for i in issues} == {
-        "cluster.kubernetesVersion", "nodePool.containerdVersion", "driver.implementation"}
+        "cluster.kubernetesVersion",
+        "nodePool.containerdVersion",
+        "driver.implementation",
+    }
     with pytest.raises(ConfigError) as info:
         config.load(raw({"cluster.kubernetesVersion": "1.33", "driver.implementation": "rust"}))
     message = str(info.value)
@@ -173,13 +178,24 @@ def test_rejects_malformed_label_and_taint() -> None:
 
 
 def test_user_labels_and_taints_are_parsed_and_dra_labels_always_present() -> None:
-    cfg = config.load(raw({"nodePool.labels": ["team=ml", "vke.node.gpu.schedule=nvidia-dra"],
-                           "nodePool.taints": ["gpu=true:NoSchedule", "dedicated:NoExecute"]}))
+    cfg = config.load(
+        raw(
+            {
+                "nodePool.labels": ["team=ml", "vke.node.gpu.schedule=nvidia-dra"],
+                "nodePool.taints": ["gpu=true:NoSchedule", "dedicated:NoExecute"],
+            }
+        )
+    )
     labels = [(lb.key, lb.value) for lb in cfg.node_pool.all_labels]
     assert labels == [
-        ("vke.node.gpu.schedule", "nvidia-dra"), ("nvidia.com/gpu.present", "true"), ("team", "ml")]
+        ("vke.node.gpu.schedule", "nvidia-dra"),
+        ("nvidia.com/gpu.present", "true"),
+        ("team", "ml"),
+    ]
     assert cfg.node_pool.taints == (
-        config.Taint("gpu", "true", "NoSchedule"), config.Taint("dedicated", "", "NoExecute"))
+        config.Taint("gpu", "true", "NoSchedule"),
+        config.Taint("dedicated", "", "NoExecute"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -228,8 +244,15 @@ def test_rejects_subnet_count_not_matching_zones() -> None:
 def test_existing_network_needs_all_three_ids() -> None:
     issues = problems({"network.existingVpcId": "vpc-1"})
     assert {i.key for i in issues} == {"network.existingSubnetIds", "network.existingSecurityGroupId"}
-    cfg = config.load(raw({"network.existingVpcId": "vpc-1", "network.existingSubnetIds": ["subnet-1"],
-                           "network.existingSecurityGroupId": "sg-1"}))
+    cfg = config.load(
+        raw(
+            {
+                "network.existingVpcId": "vpc-1",
+                "network.existingSubnetIds": ["subnet-1"],
+                "network.existingSecurityGroupId": "sg-1",
+            }
+        )
+    )
     assert cfg.network.use_existing
 
 
@@ -289,8 +312,13 @@ def test_rejects_unknown_target_and_bad_sample_namespace() -> None:
 
 
 def test_nvidia_rejects_simulated_devices_and_taints() -> None:
-    issues = problems({"driver.implementation": "nvidia", "driver.deviceSource": "simulated",
-                       "nodePool.taints": ["gpu:NoSchedule"]})
+    issues = problems(
+        {
+            "driver.implementation": "nvidia",
+            "driver.deviceSource": "simulated",
+            "nodePool.taints": ["gpu:NoSchedule"],
+        }
+    )
     assert [i.key for i in issues] == ["driver.deviceSource", "nodePool.taints"]
 
 
@@ -299,3 +327,44 @@ def test_example_stack_files_are_valid(stack: str) -> None:
     cfg = config.load(harness.stack_raw_config(stack))
     assert cfg.production is (stack == "prod")
     assert cfg.provisions_vke is (stack != "local")
+
+
+def test_reads_config_the_way_the_engine_passes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The language host hands config over as PULUMI_CONFIG (JSON strings) and PULUMI_CONFIG_SECRET_KEYS."""
+    import json
+
+    from pulumi.runtime import config as runtime_config
+
+    monkeypatch.setattr(runtime_config, "CONFIG", runtime_config.CONFIG)
+    runtime_config.set_all_config({}, secret_keys=[])
+    monkeypatch.setenv(
+        "PULUMI_CONFIG",
+        json.dumps(
+            {
+                f"{P}:nodePool.password": "S3cret!pass",
+                f"{P}:nodePool.instanceTypes": '["ecs.gni2.3xlarge"]',
+                f"{P}:production": "true",
+                "volcengine:region": "cn-shanghai",
+                "pulumi:disable-default-providers": '["kubernetes"]',
+            }
+        ),
+    )
+    monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", json.dumps([f"{P}:nodePool.password"]))
+    cfg = config.load()
+    assert cfg.production is True
+    assert cfg.volcengine is not None and cfg.volcengine.region == "cn-shanghai"
+    assert cfg.node_pool.password is not None and cfg.node_pool.password.reveal() == "S3cret!pass"
+
+
+def test_main_reports_config_errors_as_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from components import stack
+
+    logged: list[str] = []
+    monkeypatch.setattr(stack.pulumi.log, "error", lambda message, *a, **k: logged.append(message))
+    bad = raw({"nodePool.minReplicas": 5})
+    load = config.load
+    monkeypatch.setattr(stack.config_mod, "load", lambda: load(bad))
+    with pytest.raises(SystemExit):
+        stack.main()
+    assert len(logged) == 1
+    assert f"{P}:nodePool.minReplicas = 5: allowed: at most nodePool.maxReplicas (1)" in logged[0]

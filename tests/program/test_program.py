@@ -532,3 +532,14 @@ def test_chart_values_helpers_agree_with_the_release(runs: dict) -> None:
         effective_values(runs["dev"].one(RELEASE))["kubeletPlugin"]["affinity"]
         == chart.values["kubeletPlugin"]["affinity"]
     )
+
+
+def test_harness_feeds_policy_resources(runs: dict) -> None:
+    run = runs["dev"]
+    resources = {r.urn: r for r in harness.to_policy_resources(run)}
+    release = resources[run.one(RELEASE).urn]
+    assert release.resource_type == RELEASE
+    assert release.provider is not None and release.provider.urn == k8s_provider_urn(run)
+    assert run.one(GATE).urn in {d.urn for d in release.dependencies}
+    assert release.parent is not None and release.parent.resource_type == "vke-gpu-dra:index:DraDriver"
+    assert resources[run.one(CLUSTER).urn].opts.protect is False
