@@ -81,11 +81,13 @@ _PROFILES: Final[tuple[GpuProfile, ...]] = (
     ),
     GpuProfile(
         "Tesla T4", "Nvidia", "Turing", (7, 5), 15360 * _MIB, False,
-        "nvidia-smi total 15360 MiB (16 GB GDDR6); " + _NVIDIA_SPECS,
+        "nvidia-smi total 15360 MiB (16 GB GDDR6); brand as current data-center drivers report it "
+        "(older drivers report Tesla); " + _NVIDIA_SPECS,
     ),
     GpuProfile(
         "Tesla V100-SXM2-32GB", "Nvidia", "Volta", (7, 0), 32768 * _MIB, False,
-        "nvidia-smi total 32768 MiB; " + _NVIDIA_SPECS,
+        "nvidia-smi total 32768 MiB; brand as current data-center drivers report it "
+        "(older drivers report Tesla); " + _NVIDIA_SPECS,
     ),
 )
 
