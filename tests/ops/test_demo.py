@@ -297,6 +297,28 @@ def test_skip_verify_reads_no_outputs(project: Path) -> None:
     assert out.startswith(f"demo stack {name} is up (expires 2026-11-30T12:11:07Z)")
 
 
+def test_up_with_json_output_keeps_stdout_one_document(project: Path) -> None:
+    ws = FakeWorkspace()
+    with fake_kube.serve(fake_kube.healthy_cluster()) as url:
+        kubeconfig = fake_kube.write_kubeconfig(project / "kc.yaml", url)
+        code, out, err = run_demo(
+            ws,
+            project,
+            "up",
+            "--user",
+            "f",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--timeout",
+            "0",
+            "--output",
+            "json",
+        )
+    assert code == 0
+    assert json.loads(out)["result"] == "pass"
+    assert "is up (expires 2026-11-30T14:41:07Z); tear it down: vke-gpu-dra demo down demo-f-" in err
+
+
 def test_unknown_base_stack_lists_the_stacks(project: Path) -> None:
     code, _, err = run_demo(FakeWorkspace(), project, "up", "--base-stack", "qa")
     assert code == 2

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_ops import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -141,6 +142,16 @@ def test_driver_image_builds_the_dockerfile_with_sha_and_app_version_tags() -> N
     version = next(s for s in steps(job) if s.get("id") == "version")
     assert "driver/chart/Chart.yaml" in version["run"]
     assert re.search(r'^appVersion: *"?[^"\s]+"?\s*$', (ROOT / "driver/chart/Chart.yaml").read_text(), re.M)
+
+
+def test_expired_demos_are_reaped_on_a_schedule() -> None:
+    wf = load(WORKFLOWS / "demo-reap.yaml")
+    assert wf["on"]["schedule"][0]["cron"]
+    job = wf["jobs"]["reap"]
+    script = next(s["run"] for s in steps(job) if "vke-gpu-dra demo reap" in s.get("run", ""))
+    assert "--dry-run" in script
+    assert job["env"][demo.BACKEND_ENV] == "${{ secrets.DEMO_BACKEND_URL }}"  # the variable demo reads
+    assert [s for s in steps(job) if PULUMI_ACTION.match(s.get("uses", ""))]  # installs the CLI
 
 
 # --------------------------------------------------------------------------- secrets

@@ -149,7 +149,10 @@ def run(
     try:
         project_dir, root = _preflight(args, find_cli)
         workspace = open_workspace(WorkspaceOptions(project_dir, backend_url(args.backend_url), root))
-        demo = demo_stacks.Demo(workspace, project_dir, out, err, **(demo_kwargs or {}))
+        json_output = command == "up" and args.output == "json"
+        demo = demo_stacks.Demo(
+            workspace, project_dir, out, err, json_output=json_output, **(demo_kwargs or {})
+        )
         if command == "up":
             return demo.up(
                 base_stack=args.base_stack,

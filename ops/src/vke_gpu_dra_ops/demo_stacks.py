@@ -153,6 +153,7 @@ class Demo:
     out: TextIO
     err: TextIO
     now: Callable[[], datetime] = _utc_now
+    json_output: bool = False  # stdout carries verify's JSON document: `up` reports on stderr
 
     # ------------------------------------------------------------------ helpers
 
@@ -209,7 +210,8 @@ class Demo:
             # A stack deploying into an existing cluster is verified with that cluster's kubeconfig.
             path = kubeconfig_path or _config_kubeconfig_path(stack_file)
             code = verify(path, values) if path else self._verify(values, name, kubeconfig_output, verify)
-        self.out.write(f"demo stack {name} is up (expires {expires}); {down_hint}\n")
+        report = self.err if self.json_output else self.out
+        report.write(f"demo stack {name} is up (expires {expires}); {down_hint}\n")
         return code
 
     def _verify(self, values: Mapping[str, Any], name: str, output_name: str, verify: Verify) -> int:
@@ -265,7 +267,8 @@ class Demo:
             if demo.update_in_progress:
                 self.err.write(f"{demo.name}: an update is in progress; left for the next reap\n")
             elif dry_run:
-                self.out.write(f"would destroy {demo.name} (expired {format_time(demo.expires_at)})\n")  # type: ignore[arg-type]
+                expired_at = format_time(demo.expires_at) if demo.expires_at else "?"
+                self.out.write(f"would destroy {demo.name} (expired {expired_at})\n")
             elif not self._destroy(demo.name):
                 failed += 1
         if not expired:
