@@ -7,11 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from .config import PROG, ConfigError, parse_config
-from .discovery import DiscoveryError
-from .kubeapi import KubeConfigError
 from .logs import setup_logging
-from .plugin import Plugin, StartupError
-from .sockets import SocketError
 
 log = logging.getLogger("vke_gpu_dra")
 
@@ -26,6 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     setup_logging(config.log_format)
+    # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
+    from .discovery import DiscoveryError  # noqa: PLC0415
+    from .kubeapi import KubeConfigError  # noqa: PLC0415
+    from .plugin import Plugin, StartupError  # noqa: PLC0415
+    from .sockets import SocketError  # noqa: PLC0415
+
     try:
         return Plugin(config).run()
     except (StartupError, DiscoveryError, KubeConfigError, SocketError, OSError) as err:

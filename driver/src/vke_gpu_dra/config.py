@@ -131,7 +131,7 @@ OPTIONS: tuple[_Option, ...] = (
         "KUBECONFIG",
         _path,
         None,
-        "kubeconfig file (default: in-cluster service account, else $KUBECONFIG)",
+        "kubeconfig file (default: in-cluster service account, else ~/.kube/config)",
     ),
     _Option(
         "plugin_data_dir",

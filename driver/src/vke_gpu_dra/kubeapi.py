@@ -156,7 +156,7 @@ class KubeAPI:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        method, url, headers, body, _ = self._client.param_serialize(
+        method, url, headers, payload, _ = self._client.param_serialize(
             method=method,
             resource_path=path,
             query_params=query or [],
@@ -166,7 +166,7 @@ class KubeAPI:
         )
         try:
             response = self._client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=timeout
+                method, url, header_params=headers, body=payload, _request_timeout=timeout
             )
         except ApiException as err:
             raise KubeError(err.status or 0, str(err.reason or ""), str(err.body or err)) from err

@@ -88,8 +88,9 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
             extra={"fields": {"driver": self._info.name, "error": request.error}},
         )
         # Like the Go helper: a failed registration is answered with an error.
-        context.abort(grpc.StatusCode.UNKNOWN, f"registration failed: {request.error}")
-        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+        context.set_code(grpc.StatusCode.UNKNOWN)
+        context.set_details(f"registration failed: {request.error}")
+        return reg_pb2.RegistrationStatusResponse()
 
 
 def add_registration_servicer(server: grpc.Server, servicer: RegistrationServicer) -> None:
