@@ -184,3 +184,52 @@ def test_a_shared_resource_claim_is_allocated_once_and_pins_its_pods():
     )
     assert violation.message.startswith("Deployment default/c (2 replica(s)) does not fit")
     assert "2 replicas wanted, 1 fit per node, 1 on the pool's maximum of 3 nodes" in violation.message
+
+
+def tainted_pool(*taints: dict[str, str]):
+    pool = node_pool()
+    pool.props["kubernetesConfig"]["taints"] = list(taints)
+    return pool
+
+
+def placed(**pod_fields: Any):
+    app = deployment()
+    app.props["spec"]["template"]["spec"].update(pod_fields)
+    return app
+
+
+def test_pods_must_tolerate_the_pool_taints_and_match_its_labels():
+    tpl = claim_template(exactly("gpu", 1))
+    taint = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    [violation] = check_stack([tainted_pool(taint), tpl, placed()])
+    assert violation.message.endswith(
+        "the pods do not tolerate the pool's taint nvidia.com/gpu=true:NoSchedule"
+    )
+    tolerate = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert check_stack([tainted_pool(taint), tpl, placed(tolerations=tolerate)]) == []
+    assert check_stack([tainted_pool(taint), tpl, placed(tolerations=[{"operator": "Exists"}])]) == []
+    soft = {"key": "x", "value": "", "effect": "PreferNoSchedule"}
+    assert check_stack([tainted_pool(soft), tpl, placed()]) == []
+    [wrong] = check_stack([node_pool(), tpl, placed(nodeSelector={"vke.node.gpu.schedule": "nvidia"})])
+    assert "nodeSelector vke.node.gpu.schedule=nvidia does not match the pool's label" in wrong.message
+    dra = {"key": "vke.node.gpu.schedule", "operator": "In", "values": ["nvidia-dra"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [dra]}]
+            }
+        }
+    }
+    assert check_stack([node_pool(), tpl, placed(affinity=affinity)]) == []
+    other_type = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["ecs.gni2.3xlarge"]}
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [
+        {"matchExpressions": [other_type]}
+    ]
+    [mismatch] = check_stack([node_pool(), tpl, placed(affinity=affinity)])
+    assert mismatch.message.endswith("required node affinity matches none of the pool's labels")
+    # a label the pool does not set (VKE sets it on the node) is assumed to match
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["cn-beijing-a"]}
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [
+        {"matchExpressions": [zone]}
+    ]
+    assert check_stack([node_pool(), tpl, placed(affinity=affinity)]) == []

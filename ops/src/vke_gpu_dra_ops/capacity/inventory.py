@@ -35,6 +35,9 @@ class GpuPool:
     max_nodes: int
     #: Notes for the reader (unverified catalog rows, simulated devices, ...).
     notes: tuple[str, ...] = field(default=())
+    #: Node labels the pool sets, and its taints as (key, value, effect).
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def label(self) -> str:

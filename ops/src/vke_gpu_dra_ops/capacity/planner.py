@@ -19,6 +19,7 @@ from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_con
 from .celenv import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
+from .placement import Placement, excluded
 from .quantity import QuantityError, SemverError, format_bytes, parse_quantity, parse_semver
 from .selection import DeviceView, SelectorCache, observed_ids
 
@@ -119,14 +120,25 @@ class Planner:
         claims: Sequence[tuple[str, ClaimSpec]],
         pools: Sequence[Sequence[GpuPool]],
         replicas: int | None,
+        *,
         shared: Sequence[tuple[str, ClaimSpec]] = (),
+        placement: Placement | None = None,
     ) -> FitResult:
-        """Replicas of a pod with `claims` (one each per pod) and `shared` claims (allocated once)."""
-        if shared:
-            fits = tuple(self._shared_fit(pool, claims, shared) for variants in pools for pool in variants)
-        else:
-            fits = tuple(self._pool_fit(pool, claims) for variants in pools for pool in variants)
-        return FitResult(subject, replicas, fits, pinned=bool(shared))
+        """Replicas of a pod with `claims` (one each per pod) and `shared` claims (allocated once).
+
+        `placement` (node selector, affinity, tolerations) rules out pools the pods cannot run on.
+        """
+        fits = []
+        for variants in pools:
+            for pool in variants:
+                reason = excluded(pool, placement) if placement is not None else None
+                if reason is not None:
+                    fits.append(PoolFit(pool, 0, 0, 0, reasons=(reason,)))
+                elif shared:
+                    fits.append(self._shared_fit(pool, claims, shared))
+                else:
+                    fits.append(self._pool_fit(pool, claims))
+        return FitResult(subject, replicas, tuple(fits), pinned=bool(shared))
 
     def _shared_fit(
         self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]], shared: Sequence[tuple[str, ClaimSpec]]

@@ -15,6 +15,7 @@ from typing import Any, Final
 from .allocator import AllocationError, NodeAllocator
 from .claims import ClaimSpec
 from .inventory import GpuPool
+from .placement import excluded
 from .planner import Planner
 from .stack import StackModel, Workload, model_from_resources
 
@@ -106,6 +107,7 @@ def check_model(model: StackModel, *, report_references: bool = True) -> list[Vi
             model.pools,
             workload.replicas,
             shared=[(n, s) for _, n, s in pod.shared],
+            placement=workload.placement,
         )
         if not result.fits:
             wanted = (
@@ -154,11 +156,8 @@ def _place_all(
     planner: Planner, pools: list[GpuPool], workloads: list[tuple[Workload, PodClaims]]
 ) -> list[tuple[Workload, int]]:
     """First fit of every pod, in stack order; a shared ResourceClaim pins its pods to its node."""
-    allocators = [
-        NodeAllocator(pool.node(i), planner.classes, planner.cache)
-        for pool in pools
-        for i in range(pool.max_nodes)
-    ]
+    nodes = [(pool, i) for pool in pools for i in range(pool.max_nodes)]
+    allocators = [NodeAllocator(pool.node(i), planner.classes, planner.cache) for pool, i in nodes]
     shared_at: dict[str, int] = {}
     placed: list[tuple[Workload, int]] = []
     for workload, pod in workloads:
@@ -168,8 +167,9 @@ def _place_all(
         if len(pinned) > 1:  # its shared claims sit on different nodes
             placed.append((workload, 0))
             continue
-        candidates = sorted(pinned) or list(range(len(allocators)))
-        wanted = len(allocators) if workload.replicas is None else workload.replicas
+        allowed = [n for n, (pool, _) in enumerate(nodes) if excluded(pool, workload.placement) is None]
+        candidates = sorted(pinned & set(allowed)) if pinned else allowed
+        wanted = len(candidates) if workload.replicas is None else workload.replicas
         got, position = 0, 0
         while got < wanted and position < len(candidates):
             node = candidates[position]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from vke_gpu_dra import facts
@@ -26,6 +26,7 @@ from .claims import (
     parse_pod_claims,
 )
 from .inventory import GpuPool
+from .placement import Placement, parse_placement
 
 NODE_POOL_TYPE: Final = "volcengine:vke/nodePool:NodePool"
 _RESOURCE_GROUP: Final = "kubernetes:resource.k8s.io/"
@@ -42,6 +43,7 @@ class Workload:
     replicas: int | None
     claims: tuple[PodClaimRef, ...]
     urn: str = ""
+    placement: Placement = field(default_factory=Placement)
 
     @property
     def label(self) -> str:
@@ -117,12 +119,37 @@ def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
             replicas = 1
     except ValueError as exc:
         raise ManifestError(f"{where}: replica count {exc.args[0]!r} is not a whole number >= 0") from None
-    return Workload(kind, name, str(meta.get("namespace") or "default"), replicas, claims, urn)
+    namespace = str(meta.get("namespace") or "default")
+    return Workload(kind, name, namespace, replicas, claims, urn, parse_placement(pod_spec))
 
 
 def _labels(props: Mapping[str, Any]) -> dict[str, str]:
     raw = (props.get("kubernetesConfig") or {}).get("labels") or []
-    return {str(lb.get("key")): str(lb.get("value")) for lb in raw if isinstance(lb, Mapping)}
+    return {str(lb.get("key")): str(lb.get("value") or "") for lb in raw if isinstance(lb, Mapping)}
+
+
+def _taints(props: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    raw = (props.get("kubernetesConfig") or {}).get("taints") or []
+    return tuple(
+        (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
+        for t in raw
+        if isinstance(t, Mapping)
+    )
+
+
+def _parse_config_labels(items: Sequence[Any]) -> tuple[tuple[str, str], ...]:
+    pairs = [str(item).split("=", 1) for item in items]
+    return tuple((p[0], p[1] if len(p) > 1 else "") for p in pairs)
+
+
+def _parse_config_taints(items: Sequence[Any]) -> tuple[tuple[str, str, str], ...]:
+    """`key=value:Effect` or `key:Effect` (the program's nodePool.taints format)."""
+    taints = []
+    for item in items:
+        head, _, effect = str(item).rpartition(":")
+        key, _, value = head.partition("=")
+        taints.append((key, value, effect or "NoSchedule"))
+    return tuple(taints)
 
 
 def _family(instance_type: str) -> str:
@@ -156,7 +183,8 @@ def pools_from_node_pool(
     variants = []
     for instance_type in types:
         if instance_type in catalog:
-            variants.append(_pool(pool_name, instance_type, low, high, catalog=catalog))
+            pool = _pool(pool_name, instance_type, low, high, catalog=catalog)
+            variants.append(replace(pool, labels=tuple(sorted(labels.items())), taints=_taints(props)))
         elif _family(instance_type) in families:
             try:
                 lookup(instance_type, catalog)
@@ -241,6 +269,7 @@ def _pool_known(props: Mapping[str, Any]) -> bool:
         and isinstance(kube_config, Mapping | type(None))
         and is_known((node_config or {}).get("instanceTypeIds"))
         and is_known((kube_config or {}).get("labels"))
+        and is_known((kube_config or {}).get("taints"))
     )
 
 
@@ -257,7 +286,13 @@ def _workload_known(kind: str, props: Mapping[str, Any]) -> bool:
         pod_spec, _ = _pod_spec(kind, spec)
     except (AttributeError, TypeError):  # a part of the path is unknown
         return False
-    return is_known(scalars) and isinstance(pod_spec, Mapping) and is_known(pod_spec.get("resourceClaims"))
+    return (
+        is_known(scalars)
+        and isinstance(pod_spec, Mapping)
+        and all(
+            is_known(pod_spec.get(k)) for k in ("resourceClaims", "nodeSelector", "affinity", "tolerations")
+        )
+    )
 
 
 def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -> StackModel:
@@ -338,12 +373,18 @@ def pools_from_config(config: Mapping[str, Any], defaults: Mapping[str, Any]) ->
             f"config {PROJECT}:nodePool.instanceTypes: {types!r}; allowed: a non-empty list of "
             "ECS instance types"
         )
+    labels = dict(_parse_config_labels(get("nodePool.labels", [])))
+    labels.update(facts.REQUIRED_NODE_LABELS)
+    placement = {
+        "labels": tuple(sorted(labels.items())),
+        "taints": _parse_config_taints(get("nodePool.taints", [])),
+    }
     if get("driver.deviceSource", "nvml") == "simulated":
         product = str(get("driver.simulatedProduct", facts_default_product()))
         gpus = int(get("driver.simulatedGpus", 8))
         note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product}, whatever its type"
-        return [GpuPool(name, str(t), product, gpus, low, high, (note,)) for t in types]
-    return [_pool(name, str(t), low, high, catalog=catalog) for t in types]
+        return [GpuPool(name, str(t), product, gpus, low, high, (note,), **placement) for t in types]
+    return [replace(_pool(name, str(t), low, high, catalog=catalog), **placement) for t in types]
 
 
 def facts_default_product() -> str:
