@@ -345,3 +345,14 @@ def test_server_urls_in_messages_carry_no_credentials() -> None:
     cfg = client.Configuration()
     cfg.host = "https://admin:hunter2@10.0.0.1:6443"
     assert kube.server_of(client.ApiClient(cfg)) == "https://10.0.0.1:6443"
+
+
+def test_node_selector_flag_chooses_the_gpu_nodes(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    cluster.nodes[0]["metadata"]["labels"] = {"pool": "gpu"}  # e.g. a cluster outside VKE
+    code, out, _ = run_cli(tmp_path, cluster)
+    assert code == 1
+    assert "on DRA nodes: no node labelled vke.node.gpu.schedule=nvidia-dra" in out
+    code, out, _ = run_cli(tmp_path, cluster, "--node-selector", "pool=gpu")
+    assert code == 0, out
+    assert "/api/v1/nodes" in cluster.requests

@@ -101,6 +101,7 @@ class Settings:
     sample_deployment: str = SAMPLE_DEPLOYMENT
     sample_claim_template: str = SAMPLE_CLAIM_TEMPLATE
     skip: frozenset[str] = frozenset()  # step ids not to check
+    node_selector: str = DRA_NODE_SELECTOR  # label selector of the nodes that must have DRA GPUs
 
 
 # --------------------------------------------------------------------------- helpers
@@ -188,6 +189,10 @@ def check_api_resources(snap: Snapshot, settings: Settings) -> StepResult:
     return StepResult(step, API_TITLE, Status.PASS, ", ".join(REQUIRED_API_RESOURCES))
 
 
+def _no_nodes(settings: Settings) -> str:
+    return f"no node labelled {settings.node_selector}" if settings.node_selector else "no nodes"
+
+
 NO_NODES_HINT = (
     f"label the GPU node pool {DRA_NODE_SELECTOR} and {facts.LABEL_GPU_PRESENT}="
     f"{facts.LABEL_GPU_PRESENT_VALUE} (procedure step 1) and wait for its nodes to join"
@@ -198,7 +203,7 @@ def check_driver_pods(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "driver-pods", "driver pods Running and Ready on DRA nodes"
     ns = settings.namespace
     if not snap.nodes:
-        return StepResult(step, title, Status.FAIL, f"no node labelled {DRA_NODE_SELECTOR}", NO_NODES_HINT)
+        return StepResult(step, title, Status.FAIL, _no_nodes(settings), NO_NODES_HINT)
     problems: list[str] = []
     hints: list[str] = []
     healthy: list[str] = []
@@ -209,7 +214,7 @@ def check_driver_pods(snap: Snapshot, settings: Settings) -> StepResult:
             problems.append(f"node {node_name}: no driver pod in namespace {ns}")
             hints.append(
                 f"`kubectl -n {ns} get daemonsets,pods -o wide`: the kubelet plugin's node affinity must "
-                f"select {DRA_NODE_SELECTOR}, and the chart must be installed into {ns}"
+                f"select {settings.node_selector or 'the node'}, and the chart must be installed into {ns}"
             )
             continue
         for pod in pods:
@@ -274,7 +279,7 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
     if snap.resource_slices is None:
         return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
     if not snap.nodes:
-        return StepResult(step, title, Status.FAIL, f"no node labelled {DRA_NODE_SELECTOR}", NO_NODES_HINT)
+        return StepResult(step, title, Status.FAIL, _no_nodes(settings), NO_NODES_HINT)
     ours = [s for s in snap.resource_slices if _get(s, "spec", "driver") == facts.DRIVER_NAME]
     per_node = _devices_per_node(ours)
     problems: list[str] = []
@@ -308,7 +313,7 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
 def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "no-device-plugin-capacity", f"DRA nodes expose no {DEVICE_PLUGIN_RESOURCE} capacity"
     if not snap.nodes:
-        return _skip(step, title, f"no node labelled {DRA_NODE_SELECTOR}")
+        return _skip(step, title, _no_nodes(settings))
     problems = []
     for node in snap.nodes:
         for part in ("capacity", "allocatable"):

@@ -192,6 +192,7 @@ def settings_from_stack(args: argparse.Namespace, values: Mapping[str, Any]) -> 
         sample_deployment=sample.get("deployment") or checks.SAMPLE_DEPLOYMENT,
         sample_claim_template=sample.get("resourceClaimTemplate") or checks.SAMPLE_CLAIM_TEMPLATE,
         skip=frozenset(args.skip),
+        node_selector=args.node_selector,
     )
 
 

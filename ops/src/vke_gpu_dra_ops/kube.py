@@ -123,7 +123,7 @@ class Fetcher:
         s = self.settings
         api_resources = self.api_resources()
         served = api_resources is not None
-        nodes = self._call("nodes", self.core.list_node, label_selector=checks.DRA_NODE_SELECTOR)["items"]
+        nodes = self._call("nodes", self.core.list_node, label_selector=s.node_selector)["items"]
         driver_pods = self._call(f"pods in {s.namespace}", self.core.list_namespaced_pod, s.namespace)[
             "items"
         ]

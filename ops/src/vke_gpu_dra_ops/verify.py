@@ -89,6 +89,12 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, from_stack: bool =
         "--interval", type=_interval, default=DEFAULT_INTERVAL, metavar="SECONDS", help=argparse.SUPPRESS
     )
     parser.add_argument(
+        "--node-selector",
+        default=checks.DRA_NODE_SELECTOR,
+        metavar="SELECTOR",
+        help="label selector of the GPU nodes to check (default: %(default)s; '' for every node)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         choices=checks.STEP_IDS,
@@ -117,6 +123,7 @@ def settings_from(args: argparse.Namespace) -> checks.Settings:
         workload_namespace=args.workload_namespace,
         expected_devices_per_node=args.expected_devices_per_node,
         skip=frozenset(args.skip),
+        node_selector=args.node_selector,
     )
 
 
