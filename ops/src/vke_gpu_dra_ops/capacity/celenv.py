@@ -122,7 +122,7 @@ def _fraction(text: str) -> Fraction:
     return Fraction(text)
 
 
-def _as_quantity(value: object, function: str) -> Fraction | None:
+def _as_quantity(value: object) -> Fraction | None:
     if isinstance(value, dict) and _Q_TAG in value:
         return _fraction(value[_Q_TAG])
     return None
@@ -152,7 +152,7 @@ def _kind(value: object) -> str:
 
 
 def _compare(a: object, b: object, function: str) -> int:
-    qa, qb = _as_quantity(a, function), _as_quantity(b, function)
+    qa, qb = _as_quantity(a), _as_quantity(b)
     if qa is not None and qb is not None:
         return (qa > qb) - (qa < qb)
     sa, sb = _as_semver(a), _as_semver(b)
@@ -191,10 +191,10 @@ def _is_semver(text: object, normalize: object = False) -> bool:
 
 def _arith(sign: int, function: str) -> Callable[[object, object], dict[str, str]]:
     def apply(a: object, b: object) -> dict[str, str]:
-        qa = _as_quantity(a, function)
+        qa = _as_quantity(a)
         if qa is None:
             raise _no_overload(function, a, b)
-        qb = _as_quantity(b, function)
+        qb = _as_quantity(b)
         if qb is None:
             if isinstance(b, int) and not isinstance(b, bool):
                 qb = Fraction(b)
@@ -207,7 +207,7 @@ def _arith(sign: int, function: str) -> Callable[[object, object], dict[str, str
 
 def _quantity_unary(function: str, body: Callable[[Fraction], object]) -> Callable[[object], object]:
     def apply(a: object) -> object:
-        qa = _as_quantity(a, function)
+        qa = _as_quantity(a)
         if qa is None:
             raise _no_overload(function, a)
         return body(qa)
