@@ -176,3 +176,13 @@ def test_admin_access_sees_devices_in_use_and_takes_none():
     assert allocator.allocate([admin_spec]) is not None
     assert allocator.allocate([admin_spec]) is not None  # admin access does not use the devices up
     assert allocator.allocate([parsed(exactly("gpu", 1)).spec]) is None
+
+
+def test_all_with_an_unsatisfiable_constraint_is_an_error():
+    root = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    result = fit(parsed(exactly("gpus", mode="All"), constraints=root), pools=[pool(gpus=2)])
+    assert not result.fits
+    assert result.error == (
+        "request gpus: cannot add device gpu.nvidia.com/pool-node-0/gpu-1 because a claim constraint "
+        "would not be satisfied (matchAttribute resource.kubernetes.io/pcieRoot across all requests)"
+    )
