@@ -110,3 +110,23 @@ def test_unknown_names_or_expressions_are_not_judged() -> None:
         deviceclasses.device_classes([device_class(facts.DEVICE_CLASS_GPU.name, r.UNKNOWN), shipped()[1]])
         == []
     )
+
+
+def test_project_chart_with_its_classes_on() -> None:
+    chart = res(r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
+    assert deviceclasses.device_classes([chart, pool()]) == []
+    renamed = res(
+        r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"driverName": "gpu.example.com"}}
+    )
+    found = deviceclasses.device_classes([renamed, pool()])
+    assert len(found) == 2 and all("do not select" in v.message for v in found)
+
+
+def test_a_class_rendered_by_the_chart_and_created_by_the_program() -> None:
+    chart = res(r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
+    (v,) = deviceclasses.device_classes([chart, shipped()[0], pool()])
+    assert "also rendered by" in v.message and "deviceClasses.enabled=false" in v.message
+    off = res(
+        r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"deviceClasses": {"enabled": False}}}
+    )
+    assert deviceclasses.device_classes([off, *shipped(), pool()]) == []

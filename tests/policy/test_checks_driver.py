@@ -87,12 +87,13 @@ def test_each_missing_procedure_value_is_its_own_violation() -> None:
 
 
 def test_kubelet_plugin_placement() -> None:
-    anywhere = release("./driver/chart", {"kubeletPlugin": {}})
+    anywhere = release("./driver/chart", {"kubeletPlugin": {"affinity": None}})
     (message,) = messages(anywhere, "python")
     assert "may run on nodes without DRA" in message
     assert messages(anywhere, "python", dra_nodes=False) == []
     by_selector = release(
-        "./driver/chart", {"kubeletPlugin": {"nodeSelector": {facts.LABEL_GPU_SCHEDULE: "nvidia-dra"}}}
+        "./driver/chart",
+        {"kubeletPlugin": {"affinity": None, "nodeSelector": {facts.LABEL_GPU_SCHEDULE: "nvidia-dra"}}},
     )
     assert messages(by_selector, "python") == []
     wider = {
@@ -115,6 +116,30 @@ def test_kubelet_plugin_placement() -> None:
     assert len(messages(release("./driver/chart", {"kubeletPlugin": {"affinity": wider}}), "python")) == 1
 
 
+def test_the_project_charts_defaults_count_nvidias_do_not() -> None:
+    """driver/chart's values.yaml restricts the plugin by default; NVIDIA's chart needs the value set."""
+    assert driver.project_chart_defaults()["kubeletPlugin"]["affinity"]
+    assert messages(release("./driver/chart", {}), "python") == []
+    nvidia = release(
+        "nvidia-dra-driver-gpu",
+        {k: v for k, v in nvidia_values().items() if k != "kubeletPlugin"},
+        [NULL_CONTROLLER],
+    )
+    (message,) = messages(nvidia)
+    assert "kubeletPlugin node affinity is None" in message
+
+
+def test_which_release_renders_the_device_classes() -> None:
+    assert driver.chart_creates_device_classes(release("nvidia-dra-driver-gpu", {}), "nvidia") is True
+    assert (
+        driver.chart_creates_device_classes(release("./driver/chart", {}), "python") is True
+    )  # chart default
+    off = release("./driver/chart", {"deviceClasses": {"enabled": False}})
+    assert driver.chart_creates_device_classes(off, "python") is False
+    unknown = release("./driver/chart", {"deviceClasses": {"enabled": r.UNKNOWN}})
+    assert driver.chart_creates_device_classes(unknown, "python") is None
+
+
 def test_unknown_values_during_preview_are_not_judged() -> None:
     assert messages(release("nvidia-dra-driver-gpu", r.UNKNOWN)) == []
     assert (
@@ -130,6 +155,6 @@ def test_unknown_values_during_preview_are_not_judged() -> None:
 
 
 def test_stack_scope_of_the_placement_rule() -> None:
-    anywhere = release("./driver/chart", {"kubeletPlugin": {}})
+    anywhere = release("./driver/chart", {"kubeletPlugin": {"affinity": None}})
     assert driver.driver_values([anywhere]) == []  # an existing cluster: no DRA nodes made by the stack
     assert len(driver.driver_values([anywhere, pool()])) == 1

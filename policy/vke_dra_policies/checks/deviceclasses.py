@@ -10,7 +10,7 @@ from vke_gpu_dra import facts
 from .. import celsel
 from .. import resources as r
 from . import Violation
-from .driver import driver_releases
+from .driver import chart_creates_device_classes, driver_releases, effective_values
 from .nodepools import is_dra_pool
 
 #: Which sample device each expected class must select (the other must not be selected).
@@ -21,15 +21,23 @@ def class_name(res: r.Res) -> Any:
     return res.get("metadata", "name")
 
 
-def chart_provides_classes(resources: Sequence[r.Res]) -> bool:
-    """NVIDIA's chart creates gpu.nvidia.com and mig.nvidia.com itself (gpuResourcesEnabledOverride=true)."""
-    return any(kind == "nvidia" for _, kind in driver_releases(list(resources)))
+def chart_class_sources(resources: Sequence[r.Res]) -> list[tuple[r.Res, bool | None, str]]:
+    """Driver releases that render the DeviceClasses: (release, True or None while unknown, driver name)."""
+    out: list[tuple[r.Res, bool | None, str]] = []
+    for release, kind in driver_releases(list(resources)):
+        creates = chart_creates_device_classes(release, kind)
+        if creates is False:
+            continue
+        vals = effective_values(release, kind)
+        driver = r.get_path(vals, ("driverName",)) if kind == "python" and vals is not r.UNKNOWN else None
+        out.append((release, creates, driver if isinstance(driver, str) else facts.DRIVER_NAME))
+    return out
 
 
 def class_names(resources: Sequence[r.Res]) -> set[str]:
-    """Every DeviceClass name the stack provides (its own resources plus NVIDIA's chart)."""
+    """Every DeviceClass name the stack provides (its own resources plus what a driver chart renders)."""
     names = {n for res in r.of_type(resources, r.DEVICE_CLASS) if isinstance(n := class_name(res), str)}
-    if chart_provides_classes(resources):
+    if chart_class_sources(resources):
         names |= {dc.name for dc in facts.DEVICE_CLASSES}
     return names
 
@@ -91,50 +99,70 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
     return out
 
 
-def device_classes(resources: Sequence[r.Res]) -> list[Violation]:
+def _own_classes(resources: Sequence[r.Res]) -> list[Violation]:
     out = []
     for res in r.of_type(resources, r.DEVICE_CLASS):
         name = class_name(res)
         exprs = _expressions(res)
         if name is r.UNKNOWN or any(e is r.UNKNOWN for _, e in exprs):
             continue
-        bad = [i for i, e in exprs if not isinstance(e, str)]
-        if bad or not exprs:
+        if not exprs or any(not isinstance(e, str) for _, e in exprs):
             out.append(
                 Violation(
                     f"{res.label}: DeviceClass has no CEL selector (spec.selectors "
-                    f"{res.get('spec', 'selectors')!r}); "
-                    "add spec.selectors[].cel.expression selecting the driver's devices.",
+                    f"{res.get('spec', 'selectors')!r}); add spec.selectors[].cel.expression selecting the "
+                    "driver's devices.",
                     res.urn,
                 )
             )
             continue
         out.extend(check_class(str(name), res.label, res.urn, [e for _, e in exprs]))
-    for release, kind in driver_releases(list(resources)):
-        if kind == "nvidia":
-            for dc in facts.DEVICE_CLASSES:
-                out.extend(
-                    check_class(
-                        dc.name,
-                        f'DeviceClass "{dc.name}" of {release.label}',
-                        release.urn,
-                        [dc.cel_expression],
-                    )
-                )
-    wanted = bool(driver_releases(list(resources))) or any(
-        is_dra_pool(p) for p in r.of_type(resources, r.NODE_POOL)
-    )
-    if wanted:
-        names = class_names(resources)
-        unknown_names = any(class_name(res) is r.UNKNOWN for res in r.of_type(resources, r.DEVICE_CLASS))
+    return out
+
+
+def _chart_classes(resources: Sequence[r.Res]) -> list[Violation]:
+    """Classes a chart renders: their selectors work, and the program does not create them again."""
+    out = []
+    own = {class_name(res): res for res in r.of_type(resources, r.DEVICE_CLASS)}
+    for release, creates, driver in chart_class_sources(resources):
+        if creates is not True:
+            continue
         for dc in facts.DEVICE_CLASSES:
-            if dc.name not in names and not unknown_names:
+            expression = facts.device_type_selector(dc.device_type, driver)
+            out.extend(
+                check_class(dc.name, f'DeviceClass "{dc.name}" of {release.label}', release.urn, [expression])
+            )
+            if dc.name in own:
+                twin = own[dc.name]
                 out.append(
                     Violation(
-                        f'DeviceClass "{dc.name}" is missing from a stack that runs DRA GPU nodes; add a '
-                        f'{r.DEVICE_CLASS} named "{dc.name}" with selector "{dc.cel_expression}" (or '
-                        "install NVIDIA's "
-                        "chart with gpuResourcesEnabledOverride=true)."
+                        f'{twin.label}: DeviceClass "{dc.name}" is also rendered by {release.label}, '
+                        "so one of them fails to create it; keep one owner (for the project's chart set "
+                        "deviceClasses.enabled=false, as the program does).",
+                        twin.urn,
                     )
                 )
     return out
+
+
+def _missing_classes(resources: Sequence[r.Res]) -> list[Violation]:
+    wanted = bool(driver_releases(list(resources))) or any(
+        is_dra_pool(p) for p in r.of_type(resources, r.NODE_POOL)
+    )
+    if not wanted or any(class_name(res) is r.UNKNOWN for res in r.of_type(resources, r.DEVICE_CLASS)):
+        return []
+    names = class_names(resources)
+    return [
+        Violation(
+            f'DeviceClass "{dc.name}" is missing from a stack that runs DRA GPU nodes; add a '
+            f'{r.DEVICE_CLASS} named "{dc.name}" with selector "{dc.cel_expression}" '
+            "(or let the driver chart render it)."
+        )
+        for dc in facts.DEVICE_CLASSES
+        if dc.name not in names
+    ]
+
+
+def device_classes(resources: Sequence[r.Res]) -> list[Violation]:
+    """The stack's own classes and the chart's classes work, and both expected classes exist."""
+    return _own_classes(resources) + _chart_classes(resources) + _missing_classes(resources)

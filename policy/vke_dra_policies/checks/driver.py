@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
@@ -14,6 +16,8 @@ from . import Violation
 NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
 #: How the project's own chart can be referenced (a path to driver/chart, or its chart name).
 PROJECT_CHART_MARKERS: Final = ("driver/chart", "vke-gpu-dra")
+#: The project's chart, next to the policy pack in the repository.
+PROJECT_CHART_VALUES: Final = Path(__file__).resolve().parents[3] / "driver" / "chart" / "values.yaml"
 KUBELET_AFFINITY_PATH: Final = (
     "kubeletPlugin",
     "affinity",
@@ -58,12 +62,23 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def effective_values(release: r.Res) -> Mapping[str, Any] | r.Unknown:
-    """Values Helm gets: the values files (where the program puts nulls) overridden by `values`."""
+@cache
+def project_chart_defaults() -> Mapping[str, Any]:
+    """driver/chart/values.yaml: the defaults under the values of a release of the project's chart."""
+    path = PROJECT_CHART_VALUES
+    if not path.is_file():
+        return {}
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return loaded if isinstance(loaded, Mapping) else {}
+
+
+def effective_values(release: r.Res, kind: DriverKind | None = None) -> Mapping[str, Any] | r.Unknown:
+    """Values Helm gets: chart defaults (the project's chart), values files (where the program puts
+    nulls), then `values`. A null removes a default, as Helm does."""
     values, files = release.get("values"), release.get("valueYamlFiles")
     if values is r.UNKNOWN or files is r.UNKNOWN:
         return r.UNKNOWN
-    merged: dict[str, Any] = {}
+    merged: dict[str, Any] = dict(project_chart_defaults()) if kind == "python" else {}
     for asset in r.as_list(files):
         text = _asset_text(asset)
         loaded = yaml.safe_load(text) if text else None
@@ -109,7 +124,7 @@ def values(release: r.Res, kind: DriverKind, *, dra_nodes: bool = True) -> list[
     `dra_nodes` is False for stacks that create no VKE node pools (an existing cluster, where no
     node carries the DRA label and the plugin's placement is the operator's choice).
     """
-    vals = effective_values(release)
+    vals = effective_values(release, kind)
     if vals is r.UNKNOWN:
         return []
     out = []
@@ -170,3 +185,18 @@ def driver_values(resources: list[r.Res]) -> list[Violation]:
     for release, kind in driver_releases(resources):
         out.extend(values(release, kind, dra_nodes=dra_nodes))
     return out
+
+
+def chart_creates_device_classes(release: r.Res, kind: DriverKind) -> bool | None:
+    """Whether the release renders gpu.nvidia.com and mig.nvidia.com itself (None while unknown).
+
+    NVIDIA's chart always does (the program relies on it); the project's chart when
+    `deviceClasses.enabled` (its default).
+    """
+    if kind == "nvidia":
+        return True
+    vals = effective_values(release, kind)
+    if vals is r.UNKNOWN:
+        return None
+    enabled = r.get_path(vals, ("deviceClasses", "enabled"))
+    return None if enabled is r.UNKNOWN else r.truthy(enabled) is True
