@@ -301,3 +301,27 @@ def test_stale_socket_is_replaced(short_tmp: Path) -> None:
     second.start()
     assert path.exists()
     second.stop(0).wait()
+
+
+class _StreamContext:
+    def __init__(self) -> None:
+        self.active = True
+        self.callbacks: list = []
+
+    def is_active(self) -> bool:
+        return self.active
+
+    def add_callback(self, callback) -> bool:
+        self.callbacks.append(callback)
+        return True
+
+
+def test_health_stream_resends_periodically_and_ends_on_close() -> None:
+    dev = Device(name="gpu-0", device_type="gpu", uuid="GPU-0", attributes={}, capacity={}, healthy=False)
+    board = DeviceHealthBoard(NODE, [dev])
+    servicer = ResourceHealthServicer(board, resend_interval=0.01)
+    stream = servicer.NodeWatchResources(None, _StreamContext())  # type: ignore[arg-type]
+    first, second = next(stream), next(stream)  # the second one without any change: the periodic resend
+    assert first == second and [d.health for d in first.devices] == [2]
+    board.close()
+    assert list(stream) == []
