@@ -72,3 +72,35 @@ def test_plaintext_outputs() -> None:
     assert "secret elsewhere in the stack" in found["copy"]
     assert "kubeconfig or private-key content" in found["admin"]
     assert "named like a credential" in found["dbPassword"]
+
+
+def test_names_that_refer_to_a_credential_are_not_credentials() -> None:
+    stack = res(
+        r.STACK,
+        "stack",
+        {
+            "kubeconfigPath": "~/.kube/config",
+            "passwordSecretName": "node-login",
+            "kubeconfigId": "kc-123",
+            "adminToken": "t0ken",
+        },
+    )
+    (v,) = secrets.plaintext_outputs([stack])
+    assert '"adminToken"' in v.message
+
+
+def test_values_inside_a_lifted_secret_are_not_secrets_themselves() -> None:
+    pool = res(
+        r.NODE_POOL,
+        "gpu",
+        {
+            "nodeConfig": {
+                "instanceTypeIds": ["ecs.gni2.3xlarge"],
+                "security": {"login": {"password": "cGFzc3dvcmQ="}},
+            }
+        },
+        secret_paths=frozenset({("nodeConfig",)}),
+    )
+    stack = res(r.STACK, "stack", {"instanceType": "ecs.gni2.3xlarge", "leak": "cGFzc3dvcmQ="})
+    (v,) = secrets.plaintext_outputs([pool, stack])
+    assert '"leak"' in v.message

@@ -12,7 +12,9 @@ from . import Violation
 from .driver import driver_releases
 from .nodepools import is_device_plugin_pool, is_dra_pool, schedule_label
 
-#: VKE add-ons that schedule GPUs without DRA (NVIDIA device plugin, mGPU); extendable by config.
+#: VKE add-ons that schedule GPUs without DRA, as VKE names them in its add-on release notes
+#: ("nvidia-device-plugin": volcengine.com/docs/6460/350800, "mgpu": volcengine.com/docs/6460/159262);
+#: extendable by config.
 DEFAULT_FORBIDDEN_ADDONS: Final = ("nvidia-device-plugin", "mgpu")
 
 

@@ -25,6 +25,7 @@ SECRET_KEYS: Final = frozenset(
 )
 #: Output names that must never be plaintext.
 _SECRET_NAME_RE: Final = re.compile(r"kubeconfig|password|passwd|secret|token|private.?key|access.?key", re.I)
+_REFERENCE_SUFFIX_RE: Final = re.compile(r"(path|file|name|id|ids|ref|arn)$", re.I)
 _KUBECONFIG_MARKERS: Final = ("client-key-data", "client-certificate-data", "certificate-authority-data")
 _MIN_SECRET_LEN: Final = 8
 
@@ -57,6 +58,11 @@ def _is_kubeconfig_path(text: str) -> bool:
     return "\n" not in text and not text.lstrip().startswith("{") and not looks_like_credential(text)
 
 
+def _credential_name(name: str) -> bool:
+    """A name like a credential ("adminPassword"), not a reference to one ("kubeconfigPath")."""
+    return bool(_SECRET_NAME_RE.search(name)) and not _REFERENCE_SUFFIX_RE.search(name)
+
+
 def _is_secret_key(key: str | int) -> bool:
     return isinstance(key, str) and key.replace("_", "").lower() in SECRET_KEYS
 
@@ -84,11 +90,18 @@ def secret_props(resources: Sequence[r.Res]) -> list[Violation]:
 
 
 def known_secret_values(resources: Sequence[r.Res]) -> set[str]:
-    """Every secret string of the stack (to find it again, unmarked, in outputs)."""
+    """Secret strings of the stack, to find them again unmarked in outputs.
+
+    Only values marked secret themselves or held under a credential name: the SDK marks a whole
+    top-level input secret when anything inside it is (the node pool's nodeConfig for its password),
+    and instance types or subnet ids in there are not secrets.
+    """
     values = set()
     for res in resources:
         for path, text in r.walk_strings(res.props):
-            if res.is_secret(path) and len(text) >= _MIN_SECRET_LEN:
+            if len(text) < _MIN_SECRET_LEN or not res.is_secret(path):
+                continue
+            if path in res.secret_paths or (path and _is_secret_key(path[-1])):
                 values.add(text)
     return values
 
@@ -107,7 +120,7 @@ def plaintext_outputs(resources: Sequence[r.Res]) -> list[Violation]:
                 reason = "holds a value that is secret elsewhere in the stack"
             elif looks_like_credential(text):
                 reason = "holds kubeconfig or private-key content"
-            elif _SECRET_NAME_RE.search(str(path[0])):
+            elif _credential_name(str(path[0])):
                 reason = "is named like a credential"
             if reason:
                 out.append(
