@@ -42,9 +42,8 @@ def template_classes(resources: Sequence[r.Res]) -> list[Violation]:
                 continue
             out.append(
                 Violation(
-                    f"{res.label}: {path} is {name!r}, which no DeviceClass in this stack is named; use "
-                    "one of "
-                    f"{sorted(names) or 'the driver classes (none are defined yet)'}.",
+                    f"{res.label}: {path} is {name!r}, which no DeviceClass in this stack is named; use one "
+                    f"of {sorted(names) or 'the driver classes (none are defined yet)'}.",
                     res.urn,
                 )
             )
@@ -81,8 +80,8 @@ def _entry_violation(
         if (namespace, claim) in known.claims or known.claims_unknown:
             return None
         return Violation(
-            f'{res.label}: {where}.resourceClaims[{i}].resourceClaimName is "{claim}", but no '
-            f'ResourceClaim "{claim}" exists in namespace "{namespace}" of this stack; '
+            f'{res.label}: {where}.resourceClaims[{i}].resourceClaimName is "{claim}", but no ResourceClaim '
+            f'"{claim}" exists in namespace "{namespace}" of this stack; '
             "create it or use resourceClaimTemplateName.",
             res.urn,
         )
@@ -107,9 +106,9 @@ def _container_violations(
                 out.append(
                     Violation(
                         f"{res.label}: {where}.{group}[{c}].resources.claims[{k}].name is {name!r}, but the "
-                        f"pod has no resourceClaims entry of that name (found "
-                        f"{sorted(n for n in pod_names if isinstance(n, str))}); add "
-                        f"{where}.resourceClaims {{name: {name!r}, resourceClaimTemplateName: ...}}.",
+                        "pod has no resourceClaims entry of that name (found "
+                        f"{sorted(n for n in pod_names if isinstance(n, str))}); add {where}.resourceClaims "
+                        f"{{name: {name!r}, resourceClaimTemplateName: ...}}.",
                         res.urn,
                     )
                 )

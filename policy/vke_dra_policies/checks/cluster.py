@@ -59,10 +59,8 @@ def api_server_public(cluster: r.Res) -> list[Violation]:
     return [
         Violation(
             f"{cluster.label}: clusterConfig.apiServerPublicAccessEnabled is true, so the API server is "
-            "reachable "
-            "from 0.0.0.0/0; disable public access and use the private kubeconfig (or restrict the "
-            "control-plane "
-            "security group) for stacks that do not need it.",
+            "reachable from 0.0.0.0/0; disable public access and use the private kubeconfig (or restrict "
+            "the control-plane security group) for stacks that do not need it.",
             cluster.urn,
         )
     ]
@@ -82,8 +80,8 @@ def open_api_server_rules(rules: Iterable[r.Res]) -> list[Violation]:
             out.append(
                 Violation(
                     f"{rule.label}: ingress from {cidr} on ports {int(start)}-{int(end)} opens the API "
-                    "server "
-                    f"(port {API_SERVER_PORT}) to 0.0.0.0/0; restrict cidrIp to your office or CI ranges.",
+                    f"server (port {API_SERVER_PORT}) to 0.0.0.0/0; restrict cidrIp to your office or CI "
+                    "ranges.",
                     rule.urn,
                 )
             )

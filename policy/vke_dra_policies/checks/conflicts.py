@@ -52,10 +52,8 @@ def device_plugin_beside_dra(resources: Sequence[r.Res], forbidden_addons: Itera
             out.append(
                 Violation(
                     f'{addon.label}: add-on "{name}" schedules GPUs with the device plugin/mGPU on a '
-                    "cluster whose "
-                    "GPU nodes use DRA, which the VKE DRA procedure forbids; remove the add-on (or move "
-                    "DRA to "
-                    "another cluster).",
+                    "cluster whose GPU nodes use DRA, which the VKE DRA procedure forbids; remove the "
+                    "add-on (or move DRA to another cluster).",
                     addon.urn,
                 )
             )
@@ -65,11 +63,10 @@ def device_plugin_beside_dra(resources: Sequence[r.Res], forbidden_addons: Itera
             out.append(
                 Violation(
                     f'{pool.label}: node label {facts.LABEL_GPU_SCHEDULE}="{value}" turns on '
-                    f"{'mGPU' if value == 'mgpu' else 'NVIDIA device-plugin'} scheduling in a cluster "
-                    "where DRA is on; "
+                    f"{'mGPU' if value == 'mgpu' else 'NVIDIA device-plugin'} scheduling in a cluster where "
+                    "DRA is on; "
                     f'set it to "{facts.LABEL_GPU_SCHEDULE_DRA}" (and nvidia.com/gpu.present=true) or move '
-                    "the pool "
-                    "to a cluster without DRA.",
+                    "the pool to a cluster without DRA.",
                     pool.urn,
                 )
             )

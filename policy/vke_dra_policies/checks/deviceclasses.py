@@ -68,8 +68,7 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
             out.append(
                 Violation(
                     f'{label}: spec.selectors[{index}].cel.expression "{expression}" does not compile: '
-                    f"{error}; "
-                    f"fix the expression (it must be a bool over `device`).",
+                    f"{error}; fix the expression (it must be a bool over `device`).",
                     urn,
                 )
             )

@@ -134,8 +134,8 @@ def values(release: r.Res, kind: DriverKind, *, dra_nodes: bool = True) -> list[
         out.append(
             Violation(
                 f"{release.label}: kubeletPlugin node affinity is {found!r}, so the kubelet plugin may run "
-                "on nodes "
-                f"without DRA; set {r.format_path(KUBELET_AFFINITY_PATH)} to one term with matchExpressions "
+                f"on nodes without DRA; set {r.format_path(KUBELET_AFFINITY_PATH)} to one term with "
+                "matchExpressions "
                 f'[{{key: "{facts.LABEL_GPU_SCHEDULE}", operator: "In", values: '
                 f'["{facts.LABEL_GPU_SCHEDULE_DRA}"]}}].',
                 release.urn,
@@ -148,9 +148,8 @@ def values(release: r.Res, kind: DriverKind, *, dra_nodes: bool = True) -> list[
         out.append(
             Violation(
                 f"{release.label}: gpuResourcesEnabledOverride is {override!r}; set it to true (the "
-                "procedure's "
-                "--set gpuResourcesEnabledOverride=true) so the chart serves gpu.nvidia.com and "
-                "mig.nvidia.com.",
+                "procedure's --set gpuResourcesEnabledOverride=true) so the chart serves gpu.nvidia.com "
+                "and mig.nvidia.com.",
                 release.urn,
             )
         )
@@ -158,8 +157,8 @@ def values(release: r.Res, kind: DriverKind, *, dra_nodes: bool = True) -> list[
     if compute is not r.UNKNOWN and (compute is None or r.truthy(compute) is not False):
         out.append(
             Violation(
-                f"{release.label}: resources.computeDomains.enabled is {compute!r}; set it to false "
-                "(the procedure turns compute domains off on VKE).",
+                f"{release.label}: resources.computeDomains.enabled is {compute!r}; set it to false (the "
+                "procedure turns compute domains off on VKE).",
                 release.urn,
             )
         )
@@ -170,8 +169,8 @@ def values(release: r.Res, kind: DriverKind, *, dra_nodes: bool = True) -> list[
         found = "not set (the chart's default applies)" if affinity is None else repr(affinity)
         out.append(
             Violation(
-                f"{release.label}: controller.affinity is {found}; set controller.affinity to null "
-                "(the procedure's --set controller.affinity=null) so the controller can run on VKE's nodes.",
+                f"{release.label}: controller.affinity is {found}; set controller.affinity to null (the "
+                "procedure's --set controller.affinity=null) so the controller can run on VKE's nodes.",
                 release.urn,
             )
         )

@@ -14,17 +14,10 @@ from . import Violation
 
 MIN_CONTAINERD = format_version(facts.MIN_CONTAINERD_VERSION)
 RUNTIME_TYPE = "containerd"
-#: Property names a NodePoolRuntime may use (the dynamic provider keeps Python names as given).
-RUNTIME_VERSION_KEYS = (
-    "version",
-    "runtime_version",
-    "runtimeVersion",
-    "containerd_version",
-    "containerdVersion",
-)
-RUNTIME_TYPE_KEYS = ("type", "runtime_type", "runtimeType", "runtime")
-RUNTIME_POOL_KEYS = ("node_pool_id", "nodePoolId", "node_pool", "nodePool", "pool_id", "poolId")
-RUNTIME_POOL_NAME_KEYS = ("node_pool_name", "nodePoolName", "pool_name", "poolName")
+#: NodePoolRuntime inputs (components/runtime.py; a dynamic resource keeps its Python names, camelCase too).
+RUNTIME_VERSION_KEYS = ("runtime_version", "runtimeVersion")
+RUNTIME_TYPE_KEYS = ("runtime_type", "runtimeType")
+RUNTIME_POOL_KEYS = ("node_pool_id", "nodePoolId")
 
 
 def pool_labels(pool: r.Res) -> Mapping[str, Any] | r.Unknown:
@@ -118,8 +111,8 @@ def gpu_instance_types(pool: r.Res, catalog: Sequence[CatalogEntry]) -> list[Vio
     if not types:
         return [
             Violation(
-                f"{pool.label}: nodeConfig.instanceTypeIds is empty on a DRA GPU node pool; "
-                "set GPU instance types (see gpu_instance_types.yaml).",
+                f"{pool.label}: nodeConfig.instanceTypeIds is empty on a DRA GPU node pool; set GPU "
+                "instance types (see gpu_instance_types.yaml).",
                 pool.urn,
             )
         ]
@@ -134,8 +127,7 @@ def gpu_instance_types(pool: r.Res, catalog: Sequence[CatalogEntry]) -> list[Vio
         Violation(
             f"{pool.label}: instance type(s) {', '.join(map(str, bad))} carry no NVIDIA GPU (not in the GPU "
             "instance type catalog); use a GPU Accelerated type such as ecs.gni2.3xlarge, or add the type "
-            "to the "
-            "policy config extraGpuInstanceTypes if it does carry a GPU.",
+            "to the policy config extraGpuInstanceTypes if it does carry a GPU.",
             pool.urn,
         )
     ]
@@ -158,8 +150,8 @@ def auto_scaling_bounds(pool: r.Res) -> list[Violation]:
     )
     return [
         Violation(
-            f"{pool.label}: {found}, so the pool's size is unbounded by policy; set autoScaling "
-            "{enabled: true, minReplicas, maxReplicas} to cap GPU spend.",
+            f"{pool.label}: {found}, so the pool's size is unbounded by policy; set autoScaling {{enabled: "
+            "true, minReplicas, maxReplicas} to cap GPU spend.",
             pool.urn,
         )
     ]
@@ -177,17 +169,12 @@ def _first(res: r.Res, keys: Sequence[str]) -> Any:
 
 
 def runtime_for(pool: r.Res, runtimes: Sequence[r.Res]) -> list[r.Res]:
-    """Runtime resources that belong to `pool`: by parent, dependency, pool id or pool name."""
-    pool_id, pool_name = pool.get("id"), pool.get("name")
+    """Runtime resources that belong to `pool`: by dependency (what the engine reports) or pool id."""
+    pool_id = pool.get("id")
     out = []
     for rt in runtimes:
-        ref, ref_name = _first(rt, RUNTIME_POOL_KEYS), _first(rt, RUNTIME_POOL_NAME_KEYS)
-        if (
-            rt.parent == pool.urn
-            or pool.urn in rt.dependencies
-            or (isinstance(ref, str) and ref in (pool_id, pool.urn))
-            or (isinstance(ref_name, str) and ref_name == pool_name)
-        ):
+        ref = _first(rt, RUNTIME_POOL_KEYS)
+        if pool.urn in rt.dependencies or (isinstance(ref, str) and ref == pool_id):
             out.append(rt)
     return out
 
@@ -224,14 +211,12 @@ def runtimes(resources: Sequence[r.Res], catalog: Sequence[CatalogEntry]) -> lis
     rts = [res for res in resources if r.is_node_pool_runtime(res)]
     out = []
     for pool in pools:
-        if not runtime_for(pool, rts) and not (len(pools) == 1 and len(rts) == 1):
+        if not runtime_for(pool, rts):
             out.append(
                 Violation(
-                    f"{pool.label}: no NodePoolRuntime resource pins this GPU node pool's container "
-                    "runtime (VKE "
-                    f"defaults may be older than containerd {MIN_CONTAINERD}); add one for the pool with "
-                    "type "
-                    f'"{RUNTIME_TYPE}" and version "{MIN_CONTAINERD}" or later.',
+                    f"{pool.label}: no NodePoolRuntime resource pins this GPU node pool's container runtime "
+                    f"(VKE's default may be older than containerd {MIN_CONTAINERD}); add one for the pool "
+                    f'with type "{RUNTIME_TYPE}" and version "{MIN_CONTAINERD}" or later.',
                     pool.urn,
                 )
             )

@@ -14,8 +14,7 @@ def protected(res: r.Res, production: bool) -> list[Violation]:
     return [
         Violation(
             f"{res.label}: protect is false in a production stack, so `pulumi destroy` or a replacement "
-            "would "
-            "delete it; set opts=pulumi.ResourceOptions(protect=True).",
+            "would delete it; set opts=pulumi.ResourceOptions(protect=True).",
             res.urn,
         )
     ]

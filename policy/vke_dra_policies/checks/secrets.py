@@ -81,8 +81,8 @@ def secret_props(resources: Sequence[r.Res]) -> list[Violation]:
             out.append(
                 Violation(
                     f"{res.label}: {r.format_path(path)} is stored in plaintext ({len(value)} characters); "
-                    "wrap it with pulumi.Output.secret(...) (or list it in additional_secret_outputs) so the "
-                    "state encrypts it.",
+                    "wrap it with pulumi.Output.secret(...) (or list it in additional_secret_outputs) so "
+                    "the state encrypts it.",
                     res.urn,
                 )
             )
@@ -126,8 +126,7 @@ def plaintext_outputs(resources: Sequence[r.Res]) -> list[Violation]:
                 out.append(
                     Violation(
                         f'stack output "{name}" {reason} and is plaintext ({len(text)} characters); export '
-                        "it with "
-                        "pulumi.Output.secret(...) or drop the output.",
+                        "it with pulumi.Output.secret(...) or drop the output.",
                         stack.urn,
                     )
                 )
