@@ -11,6 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from vke_gpu_dra import facts
+from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.plugin import Plugin
 
 from .fake_apiserver import FakeAPIServer
@@ -199,3 +200,58 @@ def test_start_waits_for_nothing_when_the_api_is_down(short_tmp: Path, fake_api:
         assert wait_until(lambda: len(fake_api.slices_of(NODE)) == 1, timeout=10)
     finally:
         p.stop()
+
+
+class GatedAPI(KubeAPI):
+    """Holds every ResourceClaim GET until released, to keep a Prepare call in flight."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        super().__init__(load_api_client(kubeconfig))
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict | None:
+        self.entered.set()
+        assert self.release.wait(20)
+        return super().get_resource_claim(namespace, name)
+
+
+def test_stop_lets_in_flight_calls_finish(short_tmp: Path, fake_api: FakeAPIServer, node: dict) -> None:
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    api = GatedAPI(short_tmp / "kubeconfig")
+    p = Plugin(plugin_config(short_tmp), api=api, stop_grace=15)
+    p.start()
+    k = Kubelet(p.registration_socket)
+    k.register()
+    results: list[dict] = []
+    call = threading.Thread(target=lambda: results.append(k.prepare([("default", "c1", "uid-1")])))
+    call.start()
+    stopper = threading.Thread(target=p.stop)
+    try:
+        assert api.entered.wait(10)
+        stopper.start()
+        # Registration goes first: kubelet stops sending new work while the call is still running.
+        assert wait_until(lambda: not p.registration_socket.exists(), timeout=10)
+        assert stopper.is_alive() and call.is_alive()
+    finally:
+        api.release.set()
+        call.join(20)
+        if stopper.ident is not None:
+            stopper.join(20)
+        k.close()
+        api.close()
+    assert results and results[0]["uid-1"]["error"] == ""
+    assert not stopper.is_alive() and not p.dra_socket.exists()
+
+
+def test_kubeconfig_from_environment_when_not_in_a_cluster(
+    short_tmp: Path, fake_api: FakeAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(short_tmp / "kubeconfig"))
+    fake_api.add_node("n1")
+    api = KubeAPI(load_api_client(None))
+    try:
+        assert api.get_node("n1")["metadata"]["name"] == "n1"
+    finally:
+        api.close()
