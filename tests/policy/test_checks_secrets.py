@@ -104,3 +104,18 @@ def test_values_inside_a_lifted_secret_are_not_secrets_themselves() -> None:
     stack = res(r.STACK, "stack", {"instanceType": "ecs.gni2.3xlarge", "leak": "cGFzc3dvcmQ="})
     (v,) = secrets.plaintext_outputs([pool, stack])
     assert '"leak"' in v.message
+
+
+def test_vke_cluster_kubeconfig_outputs_must_be_secret_in_the_state() -> None:
+    """VKE returns kubeconfigPublic/Private (base64) as plain outputs; they must be made secret."""
+    encoded = base64.b64encode(KUBECONFIG.encode()).decode()
+    plain = res(r.CLUSTER, "vke-cluster", {"kubernetesVersion": "v1.34.2-vke.3", "kubeconfigPublic": encoded})
+    (v,) = secrets.secret_props([plain])
+    assert "kubeconfigPublic is stored in plaintext" in v.message and "additional_secret_outputs" in v.message
+    hidden = res(
+        r.CLUSTER,
+        "vke-cluster",
+        {"kubeconfigPublic": encoded},
+        secret_paths=frozenset({("kubeconfigPublic",)}),
+    )
+    assert secrets.secret_props([hidden]) == []
