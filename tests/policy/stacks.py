@@ -8,6 +8,7 @@ outputs and config. Broken variants are config changes or small mutations of the
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,8 @@ class SimRes:
     parent: str = ""
     dependencies: list[str] = field(default_factory=list)
     urn: str = ""
+    #: Outputs the engine stores as secrets whatever the provider returns.
+    additional_secret_outputs: list[str] = field(default_factory=list)
 
 
 class Stack(list[SimRes]):
@@ -118,6 +121,7 @@ def program_stack(
             parent=r.parent,
             dependencies=list(r.dependencies),
             urn=r.urn,
+            additional_secret_outputs=list(r.additional_secret_outputs),
         )
         for r in run.resources
     ]
@@ -129,6 +133,20 @@ def program_stack(
         urn=f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{stack}",
     )
     return Stack(stack, [root, *resources], {k: str(v) for k, v in raw.values.items()})
+
+
+def after_up(stack: Stack) -> None:
+    """Outputs the VKE provider adds once the cluster exists: the patch version and base64 kubeconfigs.
+
+    The engine stores an output as secret when the resource lists it in additional_secret_outputs.
+    """
+    encoded = base64.b64encode(KUBECONFIG_TEXT.encode()).decode()
+    for res in stack:
+        if res.type != "volcengine:vke/cluster:Cluster":
+            continue
+        res.props["kubernetesVersion"] = "v1.34.2-vke.3"
+        for key in ("kubeconfigPublic", "kubeconfigPrivate"):
+            res.props[key] = secret(encoded) if key in res.additional_secret_outputs else encoded
 
 
 def example_stacks() -> Iterator[tuple[str, str]]:

@@ -11,7 +11,7 @@ from pulumi.runtime.proto import analyzer_pb2
 from vke_gpu_dra import facts
 
 from .analyzer_client import Diagnostic, PackProcess
-from .stacks import KUBECONFIG_TEXT, SimRes, Stack, example_stacks, program_stack, secret
+from .stacks import KUBECONFIG_TEXT, SimRes, Stack, after_up, example_stacks, program_stack, secret
 
 MANDATORY_POLICIES = {
     "kubernetes-version",
@@ -362,3 +362,25 @@ def test_unknown_version_in_preview_hides_nothing_else(analyzer: PackProcess) ->
 
     diags = mandatory(analyzer.run(program_stack("dev", "python").mutated(broken)))
     assert [d.policy for d in diags] == ["gpu-node-pool-runtime"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="components/cluster.py does not list kubeconfigPublic/kubeconfigPrivate in "
+    "additional_secret_outputs: VKE returns both (base64 kubeconfigs) as plain outputs, so the state "
+    "would hold them in plaintext",
+)
+def test_after_up_the_cluster_keeps_its_kubeconfig_outputs_secret(analyzer: PackProcess) -> None:
+    diags = analyzer.run(program_stack("dev", "python").mutated(after_up))
+    assert mandatory(diags) == []
+
+
+def test_after_up_a_plaintext_cluster_kubeconfig_is_the_only_violation(analyzer: PackProcess) -> None:
+    def plain_outputs(s: Stack) -> None:
+        s.one(CLUSTER).additional_secret_outputs = []
+        after_up(s)
+
+    diags = mandatory(analyzer.run(program_stack("prod", "nvidia").mutated(plain_outputs)))
+    cluster_secret = [d for d in diags if "kubeconfigPublic" in d.message or "kubeconfigPrivate" in d.message]
+    assert [d.policy for d in diags] == ["secrets", "secrets"]
+    assert len(cluster_secret) == 2 and all("additional_secret_outputs" in d.message for d in diags)
