@@ -384,3 +384,42 @@ def test_after_up_a_plaintext_cluster_kubeconfig_is_the_only_violation(analyzer:
     cluster_secret = [d for d in diags if "kubeconfigPublic" in d.message or "kubeconfigPrivate" in d.message]
     assert [d.policy for d in diags] == ["secrets", "secrets"]
     assert len(cluster_secret) == 2 and all("additional_secret_outputs" in d.message for d in diags)
+
+
+# --- policy config over the Analyzer API ---
+
+
+def test_policies_publish_their_config_schema(analyzer: PackProcess) -> None:
+    schemas = {p.name: set(p.configSchema.properties.keys()) for p in analyzer.info().policies}
+    assert schemas["gpu-node-pool-instance-types"] == {"extraGpuInstanceTypes"}
+    assert schemas["no-device-plugin-beside-dra"] == {"forbiddenAddons"}
+    assert schemas["production-protection"] == {"production"}
+
+
+def test_extra_gpu_instance_types_from_config(analyzer: PackProcess) -> None:
+    stack = program_stack("dev", "python", {"nodePool.instanceTypes": json.dumps(["ecs.g3i.2xlarge"])})
+    extra = {"extraGpuInstanceTypes": ["ecs.g3i.*"]}
+    analyzer.configure({"gpu-node-pool-instance-types": extra})
+    assert mandatory(analyzer.run(stack)) == []
+
+
+def test_forbidden_add_ons_from_config(analyzer: PackProcess) -> None:
+    def volcano_addon(s: Stack) -> None:
+        device_plugin_addon(s)
+        s[-1].props["name"] = "volcano-gpu-share"
+
+    stack = program_stack("dev", "python").mutated(volcano_addon)
+    assert mandatory(analyzer.run(stack)) == []
+    analyzer.configure({"no-device-plugin-beside-dra": {"forbiddenAddons": ["volcano-gpu-share"]}})
+    assert [d.policy for d in mandatory(analyzer.run(stack))] == ["no-device-plugin-beside-dra"]
+
+
+def test_production_from_policy_config_and_enforcement_levels(analyzer: PackProcess) -> None:
+    dev = program_stack("dev", "python")
+    analyzer.configure({"production-protection": {"production": True}})
+    found = mandatory(analyzer.run(dev))
+    assert {d.policy for d in found} == {"production-protection"} and len(found) == 2  # cluster and pool
+    analyzer.configure({"production-protection": {"production": True, "enforcementLevel": "advisory"}})
+    assert mandatory(analyzer.run(dev)) == []
+    analyzer.configure({"kubernetes-version": {"enforcementLevel": "disabled"}})
+    assert mandatory(analyzer.run(dev.mutated(k8s_133))) == []
