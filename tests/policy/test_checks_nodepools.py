@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from vke_dra_policies import catalog
 from vke_dra_policies import resources as r
 from vke_dra_policies.checks import nodepools
@@ -123,3 +124,14 @@ def test_device_plugin_pool_needs_no_runtime_pin() -> None:
     plugin = pool(labels=[{"key": facts.LABEL_GPU_SCHEDULE, "value": "mgpu"}])
     assert nodepools.runtimes([plugin], CATALOG) == []
     assert nodepools.is_dra_gpu_pool(pool(types=(), labels=DRA_LABELS[1:]), CATALOG)
+
+
+def test_catalog_rows_are_validated() -> None:
+    with pytest.raises(ValueError, match="exactly one of 'family' or 'id'"):
+        catalog.parse_catalog([{"family": "ecs.a", "id": "ecs.a.large", "source": "x"}])
+    with pytest.raises(ValueError, match="needs a 'source'"):
+        catalog.parse_catalog([{"id": "ecs.a.large"}])
+    with pytest.raises(ValueError, match="must be a list"):
+        catalog.parse_catalog({"id": "ecs.a.large"})
+    (entry,) = catalog.parse_catalog([{"id": "ecs.a.large", "source": "doc"}])
+    assert entry.matches("ecs.a.large") and not entry.matches("ecs.a.xlarge")
