@@ -78,7 +78,12 @@ class VkeCluster(pulumi.ComponentResource):
             ),
             pods_config=pods,
             services_config=vke.ClusterServicesConfigArgs(service_cidrsv4s=[cfg.service_cidr]),
-            opts=pulumi.ResourceOptions(parent=self, protect=protect),
+            # VKE returns both kubeconfigs (base64 text with credentials) as plain outputs.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                protect=protect,
+                additional_secret_outputs=["kubeconfigPublic", "kubeconfigPrivate"],
+            ),
         )
         kubeconfig = vke.Kubeconfig(
             f"{name}-kubeconfig",

@@ -364,12 +364,6 @@ def test_unknown_version_in_preview_hides_nothing_else(analyzer: PackProcess) ->
     assert [d.policy for d in diags] == ["gpu-node-pool-runtime"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="components/cluster.py does not list kubeconfigPublic/kubeconfigPrivate in "
-    "additional_secret_outputs: VKE returns both (base64 kubeconfigs) as plain outputs, so the state "
-    "would hold them in plaintext",
-)
 def test_after_up_the_cluster_keeps_its_kubeconfig_outputs_secret(analyzer: PackProcess) -> None:
     diags = analyzer.run(program_stack("dev", "python").mutated(after_up))
     assert mandatory(diags) == []

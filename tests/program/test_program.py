@@ -227,6 +227,12 @@ def test_kubeconfig_comes_from_get_kubeconfigs_decoded_and_secret(runs: dict) ->
     assert run.one(K8S_PROVIDER).inputs["kubeconfig"] == harness.FAKE_KUBECONFIG
 
 
+def test_cluster_kubeconfig_outputs_are_secret_in_state(runs: dict) -> None:
+    for stack in ("dev", "prod"):
+        cluster = runs[stack].one(CLUSTER)
+        assert set(cluster.additional_secret_outputs) == {"kubeconfigPublic", "kubeconfigPrivate"}
+
+
 def test_node_pool_inputs(runs: dict) -> None:
     pool = runs["dev"].one(NODE_POOL).inputs
     assert pool["name"] == "gpu-dra-dev"
