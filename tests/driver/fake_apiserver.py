@@ -431,6 +431,9 @@ class FakeAPIServer:
 class _Handler(BaseHTTPRequestHandler):
     api: FakeAPIServer
     protocol_version = "HTTP/1.1"
+    # Headers and body are separate writes: without TCP_NODELAY every response waits for the
+    # client's delayed ACK (about 40 ms on Linux), as a real apiserver's never does.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
