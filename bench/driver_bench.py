@@ -488,9 +488,9 @@ def verdict(ok: bool) -> str:
 def floor_rows(r: Results) -> list[tuple[str, str, str, str]]:
     f = r.floor
     return [
-        ("floor: gRPC round trip, unix socket, trivial servicer (p50)", ms(f.grpc_s), "", ""),
-        ("floor: HTTP GET of a claim from the fake (p50)", ms(f.http_s), "", ""),
-        (f"floor: {f.fsyncs} fsync'd small writes (a prepare's fsyncs; unprepare: {f.unprepare_fsyncs}) (p50)",
+        ("floor: gRPC round trip, unix socket, trivial servicer, p50", ms(f.grpc_s), "", ""),
+        ("floor: HTTP GET of a claim from the fake, p50", ms(f.http_s), "", ""),
+        (f"floor: {f.fsyncs} fsync'd small writes (fsyncs per prepare; unprepare {f.unprepare_fsyncs}), p50",
          ms(f.fsync_s), "", ""),
         ("floor: total", ms(f.total_s), "", ""),
     ]  # fmt: skip

@@ -31,6 +31,9 @@ ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 ENV_CLAIM_UID: Final = "DRA_RESOURCE_CLAIM_UID"
 ENV_GPU_DEVICE_PREFIX: Final = "GPU_DEVICE_"
 
+#: libyaml's safe dumper when PyYAML has it (same output as `yaml.safe_dump`, about 5x faster).
+_SAFE_DUMPER: Final = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 class CdiSpecError(ValueError):
     """A CDI spec that a CDI runtime would refuse to load."""
@@ -317,7 +320,7 @@ def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Mapping[str, Any]) ->
     """Validate and atomically write the claim's spec; returns its path."""
     validate_spec(spec)
     path = claim_spec_path(cdi_root, claim_uid)
-    atomic_write(path, yaml.safe_dump(dict(spec), sort_keys=False).encode())
+    atomic_write(path, yaml.dump(dict(spec), Dumper=_SAFE_DUMPER, sort_keys=False).encode())
     return path
 
 
