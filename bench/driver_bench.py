@@ -513,8 +513,10 @@ def prepare_rows(r: Results) -> list[tuple[str, str, str, str]]:
 def overlap_rows(r: Results) -> list[tuple[str, str, str, str]]:
     pods, claims = r.args.overlap
     o = r.overlap
-    what = (f"{pods * claims} overlapping prepares ({pods} concurrent calls x {claims} claims, "
-            f"{len(o.walls)} rounds)")
+    what = (
+        f"{pods * claims} overlapping prepares ({pods} concurrent calls x {claims} claims, "
+        f"{len(o.walls)} rounds)"
+    )
     worst = max(o.walls)
     return [
         (f"{what}: wall time, median / max", f"{ms(statistics.median(o.walls))} / {ms(worst)}", "< 1 s",
@@ -526,14 +528,24 @@ def overlap_rows(r: Results) -> list[tuple[str, str, str, str]]:
 
 def lifecycle_rows(r: Results) -> list[tuple[str, str, str, str]]:
     rows = [
-        ("process start -> registration answers GetInfo", ms(r.get_info_s), "< 1 s",
-         verdict(r.get_info_s < 1.0)),
+        (
+            "process start -> registration answers GetInfo",
+            ms(r.get_info_s),
+            "< 1 s",
+            verdict(r.get_info_s < 1.0),
+        ),
         ("process start -> first ResourceSlice created", ms(r.first_slice_s), "", ""),
     ]
     if r.restores:
         worst = max(r.restores)
-        rows.append((f"ResourceSlice deleted -> restored, median / max ({len(r.restores)} deletions)",
-                     f"{ms(statistics.median(r.restores))} / {ms(worst)}", "< 1 s", verdict(worst < 1.0)))
+        rows.append(
+            (
+                f"ResourceSlice deleted -> restored, median / max ({len(r.restores)} deletions)",
+                f"{ms(statistics.median(r.restores))} / {ms(worst)}",
+                "< 1 s",
+                verdict(worst < 1.0),
+            )
+        )
     return rows  # fmt: skip
 
 
@@ -543,9 +555,14 @@ def memory_rows(r: Results) -> list[tuple[str, str, str, str]]:
     cycles = r.args.memory_cycles
     if cycles:
         growth = last - first
-        rows.append((f"RSS after {cycles} more prepare/unprepare cycles (before them: {first:.1f} MiB)",
-                     f"{last:.1f} MiB ({growth:+.1f} MiB; max {max(r.rss_samples):.1f})",
-                     "< 80 MiB, flat", verdict(last < 80 and growth < 2.0)))
+        rows.append(
+            (
+                f"RSS after {cycles} more prepare/unprepare cycles (before them: {first:.1f} MiB)",
+                f"{last:.1f} MiB ({growth:+.1f} MiB; max {max(r.rss_samples):.1f})",
+                "< 80 MiB, flat",
+                verdict(last < 80 and growth < 2.0),
+            )
+        )
     return rows  # fmt: skip
 
 
