@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import http.client
 import math
 import os
@@ -613,6 +614,7 @@ def measure(args: argparse.Namespace, root: Path, fake: TimedFake) -> Results:
         rss_start = rss_mib(run.proc.pid)
         run.kubelet = Kubelet(run.reg_socket)
         run.kubelet.register()
+        gc.freeze()  # the bench's own full collections would stall the fake and the client
         floor = measure_floor(root, fake, run.data_dir, args.gpus, args.floor_samples)
         cycles = Cycles()
         run_cycles(run.kubelet, fake, args.gpus, args.cycles, kind=1, into=cycles)

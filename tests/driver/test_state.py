@@ -298,3 +298,35 @@ def test_different_claims_are_prepared_in_parallel(dirs, monkeypatch):
         futures = [pool.submit(state.prepare, ref(u), claim(u, result(d))) for u, d in
                    (("uid-a", "gpu-0"), ("uid-b", "gpu-1"))]
         assert [f.result()[0].device_name for f in futures] == ["gpu-0", "gpu-1"]
+
+
+def test_checkpoint_changes_queued_behind_a_write_go_to_disk_together(dirs, monkeypatch):
+    state = make_state(dirs)
+    real_save = state._store.save
+    saves = []
+    first_inside, release = threading.Event(), threading.Event()
+
+    def held_first_save(entries):
+        saves.append(set(entries))
+        if len(saves) == 1:
+            first_inside.set()
+            release.wait(timeout=30)
+        real_save(entries)
+
+    monkeypatch.setattr(state._store, "save", held_first_save)
+    others = ("uid-1", "uid-2", "uid-3")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
+        assert first_inside.wait(timeout=30)
+        queued = [pool.submit(state.prepare, ref(u), claim(u, result("gpu-1"))) for u in others]
+        for _ in range(3000):  # until the three PrepareStarted changes wait behind the held write
+            with state._entries_lock:
+                if len(state._pending) == 3:
+                    break
+            threading.Event().wait(0.01)
+        release.set()
+        assert all(f.result(timeout=30) for f in [first, *queued])
+    assert set(others) <= saves[1]  # one write for all three queued changes
+    assert len(saves) < 8  # 2 per claim when every change is written on its own
+    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-0", *others]
+    assert set(state.prepared()) == {"uid-0", *others}

@@ -2,7 +2,9 @@
 
 Called concurrently from gRPC worker threads. Each claim UID has its own lock, so different claims
 are prepared in parallel while the same claim is never prepared twice at once; a short global lock
-guards the in-memory entries and serialises checkpoint writes (the file always matches memory).
+guards the in-memory entries. Checkpoint writes are serialised and group-committed: changes that
+arrive while a write is in flight go to disk together in the next one, and every caller returns
+only once a durable write holds its change (the file always matches memory).
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ log = logging.getLogger(__name__)
 class _ClaimLock:
     lock: threading.Lock = field(default_factory=threading.Lock)
     users: int = 0
+
+
+@dataclass
+class _Change:
+    """One claim's checkpoint change waiting to be written: its new entry, or None to remove it."""
+
+    uid: str
+    entry: ClaimEntry | None
+    written: bool = False
+    error: OSError | None = None
 
 
 class DeviceState:
@@ -54,6 +66,8 @@ class DeviceState:
         self._dev_root = dev_root
         self._store = CheckpointStore(plugin_data_dir)
         self._entries_lock = threading.Lock()
+        self._writer_lock = threading.Lock()  # held while the checkpoint file is being written
+        self._pending: list[_Change] = []
         self._claim_locks: dict[str, _ClaimLock] = {}
         self._claim_locks_guard = threading.Lock()
         #: The one-line problem found while loading the checkpoint (None when it was fine).
@@ -100,11 +114,8 @@ class DeviceState:
             except OSError as exc:
                 label = f"{ref.namespace}/{ref.name}"
                 raise ClaimError(f"claim {label}: cannot delete its CDI spec: {exc}") from None
-            with self._entries_lock:
-                if ref.uid not in self._entries:
-                    return
-                remaining = {uid: e for uid, e in self._entries.items() if uid != ref.uid}
-                self._persist(remaining, ref)
+            if self._entry(ref.uid) is not None:  # stable: the claim lock is held
+                self._commit(_Change(ref.uid, None), ref)
 
     def prepared(self) -> dict[str, list[PreparedDevice]]:
         """Claim UID -> prepared devices, for claims whose preparation completed."""
@@ -166,18 +177,45 @@ class DeviceState:
             return self._entries.get(uid)
 
     def _save_entry(self, entry: ClaimEntry, ref: ClaimRef) -> None:
-        with self._entries_lock:
-            self._persist({**self._entries, entry.uid: entry}, ref)
+        self._commit(_Change(entry.uid, entry), ref)
 
-    def _persist(self, entries: dict[str, ClaimEntry], ref: ClaimRef) -> None:
-        """Write `entries` and make them current; memory is unchanged when the write fails."""
+    def _commit(self, change: _Change, ref: ClaimRef) -> None:
+        """Make `change` durable, then current; memory is unchanged when the write fails.
+
+        The first caller to get the writer lock writes every change queued so far; the callers
+        whose changes it wrote find them written when they get the lock in turn.
+        """
+        with self._entries_lock:
+            self._pending.append(change)
+        with self._writer_lock:
+            if not change.written:
+                self._write_pending()
+        if change.error is not None:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name}: cannot write checkpoint {self._store.path}: "
+                f"{change.error}"
+            ) from None
+
+    def _write_pending(self) -> None:
+        """Write the current entries plus every queued change (caller holds the writer lock)."""
+        with self._entries_lock:
+            batch, self._pending = self._pending, []
+            entries = dict(self._entries)
+        for change in batch:
+            if change.entry is None:
+                entries.pop(change.uid, None)
+            else:
+                entries[change.uid] = change.entry
         try:
             self._store.save(entries)
         except OSError as exc:
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name}: cannot write checkpoint {self._store.path}: {exc}"
-            ) from None
-        self._entries = entries
+            for change in batch:
+                change.error = exc
+        else:
+            with self._entries_lock:
+                self._entries = entries
+        for change in batch:
+            change.written = True
 
     def _optional_nodes(self) -> list[str]:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
