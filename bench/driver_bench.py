@@ -593,7 +593,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cycles", type=int, default=1000, help="prepare/unprepare cycles timed (default 1000)")
     p.add_argument("--overlap", type=shape, default=(8, 8), help="concurrent calls x claims per call (8x8)")
     p.add_argument("--overlap-rounds", type=int, default=10, help="rounds of overlapping prepares (10)")
-    p.add_argument("--memory-cycles", type=int, default=10000, help="cycles between RSS samples (10000)")
+    p.add_argument(
+        "--memory-cycles", type=int, default=10000, help="cycles between two RSS readings (10000; 0: none)"
+    )
     p.add_argument("--restores", type=int, default=5, help="ResourceSlice deletions timed (5)")
     p.add_argument("--gpus", type=int, default=8, help="simulated GPUs (8)")
     p.add_argument("--floor-samples", type=int, default=FLOOR_SAMPLES, help="samples per floor part")
