@@ -635,10 +635,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.floor_server:
         return serve_floor(args.floor_server)
     root = Path(tempfile.mkdtemp(prefix="drab", dir="/tmp"))  # short: unix socket paths <= 107 bytes
+    fake = TimedFake()
+    fake.start()  # on 127.0.0.1 only
     try:
-        with TimedFake() as fake:
-            results = measure(args, root, fake)
+        results = measure(args, root, fake)
     finally:
+        fake.stop()
         shutil.rmtree(root, ignore_errors=True)
     print_table(results)
     return 0
