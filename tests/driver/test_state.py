@@ -330,3 +330,42 @@ def test_checkpoint_changes_queued_behind_a_write_go_to_disk_together(dirs, monk
     assert len(saves) < 8  # 2 per claim when every change is written on its own
     assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-0", *others]
     assert set(state.prepared()) == {"uid-0", *others}
+
+
+@pytest.mark.parametrize(("failure", "raised"), [(OSError(28, "No space left on device"), ClaimError),
+                                                 (ValueError("bug"), RuntimeError)])
+def test_a_failed_group_write_fails_every_change_in_it(dirs, monkeypatch, failure, raised):
+    state = make_state(dirs)
+    state.prepare(ref("uid-0"), claim("uid-0", result("gpu-0")))
+    real_save = state._store.save
+    saves = []
+    first_inside, release = threading.Event(), threading.Event()
+
+    def first_held_second_fails(entries):
+        saves.append(set(entries))
+        if len(saves) == 1:
+            first_inside.set()
+            release.wait(timeout=30)
+        elif len(saves) == 2:
+            raise failure
+        real_save(entries)
+
+    monkeypatch.setattr(state._store, "save", first_held_second_fails)
+    others = ("uid-1", "uid-2")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(state.unprepare, ref("uid-0"))  # its one write is held
+        assert first_inside.wait(timeout=30)
+        queued = [pool.submit(state.prepare, ref(u), claim(u, result("gpu-1"))) for u in others]
+        for _ in range(3000):  # until both PrepareStarted changes wait behind the held write
+            with state._entries_lock:
+                if len(state._pending) == 2:
+                    break
+            threading.Event().wait(0.01)
+        release.set()
+        assert first.result(timeout=30) is None
+        for f in queued:
+            with pytest.raises(raised):
+                f.result(timeout=30)
+    assert saves[1] == set(others)  # both went into the one failed write
+    assert len(saves) == 2 and state.entries() == {}
+    assert checkpoint_doc(dirs)["claims"] == []

@@ -190,11 +190,14 @@ class DeviceState:
         with self._writer_lock:
             if not change.written:
                 self._write_pending()
-        if change.error is not None:
+        if isinstance(change.error, OSError):
             raise ClaimError(
                 f"claim {ref.namespace}/{ref.name}: cannot write checkpoint {self._store.path}: "
                 f"{change.error}"
             ) from None
+        if change.error is not None:  # a bug, not the disk: keep its traceback
+            message = f"writing checkpoint {self._store.path} failed: {change.error!r}"
+            raise RuntimeError(message) from change.error
 
     def _write_pending(self) -> None:
         """Write the current entries plus every queued change (caller holds the writer lock)."""
@@ -208,12 +211,14 @@ class DeviceState:
                 entries[change.uid] = change.entry
         try:
             self._store.save(entries)
-        except OSError as exc:
+        except BaseException as exc:  # every change of the batch fails with it; memory stays
             for change in batch:
-                change.error = exc
-        else:
-            with self._entries_lock:
-                self._entries = entries
+                change.error, change.written = exc, True
+            if not isinstance(exc, Exception):
+                raise
+            return
+        with self._entries_lock:
+            self._entries = entries
         for change in batch:
             change.written = True
 
