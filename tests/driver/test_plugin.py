@@ -83,7 +83,7 @@ def test_bad_claims_get_per_claim_errors(plugin: Plugin, kubelet: Kubelet, fake_
     assert result["uid-good"]["error"] == ""
     assert result["uid-missing"]["error"] == "claim default/missing not found"
     assert "got replaced" in result["uid-old"]["error"]
-    assert result["uid-pending"]["error"] == "claim default/pending not allocated"
+    assert result["uid-pending"]["error"] == "claim default/pending is not allocated"
     assert "gpu-42" in result["uid-else"]["error"]
     assert all(not r["devices"] for uid, r in result.items() if uid != "uid-good")
 
