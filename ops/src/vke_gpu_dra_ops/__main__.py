@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-#: Subcommand modules, imported lazily so one command's dependencies never burden another.
+#: Subcommand modules, each exposing `register(subparsers)`.
 SUBCOMMANDS: tuple[str, ...] = ("verify", "demo", "plan")
 
 
@@ -19,13 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vke-gpu-dra", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"vke_gpu_dra_ops.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"vke_gpu_dra_ops.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"vke_gpu_dra_ops.{name}").register(sub)
     return parser
 
 
