@@ -8,6 +8,11 @@ It also owns the pool's initial scale-up: the `NodePool` resource is created emp
 0) and this resource sets min/desired/max in the same UpdateNodePoolConfig call that pins the
 runtime, so no node ever boots with VKE's default runtime.
 
+UpdateNodePoolConfig is asynchronous: VKE accepts it at once and moves the pool from `Running`
+to `Updating` and back (the Terraform provider waits the same way). The resource waits for the
+pool to be `Running` before the update and after it, and fails on `Failed` or after
+`timeout_seconds`, so the readiness gate after it starts on a settled pool.
+
 `diff` reads the live pool (ListNodePools), so a runtime changed behind Pulumi's back shows in a
 plain `pulumi preview`. SDK clients are built inside each method from the resource's (secret)
 inputs, never stored on the pickled provider.
@@ -16,6 +21,7 @@ inputs, never stored on the pickled provider.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -39,6 +45,12 @@ REPLACE_KEYS: Final = ("cluster_id", "node_pool_id")
 RUNTIME_KEYS: Final = ("runtime_type", "runtime_version")
 SCALING_KEYS: Final = ("min_replicas", "max_replicas", "desired_replicas")
 CREDENTIAL_KEYS: Final = ("region", "endpoint", "access_key", "secret_key", "session_token")
+
+#: Node pool phases (ListNodePools `Status.Phase`): the one to wait for and the one that ends waiting.
+PHASE_RUNNING: Final = "Running"
+PHASE_FAILED: Final = "Failed"
+DEFAULT_TIMEOUT_SECONDS: Final = 1800
+DEFAULT_POLL_SECONDS: Final = 10
 
 #: The value the engine passes for inputs not known yet during preview.
 UNKNOWN: Final = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
@@ -99,6 +111,30 @@ def _require_pool(api: Any, props: Mapping[str, Any]) -> Any:
     return pool
 
 
+def _phase(pool: Any) -> str | None:
+    return pool.status.phase if pool.status is not None else None
+
+
+def _wait_running(api: Any, props: Mapping[str, Any], pool: Any, after: str) -> Any:
+    """Poll ListNodePools until the pool is Running; fail on Failed or after timeout_seconds."""
+    timeout = float(props.get("timeout_seconds") or DEFAULT_TIMEOUT_SECONDS)
+    poll = float(props.get("poll_seconds") or DEFAULT_POLL_SECONDS)
+    deadline = time.monotonic() + timeout
+    node_pool_id = props["node_pool_id"]
+    while True:
+        phase = _phase(pool)
+        if phase == PHASE_RUNNING:
+            return pool
+        if phase == PHASE_FAILED:
+            raise NodePoolRuntimeError(f"node pool {node_pool_id} is {PHASE_FAILED} {after}")
+        if time.monotonic() >= deadline:
+            raise NodePoolRuntimeError(
+                f"node pool {node_pool_id} is not {PHASE_RUNNING} after {timeout:g}s (phase {phase}) {after}"
+            )
+        time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))
+        pool = _require_pool(api, props)
+
+
 def _live_runtime(pool: Any) -> tuple[str | None, str | None]:
     kc = pool.kubernetes_config
     runtime = kc.runtime if kc is not None else None
@@ -111,7 +147,7 @@ def _apply(props: Mapping[str, Any]) -> dict[str, Any]:
     """Send UpdateNodePoolConfig with the runtime and scaling; return the observed state."""
     vke = volcenginesdkvke
     api = _api(props)
-    pool = _require_pool(api, props)
+    pool = _wait_running(api, props, _require_pool(api, props), "before UpdateNodePoolConfig")
     live_kc = pool.kubernetes_config
     live_as = pool.auto_scaling
     # Labels, taints and cordon are sent back as they are, so the update cannot reset them.
@@ -147,6 +183,10 @@ def _apply(props: Mapping[str, Any]) -> dict[str, Any]:
         raise NodePoolRuntimeError(
             f"UpdateNodePoolConfig for node pool {props['node_pool_id']} failed: {exc}"
         ) from exc
+    # VKE may still report Running right after accepting the update (as the Terraform provider,
+    # look only after a short delay).
+    time.sleep(float(props.get("poll_seconds") or DEFAULT_POLL_SECONDS))
+    _wait_running(api, props, _require_pool(api, props), "after UpdateNodePoolConfig")
     return dict(props)
 
 
@@ -225,6 +265,8 @@ class NodePoolRuntime(Resource, module="vke", name="NodePoolRuntime"):
         secret_key: pulumi.Input[str] | None = None,
         session_token: pulumi.Input[str] | None = None,
         runtime_type: str = RUNTIME_TYPE_CONTAINERD,
+        timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+        poll_seconds: int = DEFAULT_POLL_SECONDS,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         def secret(value: pulumi.Input[str] | None) -> pulumi.Input[str] | None:
@@ -243,5 +285,7 @@ class NodePoolRuntime(Resource, module="vke", name="NodePoolRuntime"):
             "access_key": secret(access_key),
             "secret_key": secret(secret_key),
             "session_token": secret(session_token),
+            "timeout_seconds": timeout_seconds,
+            "poll_seconds": poll_seconds,
         }
         super().__init__(NodePoolRuntimeProvider(), name, props, opts)

@@ -25,12 +25,17 @@ def action(request: fake_http.Request) -> str:
 
 
 def live_pool(
-    runtime_type: str = "containerd", version: str = "1.6.28", min_r: int = 0, max_r: int = 2
+    runtime_type: str = "containerd",
+    version: str = "1.6.28",
+    min_r: int = 0,
+    max_r: int = 2,
+    phase: str = "Running",
 ) -> dict:
     return {
         "Id": "np-1",
         "ClusterId": "cc-1",
         "Name": "gpu-dra-dev",
+        "Status": {"Phase": phase, "Conditions": [{"Type": "Ok"}]},
         "KubernetesConfig": {
             "Runtime": {"Type": runtime_type, "Version": version},
             "Cordon": False,
@@ -50,11 +55,19 @@ def live_pool(
 
 
 class FakeVke:
-    """Answers ListNodePools from `pools` and UpdateNodePoolConfig with success (or `update_error`)."""
+    """Answers ListNodePools from `pools` and UpdateNodePoolConfig with success (or `update_error`).
+
+    Like VKE, an accepted update is asynchronous: the pool's phase is then taken from
+    `phases_after_update` (one per ListNodePools call, the last one repeated); before the first
+    update from `phases_before_update` (none: the pool's own phase).
+    """
 
     def __init__(self, pools: list[dict]) -> None:
         self.pools = pools
         self.update_error: str | None = None
+        self.phases_after_update: list[str] = ["Running"]
+        self.phases_before_update: list[str] = []
+        self.updated = False
 
     def __call__(self, request: fake_http.Request) -> tuple[int, Any]:
         name = action(request)
@@ -67,13 +80,19 @@ class FakeVke:
         }
         if name == LIST:
             wanted = set(request.body["Filter"]["Ids"])
-            items = [p for p in self.pools if p["Id"] in wanted]
+            items = copy.deepcopy([p for p in self.pools if p["Id"] in wanted])
+            phases = self.phases_after_update if self.updated else self.phases_before_update
+            if phases:
+                phase = phases.pop(0) if len(phases) > 1 else phases[0]
+                for item in items:
+                    item["Status"]["Phase"] = phase
             result = {"Items": items, "TotalCount": len(items), "PageNumber": 1, "PageSize": 10}
             return 200, {"ResponseMetadata": meta, "Result": result}
         if name == UPDATE:
             if self.update_error:
                 meta["Error"] = {"Code": "InvalidParameter", "Message": self.update_error}
                 return 200, {"ResponseMetadata": meta}
+            self.updated = True
             return 200, {"ResponseMetadata": meta, "Result": {}}
         return 404, {"ResponseMetadata": meta}
 
@@ -100,6 +119,8 @@ def props(endpoint: str, **changes: Any) -> dict[str, Any]:
         "access_key": "AKTESTKEY",
         "secret_key": "test-secret-key",
         "session_token": None,
+        "timeout_seconds": 5,
+        "poll_seconds": 0.01,
     }
     base.update(changes)
     return base
@@ -112,7 +133,7 @@ def updates(server: Any) -> list[fake_http.Request]:
 def test_create_pins_runtime_and_scales_through_update_node_pool_config(vke: Any) -> None:
     result = NodePoolRuntimeProvider().create(props(vke.url))
     assert result.id == "cc-1/np-1"
-    assert [action(r) for r in vke.requests] == [LIST, UPDATE]
+    assert [action(r) for r in vke.requests] == [LIST, UPDATE, LIST]
     listed = vke.requests[0].body
     assert listed["Filter"] == {"ClusterIds": ["cc-1"], "Ids": ["np-1"]}
     sent = vke.requests[1]
@@ -130,6 +151,31 @@ def test_create_pins_runtime_and_scales_through_update_node_pool_config(vke: Any
     assert auth.startswith("HMAC-SHA256 Credential=AKTESTKEY/")
     assert "/cn-beijing/vke/request" in auth
     assert "test-secret-key" not in str(sent.headers)
+
+
+def test_create_waits_until_the_pool_is_running_again(vke: Any) -> None:
+    """UpdateNodePoolConfig is asynchronous: VKE answers at once and the pool goes Updating -> Running."""
+    vke.fake.phases_after_update = ["Updating", "Updating", "Running"]
+    NodePoolRuntimeProvider().create(props(vke.url))
+    assert [action(r) for r in vke.requests] == [LIST, UPDATE, LIST, LIST, LIST]
+
+
+def test_create_waits_for_a_busy_pool_before_updating_it(vke: Any) -> None:
+    vke.fake.phases_before_update = ["Updating", "Running"]
+    NodePoolRuntimeProvider().create(props(vke.url))
+    assert [action(r) for r in vke.requests] == [LIST, LIST, UPDATE, LIST]
+
+
+def test_create_fails_when_the_pool_update_fails(vke: Any) -> None:
+    vke.fake.phases_after_update = ["Updating", "Failed"]
+    with pytest.raises(NodePoolRuntimeError, match="node pool np-1 is Failed after UpdateNodePoolConfig"):
+        NodePoolRuntimeProvider().create(props(vke.url))
+
+
+def test_create_times_out_with_the_last_phase(vke: Any) -> None:
+    vke.fake.phases_after_update = ["Updating"]
+    with pytest.raises(NodePoolRuntimeError, match=r"not Running after 0\.2s \(phase Updating\)"):
+        NodePoolRuntimeProvider().create(props(vke.url, timeout_seconds=0.2))
 
 
 def test_create_fails_clearly_when_the_pool_does_not_exist(vke: Any) -> None:
