@@ -18,8 +18,14 @@ from .runtime import NodePoolRuntime
 POOL_LABEL_KEY: Final = "vke-gpu-dra/node-pool"
 
 #: The pool is created empty; NodePoolRuntime scales it once the runtime is pinned. Later
-#: changes of min/desired go through NodePoolRuntime, so the NodePool ignores them.
-SCALED_BY_RUNTIME: Final = ["autoScaling.minReplicas", "autoScaling.desiredReplicas"]
+#: changes of min/desired/max go through NodePoolRuntime, so the NodePool ignores all three: the
+#: Terraform provider sends the whole autoScaling block (min/desired as created, 0) whenever one
+#: of its fields changes, which would empty the pool.
+SCALED_BY_RUNTIME: Final = [
+    "autoScaling.minReplicas",
+    "autoScaling.desiredReplicas",
+    "autoScaling.maxReplicas",
+]
 
 
 def node_selector(pool_name: str) -> str:

@@ -248,9 +248,13 @@ def test_node_pool_inputs(runs: dict) -> None:
     labels = {lb["key"]: lb["value"] for lb in kc["labels"]}
     assert labels == {**facts.REQUIRED_NODE_LABELS, POOL_LABEL_KEY: "gpu-dra-dev"}
     assert pool["autoScaling"] == {"enabled": True, "minReplicas": 0, "desiredReplicas": 0, "maxReplicas": 1}
+    # The Terraform provider's UpdateNodePoolConfig sends every autoScaling field (ForceGet) as soon as one
+    # changes: a NodePool update for maxReplicas alone would send minReplicas/desiredReplicas 0 (its
+    # ignored creation values) and empty the pool. NodePoolRuntime owns all three after creation.
     assert set(runs["dev"].one(NODE_POOL).ignore_changes) == {
         "autoScaling.minReplicas",
         "autoScaling.desiredReplicas",
+        "autoScaling.maxReplicas",
     }
 
 
