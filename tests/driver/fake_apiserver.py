@@ -7,6 +7,11 @@ fieldSelector, generateName, resourceVersion (409 on a stale one), watch streams
 ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion. Every object it is
 sent is validated with kubernetes-validate (1.34, strict) plus the apiserver-only rules the
 schema does not express; invalid objects get 422 Invalid with a Status body.
+
+Optionally it runs the garbage collector's rule for owner references (`start_garbage_collector`):
+a slice whose owner references all name a Node that does not exist with that UID is deleted,
+as kube-controller-manager does with dependents of absent owners (an owner reference is
+matched by UID, so a deleted and re-created Node does not own the old slices).
 """
 
 from __future__ import annotations
@@ -213,6 +218,8 @@ class FakeAPIServer:
         self._random = random.Random(1)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._gc_thread: threading.Thread | None = None
+        self.collected: list[str] = []  # names of slices the garbage collector deleted
 
     # --- lifecycle ---
 
@@ -287,6 +294,44 @@ class FakeAPIServer:
             }
             self.nodes[name] = node
             return copy.deepcopy(node)
+
+    def delete_node(self, name: str) -> None:
+        with self.cond:
+            del self.nodes[name]
+            self.cond.notify_all()
+
+    def recreate_node(self, name: str) -> dict[str, Any]:
+        """Delete the Node and create it again: same name, new UID (as after `kubectl delete node`)."""
+        self.delete_node(name)
+        return self.add_node(name)
+
+    def collect_garbage(self) -> list[str]:
+        """Delete slices whose owner references all point at absent Nodes (name and UID); their names."""
+        with self.cond:
+            uids = {name: node["metadata"]["uid"] for name, node in self.nodes.items()}
+            doomed = []
+            for name, obj in self.slices.items():
+                owners = obj["metadata"].get("ownerReferences") or []
+                if owners and all(
+                    o.get("kind") == "Node" and uids.get(o.get("name", "")) != o.get("uid") for o in owners
+                ):
+                    doomed.append(name)
+            for name in doomed:
+                self._delete_slice(name, None)
+            self.collected += doomed
+            return doomed
+
+    def start_garbage_collector(self) -> None:
+        """Run `collect_garbage` in the background after every change, like the real garbage collector."""
+
+        def loop() -> None:
+            with self.cond:
+                while not self.closing:
+                    self.cond.wait(0.05)
+                    self.collect_garbage()
+
+        self._gc_thread = threading.Thread(target=loop, name="fake-gc", daemon=True)
+        self._gc_thread.start()
 
     def add_claim(self, claim: dict[str, Any]) -> None:
         with self.cond:

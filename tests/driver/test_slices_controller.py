@@ -168,3 +168,40 @@ def test_stop_is_prompt_and_leaves_slices(
     controller.stop(timeout=5)
     assert not any(t.is_alive() for t in controller._threads)
     assert pool_state(fake_api) == [(1, 1, 8)]
+
+
+def test_recreated_node_gets_its_slices_back(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    fake_api.start_garbage_collector()
+    controller = make_controller(kube, gpus)
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        new_uid = fake_api.recreate_node(NODE)["metadata"]["uid"]  # the old slices are now orphans
+
+        def owned_by_new_node() -> bool:
+            slices = fake_api.slices_of(NODE)
+            return len(slices) == 1 and slices[0]["metadata"]["ownerReferences"][0]["uid"] == new_uid
+
+        assert fake_api.wait_for(owned_by_new_node, timeout=5)
+        [published] = fake_api.slices_of(NODE)
+        assert len(published["spec"]["devices"]) == 8
+    finally:
+        controller.stop()
+
+
+def test_missing_node_is_waited_for(
+    fake_api: FakeAPIServer, kube: KubeAPI, gpus: list, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = make_controller(kube, gpus)
+    controller.start()
+    try:
+        assert fake_api.wait_for(lambda: fake_api.count("GET", f"/api/v1/nodes/{NODE}") >= 2, timeout=5)
+        assert not fake_api.slices_of(NODE)
+        assert any(f'node "{NODE}" not found' in r.getMessage() for r in caplog.records)
+        uid = fake_api.add_node(NODE)["metadata"]["uid"]
+        assert controller.wait_synced(10)
+        assert fake_api.slices_of(NODE)[0]["metadata"]["ownerReferences"][0]["uid"] == uid
+    finally:
+        controller.stop()

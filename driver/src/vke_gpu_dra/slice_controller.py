@@ -4,6 +4,8 @@ A watcher thread follows the node's slices (field selector driver + node) and ma
 dirty on every change; a reconciler thread lists the slices and applies the plan when dirty,
 on a periodic resync, and after errors (with exponential back-off). kubelet deletes a node's
 slices when it starts or when the plugin was away; they come back within a reconcile round.
+The slices are owned by the Node: every round reads the Node's UID, so a deleted and re-created
+Node (new UID) gets slices it owns instead of orphans the garbage collector deletes at once.
 Stopping leaves the slices in place, as NVIDIA's plugin does.
 """
 
@@ -19,6 +21,10 @@ from .metrics import Metrics
 from .slices import SyncPlan, canonical, plan_sync
 
 log = logging.getLogger(__name__)
+
+
+class NodeNotFoundError(Exception):
+    """This node's Node object does not exist (yet): slices cannot be owned by it."""
 
 
 class SliceAPI(Protocol):
@@ -123,10 +129,28 @@ class SliceController:
             )
             self._accepted[canonical(sent["spec"])] = canonical(stored.get("spec"))
 
+    def _read_node_uid(self) -> str:
+        """The Node's current UID; raises NodeNotFoundError when there is no such Node."""
+        try:
+            node = self._api.get_node(self._node)
+        except KubeError as err:
+            if err.not_found:
+                raise NodeNotFoundError(
+                    f'node "{self._node}" not found: the ResourceSlices are owned by the Node object '
+                    "and are published once it exists"
+                ) from None
+            raise
+        uid = str(node["metadata"]["uid"])
+        if self._node_uid and uid != self._node_uid:
+            log.info(
+                "node was re-created; its resource slices get the new owner",
+                extra={"fields": {"node": self._node, "old_uid": self._node_uid, "uid": uid}},
+            )
+        return uid
+
     def reconcile_once(self) -> SyncPlan:
-        """List, plan, write. Raises KubeError on API failures."""
-        if not self._node_uid:
-            self._node_uid = str(self._api.get_node(self._node)["metadata"]["uid"])
+        """List, plan, write. Raises KubeError on API failures, NodeNotFoundError without a Node."""
+        self._node_uid = self._read_node_uid()
         existing, _ = self._api.list_slices(self._driver, self._node)
         plan = plan_sync(
             existing,
@@ -180,10 +204,11 @@ class SliceController:
                     self._stop.wait(self._backoff_initial)
                     continue
                 self._metrics.slice_sync_errors.inc()
+                missing_node = isinstance(err, NodeNotFoundError)
                 log.warning(
-                    "publishing resource slices failed; retrying",
+                    f"{err}; retrying" if missing_node else "publishing resource slices failed; retrying",
                     extra={"fields": {"error": str(err), "retry_in_s": backoff}},
-                    exc_info=not isinstance(err, KubeError),
+                    exc_info=not (missing_node or isinstance(err, KubeError)),
                 )
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self._backoff_max)
