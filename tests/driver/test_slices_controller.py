@@ -205,3 +205,24 @@ def test_missing_node_is_waited_for(
         assert fake_api.slices_of(NODE)[0]["metadata"]["ownerReferences"][0]["uid"] == uid
     finally:
         controller.stop()
+
+
+def test_slices_of_another_pool_are_replaced_not_updated(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    # spec.pool.name is immutable (the apiserver rejects changing it), so such a slice cannot be reused.
+    spec = slice_spec(driver=DRIVER, node_name=NODE, devices=[], generation=7, slice_count=1)
+    spec["pool"]["name"] = "legacy-pool"
+    foreign = fake_api.create_slice(
+        new_slice(spec, driver=DRIVER, node_name=NODE, node_uid=node["metadata"]["uid"])
+    )
+    controller = make_controller(kube, gpus)
+    controller.start()
+    try:
+        assert controller.wait_synced(5)
+        [published] = fake_api.slices_of(NODE)
+        assert published["metadata"]["name"] != foreign["metadata"]["name"]
+        assert published["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+        assert fake_api.count("PUT", "/resourceslices/") == 0
+    finally:
+        controller.stop()

@@ -100,6 +100,14 @@ def has_owner(obj: dict[str, Any], node_name: str, node_uid: str) -> bool:
     return owner_reference(node_name, node_uid) in (obj.get("metadata", {}).get("ownerReferences") or [])
 
 
+def slice_name(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def pool_name(obj: dict[str, Any]) -> str:
+    return str((obj.get("spec") or {}).get("pool", {}).get("name", ""))
+
+
 def pool_generation(obj: dict[str, Any]) -> int:
     return int(obj.get("spec", {}).get("pool", {}).get("generation", 0))
 
@@ -142,14 +150,18 @@ def plan_sync(
     generation seen (existing or `known_generation`), and owned by the Node. Otherwise every
     desired slice is written with generation max+1: slices whose devices match a chunk are
     updated in place, then other existing slices are reused, missing ones created, the rest deleted.
+    Slices of another pool are never reused (the apiserver refuses to change `spec.pool.name`):
+    they are deleted.
     """
-    current = max([known_generation, *(pool_generation(s) for s in existing)])
+    ours = sorted((s for s in existing if pool_name(s) == node_name), key=slice_name)
+    foreign = sorted((s for s in existing if pool_name(s) != node_name), key=slice_name)
+    current = max([known_generation, *(pool_generation(s) for s in ours)])
     chunks = chunk_devices(entries, max_per_slice)
     wanted = [
         slice_spec(driver=driver, node_name=node_name, devices=c, generation=current, slice_count=len(chunks))
         for c in chunks
     ]
-    unused = sorted(existing, key=lambda s: s["metadata"].get("name", ""))
+    unused = list(ours)
     assigned: list[dict[str, Any] | None] = [None] * len(chunks)
     in_sync = current > 0
     for same in (
@@ -163,7 +175,7 @@ def plan_sync(
                     assigned[i] = found
                     unused.remove(found)
                     in_sync = in_sync and has_owner(found, node_name, node_uid)
-        in_sync = in_sync and not unused and all(a is not None for a in assigned)
+        in_sync = in_sync and not unused and not foreign and all(a is not None for a in assigned)
         if in_sync:
             return SyncPlan(generation=current)
     generation = current + 1
@@ -177,5 +189,5 @@ def plan_sync(
             plan.creates.append(new_slice(spec, driver=driver, node_name=node_name, node_uid=node_uid))
         else:
             plan.updates.append(updated_slice(target, spec, node_name=node_name, node_uid=node_uid))
-    plan.deletes = [(s["metadata"]["name"], s["metadata"].get("uid", "")) for s in unused]
+    plan.deletes = [(s["metadata"]["name"], s["metadata"].get("uid", "")) for s in (*unused, *foreign)]
     return plan
