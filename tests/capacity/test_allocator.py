@@ -1,5 +1,8 @@
 import pytest
+from vke_gpu_dra.model import Device
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
+from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
+from vke_gpu_dra_ops.capacity.planner import Planner
 from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
 from vke_gpu_dra_ops.capacity.stack import default_classes
 
@@ -186,3 +189,23 @@ def test_all_with_an_unsatisfiable_constraint_is_an_error():
         "request gpus: cannot add device gpu.nvidia.com/pool-node-0/gpu-1 because a claim constraint "
         "would not be satisfied (matchAttribute resource.kubernetes.io/pcieRoot across all requests)"
     )
+
+
+def test_selection_is_not_reused_across_allocations_of_other_claims():
+    node = pool(gpus=1).node(0)
+    mig = Device("m-0", "mig", "m-0", {"type": "mig"}, {"memory": 40 * 2**30})
+    node = Node(node.name, node.pool, (*node.devices, mig))
+    allocator = NodeAllocator(node, default_classes(), SelectorCache())
+    assert allocator.allocate([parsed(exactly("x", cls="mig.nvidia.com")).spec], commit=False) is not None
+    result = allocator.allocate([parsed(exactly("x")).spec], commit=False)
+    assert result is not None and [d.device for d in result[0].devices] == ["gpu-0"]
+
+
+def test_shared_claim_does_not_leak_its_selection_into_later_pods():
+    last = "device.attributes['gpu.nvidia.com'].pcieBusID"
+    a30 = GpuPool("pool", "x", "NVIDIA A30", 4, 1, 1)
+    bus = a30.node(0).devices[-1].attributes["pcieBusID"]
+    shared = parsed(exactly("s", 1, f"{last} == '{bus}'")).spec
+    per_pod = parsed(exactly("g", 1, f"{last} != '{bus}'")).spec
+    result = Planner(default_classes()).fit("w", [("per", per_pod)], [[a30]], 10, shared=[("sh", shared)])
+    assert result.at_max == 3

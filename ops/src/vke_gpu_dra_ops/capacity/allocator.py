@@ -113,13 +113,15 @@ class NodeAllocator:
         self.cache = cache
         self.views = cache.views(node)
         self.in_use: set[int] = set()
-        self._selectable: dict[tuple[int, int, int, int], bool] = {}
+        #: (class, request selectors, device index) -> selectable; keyed by content, not by position,
+        #: because later calls allocate other claims (the scheduler decides this afresh per Allocate)
+        self._selectable: dict[tuple[str, tuple[str, ...], int], bool] = {}
 
     # --- selection ---------------------------------------------------------------------------
 
     def selectable(self, data: _RequestData, claim: int, index: int) -> bool:
         """isSelectable: class selectors first, then the request's; errors propagate."""
-        key = (claim, data.request_index, data.alternative, index)
+        key = (data.class_.name, data.sub.selectors, index)
         cached = self._selectable.get(key)
         if cached is not None:
             return cached
