@@ -1,10 +1,15 @@
 """`DraDriver`: the driver's namespace and Helm release (this repository's chart or NVIDIA's).
 
-Both charts are installed with `helm.v3.Release` (see README, "Helm resource choice"). Helm values
-that must be `null` (to delete a chart default, like the procedure's `--set controller.affinity=null`)
-cannot travel in `values`: Pulumi drops `None` from input maps. They go in a values file
-(`value_yaml_files`) that Helm merges first, with `allow_null_values` on; everything else stays in
-`values`, where previews and policies see it.
+Both charts are installed with `helm.v3.Release` (see README, "Helm resource choice"). A Helm value
+set to `null` (to delete a chart default, like the procedure's `--set controller.affinity=null`)
+does not reach Helm through a Release: the provider's Check re-marshals the inputs without nulls
+and without `valueYamlFiles`, even with `allowNullValues` (pulumi/pulumi-kubernetes#3178, #3811).
+So the kubelet plugin of this repository's chart is opened to every node with an affinity every
+node meets (`manifests.any_node_affinity`, a list Helm replaces), not with a null.
+
+NVIDIA's `controller.affinity=null` still travels as a values file (`value_yaml_files`, with
+`allow_null_values`) because the policy pack requires that spelling; the provider drops it, see
+README ("Known limitation: NVIDIA's controller affinity").
 """
 
 from __future__ import annotations
@@ -57,12 +62,11 @@ def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValue
         image["repository"] = cfg.image_repository
     if cfg.image_tag:
         image["tag"] = cfg.image_tag
-    kubelet_plugin: dict[str, Any] = {"tolerations": manifests.tolerations(taints)}
-    nulls: dict[str, Any] = {}
-    if cfg.kubelet_plugin_on_all_nodes:
-        nulls["kubeletPlugin"] = {"affinity": None}
-    else:
-        kubelet_plugin["affinity"] = manifests.dra_node_affinity()
+    on_all_nodes = cfg.kubelet_plugin_on_all_nodes
+    kubelet_plugin: dict[str, Any] = {
+        "tolerations": manifests.tolerations(taints),
+        "affinity": manifests.any_node_affinity() if on_all_nodes else manifests.dra_node_affinity(),
+    }
     return ChartValues(
         values={
             "image": image,
@@ -76,7 +80,7 @@ def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValue
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"enabled": False},
         },
-        nulls=nulls,
+        nulls={},
     )
 
 

@@ -110,6 +110,23 @@ def deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, 
     }
 
 
+def any_node_affinity() -> dict[str, Any]:
+    """A required node affinity every node meets (kubelet labels each node with kubernetes.io/os).
+
+    It replaces a chart's default affinity where the procedure deletes it with a null: Helm
+    replaces lists, and Pulumi's Helm Release cannot pass nulls on (see components/driver.py).
+    """
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "Exists"}]}
+                ]
+            }
+        }
+    }
+
+
 def dra_node_affinity() -> dict[str, Any]:
     """The procedure's kubelet-plugin affinity: vke.node.gpu.schedule In [nvidia-dra], one term."""
     return {

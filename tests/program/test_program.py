@@ -14,6 +14,7 @@ import yaml
 from vke_gpu_dra import facts
 
 from components import driver as driver_mod
+from components import manifests
 from components.node_pool import POOL_LABEL_KEY
 from tests.program import harness
 
@@ -498,7 +499,8 @@ def test_local_creates_no_volcengine_resources(runs: dict) -> None:
         "simulatedGpus": 4,
         "simulatedProduct": "NVIDIA A30",
     }
-    assert values["kubeletPlugin"]["affinity"] is None
+    assert values["kubeletPlugin"]["affinity"] == manifests.any_node_affinity()
+    assert "valueYamlFiles" not in run.one(RELEASE).inputs
     assert len(run.by_type(DEVICE_CLASS)) == 2
     assert "clusterId" not in run.exports
     assert "kubeconfig" not in run.exports
