@@ -214,6 +214,8 @@ class FakeAPIServer:
         self.compacted_rv = 0
         self.requests: list[tuple[str, str]] = []
         self.faults: list[Fault] = []
+        #: When set, watch requests wait for this event before they start (to order a test's steps).
+        self.watch_gate: threading.Event | None = None
         self.closing = False
         self._random = random.Random(1)
         self._httpd: ThreadingHTTPServer | None = None
@@ -368,6 +370,14 @@ class FakeAPIServer:
             self.compacted_rv = self.current_rv
             self.events.clear()
             self.cond.notify_all()
+
+    def pass_watch_gate(self) -> bool:
+        """Wait until `watch_gate` (if any) is set; False when the server closes first."""
+        gate = self.watch_gate
+        while gate is not None and not gate.wait(0.05):
+            if self.closing:
+                return False
+        return True
 
     def inject_fault(self, method: str, path_contains: str, code: int, times: int = 1) -> None:
         with self.cond:
@@ -614,6 +624,8 @@ class _Handler(BaseHTTPRequestHandler):
         selector = parse_field_selector(query.get("fieldSelector", ""))
         deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
         rv_param = query.get("resourceVersion", "")
+        if not api.pass_watch_gate():
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")

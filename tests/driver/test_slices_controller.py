@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -225,4 +226,22 @@ def test_slices_of_another_pool_are_replaced_not_updated(
         assert published["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
         assert fake_api.count("PUT", "/resourceslices/") == 0
     finally:
+        controller.stop()
+
+
+def test_slices_deleted_before_the_watch_starts_are_restored(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    gate = threading.Event()
+    fake_api.watch_gate = gate  # the watch starts only after the first publication and a wipe
+    controller = make_controller(kube, gpus, resync_interval=3600)
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        for published in fake_api.slices_of(NODE):
+            fake_api.delete_slice(published["metadata"]["name"])  # kubelet's wipe at its start
+        gate.set()
+        assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+    finally:
+        gate.set()
         controller.stop()

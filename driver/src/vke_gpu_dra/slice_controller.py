@@ -231,6 +231,10 @@ class SliceController:
                 if self._stop.is_set():
                     watch.close()
                     return
+                if not resource_version:
+                    # A fresh watch only reports what exists: slices deleted before it started (kubelet
+                    # wipes a node's slices at its start) produce no event. Reconcile once it is open.
+                    self._dirty.set()
                 for event in watch:
                     if event.type == "ERROR":
                         code = int(event.object.get("code") or 0)
