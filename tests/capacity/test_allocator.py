@@ -80,11 +80,28 @@ def test_match_attribute_across_requests():
     assert fit(parsed(exactly("a"), exactly("b"), constraints=only_a), pools=[pool(gpus=8)]).fits
 
 
-def test_distinct_attribute():
+def test_distinct_attribute_with_consumable_capacity():
+    planner = Planner(default_classes(), consumable_capacity=True)
     distinct = [{"distinctAttribute": "gpu.nvidia.com/productName"}]
-    assert not fit(parsed(exactly("a"), exactly("b"), constraints=distinct), pools=[pool(gpus=8)]).fits
+    spec = parsed(exactly("a"), exactly("b"), constraints=distinct).spec
+    assert not planner.fit("t", [("t", spec)], [[pool(gpus=8)]], 1).fits
     distinct_bus = [{"distinctAttribute": "gpu.nvidia.com/pcieBusID"}]
-    assert fit(parsed(exactly("a", 3), constraints=distinct_bus), pools=[pool(gpus=8)]).fits
+    spec = parsed(exactly("a", 3), constraints=distinct_bus).spec
+    assert planner.fit("t", [("t", spec)], [[pool(gpus=8)]], 1).fits
+
+
+def test_distinct_attribute_without_the_feature_gate_never_schedules():
+    # DRAConsumableCapacity is off in 1.34: the apiserver drops distinctAttribute and the scheduler's
+    # allocator then fails on the empty constraint
+    distinct_bus = [{"distinctAttribute": "gpu.nvidia.com/pcieBusID"}]
+    result = fit(parsed(exactly("a", 3), constraints=distinct_bus), pools=[pool(gpus=8)])
+    assert not result.fits
+    assert "constraint #0" in result.error and "DRAConsumableCapacity" in result.error
+    assert "empty constraint (unsupported constraint type?)" in result.error
+    with pytest.raises(AllocationError, match="DRAConsumableCapacity"):
+        NodeAllocator(pool(gpus=8).node(0), default_classes(), SelectorCache()).allocate(
+            [parsed(exactly("a", 3), constraints=distinct_bus).spec]
+        )
 
 
 def test_first_available_falls_back_in_order():

@@ -4,9 +4,12 @@ Follows `k8s.io/dynamic-resource-allocation/structured` (1.34): a pod's claims a
 one node by exhaustive search that stops at the first solution; requests in order, devices in slice order,
 skipping devices in use; class selectors before request selectors, all of which must be true; `All`
 takes every matching device on the node (and fails if one is in use, or none matches); `firstAvailable`
-tries its subrequests in order; `matchAttribute` / `distinctAttribute` constraints are checked as devices
-are added. A CEL runtime error on a device, a selector that does not compile, a missing DeviceClass or
-more than 32 devices in a claim fail the allocation with an error, as in the scheduler.
+tries its subrequests in order; `matchAttribute` constraints are checked as devices are added.
+`distinctAttribute` belongs to the DRAConsumableCapacity feature gate (alpha, off in 1.34): without it the
+apiserver drops the field and the scheduler fails the claim on the empty constraint left behind, so such a
+claim is an error unless `consumable_capacity` is set (then the constraint is enforced). A CEL runtime
+error on a device, a selector that does not compile, a missing DeviceClass or more than 32 devices in a
+claim fail the allocation with an error, as in the scheduler.
 """
 
 from __future__ import annotations
@@ -107,8 +110,17 @@ class _ConstraintState:
 class NodeAllocator:
     """Allocates pods' claims on one node; keeps the node's devices in use between calls."""
 
-    def __init__(self, node: Node, classes: Mapping[str, DeviceClass], cache: SelectorCache) -> None:
+    def __init__(
+        self,
+        node: Node,
+        classes: Mapping[str, DeviceClass],
+        cache: SelectorCache,
+        *,
+        consumable_capacity: bool = False,
+    ) -> None:
         self.node = node
+        #: the DRAConsumableCapacity feature gate (enables `distinctAttribute`)
+        self.consumable_capacity = consumable_capacity
         self.classes = classes
         self.cache = cache
         self.views = cache.views(node)
@@ -153,6 +165,15 @@ class NodeAllocator:
     def _request_data(self, claims: Sequence[ClaimSpec]) -> dict[tuple[int, int, int], _RequestData]:
         result: dict[tuple[int, int, int], _RequestData] = {}
         for ci, claim in enumerate(claims):
+            if not self.consumable_capacity:
+                for i, constraint in enumerate(claim.constraints):
+                    if constraint.distinct_attribute is not None:
+                        raise AllocationError(
+                            f"constraint #{i}: empty constraint (unsupported constraint type?): "
+                            f"distinctAttribute {constraint.distinct_attribute} needs the "
+                            "DRAConsumableCapacity feature gate (alpha, off by default in Kubernetes 1.34), "
+                            "without it the apiserver drops the field and the pod never schedules"
+                        )
             minimum = 0
             for ri, request in enumerate(claim.requests):
                 fewest = None

@@ -112,6 +112,8 @@ def _sum_worst(pools: Sequence[PoolFit], attribute: str, pinned: bool = False) -
 class Planner:
     classes: Mapping[str, DeviceClass]
     cache: SelectorCache = field(default_factory=SelectorCache)
+    #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
+    consumable_capacity: bool = False
     _classes: dict[tuple[str, str], object] = field(default_factory=dict, repr=False)
 
     def fit(
@@ -140,6 +142,9 @@ class Planner:
                     fits.append(self._pool_fit(pool, claims))
         return FitResult(subject, replicas, tuple(fits), pinned=bool(shared))
 
+    def _allocator(self, node: Node) -> NodeAllocator:
+        return NodeAllocator(node, self.classes, self.cache, consumable_capacity=self.consumable_capacity)
+
     def _shared_fit(
         self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]], shared: Sequence[tuple[str, ClaimSpec]]
     ) -> PoolFit:
@@ -149,7 +154,7 @@ class Planner:
         node = pool.node(0)
         everything = [*shared, *claims]
         specs = [spec for _, spec in claims]
-        allocator = NodeAllocator(node, self.classes, self.cache)
+        allocator = self._allocator(node)
         try:
             first = allocator.allocate([spec for _, spec in everything])
             if first is None:
@@ -222,7 +227,7 @@ class Planner:
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)
-        allocator = NodeAllocator(node, self.classes, self.cache)
+        allocator = self._allocator(node)
         parts: list[object] = []
         for view in allocator.views:
             keys = tuple(self.cache.cache_key(e, view)[1:] for e in expressions)
@@ -242,7 +247,7 @@ class Planner:
         return sorted(set(expressions)), sorted(set(attributes))
 
     def _fill(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
-        allocator = NodeAllocator(node, self.classes, self.cache)
+        allocator = self._allocator(node)
         limit = len(node.devices) if _needs_devices(specs) else MAX_PODS_PER_NODE
         count, first = 0, None
         while count < limit:
@@ -259,7 +264,7 @@ class Planner:
 
     def explain(self, node: Node, specs: Sequence[ClaimSpec]) -> list[str]:
         """Why one pod does not fit on an empty `node`: the first thing that rules it out, per request."""
-        allocator = NodeAllocator(node, self.classes, self.cache)
+        allocator = self._allocator(node)
         reasons: list[str] = []
         for spec in specs:
             needed = 0
