@@ -2,7 +2,7 @@ import pytest
 from vke_gpu_dra.model import Device
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
-from vke_gpu_dra_ops.capacity.planner import Planner
+from vke_gpu_dra_ops.capacity.planner import MAX_PODS_PER_NODE, Planner
 from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
 from vke_gpu_dra_ops.capacity.stack import default_classes
 
@@ -226,3 +226,13 @@ def test_shared_claim_does_not_leak_its_selection_into_later_pods():
     per_pod = parsed(exactly("g", 1, f"{last} != '{bus}'")).spec
     result = Planner(default_classes()).fit("w", [("per", per_pod)], [[a30]], 10, shared=[("sh", shared)])
     assert result.at_max == 3
+
+
+def test_admin_access_pods_are_bounded_by_max_pods_not_devices():
+    result = fit(parsed(exactly("a", 1, admin=True)), replicas=50, pools=[pool(gpus=2, low=1, high=1)])
+    assert result.fits
+    assert result.pools[0].per_node == MAX_PODS_PER_NODE
+    shared = parsed(exactly("s", 1)).spec
+    admin = parsed(exactly("a", 1, admin=True)).spec
+    pinned = Planner(default_classes()).fit("w", [("a", admin)], [[pool(gpus=2)]], 50, shared=[("s", shared)])
+    assert pinned.fits and pinned.at_max == MAX_PODS_PER_NODE

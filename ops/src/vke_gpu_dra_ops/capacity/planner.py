@@ -160,8 +160,8 @@ class Planner:
             if first is None:
                 return PoolFit(pool, 0, 0, 0, reasons=tuple(self.explain(node, [s for _, s in everything])))
             count = 1
-            limit = len(node.devices) + 1 if _needs_devices(specs) else MAX_PODS_PER_NODE
-            while count < limit and allocator.allocate(specs) is not None:
+            # pods until allocation fails: adminAccess requests do not use devices up (maxPods bounds them)
+            while count < MAX_PODS_PER_NODE and allocator.allocate(specs) is not None:
                 count += 1
         except AllocationError as exc:
             return PoolFit(pool, 0, 0, 0, error=str(exc))
@@ -248,16 +248,14 @@ class Planner:
 
     def _fill(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
         allocator = self._allocator(node)
-        limit = len(node.devices) if _needs_devices(specs) else MAX_PODS_PER_NODE
+        # pods until allocation fails: adminAccess requests do not use devices up (maxPods bounds them)
         count, first = 0, None
-        while count < limit:
+        while count < MAX_PODS_PER_NODE:
             result = allocator.allocate(specs)
             if result is None:
                 break
             first = first or result
             count += 1
-        if count == limit and not _needs_devices(specs):
-            count = MAX_PODS_PER_NODE
         return count, first
 
     # --- explanations -----------------------------------------------------------------------
@@ -325,10 +323,6 @@ class Planner:
             return self.cache.matches(expression, view)
         except (SelectorRuntimeError, SelectorError):
             return False
-
-
-def _needs_devices(specs: Sequence[ClaimSpec]) -> bool:
-    return any(spec.requests for spec in specs)
 
 
 _QUANTITY_CMP_RE: Final = re.compile(
