@@ -2,6 +2,7 @@ import pytest
 from vke_gpu_dra.model import Device
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
+from vke_gpu_dra_ops.capacity.placement import Placement
 from vke_gpu_dra_ops.capacity.planner import MAX_PODS_PER_NODE, Planner
 from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
 from vke_gpu_dra_ops.capacity.stack import default_classes
@@ -236,3 +237,22 @@ def test_admin_access_pods_are_bounded_by_max_pods_not_devices():
     admin = parsed(exactly("a", 1, admin=True)).spec
     pinned = Planner(default_classes()).fit("w", [("a", admin)], [[pool(gpus=2)]], 50, shared=[("s", shared)])
     assert pinned.fits and pinned.at_max == MAX_PODS_PER_NODE
+
+
+def test_daemonset_ignores_pools_its_node_selector_rules_out():
+    a30 = GpuPool("a30", "ecs.a30.x", "NVIDIA A30", 2, 1, 2)
+    h20 = GpuPool("h20", "ecs.h20.x", "NVIDIA H20", 8, 1, 2)
+    only_a30 = Placement(node_selector=(("node.kubernetes.io/instance-type", "ecs.a30.x"),))
+    spec = parsed(exactly("gpu", 1)).spec
+    planner = Planner(default_classes())
+    daemonset = planner.fit("ds", [("c", spec)], [[a30], [h20]], None, placement=only_a30)
+    assert daemonset.fits, daemonset.reasons()
+    nowhere = Placement(node_selector=(("node.kubernetes.io/instance-type", "ecs.none.x"),))
+    ruled_out = planner.fit("ds", [("c", spec)], [[a30], [h20]], None, placement=nowhere)
+    assert not ruled_out.fits
+    assert any("nodeSelector" in r for r in ruled_out.reasons())
+    too_big = planner.fit(
+        "ds", [("c", parsed(exactly("gpu", 4)).spec)], [[a30], [h20]], None, placement=only_a30
+    )
+    assert not too_big.fits
+    assert all(r.startswith("a30 ") for r in too_big.reasons()), too_big.reasons()

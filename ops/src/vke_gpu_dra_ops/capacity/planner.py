@@ -39,6 +39,8 @@ class PoolFit:
     chosen: tuple[tuple[str, str, str], ...] = ()
     reasons: tuple[str, ...] = ()
     error: str | None = None
+    #: the pods' nodeSelector, affinity or tolerations rule the pool out
+    ruled_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,13 @@ class FitResult:
     def fits(self) -> bool:
         if self.problems or any(p.error for p in self.pools) or not self.pools:
             return False
-        wanted = 1 if self.replicas is None else self.replicas
-        if self.replicas is None:  # one pod per node
-            return all(p.per_node >= 1 for p in self.pools)
-        return self.at_max >= wanted
+        if self.replicas is None:  # one pod per node it may run on; pools ruled out get none
+            allowed = self._daemonset_pools()
+            return bool(allowed) and all(p.per_node >= 1 for p in allowed)
+        return self.at_max >= self.replicas
+
+    def _daemonset_pools(self) -> list[PoolFit]:
+        return [p for p in self.pools if not p.ruled_out]
 
     def reasons(self) -> list[str]:
         if self.problems:
@@ -84,7 +89,10 @@ class FitResult:
                 "vke.node.gpu.schedule=nvidia-dra and nvidia.com/gpu.present=true)"
             ]
         out: list[str] = []
+        allowed = self._daemonset_pools() if self.replicas is None else []
         for p in self.pools:
+            if allowed and p.ruled_out:  # a DaemonSet's pods simply do not go there
+                continue
             if p.error:
                 out.append(f"{p.pool.label}: allocation error: {p.error}")
             elif p.per_node == 0:
@@ -135,7 +143,7 @@ class Planner:
             for pool in variants:
                 reason = excluded(pool, placement) if placement is not None else None
                 if reason is not None:
-                    fits.append(PoolFit(pool, 0, 0, 0, reasons=(reason,)))
+                    fits.append(PoolFit(pool, 0, 0, 0, reasons=(reason,), ruled_out=True))
                 elif shared:
                     fits.append(self._shared_fit(pool, claims, shared))
                 else:
