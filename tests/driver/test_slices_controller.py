@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,16 +21,8 @@ NODE = "node-a"
 
 
 def make_controller(kube: KubeAPI, entries: list[dict], **kwargs) -> SliceController:
-    return SliceController(
-        kube,
-        driver=DRIVER,
-        node_name=NODE,
-        entries=entries,
-        metrics=Metrics(),
-        backoff_initial=0.05,
-        backoff_max=0.2,
-        **kwargs,
-    )
+    kwargs = {"backoff_initial": 0.05, "backoff_max": 0.2, **kwargs}
+    return SliceController(kube, driver=DRIVER, node_name=NODE, entries=entries, metrics=Metrics(), **kwargs)
 
 
 @pytest.fixture
@@ -244,4 +237,34 @@ def test_slices_deleted_before_the_watch_starts_are_restored(
         assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
     finally:
         gate.set()
+        controller.stop()
+
+
+def test_no_hot_loop_against_a_writer_that_keeps_deleting(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    stop = threading.Event()
+    deleted: list[float] = []
+
+    def wiper() -> None:  # deletes the node's slices as soon as they appear, and never stops
+        while not stop.is_set():
+            with fake_api.cond:
+                for name in [n for n, s in fake_api.slices.items() if s["spec"].get("nodeName") == NODE]:
+                    fake_api._delete_slice(name, None)
+                    deleted.append(time.monotonic())
+                fake_api.cond.wait(0.01)
+
+    thread = threading.Thread(target=wiper, daemon=True)
+    thread.start()
+    controller = make_controller(kube, gpus, resync_interval=3600, backoff_max=0.4)
+    controller.start()
+    try:
+        assert fake_api.wait_for(lambda: len(deleted) >= 6, timeout=10)
+        # Back-off between contested rounds: 0.05 + 0.1 + 0.2 + 0.4 s at least before the 6th create.
+        assert deleted[5] - deleted[0] >= 0.5
+        stop.set()
+        thread.join(5)
+        assert fake_api.wait_for(lambda: len(pool_state(fake_api)) == 1, timeout=5)  # back once alone
+    finally:
+        stop.set()
         controller.stop()

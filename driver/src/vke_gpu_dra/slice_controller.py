@@ -187,21 +187,33 @@ class SliceController:
         )
         return plan
 
+    def _contested_delay(self, rounds: int) -> float:
+        """Pause before the next round after `rounds` rounds in a row that had to write or hit a conflict.
+
+        The first is free (kubelet's wipe, an edit: restore at once); after that the pause doubles, so
+        a writer that keeps undoing our slices (another plugin instance, a controller) gets no hot loop.
+        """
+        if rounds <= 1:
+            return 0.0
+        return min(self._backoff_initial * 2 ** (rounds - 2), self._backoff_max)
+
     def _reconcile_loop(self) -> None:
         backoff = self._backoff_initial
+        contested = 0
         while not self._stop.is_set():
             self._dirty.wait(self._resync)
             if self._stop.is_set():
                 return
             self._dirty.clear()
             try:
-                self.reconcile_once()
+                plan = self.reconcile_once()
             except Exception as err:
                 self._dirty.set()
                 if isinstance(err, KubeError) and err.conflict:
                     # Someone changed a slice under us: re-list right away (after a short pause).
+                    contested += 1
                     log.info("slice changed concurrently, re-listing", extra={"fields": {"error": str(err)}})
-                    self._stop.wait(self._backoff_initial)
+                    self._stop.wait(max(self._backoff_initial, self._contested_delay(contested)))
                     continue
                 self._metrics.slice_sync_errors.inc()
                 missing_node = isinstance(err, NodeNotFoundError)
@@ -215,6 +227,14 @@ class SliceController:
                 continue
             backoff = self._backoff_initial
             self._synced.set()
+            contested = 0 if plan.in_sync else contested + 1
+            delay = self._contested_delay(contested)
+            if delay:
+                log.warning(
+                    "resource slices keep changing under the plugin (another writer?); slowing down",
+                    extra={"fields": {"rounds": contested, "next_round_in_s": delay}},
+                )
+                self._stop.wait(delay)
 
     # --- watch ---
 
