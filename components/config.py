@@ -99,7 +99,9 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("cluster.deleteProtection", "boolean", False, "Turn on VKE delete protection for the cluster."),
     Key("cluster.kubeconfigValidHours", "integer", 8760, "Validity of the generated kubeconfig in hours."),
     # --- GPU node pool ---
-    Key("nodePool.name", "string", "gpu-dra", "Name of the GPU node pool."),
+    Key("nodePool.name", "string", "gpu-dra",
+        "Name of the GPU node pool (2-63 ASCII letters, digits or '-'; the nodes carry it as a "
+        "label value)."),
     Key("nodePool.instanceTypes", "array", ["ecs.gni2.3xlarge"], "GPU ECS instance types of the pool."),
     Key("nodePool.containerdVersion", "string", "2.1",
         "containerd version pinned on the pool, 2.1 or later."),
@@ -165,6 +167,8 @@ _LABEL_VALUE_RE: Final = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0
 _DNS_SUBDOMAIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 _DNS_LABEL_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _INSTANCE_TYPE_RE: Final = re.compile(r"^ecs\.[a-z0-9-]+\.[a-z0-9-]+$")
+#: Node pool names: VKE's name rule intersected with Kubernetes label values (the pool label's value).
+_POOL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,61}[A-Za-z0-9]$")
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9\u4e00-\u9fa5][A-Za-z0-9\u4e00-\u9fa5-]{1,63}$")
 
 
@@ -665,8 +669,13 @@ def _node_pool(r: _Reader, target: str) -> NodePoolConfig:  # noqa: PLR0912 (a f
     )
     if target != TARGET_VKE:
         return cfg
-    if not _NAME_RE.match(cfg.name):
-        r.fail("nodePool.name", cfg.name, "2-64 letters, digits or '-', not starting with '-'")
+    if not _POOL_NAME_RE.match(cfg.name):
+        r.fail(
+            "nodePool.name",
+            cfg.name,
+            "2-63 ASCII letters, digits or '-', starting and ending with a letter or digit "
+            "(a VKE node pool name that is also a Kubernetes label value: the nodes carry it)",
+        )
     if not cfg.instance_types:
         r.fail("nodePool.instanceTypes", [], "at least one GPU ECS instance type, e.g. ecs.gni2.3xlarge")
     for t in cfg.instance_types:

@@ -152,6 +152,13 @@ def test_rejects_desired_outside_min_max(desired: int) -> None:
     assert "between nodePool.minReplicas (1) and nodePool.maxReplicas (4)" in issue.allowed
 
 
+@pytest.mark.parametrize("name", ["gpu-dra-", "gpu-池", "g" * 64])
+def test_rejects_pool_names_that_are_not_label_values(name: str) -> None:
+    """The pool's name is the value of the node label the readiness gate selects on (63 chars, ASCII)."""
+    issue = only_issue({"nodePool.name": name}, "nodePool.name")
+    assert "Kubernetes label value" in issue.allowed
+
+
 def test_rejects_unknown_implementation() -> None:
     issue = only_issue({"driver.implementation": "rust"}, "driver.implementation")
     assert issue.allowed == "one of python, nvidia"
