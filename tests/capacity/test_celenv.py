@@ -25,7 +25,7 @@ def a30():
         (f"{MEM}.compareTo(quantity('40Gi')) >= 0", False),
         (f"{MEM}.add(quantity('1Gi')).compareTo(quantity('25Gi')) == 0", True),
         (f"{MEM}.sub(1024).asInteger() == 25769803776 - 1024", True),
-        (f"{MEM}.add(1).isInteger() && !quantity('500m').isInteger() && quantity('-1').sign() == -1", True),
+        (f"{MEM}.add(1).isInteger() && !quantity('500m').isInteger() && sign(quantity('-1')) == -1", True),
         ("quantity('1Gi') == quantity('1024Mi') && quantity('50M').isLessThan(quantity('50Mi'))", True),
         (f"{CC}.compareTo(semver('8.0.0')) >= 0 && {CC}.isLessThan(semver('9.0.0'))", True),
         (f"{CC}.major() == 8 && {CC}.minor() == 0 && {CC}.patch() == 0", True),
@@ -56,6 +56,9 @@ def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
         ("device.attributes[", "Syntax error"),
         ("device.driver", "must evaluate to bool or the unknown type, not string"),
         ("nodeName == 'x'", "undeclared reference to 'nodeName'"),
+        # `sign` is a global function only (apiserver library/quantity.go)
+        ("quantity('1').sign() == 1", "found no matching overload for 'sign'"),
+        ("quantity('1').sign() == 1 && 'a'.lowerAscii() == 'a'", "found no matching overload for 'sign'"),
     ],
 )
 def test_compile_errors_carry_expression_and_engine_message(expression, message):
@@ -69,7 +72,7 @@ def test_compile_errors_carry_expression_and_engine_message(expression, message)
     ("expression", "message"),
     [
         ("device.attributes['gpu.nvidia.com'].profile == '1g.6gb'", "no such key: profile"),
-        ("quantity('200K').sign() == 1", "'200K'"),
+        ("sign(quantity('200K')) == 1", "'200K'"),
         ("quantity('9999999999999999999999G').asInteger() > 0", "cannot convert value to integer"),
         ("device.attributes['gpu.nvidia.com'].productName", "could not be converted to bool"),
     ],

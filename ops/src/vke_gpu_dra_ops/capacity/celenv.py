@@ -321,7 +321,7 @@ def _declarations() -> list[Any]:
         ),
         fn("add", ("quantity_add", Q, [Q, Q], True), ("quantity_add_int", Q, [Q, T.INT], True)),
         fn("sub", ("quantity_sub", Q, [Q, Q], True), ("quantity_sub_int", Q, [Q, T.INT], True)),
-        fn("sign", ("quantity_sign", T.INT, [Q], False), ("quantity_sign_member", T.INT, [Q], True)),
+        fn("sign", ("quantity_sign", T.INT, [Q], False)),  # global only: `sign(q)`, not `q.sign()`
         fn("asInteger", ("quantity_get_int", T.INT, [Q], True)),
         fn("isInteger", ("quantity_is_integer", T.BOOL, [Q], True)),
         fn("asApproximateFloat", ("quantity_get_float", T.DOUBLE, [Q], True)),
@@ -347,6 +347,11 @@ def _checker() -> Any:
 
 
 _UNDECLARED_RE: Final = re.compile(r"undeclared reference to '([^']+)'")
+#: Library functions without a member overload: cel-cpp reports `x.sign()` as an undeclared reference,
+#: cel-go (the apiserver) as a missing overload.
+_GLOBAL_ONLY_RE: Final = re.compile(
+    r"undeclared reference to '(sign|quantity|isQuantity|semver|isSemver)' \(in container ''\)"
+)
 
 
 def _clean(detail: str) -> str:
@@ -403,8 +408,10 @@ def compile_selector(expression: str) -> CompiledSelector:
         checked_expr = _checker().compile(source)
     except RuntimeError as exc:
         detail = _clean(str(exc))
+        method = _GLOBAL_ONLY_RE.search(detail) is not None
+        detail = _GLOBAL_ONLY_RE.sub(r"found no matching overload for '\1' applied as a method", detail)
         undeclared = set(_UNDECLARED_RE.findall(detail))
-        if "Syntax error" in detail or not undeclared or not undeclared <= UNCHECKED_LIBRARY_NAMES:
+        if "Syntax error" in detail or method or not undeclared or not undeclared <= UNCHECKED_LIBRARY_NAMES:
             raise SelectorCompileError(expression, "compilation failed: " + detail) from None
         checked = False
     else:
