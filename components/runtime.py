@@ -143,6 +143,20 @@ def _live_runtime(pool: Any) -> tuple[str | None, str | None]:
     return runtime.type, runtime.version
 
 
+def _drifted(pool: Any, props: Mapping[str, Any]) -> bool:
+    """Whether the live pool's runtime or min/max replicas differ from the inputs."""
+    live_type, live_version = _live_runtime(pool)
+    drift = live_type != props["runtime_type"] or not version_matches(
+        live_version, str(props["runtime_version"])
+    )
+    if pool.auto_scaling is not None:
+        drift = drift or (
+            pool.auto_scaling.min_replicas != int(props["min_replicas"])
+            or pool.auto_scaling.max_replicas != int(props["max_replicas"])
+        )
+    return drift
+
+
 def _apply(props: Mapping[str, Any]) -> dict[str, Any]:
     """Send UpdateNodePoolConfig with the runtime and scaling; return the observed state."""
     vke = volcenginesdkvke
@@ -223,19 +237,14 @@ class NodePoolRuntimeProvider(ResourceProvider):
         if any(olds.get(k) != news.get(k) for k in watched):
             return DiffResult(changes=True)
         # Inputs unchanged: compare with the live pool so out-of-band changes show in preview.
-        pool = _require_pool(_api(news), news)
-        live_type, live_version = _live_runtime(pool)
-        drift = live_type != news["runtime_type"] or not version_matches(
-            live_version, str(news["runtime_version"])
-        )
-        if pool.auto_scaling is not None:
-            drift = drift or (
-                pool.auto_scaling.min_replicas != int(news["min_replicas"])
-                or pool.auto_scaling.max_replicas != int(news["max_replicas"])
-            )
-        return DiffResult(changes=drift)
+        return DiffResult(changes=_drifted(_require_pool(_api(news), news), news))
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # Only credentials or endpoint changed and the pool is as configured: record them without
+        # an UpdateNodePoolConfig, which would reset desiredReplicas to the configured value.
+        unchanged = all(olds.get(k) == news.get(k) for k in RUNTIME_KEYS + SCALING_KEYS)
+        if unchanged and not _drifted(_require_pool(_api(news), news), news):
+            return UpdateResult(outs=dict(news))
         return UpdateResult(outs=_apply(news))
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:

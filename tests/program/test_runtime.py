@@ -199,6 +199,21 @@ def test_update_sends_the_new_version(vke: Any) -> None:
     assert updates(vke)[-1].body["KubernetesConfig"]["Runtime"] == {"Type": "containerd", "Version": "2.2"}
 
 
+def test_update_for_new_credentials_only_does_not_touch_the_pool(vke: Any) -> None:
+    """Rotated credentials must not re-send desiredReplicas (that would undo the autoscaler's size)."""
+    vke.fake.pools[:] = [live_pool(version="2.1.4", min_r=1)]
+    old = props(vke.url, access_key="AKOLDKEY")
+    result = NodePoolRuntimeProvider().update("cc-1/np-1", old, props(vke.url))
+    assert updates(vke) == []
+    assert result.outs is not None and result.outs["access_key"] == "AKTESTKEY"
+
+
+def test_update_for_new_credentials_still_repairs_drift(vke: Any) -> None:
+    vke.fake.pools[:] = [live_pool(version="2.0.5", min_r=1)]
+    NodePoolRuntimeProvider().update("cc-1/np-1", props(vke.url, access_key="AKOLDKEY"), props(vke.url))
+    assert len(updates(vke)) == 1
+
+
 def test_diff_no_change_when_live_runtime_matches(vke: Any) -> None:
     vke.fake.pools[:] = [live_pool(version="2.1.4", min_r=1)]
     p = props(vke.url)
