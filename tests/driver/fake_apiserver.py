@@ -399,6 +399,13 @@ class FakeAPIServer:
 
     # --- resource logic (callers hold self.cond) ---
 
+    @staticmethod
+    def _as_stored(obj: dict[str, Any]) -> None:
+        """Drop what the apiserver does not keep: `spec.devices` is `omitempty`, so [] comes back absent."""
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and spec.get("devices") == []:
+            del spec["devices"]
+
     def _create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj.setdefault("metadata", {})
         if md.get("resourceVersion"):
@@ -410,6 +417,7 @@ class FakeAPIServer:
             suffix = "".join(self._random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
             md["name"] = prefix + suffix
         validate_slice(obj)
+        self._as_stored(obj)
         if md["name"] in self.slices:
             raise ApiError(
                 409,
@@ -459,6 +467,7 @@ class FakeAPIServer:
             immutable.append("pool.name")
         if immutable:
             raise _invalid(obj, [f"spec.{f}: Invalid value: field is immutable" for f in immutable])
+        self._as_stored(obj)
         for key in ("uid", "creationTimestamp"):
             md[key] = current["metadata"][key]
         changed = obj["spec"] != current["spec"]

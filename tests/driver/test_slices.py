@@ -96,7 +96,7 @@ def test_empty_cluster_plans_creates_at_generation_one() -> None:
 
 def test_plan_with_no_devices_still_publishes_one_slice() -> None:
     plan = plan_sync([], [], driver=DRIVER, node_name=NODE, node_uid=UID)
-    assert [c["spec"]["devices"] for c in plan.creates] == [[]]
+    assert ["devices" in c["spec"] for c in plan.creates] == [False]  # omitempty: the apiserver drops []
 
 
 def test_matching_slices_are_in_sync() -> None:

@@ -49,8 +49,9 @@ def running(kube: KubeAPI, node: dict, gpus: list[dict]) -> Iterator[SliceContro
 
 def pool_state(fake_api: FakeAPIServer) -> list[tuple[int, int, int]]:
     return [
-        (s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"], len(s["spec"]["devices"]))
+        (pool["generation"], pool["resourceSliceCount"], len(s["spec"].get("devices", [])))
         for s in fake_api.slices_of(NODE)
+        for pool in [s["spec"]["pool"]]
     ]
 
 
@@ -268,3 +269,17 @@ def test_no_hot_loop_against_a_writer_that_keeps_deleting(
     finally:
         stop.set()
         controller.stop()
+
+
+def test_restart_with_no_devices_keeps_the_published_slice(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict
+) -> None:
+    for _ in range(2):
+        controller = make_controller(kube, [])
+        controller.start()
+        try:
+            assert controller.wait_synced(10)
+        finally:
+            controller.stop()
+    assert pool_state(fake_api) == [(1, 1, 0)]  # the second start found it in sync
+    assert fake_api.count("PUT", "/resourceslices/") == 0

@@ -32,13 +32,19 @@ def chunk_devices(
 def slice_spec(
     *, driver: str, node_name: str, devices: Sequence[dict[str, Any]], generation: int, slice_count: int
 ) -> dict[str, Any]:
-    """The `spec` of one ResourceSlice of this node's pool."""
-    return {
+    """The `spec` of one ResourceSlice of this node's pool.
+
+    `devices` is left out when empty, as the apiserver returns it (the field is `omitempty`), so a
+    stored empty slice compares equal to the one wanted.
+    """
+    spec: dict[str, Any] = {
         "driver": driver,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": slice_count},
         "nodeName": node_name,
-        "devices": [copy.deepcopy(d) for d in devices],
     }
+    if devices:
+        spec["devices"] = [copy.deepcopy(d) for d in devices]
+    return spec
 
 
 def desired_specs(
