@@ -57,6 +57,10 @@ def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
         ("device.driver", "must evaluate to bool or the unknown type, not string"),
         ("nodeName == 'x'", "undeclared reference to 'nodeName'"),
         # `sign` is a global function only (apiserver library/quantity.go)
+        # `device` is an object (kubernetes.DRADevice) with driver, attributes and capacity only
+        ("device['driver'] == 'gpu.nvidia.com'", "found no matching overload for '_[_]' applied to"),
+        ("device.foo == 1", "undefined field 'foo'"),
+        ("has(device.foo)", "undefined field 'foo'"),
         ("quantity('1').sign() == 1", "found no matching overload for 'sign'"),
         ("quantity('1').sign() == 1 && 'a'.lowerAscii() == 'a'", "found no matching overload for 'sign'"),
     ],
@@ -107,3 +111,15 @@ def test_cel_bind_body_is_type_checked():
         SelectorCompileError, match="no matching overload for '_==_' applied to '\\(string, int\\)'"
     ):
         compile_selector("cel.bind(d, device.driver, d == 1)")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "device.driver == 'gpu.nvidia.com' && size(device.capacity) > 0",
+        "cel.bind(d, device, d.driver == 'gpu.nvidia.com')",
+        "[1].exists(device, device == 1) || device.driver == 'gpu.nvidia.com'",
+    ],
+)
+def test_device_object_fields_compile(a30, expression):
+    assert evaluate(expression, DRIVER, a30) is True

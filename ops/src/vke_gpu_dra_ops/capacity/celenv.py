@@ -331,13 +331,14 @@ def _declarations() -> list[Any]:
     ]
 
 
-@lru_cache(maxsize=1)
-def _checker() -> Any:
+@lru_cache(maxsize=2)
+def _checker(bare_device: bool = False) -> Any:
+    """The checker; `device` itself is declared (as a map) only with `bare_device` (see `_check`)."""
     T = celcpp.Type
     Q = T.AbstractType("kubernetes.Quantity")
     # Declaring the qualified names lets the checker type `device.driver` etc. like the DRADevice object.
     variables = {
-        "device": T.Map(T.STRING, T.DYN),
+        **({"device": T.Map(T.STRING, T.DYN)} if bare_device else {}),
         "device.driver": T.STRING,
         "device.attributes": T.Map(T.STRING, T.Map(T.STRING, T.DYN)),
         "device.capacity": T.Map(T.STRING, T.Map(T.STRING, Q)),
@@ -347,6 +348,58 @@ def _checker() -> Any:
 
 
 _UNDECLARED_RE: Final = re.compile(r"undeclared reference to '([^']+)'")
+_ISSUE_RE: Final = re.compile(r"^ERROR: <input>:(\d+):(\d+): (.*)$")
+_DEVICE_FIELD_RE: Final = re.compile(r"undeclared reference to 'device\.(\w+)[^']*' \(in container ''\)")
+_BARE_DEVICE: Final = "undeclared reference to 'device' (in container '')"
+_DEVICE_TYPE: Final = "kubernetes.DRADevice"
+
+
+def _offset(source: str, line: int, column: int) -> int:
+    lines = source.split("\n")
+    return sum(len(text) + 1 for text in lines[: line - 1]) + column - 1
+
+
+def _check(source: str) -> Any:
+    """Type-check `source` with `device` as the apiserver's object type (driver, attributes, capacity).
+
+    cel-cpp cannot declare that object type, so `device` is known only through its three qualified field
+    names: any other field reads as an undeclared `device.x` ("undefined field 'x'" in the apiserver) and
+    indexing `device[...]` as an undeclared `device` ("no matching overload for '_[_]'"). Other uses of
+    `device` as a value (`cel.bind(d, device, ...)`) are checked again with `device` declared as a map.
+    Raises RuntimeError with the (cleaned) issues.
+    """
+    try:
+        return _checker().compile(source)
+    except RuntimeError as exc:
+        issues = re.split(r"\n(?=ERROR: )", _clean(str(exc)))
+    kept: list[str] = []
+    device_errors = bare = False
+    for issue in issues:
+        head, _, rest = issue.partition("\n")
+        match = _ISSUE_RE.match(head)
+        if match is None:
+            kept.append(issue)
+            continue
+        message = match.group(3)
+        field = _DEVICE_FIELD_RE.fullmatch(message)
+        if field is not None:
+            device_errors = True
+            kept.append(head.replace(message, f"undefined field '{field.group(1)}'") + "\n" + rest)
+        elif message == _BARE_DEVICE:
+            after = source[_offset(source, int(match.group(1)), int(match.group(2))) + len("device") :]
+            index = re.match(r"\s*\[\s*(['\"]|\d)?", after)
+            if index is None:
+                bare = True
+                continue
+            key = {None: "dyn", "'": "string", '"': "string"}.get(index.group(1), "int")
+            device_errors = True
+            message = f"found no matching overload for '_[_]' applied to '({_DEVICE_TYPE}, {key})'"
+            kept.append(head.replace(match.group(3), message) + "\n" + rest)
+        else:
+            kept.append(issue)
+    if bare and not device_errors:
+        return _checker(bare_device=True).compile(source)
+    raise RuntimeError("INVALID_ARGUMENT: " + "\n".join(kept))
 #: Library functions without a member overload: cel-cpp reports `x.sign()` as an undeclared reference,
 #: cel-go (the apiserver) as a missing overload.
 _GLOBAL_ONLY_RE: Final = re.compile(
@@ -405,13 +458,24 @@ def compile_selector(expression: str) -> CompiledSelector:
     checked = True
     source = rewrite_bind(expression)
     try:
-        checked_expr = _checker().compile(source)
+        checked_expr = _check(source)
     except RuntimeError as exc:
         detail = _clean(str(exc))
         method = _GLOBAL_ONLY_RE.search(detail) is not None
         detail = _GLOBAL_ONLY_RE.sub(r"found no matching overload for '\1' applied as a method", detail)
         undeclared = set(_UNDECLARED_RE.findall(detail))
-        if "Syntax error" in detail or method or not undeclared or not undeclared <= UNCHECKED_LIBRARY_NAMES:
+        others = [
+            issue
+            for issue in re.split(r"\n(?=ERROR: )", detail)
+            if not re.search(r": undeclared reference to '[^']+' \(in container ''\)\n", issue)
+        ]
+        if (
+            "Syntax error" in detail
+            or method
+            or others
+            or not undeclared
+            or not undeclared <= UNCHECKED_LIBRARY_NAMES
+        ):
             raise SelectorCompileError(expression, "compilation failed: " + detail) from None
         checked = False
     else:
