@@ -61,6 +61,8 @@ def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
         ("device['driver'] == 'gpu.nvidia.com'", "found no matching overload for '_[_]' applied to"),
         ("device.foo == 1", "undefined field 'foo'"),
         ("has(device.foo)", "undefined field 'foo'"),
+        # only with the DRAConsumableCapacity feature gate, which is off in 1.34
+        ("device.allowMultipleAllocations == false", "undefined field 'allowMultipleAllocations'"),
         ("quantity('1').sign() == 1", "found no matching overload for 'sign'"),
         ("quantity('1').sign() == 1 && 'a'.lowerAscii() == 'a'", "found no matching overload for 'sign'"),
     ],

@@ -342,7 +342,7 @@ def _checker(bare_device: bool = False) -> Any:
         "device.driver": T.STRING,
         "device.attributes": T.Map(T.STRING, T.Map(T.STRING, T.DYN)),
         "device.capacity": T.Map(T.STRING, T.Map(T.STRING, Q)),
-        "device.allowMultipleAllocations": T.BOOL,
+        # no `allowMultipleAllocations`: it exists only with the DRAConsumableCapacity gate (off in 1.34)
     }
     return celcpp.NewEnv(variables=variables, functions=_declarations())
 
