@@ -40,3 +40,12 @@ def test_device_classes_match_nvidia_selectors():
         "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
     )
     assert facts.DEVICE_CLASS_MIG.manifest()["metadata"] == {"name": "mig.nvidia.com"}
+
+
+def test_binary_si_falls_back_to_the_decimal_form_the_apiserver_returns():
+    # Without a binary suffix the apiserver parses the number as DecimalSI and returns it canonically.
+    assert binary_si(12_345_000) == "12345k"
+    assert binary_si(1000) == "1k"
+    assert binary_si(3_000_000_000) == "3G"
+    assert binary_si(1536) == "1536"
+    assert binary_si(1_024_000) == "1000Ki"

@@ -14,17 +14,24 @@ from . import facts
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
 
-def binary_si(value: int) -> str:
-    """Canonical BinarySI quantity: the largest binary suffix that divides `value` exactly.
+_DECIMAL_SUFFIXES = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
 
-    >>> binary_si(25769803776), binary_si(85520809984), binary_si(14)
-    ('24Gi', '81559Mi', '14')
+
+def binary_si(value: int) -> str:
+    """The quantity as the apiserver returns it: the largest binary suffix that divides `value` exactly.
+
+    A number no binary suffix divides is parsed as DecimalSI, whose canonical form uses the
+    largest decimal suffix that divides it (1000 comes back as `1k`), so that form is used.
+
+    >>> binary_si(25769803776), binary_si(85520809984), binary_si(14), binary_si(12345000)
+    ('24Gi', '81559Mi', '14', '12345k')
     """
     if value < 0:
         raise ValueError(f"quantity must not be negative, got {value}")
-    for suffix, size in _BINARY_SUFFIXES:
-        if value and value % size == 0:
-            return f"{value // size}{suffix}"
+    for suffixes in (_BINARY_SUFFIXES, _DECIMAL_SUFFIXES):
+        for suffix, size in suffixes:
+            if value and value % size == 0:
+                return f"{value // size}{suffix}"
     return str(value)
 
 
