@@ -36,6 +36,14 @@ def a30():
         ("'profile' in device.attributes['gpu.nvidia.com']", False),
         # an unknown domain is an empty map, not an error
         ("'x' in device.attributes['example.com'] || size(device.capacity['example.com']) == 0", True),
+        # semver normalisation as the apiserver's normalizeAndParse
+        (
+            "semver('v01.02', true) == semver('1.2.0') "
+            "&& semver('1.02.003-rc.1', true) == semver('1.2.3-rc.1')",
+            True,
+        ),
+        ("isSemver('v1', true) && isSemver('1.0', true) && !isSemver('1.0', false)", True),
+        ("isSemver('1.0-rc', true) || isSemver('1.0+b', true) || isSemver('1-rc', true)", False),
         # attributes are dyn: this compiles (as in the apiserver) and is simply false
         ("device.attributes['gpu.nvidia.com'].productName == 1", False),
     ],
@@ -80,6 +88,7 @@ def test_compile_errors_carry_expression_and_engine_message(expression, message)
         ("device.attributes['gpu.nvidia.com'].profile == '1g.6gb'", "no such key: profile"),
         ("sign(quantity('200K')) == 1", "'200K'"),
         ("quantity('9999999999999999999999G').asInteger() > 0", "cannot convert value to integer"),
+        ("semver('1-rc', true).major() == 1", "short version cannot contain PreRelease/Build meta data"),
         ("device.attributes['gpu.nvidia.com'].productName", "could not be converted to bool"),
     ],
 )

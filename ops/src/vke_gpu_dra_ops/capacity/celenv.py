@@ -170,23 +170,39 @@ def _quantity(text: object) -> dict[str, str]:
 def _semver(text: object, normalize: object = False) -> dict[str, str]:
     if not isinstance(text, str):
         raise _no_overload("semver", text)
-    return _sv(parse_semver(_normalize_semver(text) if normalize is True else text))
+    return _sv(_normalize_and_parse(text) if normalize is True else parse_semver(text))
 
 
-def _normalize_semver(text: str) -> str:
-    """`semver(s, true)`: drop a leading v, fill missing minor/patch with 0 and strip leading zeros."""
+def _normalize_and_parse(text: str) -> Semver:
+    """`semver(s, true)`: apiserver library/semverlib.go normalizeAndParse, step by step."""
     text = text.removeprefix("v")
-    match = re.match(r"^(\d+(?:\.\d+){0,2})(.*)$", text, re.DOTALL)
-    if match is None:
-        return text
-    parts = [str(int(p)) for p in match.group(1).split(".")]
-    return ".".join(parts + ["0"] * (3 - len(parts))) + match.group(2)
+    # split into major.minor.(patch+pr+meta)
+    parts = text.split(".", 2)
+    # remove leading zeros
+    for i, part in enumerate(parts):
+        if len(part) > 1:
+            trimmed = part.lstrip("0")
+            if not trimmed or trimmed[0] not in "0123456789":
+                trimmed = "0" + trimmed
+            parts[i] = trimmed
+    # fill up shortened versions
+    if len(parts) < 3:
+        if "+" in parts[-1] or "-" in parts[-1]:
+            raise SemverError("short version cannot contain PreRelease/Build meta data")
+        parts += ["0"] * (3 - len(parts))
+    return parse_semver(".".join(parts))
 
 
 def _is_semver(text: object, normalize: object = False) -> bool:
     if not isinstance(text, str):
         raise _no_overload("isSemver", text)
-    return is_semver(_normalize_semver(text) if normalize is True else text)
+    if normalize is not True:
+        return is_semver(text)
+    try:
+        _normalize_and_parse(text)
+    except SemverError:
+        return False
+    return True
 
 
 def _arith(sign: int, function: str) -> Callable[[object, object], dict[str, str]]:
