@@ -91,9 +91,17 @@ def problems(
 
 
 def _core_api(props: Mapping[str, Any]) -> Any:
-    kubeconfig = yaml.safe_load(props["kubeconfig"])
+    """A CoreV1Api for the secret kubeconfig; a parse error names no part of it (PyYAML quotes lines)."""
     context = props.get("context") or None
-    api_client = config.new_client_from_config_dict(kubeconfig, context=context)
+    failure = ""
+    api_client: Any = None
+    try:
+        kubeconfig = yaml.safe_load(props["kubeconfig"])
+        api_client = config.new_client_from_config_dict(kubeconfig, context=context)
+    except Exception as exc:  # yaml and kubernetes config errors may quote the (secret) text
+        failure = type(exc).__name__
+    if failure:  # raised outside the handler, so no traceback carries the original error
+        raise NodeReadinessError(f"the cluster's kubeconfig (secret, not shown) is not usable: {failure}")
     return client.CoreV1Api(api_client)
 
 

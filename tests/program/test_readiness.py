@@ -132,6 +132,22 @@ def test_nodes_becoming_ready_pass_after_polling() -> None:
     assert len(requests) == 3
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "users:\n- name: u\n  user: {token: s3cret-t0ken\n",  # broken YAML: PyYAML quotes the line
+        "users: [{name: u, user: {token: s3cret-t0ken}}]\n",  # valid YAML, not a usable kubeconfig
+    ],
+)
+def test_a_bad_kubeconfig_fails_without_showing_it(text: str) -> None:
+    p = props("http://127.0.0.1:9") | {"kubeconfig": text}
+    with pytest.raises(NodeReadinessError) as info:
+        NodeReadinessProvider().create(p)
+    message = "".join(str(e) for e in (info.value, info.value.__cause__, info.value.__context__) if e)
+    assert "kubeconfig" in str(info.value)
+    assert "s3cret" not in message
+
+
 def test_diff_only_for_watched_inputs() -> None:
     p = props("http://127.0.0.1:1")
     provider = NodeReadinessProvider()
