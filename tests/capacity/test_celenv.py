@@ -36,6 +36,10 @@ def a30():
         ("'profile' in device.attributes['gpu.nvidia.com']", False),
         # an unknown domain is an empty map, not an error
         ("'x' in device.attributes['example.com'] || size(device.capacity['example.com']) == 0", True),
+        # ... also when the domain is computed
+        ("'x' in device.attributes['no' + 'pe'] || size(device.capacity['ex' + 'ample.com']) != 0", False),
+        ("device.attributes['gpu.nvidia' + '.com'].productName == 'NVIDIA A30'", True),
+        ("device.attributes[device.driver].productName == 'NVIDIA A30'", True),
         # semver normalisation as the apiserver's normalizeAndParse
         (
             "semver('v01.02', true) == semver('1.2.0') "
@@ -86,6 +90,7 @@ def test_compile_errors_carry_expression_and_engine_message(expression, message)
     ("expression", "message"),
     [
         ("device.attributes['gpu.nvidia.com'].profile == '1g.6gb'", "no such key: profile"),
+        ("device.attributes['no' + 'pe'].x == 1", "no such key: x"),
         ("sign(quantity('200K')) == 1", "'200K'"),
         ("quantity('9999999999999999999999G').asInteger() > 0", "cannot convert value to integer"),
         ("semver('1-rc', true).major() == 1", "short version cannot contain PreRelease/Build meta data"),

@@ -28,7 +28,7 @@ import cel
 from cel_expr_python import cel as celcpp
 from vke_gpu_dra.model import Device, Version
 
-from .celbind import rewrite_bind
+from .celbind import _arguments, _string_mask, rewrite_bind
 from .quantity import (
     QuantityError,
     Semver,
@@ -416,6 +416,8 @@ def _check(source: str) -> Any:
     if bare and not device_errors:
         return _checker(bare_device=True).compile(source)
     raise RuntimeError("INVALID_ARGUMENT: " + "\n".join(kept))
+
+
 #: Library functions without a member overload: cel-cpp reports `x.sign()` as an undeclared reference,
 #: cel-go (the apiserver) as a missing overload.
 _GLOBAL_ONLY_RE: Final = re.compile(
@@ -464,6 +466,32 @@ def _runtime_detail(exc: Exception) -> str:
 
 #: `attributes['domain']` / `capacity["domain"]` lookups with a literal domain.
 _DOMAIN_LOOKUP_RE: Final = re.compile(r"""(?:attributes|capacity)\s*\[\s*(?:'([^'\\]*)'|"([^"\\]*)")\s*\]""")
+_ANY_DOMAIN_LOOKUP_RE: Final = re.compile(r"(?<![\w.])device\s*\.\s*(attributes|capacity)\s*\[")
+_LITERAL_RE: Final = re.compile(r"""\s*(?:'[^'\\]*'|"[^"\\]*")\s*""")
+
+
+def default_computed_domains(source: str) -> str:
+    """`device.attributes[e]` with a computed domain `e` as `(e in ... ? device.attributes[e] : {})`.
+
+    Kubernetes reads a missing domain as an empty map; the evaluating engine has no map defaults, so
+    literal domains get empty maps in the context (`DeviceContext`) and computed ones this rewrite.
+    """
+    mask = _string_mask(source)
+    out: list[str] = []
+    position = 0
+    for match in _ANY_DOMAIN_LOOKUP_RE.finditer(source):
+        if match.start() < position or mask[match.start()]:
+            continue
+        parsed = _arguments(source, match.end(), mask)
+        if parsed is None or len(parsed[0]) != 1 or _LITERAL_RE.fullmatch(parsed[0][0]):
+            continue  # a literal domain, or malformed (the checker reports it)
+        key = default_computed_domains(parsed[0][0].strip())
+        field = f"device.{match.group(1)}"
+        out.append(source[position : match.start()])
+        out.append(f"(({key}) in {field} ? {field}[{key}] : {{}})")
+        position = parsed[1]
+    out.append(source[position:])
+    return "".join(out)
 
 
 @lru_cache(maxsize=1024)
@@ -502,7 +530,7 @@ def compile_selector(expression: str) -> CompiledSelector:
                 expression, f"must evaluate to bool or the unknown type, not {type_name}"
             )
     try:
-        program = cel.compile(source)
+        program = cel.compile(default_computed_domains(source))
     except ValueError as exc:
         raise SelectorCompileError(expression, "compilation failed: " + str(exc)) from None
     domains = frozenset(a or b for a, b in _DOMAIN_LOOKUP_RE.findall(source))
@@ -542,7 +570,8 @@ class DeviceContext:
     """One device's evaluation contexts, reused by every selector (building a context is the slow part).
 
     An unknown domain reads as an empty map in Kubernetes; the engine has no map defaults, so each
-    context carries empty maps for the domains a selector names as string literals.
+    context carries empty maps for the domains a selector names as string literals (computed domains are
+    rewritten by `default_computed_domains`).
     """
 
     def __init__(self, driver: str, device: Device) -> None:
