@@ -171,12 +171,23 @@ def _invalid(obj: dict[str, Any], errors: list[str]) -> ApiError:
     )
 
 
+#: Field labels the apiserver accepts for ResourceSlices (resource/v1 AddFieldLabelConversionFunc).
+SLICE_FIELD_LABELS = ("metadata.name", "spec.nodeName", "spec.driver")
+
+
 def parse_field_selector(selector: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in filter(None, selector.split(",")):
         key, sep, value = part.partition("==") if "==" in part else part.partition("=")
         if not sep or key.endswith("!"):
             raise ApiError(400, "BadRequest", f"unsupported field selector {part!r}")
+        if key.strip() not in SLICE_FIELD_LABELS:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'Unable to find "resource.k8s.io/v1, Resource=resourceslices" that match label selector "", '
+                f'field selector "{selector}": field label not supported: {key.strip()}',
+            )
         out[key.strip()] = value.strip()
     return out
 

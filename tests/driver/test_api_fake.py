@@ -9,7 +9,7 @@ import pytest
 from vke_gpu_dra import facts
 from vke_gpu_dra.kubeapi import KubeAPI, KubeConfigError, KubeError, load_api_client, slice_field_selector
 
-from .fake_apiserver import FakeAPIServer
+from .fake_apiserver import ApiError, FakeAPIServer, parse_field_selector
 
 DRIVER = facts.DRIVER_NAME
 
@@ -30,6 +30,12 @@ def slice_obj(node: str, devices: list[dict] | None = None, driver: str = DRIVER
 
 def test_field_selector() -> None:
     assert slice_field_selector(DRIVER, "n1") == "spec.driver=gpu.nvidia.com,spec.nodeName=n1"
+
+
+def test_only_the_apiservers_slice_field_labels_are_accepted() -> None:
+    assert parse_field_selector("spec.driver=d,spec.nodeName=n") == {"spec.driver": "d", "spec.nodeName": "n"}
+    with pytest.raises(ApiError, match=r"field label not supported: spec\.pool\.name"):
+        parse_field_selector("spec.pool.name=n")
 
 
 def test_gets_return_plain_json(fake_api: FakeAPIServer, kube: KubeAPI) -> None:
