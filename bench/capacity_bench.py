@@ -1,8 +1,16 @@
 """Capacity-check benchmark: 1,000 nodes x 8 GPUs against 20 claim templates.
 
-Prints the time to plan every template against the pool (replicas that fit at minimum and maximum size),
-the selector checks and CEL evaluations that took, and the raw engine rate (every selector against every
-device, no cache). Run: `python bench/capacity_bench.py [--nodes N] [--gpus N]`.
+Every figure printed is counted or timed, none is derived:
+
+* planning: every template against the pool (the planner's answer: pods per node, replicas at maximum
+  size), then `fits` at exactly that capacity and one replica over it;
+* placement: every template's pods placed one by one, first fit over the pool's nodes, up to the capacity
+  the planner predicted (a pod-by-pod search the planner's node equivalence does not shortcut); the
+  placed count must equal the prediction;
+* raw CEL: every selector against every device, no cache.
+
+For each phase: wall time, CEL evaluations run, selector-cache lookups, allocate() calls, nodes searched
+(allocators that ran) and search steps. Run: `python bench/capacity_bench.py [--nodes N] [--gpus N]`.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ import argparse
 import time
 from typing import Any
 
+from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.celenv import DeviceContext, compile_selector
 from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, parse_claim_template
 from vke_gpu_dra_ops.capacity.inventory import GpuPool
 from vke_gpu_dra_ops.capacity.planner import Planner
+from vke_gpu_dra_ops.capacity.selection import SelectionStats, SelectorCache
 from vke_gpu_dra_ops.capacity.stack import default_classes
 
 ATTR = "device.attributes['gpu.nvidia.com']"
@@ -87,56 +97,131 @@ def _uses_distinct(template: ClaimTemplate) -> bool:
     return any(c.distinct_attribute is not None for c in template.spec.constraints)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--gpus", type=int, default=8)
-    args = parser.parse_args()
-    pool = GpuPool("bench", "ecs.hpcpni3ln.45xlarge", "NVIDIA H20", args.gpus, args.nodes // 10, args.nodes)
+def _counted(stats: SelectionStats, seconds: float) -> dict[str, Any]:
+    return {
+        "seconds": seconds,
+        "cel_evaluations": stats.evaluations,
+        "cache_lookups": stats.checks,
+        "allocate_calls": stats.allocations,
+        "nodes_searched": stats.nodes_searched,
+        "search_steps": stats.search_steps,
+    }
+
+
+def _place(pool: GpuPool, template: ClaimTemplate, wanted: int, cache: SelectorCache) -> int:
+    """First fit of `wanted` pods, one at a time, over the pool's nodes at maximum size."""
+    placed = 0
+    for index in range(pool.max_nodes):
+        if placed >= wanted:
+            break
+        allocator = NodeAllocator(
+            pool.node(index), default_classes(), cache, consumable_capacity=_uses_distinct(template)
+        )
+        try:
+            while placed < wanted and allocator.allocate([template.spec]) is not None:
+                placed += 1
+        except AllocationError:
+            break
+    return placed
+
+
+def measure(nodes: int = 1000, gpus: int = 8) -> dict[str, Any]:
+    """Measured figures of the three phases (see the module docstring)."""
+    pool = GpuPool("bench", "ecs.hpcpni3ln.45xlarge", "NVIDIA H20", gpus, max(nodes // 10, 1), nodes)
     tpls = templates()
 
     started = time.perf_counter()
-    nodes = pool.nodes(args.nodes)
+    pool_nodes = pool.nodes(nodes)
     build = time.perf_counter() - started
 
     planner = Planner(default_classes())
     # distinctAttribute needs the DRAConsumableCapacity gate (off in 1.34, where such a claim never
     # schedules): those templates are planned with the gate on, sharing the selector cache
     gated = Planner(default_classes(), cache=planner.cache, consumable_capacity=True)
-    started = time.perf_counter()
-    results = [
-        (gated if _uses_distinct(t) else planner).fit(t.name, [(t.name, t.spec)], [[pool]], 1) for t in tpls
-    ]
-    plan = time.perf_counter() - started
-    stats = planner.cache.stats
-    # every (device, selector) pair of every template is decided: by CEL, by cache or by node equivalence
-    decided = sum(len(planner._inputs([t.spec])[0]) for t in tpls) * args.nodes * args.gpus
 
-    devices = [d for node in nodes for d in node.devices]
+    def plan(template: ClaimTemplate, replicas: int) -> Any:
+        chosen = gated if _uses_distinct(template) else planner
+        return chosen.fit(template.name, [(template.name, template.spec)], [[pool]], replicas)
+
+    started = time.perf_counter()
+    results = [plan(t, 1) for t in tpls]
+    capacity = [r.at_max for r in results]
+    at_capacity = [plan(t, max(c, 1)).fits for t, c in zip(tpls, capacity, strict=True)]
+    over_capacity = [plan(t, c + 1).fits for t, c in zip(tpls, capacity, strict=True)]
+    planning = _counted(planner.cache.stats, time.perf_counter() - started)
+    planning.update(
+        templates=len(tpls),
+        fitting=sum(r.fits for r in results),
+        at_max=capacity,
+        fits_at_capacity=sum(at_capacity),
+        fits_over_capacity=sum(over_capacity),
+    )
+
+    cache = SelectorCache()
+    started = time.perf_counter()
+    placed = [_place(pool, t, c, cache) for t, c in zip(tpls, capacity, strict=True)]
+    placement = _counted(cache.stats, time.perf_counter() - started)
+    placement.update(replicas=capacity, placed=placed)
+
     expressions = [*{s for c in default_classes().values() for s in c.selectors}, *SELECTORS]
     compiled = [compile_selector(e) for e in expressions]
     started = time.perf_counter()
-    contexts = [DeviceContext(node.driver, d) for node in nodes for d in node.devices]
+    contexts = [DeviceContext(node.driver, d) for node in pool_nodes for d in node.devices]
     for context in contexts:
         for selector in compiled:
             selector.evaluate(context)
-    raw = time.perf_counter() - started
-    raw_count = len(contexts) * len(compiled)
+    raw = {"seconds": time.perf_counter() - started, "cel_evaluations": len(contexts) * len(compiled)}
 
-    print(f"pool: {args.nodes} nodes x {args.gpus} GPUs ({len(devices)} devices), {len(tpls)} templates")
-    print(f"building simulated devices:   {build:.2f} s")
-    print(
-        f"planning all templates:       {plan:.2f} s: {decided:,} device x selector results decided "
-        f"({decided / plan:,.0f}/s) with {stats.evaluations} CEL evaluations and {stats.checks} cache lookups"
+    return {
+        "nodes": nodes,
+        "gpus": gpus,
+        "devices": len(contexts),
+        "build_seconds": build,
+        "planning": planning,
+        "placement": placement,
+        "raw": raw,
+    }
+
+
+def _phase(figures: dict[str, Any]) -> str:
+    return (
+        f"{figures['seconds']:.2f} s, {figures['cel_evaluations']:,} CEL evaluations, "
+        f"{figures['cache_lookups']:,} selector-cache lookups, "
+        f"{figures['allocate_calls']:,} allocate() calls on {figures['nodes_searched']:,} nodes searched, "
+        f"{figures['search_steps']:,} search steps"
     )
-    fitting = sum(r.fits for r in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    args = parser.parse_args()
+    figures = measure(args.nodes, args.gpus)
+    planning, placement, raw = figures["planning"], figures["placement"], figures["raw"]
+
     print(
-        f"templates that fit:           {fitting}/{len(results)}; replicas at max size: "
-        f"{', '.join(str(r.at_max) for r in results)}"
+        f"pool: {figures['nodes']} nodes x {figures['gpus']} GPUs ({figures['devices']} devices), "
+        f"{planning['templates']} templates"
+    )
+    print(f"building simulated devices:   {figures['build_seconds']:.2f} s")
+    print(f"planning all templates:       {_phase(planning)}")
+    print(
+        f"  templates that fit:         {planning['fitting']}/{planning['templates']}; "
+        f"replicas at max size: {', '.join(str(c) for c in planning['at_max'])}"
     )
     print(
-        f"raw CEL, no cache:            {raw:.2f} s for {raw_count} evaluations "
-        f"({raw_count / raw:,.0f} selector evaluations/s, contexts included)"
+        f"  fit at that capacity:       {planning['fits_at_capacity']}/{planning['templates']}; "
+        f"one replica over it: {planning['fits_over_capacity']}/{planning['templates']}"
+    )
+    print(f"placing every replica:        {_phase(placement)}")
+    print(
+        f"  pods placed / predicted:    {sum(placement['placed']):,} / {sum(placement['replicas']):,} "
+        f"({'all templates agree' if placement['placed'] == placement['replicas'] else 'MISMATCH'})"
+    )
+    print(
+        f"raw CEL, no cache:            {raw['seconds']:.2f} s for {raw['cel_evaluations']:,} evaluations "
+        f"({raw['cel_evaluations'] / raw['seconds']:,.0f} evaluations/s, contexts included)"
     )
 
 

@@ -125,6 +125,7 @@ class NodeAllocator:
         self.cache = cache
         self.views = cache.views(node)
         self.in_use: set[int] = set()
+        self._searched = False
         #: (class, request selectors, device index) -> selectable; keyed by content, not by position,
         #: because later calls allocate other claims (the scheduler decides this afresh per Allocate)
         self._selectable: dict[tuple[str, tuple[str, ...], int], bool] = {}
@@ -215,8 +216,17 @@ class NodeAllocator:
         Raises AllocationError where the scheduler reports an error. With `commit`, the chosen
         devices stay in use for later calls.
         """
+        stats = self.cache.stats
+        stats.allocations += 1
+        if not self._searched:
+            self._searched = True
+            stats.nodes_searched += 1
         search = _Search(self, claims, self._request_data(claims))
-        if not search.run():
+        try:
+            found = search.run()
+        finally:
+            stats.search_steps += search.steps
+        if not found:
             return None
         if commit:
             # devices given with admin access stay available to others (as in the scheduler)

@@ -96,6 +96,12 @@ class SelectionStats:
     checks: int = 0
     #: CEL evaluations actually run
     evaluations: int = 0
+    #: NodeAllocator.allocate() calls
+    allocations: int = 0
+    #: allocators (one node each) that ran at least one allocate()
+    nodes_searched: int = 0
+    #: steps of the allocators' searches
+    search_steps: int = 0
 
 
 class SelectorCache:
