@@ -11,7 +11,7 @@ from vke_gpu_dra import facts
 from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra.metrics import Metrics
-from vke_gpu_dra.slice_controller import SliceController
+from vke_gpu_dra.slice_controller import CONTESTED_FREE_ROUNDS, SliceController
 from vke_gpu_dra.slices import new_slice, slice_spec
 
 from .fake_apiserver import FakeAPIServer
@@ -260,9 +260,10 @@ def test_no_hot_loop_against_a_writer_that_keeps_deleting(
     controller = make_controller(kube, gpus, resync_interval=3600, backoff_max=0.4)
     controller.start()
     try:
-        assert fake_api.wait_for(lambda: len(deleted) >= 6, timeout=10)
-        # Back-off between contested rounds: 0.05 + 0.1 + 0.2 + 0.4 s at least before the 6th create.
-        assert deleted[5] - deleted[0] >= 0.5
+        free = CONTESTED_FREE_ROUNDS
+        assert fake_api.wait_for(lambda: len(deleted) >= free + 5, timeout=10)
+        # After the free rounds, pauses of 0.05 + 0.1 + 0.2 + 0.4 s at least before the 5th next create.
+        assert deleted[free + 4] - deleted[free] >= 0.5
         stop.set()
         thread.join(5)
         assert fake_api.wait_for(lambda: len(pool_state(fake_api)) == 1, timeout=5)  # back once alone

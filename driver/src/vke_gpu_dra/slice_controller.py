@@ -22,6 +22,9 @@ from .slices import SyncPlan, canonical, plan_sync
 
 log = logging.getLogger(__name__)
 
+#: Reconcile rounds in a row that may write (or meet a conflict) before the next one is delayed.
+CONTESTED_FREE_ROUNDS = 5
+
 
 class NodeNotFoundError(Exception):
     """This node's Node object does not exist (yet): slices cannot be owned by it."""
@@ -190,12 +193,14 @@ class SliceController:
     def _contested_delay(self, rounds: int) -> float:
         """Pause before the next round after `rounds` rounds in a row that had to write or hit a conflict.
 
-        The first is free (kubelet's wipe, an edit: restore at once); after that the pause doubles, so
-        a writer that keeps undoing our slices (another plugin instance, a controller) gets no hot loop.
+        The first CONTESTED_FREE_ROUNDS are free: restoring after kubelet's wipe or an edit is
+        immediate, even when a wipe of several slices takes a few rounds. After that the pause
+        doubles, so a writer that keeps undoing our slices (another plugin instance, a controller)
+        gets no hot loop.
         """
-        if rounds <= 1:
+        if rounds <= CONTESTED_FREE_ROUNDS:
             return 0.0
-        return min(self._backoff_initial * 2 ** (rounds - 2), self._backoff_max)
+        return min(self._backoff_initial * 2 ** (rounds - CONTESTED_FREE_ROUNDS - 1), self._backoff_max)
 
     def _reconcile_loop(self) -> None:
         backoff = self._backoff_initial
