@@ -1,15 +1,10 @@
 """`DraDriver`: the driver's namespace and Helm release (this repository's chart or NVIDIA's).
 
 Both charts are installed with `helm.v3.Release` (see README, "Helm resource choice"). A Helm value
-set to `null` (to delete a chart default, like the procedure's `--set controller.affinity=null`)
-does not reach Helm through a Release: the provider's Check re-marshals the inputs without nulls
-and without `valueYamlFiles`, even with `allowNullValues` (pulumi/pulumi-kubernetes#3178, #3811).
-So the kubelet plugin of this repository's chart is opened to every node with an affinity every
-node meets (`manifests.any_node_affinity`, a list Helm replaces), not with a null.
-
-NVIDIA's `controller.affinity=null` still travels as a values file (`value_yaml_files`, with
-`allow_null_values`) because the policy pack requires that spelling; the provider drops it, see
-README ("Known limitation: NVIDIA's controller affinity").
+set to `null` deletes a chart default (the procedure's `--set controller.affinity=null`). The Python
+SDK strips `None` from inline `values` before they reach the provider, so nulls travel in a values
+file (`value_yaml_files`); pulumi-kubernetes keeps nulls from values files since 4.30.0
+(pulumi/pulumi-kubernetes#2997), which makes `allowNullValues` unnecessary.
 """
 
 from __future__ import annotations
@@ -133,7 +128,6 @@ class DraDriver(pulumi.ComponentResource):
             create_namespace=False,
             values=chart.values,
             value_yaml_files=[pulumi.StringAsset(null_file)] if null_file else None,
-            allow_null_values=bool(null_file),
             timeout=cfg.timeout_seconds,
             atomic=False,
             **source,

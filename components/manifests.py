@@ -113,8 +113,8 @@ def deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, 
 def any_node_affinity() -> dict[str, Any]:
     """A required node affinity every node meets (kubelet labels each node with kubernetes.io/os).
 
-    It replaces a chart's default affinity where the procedure deletes it with a null: Helm
-    replaces lists, and Pulumi's Helm Release cannot pass nulls on (see components/driver.py).
+    It opens this repository's kubelet plugin to every node explicitly (Helm replaces the chart's
+    default list with it), rather than leaving the DaemonSet without any affinity.
     """
     return {
         "nodeAffinity": {

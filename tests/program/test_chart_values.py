@@ -29,27 +29,16 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _drop_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_nulls(v) for v in value]
-    return value
-
-
 def provider_values(release: harness.Registered) -> dict[str, Any]:
-    """The values pulumi-kubernetes' Release really hands to Helm.
+    """The values pulumi-kubernetes' Release hands to Helm: `valueYamlFiles` merged under `values`.
 
-    Its Check merges `valueYamlFiles` and `values` (allowNullValues keeps nulls there), then
-    re-marshals the release with SkipNulls, which drops every null at any depth, and without
-    `valueYamlFiles` (the provider's Release struct has no such field); Create and Update use
-    those checked inputs (pulumi/pulumi-kubernetes#3178, #3811).
+    Nulls in the values files are kept (pulumi-kubernetes 4.30.0 and later) and, as with
+    `helm --set key=null`, delete the chart's default.
     """
     merged: dict[str, Any] = {}
     for asset in release.inputs.get("valueYamlFiles") or []:
         merged = _merge(merged, yaml.safe_load(asset.text) or {})
-    merged = _merge(merged, harness.api_json(release, "", "")["values"])
-    return _drop_nulls(merged)
+    return _merge(merged, harness.api_json(release, "", "")["values"])
 
 
 def render(run: harness.ProgramRun, tmp_path: Path) -> list[dict[str, Any]]:
@@ -90,13 +79,9 @@ def test_taints_become_plugin_tolerations(tmp_path: Path) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the provider drops controller.affinity=null; the dra-driver-values policy requires that spelling "
-    "(README, 'Known limitation: NVIDIA's controller affinity')",
-)
 def test_nvidia_controller_affinity_default_is_removed() -> None:
     run = harness.run_stack("dev", {"driver.implementation": "nvidia"})
     controller = provider_values(run.one("kubernetes:helm.sh/v3:Release")).get("controller", {})
-    # NVIDIA's chart defaults controller.affinity to control-plane nodes, which VKE does not show
-    assert "affinity" in controller and "control-plane" not in json.dumps(controller["affinity"])
+    # NVIDIA's chart defaults controller.affinity to control-plane nodes, which VKE does not show;
+    # the procedure deletes it with a null
+    assert controller == {"affinity": None}
