@@ -38,7 +38,7 @@ class _Change:
     uid: str
     entry: ClaimEntry | None
     written: bool = False
-    error: OSError | None = None
+    error: BaseException | None = None
 
 
 class DeviceState:
