@@ -255,3 +255,26 @@ def test_kubeconfig_from_environment_when_not_in_a_cluster(
         assert api.get_node("n1")["metadata"]["name"] == "n1"
     finally:
         api.close()
+
+
+def test_registration_socket_appears_only_once_the_dra_socket_serves(
+    short_tmp: Path, fake_api: FakeAPIServer, node: dict
+) -> None:
+    # kubelet's plugin watcher registers a plugin as soon as its socket shows up in the registrar
+    # directory, and then calls the endpoint it got from GetInfo.
+    p = Plugin(plugin_config(short_tmp), stop_grace=1)
+    starter = threading.Thread(target=p.start)
+    starter.start()
+    try:
+        assert wait_until(p.registration_socket.exists, timeout=10, interval=0.001)
+        # Created (bound) in this order: the DRA socket first.
+        assert p.dra_socket.stat().st_ctime_ns <= p.registration_socket.stat().st_ctime_ns
+        kubelet = Kubelet(p.registration_socket)
+        try:
+            kubelet.register()
+            assert kubelet.prepare([]) == {}
+        finally:
+            kubelet.close()
+    finally:
+        starter.join(10)
+        p.stop()
