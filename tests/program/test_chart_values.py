@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from components import manifests
+from tests.chart.chartlib import require_helm
 from tests.program import harness
-
-CHART = harness.ROOT / "driver" / "chart"
-HELM = shutil.which("helm") or str(harness.ROOT / ".venv" / "bin" / "helm")
-
-pytestmark = pytest.mark.skipif(
-    not (CHART / "Chart.yaml").exists() or not Path(HELM).exists(), reason="driver/chart or helm not present"
-)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -42,15 +32,11 @@ def provider_values(release: harness.Registered) -> dict[str, Any]:
 
 
 def render(run: harness.ProgramRun, tmp_path: Path) -> list[dict[str, Any]]:
-    """helm template with the values the provider passes on."""
+    """helm template of driver/chart with the values the provider passes on."""
     release = run.one("kubernetes:helm.sh/v3:Release")
-    args = [HELM, "template", release.inputs["name"], str(CHART), "-n", release.inputs["namespace"]]
-    values = tmp_path / "values.json"
-    values.write_text(json.dumps(provider_values(release)))
-    args += ["-f", str(values)]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
+    helm = require_helm(tmp_path)
+    inputs = release.inputs
+    return helm.template(provider_values(release), release=inputs["name"], namespace=inputs["namespace"])
 
 
 def daemonset(docs: list[dict[str, Any]]) -> dict[str, Any]:
