@@ -26,6 +26,7 @@ from . import catalog, context, wire
 from . import resources as r
 from .checks import (
     Violation,
+    capacity,
     claims,
     cluster,
     conflicts,
@@ -259,6 +260,7 @@ POLICIES: Final[list[Policy]] = [
         level=ADVISORY,
         severity=Severity.LOW,
     ),
+    stack_policy(capacity.NAME, capacity.DESCRIPTION, capacity.claims_fit),
 ]
 
 

@@ -233,3 +233,16 @@ def test_pods_must_tolerate_the_pool_taints_and_match_its_labels():
         {"matchExpressions": [zone]}
     ]
     assert check_stack([node_pool(), tpl, placed(affinity=affinity)]) == []
+
+
+def test_the_node_pool_runtime_owns_the_pool_bounds():
+    pool = node_pool(high=1.0)
+    runtime = res(
+        "pulumi-python:dynamic/vke:NodePoolRuntime", "rt", {"min_replicas": 1.0, "max_replicas": 3.0}
+    )
+    runtime.dependencies = [pool.urn]
+    tpl, app = claim_template(exactly("gpu", 8)), deployment(3.0)
+    assert len(check_stack([pool, tpl, app])) == 1  # the pool was created with at most 1 node
+    assert check_stack([pool, runtime, tpl, app]) == []  # the runtime raises it to 3
+    runtime.props["max_replicas"] = Unknown()
+    assert check_stack([pool, runtime, tpl, app]) == []  # undecided in preview

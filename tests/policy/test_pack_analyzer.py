@@ -14,6 +14,7 @@ from .analyzer_client import Diagnostic, PackProcess
 from .stacks import KUBECONFIG_TEXT, SimRes, Stack, after_up, example_stacks, program_stack, secret
 
 MANDATORY_POLICIES = {
+    "gpu-claims-fit-node-pools",
     "kubernetes-version",
     "gpu-node-pool-labels",
     "gpu-node-pool-instance-types",

@@ -251,6 +251,8 @@ def _relevant_known(resource_type: str, props: Any) -> bool:
         return is_known(props)
     if resource_type == NODE_POOL_TYPE:
         return _pool_known(props)
+    if _is_node_pool_runtime(resource_type):
+        return is_known([props.get("min_replicas"), props.get("max_replicas")])
     if resource_type.startswith(_RESOURCE_GROUP):
         return is_known(props)
     kind = resource_type.rsplit(":", 1)[-1]
@@ -303,6 +305,8 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
     except CatalogError as exc:
         model.problems.append(("", str(exc)))
         catalog = load_catalog()
+    pools_by_urn: dict[str, int] = {}
+    runtimes: list[tuple[Any, Mapping[str, Any]]] = []
     for resource in resources:
         rtype = _resource_type(resource)
         props = getattr(resource, "props", None) or {}
@@ -315,12 +319,55 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
             if rtype == NODE_POOL_TYPE:
                 variants = pools_from_node_pool(props, name, catalog, model)
                 if variants:
+                    pools_by_urn[urn] = len(model.pools)
                     model.pools.append(variants)
+            elif _is_node_pool_runtime(rtype):
+                runtimes.append((resource, props))
             elif rtype.startswith("kubernetes:"):
                 add_object(model, _kubernetes_object(rtype, props), urn)
         except (ManifestError, CatalogError) as exc:
             model.problems.append((urn, str(exc)))
+    for resource, props in runtimes:
+        _apply_runtime_bounds(model, pools_by_urn, resource, props)
     return model
+
+
+#: The program's dynamic resource that owns a pool's min/desired/max replicas after creation.
+NODE_POOL_RUNTIME_PREFIX: Final = "pulumi-python:dynamic"
+NODE_POOL_RUNTIME_SUFFIX: Final = "NodePoolRuntime"
+
+
+def _is_node_pool_runtime(resource_type: str) -> bool:
+    return resource_type.startswith(NODE_POOL_RUNTIME_PREFIX) and resource_type.endswith(
+        NODE_POOL_RUNTIME_SUFFIX
+    )
+
+
+def _dependency_urns(resource: Any) -> set[str]:
+    urns = set()
+    for dependency in getattr(resource, "dependencies", None) or ():
+        urns.add(dependency if isinstance(dependency, str) else str(getattr(dependency, "urn", "")))
+    return urns
+
+
+def _apply_runtime_bounds(
+    model: StackModel, pools_by_urn: Mapping[str, int], resource: Any, props: Mapping[str, Any]
+) -> None:
+    """The NodePoolRuntime's min/max replicas replace the bounds its pool (a dependency) was created with."""
+    for urn in _dependency_urns(resource) & set(pools_by_urn):
+        index = pools_by_urn[urn]
+        try:
+            low = _number(props.get("min_replicas"), model.pools[index][0].min_nodes)
+            high = _number(props.get("max_replicas"), model.pools[index][0].max_nodes)
+        except ValueError as exc:
+            model.problems.append(
+                (
+                    str(getattr(resource, "urn", "")),
+                    f"node pool runtime: replica count {exc.args[0]!r} is not a whole number >= 0",
+                )
+            )
+            continue
+        model.pools[index] = [replace(p, min_nodes=low, max_nodes=high) for p in model.pools[index]]
 
 
 def add_object(model: StackModel, obj: Mapping[str, Any], urn: str = "") -> None:

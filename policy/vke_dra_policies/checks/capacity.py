@@ -1,0 +1,36 @@
+"""Claim templates fit the GPU node pools: the capacity check of `vke-gpu-dra plan`, as a stack policy.
+
+The check lives in the operator tools (`vke_gpu_dra_ops.capacity.check_stack`); this module hands it the
+stack's resources and the stack config's GPU catalog rows (`<project>:gpuInstanceTypes`). It reports
+nothing it cannot decide: unknown values in preview, stacks without a DRA node pool, and references to
+missing templates or DeviceClasses (claim-references reports those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from .. import context
+from .. import resources as r
+from . import Violation
+
+NAME: Final = "gpu-claims-fit-node-pools"
+DESCRIPTION: Final = (
+    "Every ResourceClaimTemplate a workload uses fits the DRA GPU node pools for the workload's replicas."
+)
+
+
+def claims_fit(resources: Sequence[r.Res], _config: Mapping[str, Any]) -> list[Violation]:
+    try:
+        # imported here so that a virtualenv without the operator tools fails this policy, not the pack
+        from vke_gpu_dra_ops.capacity import check_stack  # noqa: PLC0415
+    except ImportError as exc:
+        return [
+            Violation(
+                f"the capacity check cannot run ({exc}); install the operator tools into the pack's "
+                "virtualenv: pip install -e ../ops"
+            )
+        ]
+    rows = context.STACK.config_value("gpuInstanceTypes")
+    return [Violation(v.message, v.urn or None) for v in check_stack(resources, rows)]

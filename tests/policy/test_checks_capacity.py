@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+from vke_dra_policies import context
+from vke_dra_policies.checks import capacity
+
+from .stacks import Stack, program_stack
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+POOL = "volcengine:vke/nodePool:NodePool"
+
+
+@pytest.fixture(scope="module")
+def dev() -> Stack:
+    return program_stack("dev", "python")
+
+
+def test_the_program_sample_fits_its_pool(dev: Stack) -> None:
+    assert capacity.claims_fit(dev, {}) == []
+
+
+def test_replicas_beyond_the_pool_are_reported_on_the_workload(dev: Stack) -> None:
+    def more(s: Stack) -> None:
+        s.one(DEPLOYMENT).props["spec"]["replicas"] = 2
+
+    (violation,) = capacity.claims_fit(dev.mutated(more), {})
+    assert violation.urn == dev.one(DEPLOYMENT).urn
+    assert "2 replicas wanted, 1 fit per node, 1 on the pool's maximum of 1 nodes" in violation.message
+
+
+def test_catalog_rows_come_from_the_stack_config(dev: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    def bigger(s: Stack) -> None:
+        s.one(POOL).props["nodeConfig"]["instanceTypeIds"] = ["ecs.gni2.8xlarge"]
+
+    stack = dev.mutated(bigger)
+    (violation,) = capacity.claims_fit(stack, {})
+    assert "add it with the config key vke-gpu-dra:gpuInstanceTypes" in violation.message
+    rows = '{"ecs.gni2.8xlarge": {"product": "NVIDIA A10", "gpus": 2, "source": "console"}}'
+    monkeypatch.setattr(context.STACK, "config", {"vke-gpu-dra:gpuInstanceTypes": rows})
+    monkeypatch.setattr(context.STACK, "project", "vke-gpu-dra")
+    assert capacity.claims_fit(stack, {}) == []
