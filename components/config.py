@@ -59,6 +59,9 @@ KEYS: Final[tuple[Key, ...]] = (
         "'existing-cluster' creates no Volcengine resources and uses the kubeconfig below."),
     Key("production", "boolean", False,
         "Marks a production stack: cluster and node pool are protected (pulumi protect)."),
+    Key("gpuInstanceTypes", "string", "",
+        "Extra GPU instance types for the capacity check and the policy pack, a JSON or YAML map shaped like "
+        "the catalog's instanceTypes (ops/src/vke_gpu_dra_ops/capacity/gpu_catalog.yaml); validated there."),
     Key("namePrefix", "string", "vke-gpu-dra",
         "Prefix of the names of the Volcengine resources (VPC, subnets, NAT, EIP, security group)."),
     Key("kubeconfig", "string", "",

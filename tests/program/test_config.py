@@ -263,6 +263,10 @@ def test_existing_network_needs_all_three_ids() -> None:
     assert cfg.network.use_existing
 
 
+def test_accepts_the_capacity_catalog_key_the_policy_pack_reads() -> None:
+    config.load(raw({"gpuInstanceTypes": '{"ecs.gni2.8xlarge": {"product": "NVIDIA A10", "gpus": 2}}'}))
+
+
 def test_rejects_unknown_keys() -> None:
     issue = only_issue({"nodePool.instanceType": "ecs.gni2.3xlarge"}, "nodePool.instanceType")
     assert issue.allowed == "one of the keys declared in Pulumi.yaml"
