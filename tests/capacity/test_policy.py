@@ -246,3 +246,25 @@ def test_the_node_pool_runtime_owns_the_pool_bounds():
     assert check_stack([pool, runtime, tpl, app]) == []  # the runtime raises it to 3
     runtime.props["max_replicas"] = Unknown()
     assert check_stack([pool, runtime, tpl, app]) == []  # undecided in preview
+
+
+def test_a_daemonset_beside_other_workloads_only_counts_the_pools_it_may_use():
+    def labelled_pool(name: str, role: str):
+        pool = node_pool(labels=[*DRA_LABELS, {"key": "role", "value": role}])
+        pool.name = pool.props["name"] = name
+        pool.urn = f"urn:pulumi:dev::p::{POOL}::{name}"
+        return pool
+
+    daemons = deployment(name="per-node")
+    daemons.resource_type = "kubernetes:apps/v1:DaemonSet"
+    daemons.props["kind"] = "DaemonSet"
+    del daemons.props["spec"]["replicas"]
+    daemons.props["spec"]["template"]["spec"]["nodeSelector"] = {"role": "a"}
+    resources = [
+        labelled_pool("pool-a", "a"),
+        labelled_pool("pool-b", "b"),
+        claim_template(exactly("gpu", 1)),
+        daemons,
+        deployment(1.0, name="app"),
+    ]
+    assert check_stack(resources) == []

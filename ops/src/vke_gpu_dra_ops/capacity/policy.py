@@ -137,7 +137,12 @@ def _together(
         pools = [v[min(index, len(v) - 1)] for v in model.pools]
         placed = _place_all(planner, pools, workloads)
         for workload, got in placed:
-            wanted = workload.replicas if workload.replicas is not None else sum(p.max_nodes for p in pools)
+            wanted = (
+                workload.replicas
+                if workload.replicas is not None
+                # a DaemonSet wants one pod on each node of the pools it may run on
+                else sum(p.max_nodes for p in pools if excluded(p, workload.placement) is None)
+            )
             if got < wanted:
                 names = ", ".join(p.label for p in pools)
                 violations.append(
