@@ -21,8 +21,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 from pulumi_policy.policy import Policy, _PolicyAnalyzerServicer
+from vke_gpu_dra_ops.capacity.catalog import CatalogError, GpuTypes, gpu_types
 
-from . import catalog, context, wire
+from . import context, wire
 from . import resources as r
 from .checks import (
     Violation,
@@ -159,8 +160,13 @@ _PRODUCTION = PolicyConfigSchema(
 )
 
 
-def _catalog(config: Mapping[str, Any]) -> tuple[catalog.CatalogEntry, ...]:
-    return catalog.with_extra(_config_list(config, "extraGpuInstanceTypes"))
+def _gpu_types(config: Mapping[str, Any]) -> GpuTypes:
+    """The GPU catalog's rows and families, the stack config's rows and the policy config's extra types."""
+    extra = _config_list(config, "extraGpuInstanceTypes")
+    try:
+        return gpu_types(extra, config_value=context.STACK.config_value("gpuInstanceTypes"))
+    except CatalogError:  # a bad stack config row: gpu-claims-fit-node-pools names it
+        return gpu_types(extra)
 
 
 def _forbidden_addons(config: Mapping[str, Any]) -> list[str]:
@@ -193,20 +199,20 @@ POLICIES: Final[list[Policy]] = [
         "gpu-node-pool-labels",
         "GPU node pools carry vke.node.gpu.schedule=nvidia-dra and nvidia.com/gpu.present=true.",
         [r.NODE_POOL],
-        lambda res, c: nodepools.labels(res, _catalog(c)),
+        lambda res, c: nodepools.labels(res, _gpu_types(c)),
         config_schema=_EXTRA_TYPES,
     ),
     resource_policy(
         "gpu-node-pool-instance-types",
         "DRA GPU node pools use GPU instance types.",
         [r.NODE_POOL],
-        lambda res, c: nodepools.gpu_instance_types(res, _catalog(c)),
+        lambda res, c: nodepools.gpu_instance_types(res, _gpu_types(c)),
         config_schema=_EXTRA_TYPES,
     ),
     stack_policy(
         "gpu-node-pool-runtime",
         "DRA GPU node pools are pinned to containerd 2.1 or later.",
-        lambda res, c: nodepools.runtimes(res, _catalog(c)),
+        lambda res, c: nodepools.runtimes(res, _gpu_types(c)),
         config_schema=_EXTRA_TYPES,
     ),
     stack_policy(

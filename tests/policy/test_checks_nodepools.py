@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-import pytest
-from vke_dra_policies import catalog
 from vke_dra_policies import resources as r
 from vke_dra_policies.checks import nodepools
 from vke_gpu_dra import facts
+from vke_gpu_dra_ops.capacity.catalog import gpu_types
 
 from .helpers import DRA_LABELS, pool, res, runtime
 
-CATALOG = catalog.builtin_catalog()
+CATALOG = gpu_types()
 
 
 def test_gpu_pool_without_any_label_misses_both() -> None:
@@ -63,16 +62,24 @@ def test_dra_pool_with_cpu_or_no_instance_types() -> None:
 
 
 def test_catalog_is_extended_by_policy_config() -> None:
-    extended = catalog.with_extra(["ecs.g3i.2xlarge", "ecs.newgpu", "ecs.other.*"])
+    extended = gpu_types(["ecs.g3i.2xlarge", "ecs.newgpu", "ecs.other.*"])
     assert nodepools.gpu_instance_types(pool(types=("ecs.g3i.2xlarge",)), extended) == []
-    assert catalog.is_gpu_instance_type("ecs.newgpu.8xlarge", extended)
-    assert catalog.is_gpu_instance_type("ecs.other.large", extended)
-    assert not catalog.is_gpu_instance_type("ecs.g3i.4xlarge", extended)
-    assert not catalog.is_gpu_instance_type("ecs.gni2x.large", CATALOG)
+    assert "ecs.newgpu.8xlarge" in extended and "ecs.other.large" in extended
+    assert "ecs.g3i.4xlarge" not in extended
+    assert "ecs.gni2x.large" not in CATALOG
 
 
-def test_every_catalog_row_names_its_source() -> None:
-    assert CATALOG and all(entry.source for entry in CATALOG)
+def test_a_size_of_a_catalogued_gpu_family_without_its_own_row_is_a_gpu_type() -> None:
+    assert nodepools.gpu_instance_types(pool(types=("ecs.gni2.8xlarge", "ecs.pni2.14xlarge")), CATALOG) == []
+    assert len(nodepools.labels(pool(types=("ecs.hpcpni3ln.90xlarge",), labels=[]), CATALOG)) == 2
+
+
+def test_messages_name_the_pool_the_value_and_the_fix() -> None:
+    (v,) = nodepools.gpu_instance_types(pool(types=("ecs.g3i.2xlarge",)), CATALOG)
+    assert v.message.startswith(f"{pool().label}: instance type(s) ecs.g3i.2xlarge carry no NVIDIA GPU")
+    assert nodepools.CATALOG_FILE in v.message and "extraGpuInstanceTypes" in v.message
+    (v,) = nodepools.gpu_instance_types(pool(types=()), CATALOG)
+    assert nodepools.CATALOG_FILE in v.message
 
 
 def test_auto_scaling_bounds_advisory() -> None:
@@ -124,14 +131,3 @@ def test_device_plugin_pool_needs_no_runtime_pin() -> None:
     plugin = pool(labels=[{"key": facts.LABEL_GPU_SCHEDULE, "value": "mgpu"}])
     assert nodepools.runtimes([plugin], CATALOG) == []
     assert nodepools.is_dra_gpu_pool(pool(types=(), labels=DRA_LABELS[1:]), CATALOG)
-
-
-def test_catalog_rows_are_validated() -> None:
-    with pytest.raises(ValueError, match="exactly one of 'family' or 'id'"):
-        catalog.parse_catalog([{"family": "ecs.a", "id": "ecs.a.large", "source": "x"}])
-    with pytest.raises(ValueError, match="needs a 'source'"):
-        catalog.parse_catalog([{"id": "ecs.a.large"}])
-    with pytest.raises(ValueError, match="must be a list"):
-        catalog.parse_catalog({"id": "ecs.a.large"})
-    (entry,) = catalog.parse_catalog([{"id": "ecs.a.large", "source": "doc"}])
-    assert entry.matches("ecs.a.large") and not entry.matches("ecs.a.xlarge")

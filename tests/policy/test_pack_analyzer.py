@@ -398,6 +398,20 @@ def test_extra_gpu_instance_types_from_config(analyzer: PackProcess) -> None:
     assert mandatory(analyzer.run(stack)) == []
 
 
+def test_gpu_instance_types_from_the_stack_configs_catalog_rows(analyzer: PackProcess) -> None:
+    rows = {"ecs.newgpu.8xlarge": {"product": "NVIDIA A10", "gpus": 1, "source": "console"}}
+    config = {
+        "nodePool.instanceTypes": json.dumps(["ecs.newgpu.8xlarge"]),
+        "gpuInstanceTypes": json.dumps(rows),
+    }
+    assert mandatory(analyzer.run(program_stack("dev", "python", config))) == []
+    without_rows = program_stack(
+        "dev", "python", {"nodePool.instanceTypes": config["nodePool.instanceTypes"]}
+    )
+    found = mandatory(analyzer.run(without_rows))
+    assert "gpu-node-pool-instance-types" in {d.policy for d in found}
+
+
 def test_forbidden_add_ons_from_config(analyzer: PackProcess) -> None:
     def volcano_addon(s: Stack) -> None:
         device_plugin_addon(s)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from vke_gpu_dra_ops.capacity import check_stack
+
 from .. import context
 from .. import resources as r
 from . import Violation
@@ -22,15 +24,5 @@ DESCRIPTION: Final = (
 
 
 def claims_fit(resources: Sequence[r.Res], _config: Mapping[str, Any]) -> list[Violation]:
-    try:
-        # imported here so that a virtualenv without the operator tools fails this policy, not the pack
-        from vke_gpu_dra_ops.capacity import check_stack  # noqa: PLC0415
-    except ImportError as exc:
-        return [
-            Violation(
-                f"the capacity check cannot run ({exc}); install the operator tools into the pack's "
-                "virtualenv: pip install -e ../ops"
-            )
-        ]
     rows = context.STACK.config_value("gpuInstanceTypes")
     return [Violation(v.message, v.urn or None) for v in check_stack(resources, rows)]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Container, Mapping, Sequence
+from typing import Any, Final
 
 from vke_gpu_dra import facts
 
 from .. import resources as r
-from ..catalog import CatalogEntry, is_gpu_instance_type
 from ..versions import at_least, format_version
 from . import Violation
 
@@ -18,6 +17,8 @@ RUNTIME_TYPE = "containerd"
 RUNTIME_VERSION_KEYS = ("runtime_version", "runtimeVersion")
 RUNTIME_TYPE_KEYS = ("runtime_type", "runtimeType")
 RUNTIME_POOL_KEYS = ("node_pool_id", "nodePoolId")
+#: The one GPU instance-type catalog (rows and families), in the operator tools.
+CATALOG_FILE: Final = "ops/src/vke_gpu_dra_ops/capacity/gpu_catalog.yaml"
 
 
 def pool_labels(pool: r.Res) -> Mapping[str, Any] | r.Unknown:
@@ -56,7 +57,7 @@ def is_dra_pool(pool: r.Res) -> bool:
     return schedule_label(pool) == facts.LABEL_GPU_SCHEDULE_DRA
 
 
-def is_dra_gpu_pool(pool: r.Res, catalog: Iterable[CatalogEntry]) -> bool:
+def is_dra_gpu_pool(pool: r.Res, gpu_types: Container[str]) -> bool:
     """A GPU pool meant for DRA: any DRA label or a GPU instance type, and not a device-plugin/mGPU pool."""
     if is_device_plugin_pool(pool):
         return False
@@ -67,14 +68,12 @@ def is_dra_gpu_pool(pool: r.Res, catalog: Iterable[CatalogEntry]) -> bool:
     ):
         return True
     types = instance_types(pool)
-    return types is not r.UNKNOWN and any(
-        isinstance(t, str) and is_gpu_instance_type(t, catalog) for t in types
-    )
+    return types is not r.UNKNOWN and any(isinstance(t, str) and t in gpu_types for t in types)
 
 
-def labels(pool: r.Res, catalog: Sequence[CatalogEntry]) -> list[Violation]:
+def labels(pool: r.Res, gpu_types: Container[str]) -> list[Violation]:
     """Every DRA GPU pool carries both labels of the procedure."""
-    if not is_dra_gpu_pool(pool, catalog):
+    if not is_dra_gpu_pool(pool, gpu_types):
         return []
     found = pool_labels(pool)
     if found is r.UNKNOWN:
@@ -95,7 +94,7 @@ def labels(pool: r.Res, catalog: Sequence[CatalogEntry]) -> list[Violation]:
     return out
 
 
-def gpu_instance_types(pool: r.Res, catalog: Sequence[CatalogEntry]) -> list[Violation]:
+def gpu_instance_types(pool: r.Res, gpu_types: Container[str]) -> list[Violation]:
     """A pool labelled for DRA uses GPU instance types only."""
     found = pool_labels(pool)
     if found is r.UNKNOWN or is_device_plugin_pool(pool):
@@ -112,22 +111,18 @@ def gpu_instance_types(pool: r.Res, catalog: Sequence[CatalogEntry]) -> list[Vio
         return [
             Violation(
                 f"{pool.label}: nodeConfig.instanceTypeIds is empty on a DRA GPU node pool; set GPU "
-                "instance types (see gpu_instance_types.yaml).",
+                f"instance types (see {CATALOG_FILE}).",
                 pool.urn,
             )
         ]
-    bad = [
-        t
-        for t in types
-        if t is not r.UNKNOWN and not (isinstance(t, str) and is_gpu_instance_type(t, catalog))
-    ]
+    bad = [t for t in types if t is not r.UNKNOWN and not (isinstance(t, str) and t in gpu_types)]
     if not bad:
         return []
     return [
         Violation(
             f"{pool.label}: instance type(s) {', '.join(map(str, bad))} carry no NVIDIA GPU (not in the GPU "
-            "instance type catalog); use a GPU Accelerated type such as ecs.gni2.3xlarge, or add the type "
-            "to the policy config extraGpuInstanceTypes if it does carry a GPU.",
+            f"instance type catalog {CATALOG_FILE}); use a GPU Accelerated type such as ecs.gni2.3xlarge, "
+            "or add the type to the policy config extraGpuInstanceTypes if it does carry a GPU.",
             pool.urn,
         )
     ]
@@ -205,9 +200,9 @@ def runtime_version(rt: r.Res) -> list[Violation]:
     return out
 
 
-def runtimes(resources: Sequence[r.Res], catalog: Sequence[CatalogEntry]) -> list[Violation]:
+def runtimes(resources: Sequence[r.Res], gpu_types: Container[str]) -> list[Violation]:
     """Each DRA GPU pool has a NodePoolRuntime, and every NodePoolRuntime pins containerd >= 2.1."""
-    pools = [p for p in r.of_type(resources, r.NODE_POOL) if is_dra_gpu_pool(p, catalog)]
+    pools = [p for p in r.of_type(resources, r.NODE_POOL) if is_dra_gpu_pool(p, gpu_types)]
     rts = [res for res in resources if r.is_node_pool_runtime(res)]
     out = []
     for pool in pools:

@@ -5,14 +5,17 @@ overrides rows with the config key `vke-gpu-dra:gpuInstanceTypes` (a JSON or YAM
 GPU facts come from the driver's product profiles (`vke_gpu_dra.profiles`), so the planner and the
 simulated driver describe a product the same way; the catalog's copies of them are checked on load.
 
-`gpu_instance_types()` is the list other checks (e.g. the policy pack's "GPU instance types only") use.
+The catalog also lists GPU families (`families:`, every size of e.g. `ecs.gni2` carries GPUs) with their
+source and confidence. `is_gpu_instance_type()` / `gpu_types()` answer "does this instance type carry a
+GPU" from rows, families and extra names (the policy pack's "DRA GPU node pools use GPU instance types");
+`gpu_instance_types()` lists the exact rows.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -27,6 +30,8 @@ CONFIG_KEY: Final = "vke-gpu-dra:gpuInstanceTypes"
 CONFIDENCE_LEVELS: Final = ("high", "medium", "low", "unverified")
 MAX_GPUS_PER_NODE: Final = 128
 _INSTANCE_TYPE_RE: Final = re.compile(r"^ecs\.[a-z0-9-]+\.[a-z0-9-]+$")
+_FAMILY_RE: Final = re.compile(r"^ecs\.[a-z0-9-]+$")
+_FAMILY_FIELDS: Final = {"confidence", "source"}
 _ROW_FIELDS: Final = {
     "product",
     "gpus",
@@ -173,10 +178,14 @@ def parse_rows(data: Any, where: str, origin: str) -> dict[str, InstanceType]:
 
 
 @lru_cache(maxsize=1)
-def builtin_catalog() -> dict[str, InstanceType]:
+def _builtin_data() -> Mapping[str, Any]:
     text = resources.files(__package__).joinpath("gpu_catalog.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text) or {}
-    return parse_rows(data.get("instanceTypes"), "gpu_catalog.yaml instanceTypes", "catalog")
+    return yaml.safe_load(text) or {}
+
+
+@lru_cache(maxsize=1)
+def builtin_catalog() -> dict[str, InstanceType]:
+    return parse_rows(_builtin_data().get("instanceTypes"), "gpu_catalog.yaml instanceTypes", "catalog")
 
 
 def parse_config_value(value: Any) -> dict[str, InstanceType]:
@@ -216,16 +225,128 @@ def lookup(instance_type: str, catalog: Mapping[str, InstanceType] | None = None
         ) from None
 
 
+def _confidence_limit(min_confidence: str) -> int:
+    if min_confidence not in CONFIDENCE_LEVELS:
+        raise CatalogError(f"min_confidence {min_confidence!r}; allowed: {', '.join(CONFIDENCE_LEVELS)}")
+    return CONFIDENCE_LEVELS.index(min_confidence)
+
+
 def gpu_instance_types(config_value: Any = None, *, min_confidence: str = "unverified") -> list[str]:
     """Names of the GPU instance types known to the catalog (plus the stack's rows), sorted.
 
     `min_confidence` drops rows below that level ("medium" keeps high and medium rows).
     """
-    if min_confidence not in CONFIDENCE_LEVELS:
-        raise CatalogError(f"min_confidence {min_confidence!r}; allowed: {', '.join(CONFIDENCE_LEVELS)}")
-    limit = CONFIDENCE_LEVELS.index(min_confidence)
+    limit = _confidence_limit(min_confidence)
     return sorted(
         name
         for name, row in load_catalog(config_value).items()
         if CONFIDENCE_LEVELS.index(row.confidence) <= limit
     )
+
+
+# --- GPU families and "is this a GPU instance type" ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuFamily:
+    """An ECS instance family every size of which carries NVIDIA GPUs (`ecs.gni2`)."""
+
+    name: str
+    confidence: str
+    source: str
+
+
+def family_of(instance_type: str) -> str:
+    """`ecs.gni2.8xlarge` -> `ecs.gni2`."""
+    return ".".join(instance_type.split(".")[:2])
+
+
+def _family(name: Any, raw: Any, where: str) -> GpuFamily:
+    at = f"{where}[{name!r}]"
+    if not isinstance(name, str) or not _FAMILY_RE.match(name):
+        raise CatalogError(
+            f"{where}: key {name!r} is not an ECS instance family; allowed: ecs.<family>, e.g. ecs.gni2"
+        )
+    if not isinstance(raw, Mapping):
+        raise CatalogError(f"{at}: must be a map with confidence and source, got {raw!r}")
+    unknown = sorted(set(raw) - _FAMILY_FIELDS)
+    if unknown:
+        raise CatalogError(
+            f"{at}: unknown field(s) {', '.join(map(str, unknown))}; allowed: "
+            f"{', '.join(sorted(_FAMILY_FIELDS))}"
+        )
+    confidence = raw.get("confidence")
+    if confidence not in CONFIDENCE_LEVELS:
+        raise CatalogError(f"{at}.confidence: {confidence!r}; allowed: {', '.join(CONFIDENCE_LEVELS)}")
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise CatalogError(
+            f"{at}.source: {source!r}; allowed: a non-empty text naming where the claim comes from"
+        )
+    return GpuFamily(name, confidence, source.strip())
+
+
+def parse_families(data: Any, where: str, rows: Mapping[str, InstanceType]) -> dict[str, GpuFamily]:
+    """The `families:` map; every row of `rows` must belong to one of them."""
+    if not isinstance(data, Mapping):
+        raise CatalogError(f"{where}: must be a map of ECS instance family to its source, got {data!r}")
+    families = {name: _family(name, raw, where) for name, raw in data.items()}
+    missing = sorted({family_of(name) for name in rows} - set(families))
+    if missing:
+        raise CatalogError(
+            f"{where}: no entry for the family of catalogued type(s) {', '.join(missing)}; "
+            "add the family with its confidence and source"
+        )
+    return families
+
+
+@lru_cache(maxsize=1)
+def builtin_families() -> dict[str, GpuFamily]:
+    return parse_families(_builtin_data().get("families"), "gpu_catalog.yaml families", builtin_catalog())
+
+
+@dataclass(frozen=True)
+class GpuTypes:
+    """Which instance types carry NVIDIA GPUs: exact types, and families matching every size."""
+
+    exact: frozenset[str]
+    families: frozenset[str]
+
+    def __contains__(self, instance_type: object) -> bool:
+        if not isinstance(instance_type, str):
+            return False
+        return instance_type in self.exact or any(instance_type.startswith(f + ".") for f in self.families)
+
+
+def gpu_types(
+    extra: Iterable[str] = (), *, config_value: Any = None, min_confidence: str = "unverified"
+) -> GpuTypes:
+    """The catalog's rows and families (plus the stack's rows) at `min_confidence` or above, plus `extra`.
+
+    `extra` names more GPU types: an exact id (`ecs.x.2xlarge`) or a family (`ecs.x` or `ecs.x.*`).
+    """
+    limit = _confidence_limit(min_confidence)
+    exact = set(gpu_instance_types(config_value, min_confidence=min_confidence))
+    families = {
+        name for name, f in builtin_families().items() if CONFIDENCE_LEVELS.index(f.confidence) <= limit
+    }
+    for item in extra:
+        text = item.strip()
+        if text.endswith(".*"):
+            families.add(text[:-2])
+        elif text.count(".") >= 2:
+            exact.add(text)
+        elif text:
+            families.add(text)
+    return GpuTypes(frozenset(exact), frozenset(families))
+
+
+def is_gpu_instance_type(
+    instance_type: str,
+    extra: Iterable[str] = (),
+    *,
+    config_value: Any = None,
+    min_confidence: str = "unverified",
+) -> bool:
+    """True when `instance_type` is a catalogued GPU type, of a GPU family, or named by `extra`."""
+    return instance_type in gpu_types(extra, config_value=config_value, min_confidence=min_confidence)
