@@ -45,6 +45,11 @@ def test_shipped_classes_select_their_own_device_kind_only() -> None:
         ("'gpu'", "must evaluate to bool"),
         ("gpu.type == 'gpu'", "undeclared reference"),
         ("1 + 'a' == 2", "no matching overload"),
+        # typed like the apiserver's DRADevice: driver is a string, no other top-level fields
+        ("device.driver == 1", "found no matching overload for '_==_' applied to '(string, int)'"),
+        ("device.nosuch == 'x'", "undefined field 'nosuch'"),
+        ("device.attributes['gpu.nvidia.com'].productName == 1", None),  # attributes are dyn
+        ("", "empty expression"),
     ],
 )
 def test_compile_errors(expression: str, error: str | None) -> None:
@@ -66,7 +71,18 @@ def test_missing_attribute_is_an_evaluation_error_like_kubernetes() -> None:
     result = celsel.matches(
         f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'", celsel.sample_devices().gpu
     )
-    assert isinstance(result, str) and "evaluation error" in result
+    assert result == "evaluation error: no such key: nosuch"
+
+
+def test_compile_error_names_the_expression_and_the_engines_error_on_one_line() -> None:
+    fast = device_class("fast.example.com", "device.driver == 1")
+    (v,) = deviceclasses.device_classes([fast, *shipped()])
+    assert v.urn == fast.urn
+    assert v.message.startswith(
+        f'{fast.label}: spec.selectors[0].cel.expression "device.driver == 1" does not compile: '
+    )
+    assert "found no matching overload for '_==_' applied to '(string, int)'" in v.message
+    assert "\n" not in v.message and "fix the expression" in v.message
 
 
 def test_gpu_class_that_selects_nothing() -> None:
