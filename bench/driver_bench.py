@@ -46,7 +46,7 @@ from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc  #
 
 from tests.driver.fake_apiserver import TOKEN, FakeAPIServer  # noqa: E402
 from tests.driver.kubelet_client import Kubelet  # noqa: E402
-from tests.driver.plugin_env import NODE, claim, plugin_args  # noqa: E402
+from tests.driver.plugin_env import NODE, claim, plugin_args, wait_until  # noqa: E402
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("dra-gpu-kubelet-plugin")
 NAMESPACE = "default"
@@ -75,15 +75,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = WAIT_S, interval: float = 0.001) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def claim_uid(kind: int, n: int) -> str:
@@ -334,7 +325,7 @@ def wait_get_info(run: PluginRun) -> float:
 
 
 def wait_first_slice(run: PluginRun, fake: TimedFake) -> float:
-    if not wait_for(lambda: fake.first_added_after(run.started) is not None):
+    if not wait_until(lambda: fake.first_added_after(run.started) is not None, WAIT_S, 0.001):
         raise RuntimeError("no ResourceSlice was created")
     added = fake.first_added_after(run.started)
     assert added is not None
@@ -436,12 +427,12 @@ def slice_restores(fake: TimedFake, count: int) -> list[float]:
     """Delete the node's slice `count` times; seconds until the plugin created it again."""
     out = []
     for _ in range(count):
-        if not wait_for(lambda: len(fake.slices_of(NODE)) == 1):
+        if not wait_until(lambda: len(fake.slices_of(NODE)) == 1, WAIT_S, 0.001):
             raise RuntimeError("the node does not have exactly one ResourceSlice")
         name = fake.slices_of(NODE)[0]["metadata"]["name"]
         deleted = time.monotonic()
         fake.delete_slice(name)
-        if not wait_for(lambda: fake.first_added_after(deleted) is not None):  # noqa: B023
+        if not wait_until(lambda: fake.first_added_after(deleted) is not None, WAIT_S, 0.001):  # noqa: B023
             raise RuntimeError(f"slice {name} was not restored within {WAIT_S} s")
         restored = fake.first_added_after(deleted)
         assert restored is not None
