@@ -126,13 +126,16 @@ def test_bad_configuration_exits_with_one_clear_line(
     assert lines[0].startswith("dra-gpu-kubelet-plugin: error: ") and expected in lines[0]
 
 
-def test_missing_kubeconfig_fails_startup(short_tmp: Path) -> None:
+def test_missing_kubeconfig_is_a_config_error(short_tmp: Path) -> None:
     args = plugin_args(short_tmp, gpus=1)
     proc = subprocess.run(
         [sys.executable, "-m", "vke_gpu_dra", *args], capture_output=True, text=True, timeout=30, check=False
     )
-    assert proc.returncode == 1
-    assert "does not exist" in proc.stderr
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    kubeconfig = short_tmp / "kubeconfig"
+    prefix = "dra-gpu-kubelet-plugin: error: --kubeconfig [env KUBECONFIG]"
+    assert line == f"{prefix}: kubeconfig {kubeconfig} does not exist"
     assert not (short_tmp / "registry" / "gpu.nvidia.com-reg.sock").exists()
 
 

@@ -6,6 +6,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from . import kubeconfig
 from .config import PROG, ConfigError, parse_config
 from .logs import setup_logging
 
@@ -21,6 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    if config.kubeconfig is not None:
+        try:
+            kubeconfig.load(config.kubeconfig)
+        except kubeconfig.KubeconfigError as err:
+            print(f"{PROG}: error: --kubeconfig [env KUBECONFIG]: {err}", file=sys.stderr)
+            return EXIT_CONFIG
     setup_logging(config.log_format)
     # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
     from .discovery import DiscoveryError  # noqa: PLC0415
