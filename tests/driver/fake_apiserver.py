@@ -4,7 +4,14 @@ Served over HTTP on 127.0.0.1 with `http.server` (one thread per connection) and
 the real `kubernetes` client via a kubeconfig pointing at it. It implements what the plugin
 uses: nodes get; resourceclaims get; resourceslices list/get/create/update/delete/watch with
 fieldSelector, generateName, resourceVersion (409 on a stale one), watch streams with
-ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion. Every object it is
+ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion, and watch-list
+requests (`sendInitialEvents=true`: the current objects, then a BOOKMARK annotated
+`k8s.io/initial-events-end`). With `watch_list = False` it refuses them like an apiserver without
+the WatchList feature (422 Invalid, ListOptions "sendInitialEvents is forbidden for watch unless
+the WatchList feature gate is enabled"), validating the list options as the apiserver's
+`ValidateListOptions` does. `hang`, `slow` and `hold` make matching requests wait after the
+server accepted them: forever (until the server stops), for some seconds, or until an event is
+set — an API server that accepts connections but does not answer. Every object it is
 sent is validated with kubernetes-validate (1.34, strict) plus the apiserver-only rules the
 schema does not express; invalid objects get 422 Invalid with a Status body.
 
@@ -211,6 +218,82 @@ class Fault:
     remaining: int
 
 
+@dataclass
+class Hold:
+    """Matching requests wait before they are answered: until `release` is set (None: never),
+    or `delay` seconds when given. `waiting` counts the requests held right now."""
+
+    method: str
+    path_contains: str
+    release: threading.Event | None = None
+    delay: float | None = None
+    waiting: int = 0
+    seen: int = 0
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def list_option_errors(
+    query: dict[str, str], *, watch: bool, watch_list_enabled: bool
+) -> list[tuple[str, str]]:
+    """(field, message) for list options the apiserver refuses (apimachinery ValidateListOptions)."""
+    errors: list[tuple[str, str]] = []
+    send = query.get("sendInitialEvents")
+    match = query.get("resourceVersionMatch", "")
+    if not watch:
+        if send is not None:
+            errors.append(("sendInitialEvents", "sendInitialEvents is forbidden for list"))
+        return errors
+    if send is not None:
+        if match != "NotOlderThan":
+            errors.append(
+                (
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )
+            )
+        if not watch_list_enabled:
+            errors.append(
+                (
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                )
+            )
+    if match:
+        if send is None:
+            errors.append(
+                (
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                )
+            )
+        elif match != "NotOlderThan":
+            errors.append(
+                ("resourceVersionMatch", f'Unsupported value: "{match}": supported values: "NotOlderThan"')
+            )
+    return errors
+
+
+def invalid_list_options(errors: list[tuple[str, str]]) -> ApiError:
+    """The 422 a real apiserver sends for refused list options (group meta.k8s.io, kind ListOptions)."""
+    texts = [f"{field}: Forbidden: {msg}" for field, msg in errors]
+    joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    return ApiError(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: {joined}',
+        {
+            "group": "meta.k8s.io",
+            "kind": "ListOptions",
+            "causes": [
+                {"reason": "FieldValueForbidden", "message": f"Forbidden: {msg}", "field": field}
+                for field, msg in errors
+            ],
+        },
+    )
+
+
 class FakeAPIServer:
     """State, HTTP serving and test helpers. Use as a context manager or call start()/stop()."""
 
@@ -225,6 +308,11 @@ class FakeAPIServer:
         self.compacted_rv = 0
         self.requests: list[tuple[str, str]] = []
         self.faults: list[Fault] = []
+        self.holds: list[Hold] = []
+        #: False: refuse watch-list requests like an apiserver without the WatchList feature.
+        self.watch_list = True
+        #: Watch streams open right now (after their initial events were sent).
+        self.watching = 0
         #: When set, watch requests wait for this event before they start (to order a test's steps).
         self.watch_gate: threading.Event | None = None
         self.closing = False
@@ -394,6 +482,40 @@ class FakeAPIServer:
         with self.cond:
             self.faults.append(Fault(method, path_contains, code, times))
 
+    def hang(self, method: str, path_contains: str) -> Hold:
+        """Matching requests are accepted and never answered (until the server stops)."""
+        return self._hold(Hold(method, path_contains))
+
+    def slow(self, method: str, path_contains: str, seconds: float) -> Hold:
+        """Matching requests are answered after `seconds`."""
+        return self._hold(Hold(method, path_contains, delay=seconds))
+
+    def hold(self, method: str, path_contains: str, release: threading.Event) -> Hold:
+        """Matching requests are answered once `release` is set."""
+        return self._hold(Hold(method, path_contains, release=release))
+
+    def _hold(self, hold: Hold) -> Hold:
+        with self.cond:
+            self.holds.append(hold)
+        return hold
+
+    def unhold(self) -> None:
+        """Answer held requests now and hold no more."""
+        with self.cond:
+            for hold in self.holds:
+                hold.release = hold.release or threading.Event()
+                hold.release.set()
+            self.holds.clear()
+            self.cond.notify_all()
+
+    def wait_held(self, hold: Hold) -> bool:
+        """Wait (bounded) until the held requests of `hold` are answered or dropped."""
+        deadline = time.monotonic() + 10
+        with self.cond:
+            while hold.waiting and not self.closing and time.monotonic() < deadline:
+                self.cond.wait(0.05)
+            return hold.waiting == 0
+
     def count(self, method: str, path_contains: str = "") -> int:
         with self.cond:
             return sum(1 for m, p in self.requests if m == method and path_contains in p)
@@ -548,6 +670,12 @@ class _Handler(BaseHTTPRequestHandler):
                     if fault.remaining and fault.method == method and fault.path_contains in self.path:
                         fault.remaining -= 1
                         raise ApiError(fault.code, "InternalError", "injected fault")
+                hold = next(
+                    (h for h in api.holds if h.method == method and h.path_contains in self.path), None
+                )
+            if hold is not None and not self._wait(hold):
+                self.close_connection = True  # the server stopped: drop the request unanswered
+                return
             if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if (
@@ -555,12 +683,35 @@ class _Handler(BaseHTTPRequestHandler):
                 and path == f"{RESOURCE}/resourceslices"
                 and query.get("watch") in ("true", "1")
             ):
+                errors = list_option_errors(query, watch=True, watch_list_enabled=api.watch_list)
+                if errors:
+                    raise invalid_list_options(errors)
                 self._watch(query)
                 return
             code, result = self._route(method, path, query, body)
             self._send(code, result)
         except ApiError as err:
             self._send(err.code, err.status())
+
+    def _wait(self, hold: Hold) -> bool:
+        """Hold this request as `hold` says; False when the server stops first."""
+        api = self.api
+        until = None if hold.delay is None else time.monotonic() + hold.delay
+        with api.cond:
+            hold.waiting += 1
+            hold.seen += 1
+            api.cond.notify_all()
+            try:
+                while not api.closing:
+                    if hold.release is not None and hold.release.is_set():
+                        return True
+                    if until is not None and time.monotonic() >= until:
+                        return True
+                    api.cond.wait(0.02)
+                return False
+            finally:
+                hold.waiting -= 1
+                api.cond.notify_all()
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -613,6 +764,9 @@ class _Handler(BaseHTTPRequestHandler):
         with api.cond:
             if path == f"{RESOURCE}/resourceslices":
                 if method == "GET":
+                    errors = list_option_errors(query, watch=False, watch_list_enabled=api.watch_list)
+                    if errors:
+                        raise invalid_list_options(errors)
                     selector = parse_field_selector(query.get("fieldSelector", ""))
                     items = [copy.deepcopy(s) for _, s in sorted(api.slices.items()) if matches(s, selector)]
                     return 200, {
@@ -639,40 +793,73 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
+    def _initial_events(self, selector: dict[str, str], *, bookmarks: bool) -> list[dict[str, Any]]:
+        """Watch-list: the current objects, then the bookmark that ends the initial events."""
+        api = self.api
+        events: list[dict[str, Any]] = [
+            {"type": "ADDED", "object": copy.deepcopy(s)}
+            for _, s in sorted(api.slices.items())
+            if matches(s, selector)
+        ]
+        if bookmarks:
+            metadata = {"resourceVersion": str(api.current_rv), "annotations": {INITIAL_EVENTS_END: "true"}}
+            events.append(
+                {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceSlice",
+                        "metadata": metadata,
+                    },
+                }
+            )
+        return events
+
+    def _watch_start(
+        self, rv_param: str, selector: dict[str, str], *, send_initial: bool, bookmarks: bool
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """The first events of a watch and the resourceVersion it continues from (None: it ends)."""
+        api = self.api
+        with api.cond:
+            if send_initial:
+                return self._initial_events(selector, bookmarks=bookmarks), api.current_rv
+            if rv_param not in ("", "0") and int(rv_param) < api.compacted_rv:
+                expired = ApiError(
+                    410, "Expired", f"too old resource version: {rv_param} ({api.compacted_rv})"
+                )
+                return [{"type": "ERROR", "object": expired.status()}], None
+            if rv_param in ("", "0"):
+                return self._initial_events(selector, bookmarks=False), api.current_rv
+            return [], int(rv_param)
+
     def _watch(self, query: dict[str, str]) -> None:
         api = self.api
         selector = parse_field_selector(query.get("fieldSelector", ""))
         deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
         rv_param = query.get("resourceVersion", "")
+        send_initial = query.get("sendInitialEvents") == "true"
+        bookmarks = query.get("allowWatchBookmarks") == "true"
         if not api.pass_watch_gate():
             return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        opened = False
         try:
-            with api.cond:
-                if rv_param not in ("", "0") and int(rv_param) < api.compacted_rv:
-                    expired = ApiError(
-                        410, "Expired", f"too old resource version: {rv_param} ({api.compacted_rv})"
-                    )
-                    pending: list[dict[str, Any]] = [{"type": "ERROR", "object": expired.status()}]
-                    last = None
-                elif rv_param in ("", "0"):
-                    pending = [
-                        {"type": "ADDED", "object": copy.deepcopy(s)}
-                        for _, s in sorted(api.slices.items())
-                        if matches(s, selector)
-                    ]
-                    last = api.current_rv
-                else:
-                    last = int(rv_param)
-                    pending = []
+            pending, last = self._watch_start(
+                rv_param, selector, send_initial=send_initial, bookmarks=bookmarks
+            )
             while True:
                 for event in pending:
                     self._chunk(event)
                 if last is None:
                     break
+                if not opened:
+                    opened = True
+                    with api.cond:
+                        api.watching += 1
+                        api.cond.notify_all()
                 with api.cond:
                     while not api.closing and not any(rv > last for rv, _, _ in api.events):
                         remaining = deadline - time.monotonic()
@@ -694,3 +881,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
             return
+        finally:
+            if opened:
+                with api.cond:
+                    api.watching -= 1
+                    api.cond.notify_all()

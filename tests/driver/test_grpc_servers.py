@@ -58,7 +58,9 @@ class DictClaims:
         md = claim["metadata"]
         self.claims[(md["namespace"], md["name"])] = claim
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_resource_claim(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any] | None:
         return self.claims.get((namespace, name))
 
 
@@ -217,6 +219,24 @@ def test_bad_claims_fail_alone_while_others_succeed(servers: Servers, kubelet: K
     registry = servers.metrics.registry
     errors = registry.get_sample_value("vke_gpu_dra_prepare_claims_total", {"result": "error"})
     assert errors == 3
+
+
+def test_a_claim_named_twice_in_one_call_is_answered_once(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register()
+    servers.claims.add(allocated_claim("ns", "c1", "uid-1", ("gpu", "gpu-0")))
+    twice = [("ns", "c1", "uid-1"), ("ns", "c1", "uid-1")]
+    result = kubelet.prepare(twice)
+    assert list(result) == ["uid-1"]
+    assert [d["device_name"] for d in result["uid-1"]["devices"]] == ["gpu-0"]
+    assert (
+        servers.metrics.registry.get_sample_value("vke_gpu_dra_prepare_claims_total", {"result": "success"})
+        == 1
+    )
+    assert kubelet.unprepare(twice) == {"uid-1": ""}
+    assert (
+        servers.metrics.registry.get_sample_value("vke_gpu_dra_unprepare_claims_total", {"result": "success"})
+        == 1
+    )
 
 
 def test_calls_for_different_pods_overlap(servers: Servers, kubelet: Kubelet) -> None:

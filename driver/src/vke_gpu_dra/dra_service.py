@@ -3,6 +3,11 @@
 One servicer object handles both API versions: their messages are identical, so each call
 answers with the response class of the version it was called through. Calls run on the
 server's thread pool and are not serialized here; the device state is thread-safe.
+
+kubelet gives each call a deadline (45 s). The claims of a Prepare call are read from the API
+server concurrently (`claim_fetch.ClaimFetcher`), each request bounded by what is left of that
+deadline, so the answer always arrives in time: a claim whose read did not finish gets its own
+error saying so. A claim named twice in one call is answered once, as the Go helper does.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from ._proto.dra.v1 import api_pb2 as v1_pb2
 from ._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from ._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from ._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
 from .metrics import Metrics
 from .model import ClaimError, ClaimRef, PreparedDevice
 
@@ -42,18 +48,20 @@ class ClaimPreparer(Protocol):
     def unprepare(self, ref: ClaimRef) -> None: ...
 
 
-class ClaimReader(Protocol):
-    """Reads ResourceClaims from the API server; None when the claim does not exist."""
-
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-
 def request_names(names: Sequence[str]) -> tuple[str, ...]:
     """Request names as containers reference them: `<request>/<subrequest>` becomes `<request>`."""
     seen: dict[str, None] = {}
     for name in names:
         seen.setdefault(name.split("/", 1)[0], None)
     return tuple(seen)
+
+
+def unique_claims(claims: Sequence[Any]) -> list[ClaimRef]:
+    """The claims of a request, each UID once (the first occurrence), in request order."""
+    refs: dict[str, ClaimRef] = {}
+    for claim in claims:
+        refs.setdefault(claim.uid, ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid))
+    return list(refs.values())
 
 
 def check_claim(ref: ClaimRef, claim: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -66,32 +74,40 @@ def check_claim(ref: ClaimRef, claim: Mapping[str, Any] | None) -> Mapping[str, 
 class DRAServicer:
     """NodePrepareResources / NodeUnprepareResources for kubelet."""
 
-    def __init__(self, *, claims: ClaimReader, state: ClaimPreparer, metrics: Metrics) -> None:
-        self._claims = claims
+    def __init__(
+        self,
+        *,
+        claims: ClaimReader,
+        state: ClaimPreparer,
+        metrics: Metrics,
+        fetcher: ClaimFetcher | None = None,
+    ) -> None:
         self._state = state
         self._metrics = metrics
+        self._fetcher = fetcher or ClaimFetcher(claims)
 
-    def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
-        claim = check_claim(ref, self._claims.get_resource_claim(ref.namespace, ref.name))
-        return self._state.prepare(ref, claim)
+    def close(self) -> None:
+        self._fetcher.close()
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
         response = pb.NodePrepareResourcesResponse()
         if not request.claims:
             return response
+        deadline = Deadline.of(context)
         call_id = next(_call_ids)
         started = time.monotonic()
-        for claim in request.claims:
-            ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
-            entry = response.claims[claim.uid]
+        refs = unique_claims(request.claims)
+        fetched = self._fetcher.fetch(refs, deadline)
+        for ref in refs:
+            entry = response.claims[ref.uid]
             fields: dict[str, object] = {
                 "call": call_id,
                 "claim": f"{ref.namespace}/{ref.name}",
                 "uid": ref.uid,
             }
             try:
-                devices = self._prepare_one(ref)
+                devices = self._state.prepare(ref, check_claim(ref, fetched[ref.uid].result()))
             except ClaimError as err:
                 entry.error = str(err)
                 self._metrics.prepare_claims.labels(result="error").inc()
@@ -124,9 +140,8 @@ class DRAServicer:
             return response
         call_id = next(_call_ids)
         started = time.monotonic()
-        for claim in request.claims:
-            ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
-            entry = response.claims[claim.uid]  # every claim gets an entry, even an empty one
+        for ref in unique_claims(request.claims):
+            entry = response.claims[ref.uid]  # every claim gets an entry, even an empty one
             fields: dict[str, object] = {
                 "call": call_id,
                 "claim": f"{ref.namespace}/{ref.name}",

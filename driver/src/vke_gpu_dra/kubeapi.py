@@ -3,6 +3,10 @@
 Requests go through `kubernetes.client.ApiClient` (authentication, TLS, proxies and token
 refresh come from the client's configuration) but bodies are sent and returned as camelCase
 JSON dicts, exactly as the API server speaks them.
+
+Every request has a timeout and is tried once: the client library's own retries (urllib3's
+`Retry`) are off, so a caller with a deadline (a kubelet call) can bound each request by what is
+left of it. The connection pool holds `POOL_SIZE` connections, enough for the plugin's threads.
 """
 
 from __future__ import annotations
@@ -11,15 +15,20 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+
+from . import kubeconfig as kubeconfig_file
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,11 @@ RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICE_API_VERSION = "resource.k8s.io/v1"
 #: Client-side timeouts (connect, read) for ordinary requests.
 REQUEST_TIMEOUT = (10.0, 30.0)
+#: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
+#: controller's two threads all fit, so no request finds the pool full.
+POOL_SIZE = 64
+#: No hidden retries: one attempt per request (callers decide about retrying, within their deadline).
+NO_RETRIES = urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, other=0, raise_on_status=False)
 
 
 class KubeConfigError(Exception):
@@ -54,39 +68,84 @@ class KubeError(Exception):
     def gone(self) -> bool:
         return self.status == 410
 
+    @property
+    def timed_out(self) -> bool:
+        """The API server did not answer within the request's timeout."""
+        return self.status == 0 and self.reason == "Timeout"
+
+    @property
+    def unreachable(self) -> bool:
+        """No answer at all: connection refused, DNS, TLS, reset, or a timeout."""
+        return self.status == 0
+
+
+def _configure(configuration: k8s_client.Configuration) -> k8s_client.Configuration:
+    configuration.retries = NO_RETRIES
+    configuration.connection_pool_maxsize = POOL_SIZE
+    if not configuration.verify_ssl:
+        # urllib3 would print an InsecureRequestWarning for every request: say it once, in the log.
+        warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+        log.warning(
+            "TLS verification of the API server is off (the kubeconfig sets insecure-skip-tls-verify)",
+            extra={"fields": {"server": configuration.host}},
+        )
+    return configuration
+
+
+def _from_file(path: Path) -> k8s_client.ApiClient:
+    """An API client from the kubeconfig at `path`, checked first; KubeConfigError if unusable."""
+    try:
+        kubeconfig_file.load(path)
+    except kubeconfig_file.KubeconfigError as err:
+        raise KubeConfigError(str(err)) from None
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_kube_config(
+            config_file=str(path), client_configuration=configuration, persist_config=False
+        )
+    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise KubeConfigError(f"kubeconfig {path} is not usable: {detail}") from None
+    return k8s_client.ApiClient(_configure(configuration))
+
 
 def load_api_client(kubeconfig: Path | None) -> k8s_client.ApiClient:
     """`kubeconfig` if given, else the in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
     if kubeconfig is not None:
-        if not kubeconfig.is_file():
-            raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist")
-        try:
-            return k8s_config.new_client_from_config(config_file=str(kubeconfig))
-        except ConfigException as err:
-            raise KubeConfigError(f"kubeconfig {kubeconfig} is not usable: {err}") from err
+        return _from_file(kubeconfig)
     configuration = k8s_client.Configuration()
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)
-        return k8s_client.ApiClient(configuration)
+        return k8s_client.ApiClient(_configure(configuration))
     except ConfigException as in_cluster_err:
         env = os.environ.get("KUBECONFIG")
+        path = Path(env) if env else Path("~/.kube/config").expanduser()
         try:
-            return k8s_config.new_client_from_config(config_file=env or None)
-        except (ConfigException, OSError) as err:
+            return _from_file(path)
+        except KubeConfigError as err:
             raise KubeConfigError(
-                f"no Kubernetes configuration: not in a cluster ({in_cluster_err}) and no usable kubeconfig "
-                f"({err}); pass --kubeconfig"
-            ) from err
+                f"no Kubernetes configuration: not in a cluster ({in_cluster_err}) and {err}; "
+                "pass --kubeconfig"
+            ) from None
 
 
 def slice_field_selector(driver: str, node_name: str) -> str:
     return f"spec.driver={driver},spec.nodeName={node_name}"
 
 
+#: Annotation of the BOOKMARK that ends a watch-list request's initial events.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED, BOOKMARK or ERROR
     object: dict[str, Any]
+
+    @property
+    def initial_events_end(self) -> bool:
+        annotations = self.object.get("metadata", {}).get("annotations") or {}
+        return self.type == "BOOKMARK" and annotations.get(INITIAL_EVENTS_END) == "true"
 
 
 class Watch:
@@ -153,6 +212,7 @@ class KubeAPI:
         body: dict[str, Any] | None = None,
         timeout: Any = REQUEST_TIMEOUT,
     ) -> Any:
+        """One attempt; `timeout` is (connect, read) seconds or a total in seconds."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -169,14 +229,22 @@ class KubeAPI:
                 method, url, header_params=headers, body=payload, _request_timeout=timeout
             )
         except ApiException as err:
-            raise KubeError(err.status or 0, str(err.reason or ""), str(err.body or err)) from err
+            if not err.status:  # the client reports TLS failures this way
+                detail = str(err.reason or "").strip().splitlines()[-1:] or [""]
+                raise KubeError(
+                    0, "TLSError", f"{method} {path}: TLS with the API server failed: {detail[0]}"
+                ) from err
+            raise KubeError(err.status, str(err.reason or ""), str(err.body or err)) from err
         except Exception as err:  # urllib3 transport errors
-            raise KubeError(0, "TransportError", f"{method} {path}: {err}") from err
+            raise _transport_error(method, path, timeout, err) from err
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._call(method, path, **kwargs)
-        data = response.read()
+        try:
+            data = response.read()
+        except Exception as err:  # the body did not arrive in time, or the connection broke
+            raise _transport_error(method, path, kwargs.get("timeout", REQUEST_TIMEOUT), err) from err
         if not 200 <= response.status <= 299:
             raise _error_from(response.status, str(response.reason or ""), data)
         return json.loads(data) if data else {}
@@ -186,9 +254,16 @@ class KubeAPI:
     def get_node(self, name: str) -> dict[str, Any]:
         return self._json("GET", f"/api/v1/nodes/{name}")
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_resource_claim(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """The claim, None if it does not exist; `timeout`: seconds for the whole request."""
         try:
-            return self._json("GET", f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}")
+            return self._json(
+                "GET",
+                f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}",
+                timeout=REQUEST_TIMEOUT if timeout is None else max(timeout, 0.001),
+            )
         except KubeError as err:
             if err.not_found:
                 return None
@@ -219,13 +294,29 @@ class KubeAPI:
             if not err.not_found:
                 raise
 
-    def watch_slices(self, driver: str, node_name: str, resource_version: str, timeout_seconds: int) -> Watch:
+    def watch_slices(
+        self,
+        driver: str,
+        node_name: str,
+        resource_version: str,
+        timeout_seconds: int,
+        *,
+        send_initial_events: bool = False,
+    ) -> Watch:
+        """A watch from `resource_version`; with `send_initial_events` a watch-list request.
+
+        A watch-list request (KEP 3157) streams the current slices as ADDED events, then a BOOKMARK
+        annotated `k8s.io/initial-events-end`, then changes. API servers without the WatchList
+        feature refuse it (422 Invalid) before the stream starts.
+        """
         query = [
             ("fieldSelector", slice_field_selector(driver, node_name)),
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
         ]
+        if send_initial_events:
+            query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
         if resource_version:
             query.append(("resourceVersion", resource_version))
         response = self._call(
@@ -234,6 +325,33 @@ class KubeAPI:
         if not 200 <= response.status <= 299:
             raise _error_from(response.status, str(response.reason or ""), response.read())
         return Watch(response.response)
+
+
+def _transport_error(method: str, path: str, timeout: Any, err: Exception) -> KubeError:
+    """A KubeError (status 0) for a request that got no answer; timeouts have reason "Timeout"."""
+    cause: BaseException = err
+    if isinstance(err, urllib3.exceptions.MaxRetryError) and err.reason is not None:
+        cause = err.reason
+    if (
+        isinstance(cause, urllib3.exceptions.ProtocolError)
+        and cause.args
+        and isinstance(cause.args[-1], BaseException)
+    ):
+        inner = cause.args[-1]
+        if isinstance(inner, TimeoutError):
+            cause = inner
+    # NewConnectionError (refused, DNS) is a subclass of ConnectTimeoutError: test it first.
+    if isinstance(cause, urllib3.exceptions.NewConnectionError):
+        detail = str(cause).split(">: ", 1)[-1]
+        return KubeError(0, "Unreachable", f"{method} {path}: cannot connect to the API server: {detail}")
+    if isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
+        seconds = timeout if isinstance(timeout, int | float) else max(timeout)
+        return KubeError(
+            0, "Timeout", f"{method} {path}: the API server did not answer within {seconds:.1f} s"
+        )
+    if isinstance(cause, urllib3.exceptions.SSLError):
+        return KubeError(0, "TLSError", f"{method} {path}: TLS handshake with the API server failed: {cause}")
+    return KubeError(0, "TransportError", f"{method} {path}: {cause}")
 
 
 def _error_from(status: int, reason: str, data: bytes | None) -> KubeError:

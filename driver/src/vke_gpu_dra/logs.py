@@ -60,3 +60,5 @@ def setup_logging(log_format: str, *, level: int = logging.INFO, stream: TextIO 
     # The kubernetes client logs request details (including headers) at debug level.
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    # Python warnings (from libraries) become log entries in the chosen format, not raw stderr lines.
+    logging.captureWarnings(True)
