@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from vke_gpu_dra import facts
 from vke_gpu_dra.discovery.simulated import SimulatedSource
-from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.slice_controller import CONTESTED_FREE_ROUNDS, SliceController
 from vke_gpu_dra.slices import new_slice, slice_spec
@@ -284,3 +286,86 @@ def test_restart_with_no_devices_keeps_the_published_slice(
             controller.stop()
     assert pool_state(fake_api) == [(1, 1, 0)]  # the second start found it in sync
     assert fake_api.count("PUT", "/resourceslices/") == 0
+
+
+def watch_requests(fake_api: FakeAPIServer) -> list[dict[str, str]]:
+    with fake_api.cond:
+        paths = [p for m, p in fake_api.requests if m == "GET" and "watch=true" in p]
+    return [{k: v[-1] for k, v in parse_qs(urlsplit(p).query).items()} for p in paths]
+
+
+def slice_lists(fake_api: FakeAPIServer) -> int:
+    with fake_api.cond:
+        return sum(
+            1 for m, p in fake_api.requests if m == "GET" and "/resourceslices?" in p and "watch" not in p
+        )
+
+
+# Back-off and resync far beyond the waits below: only the watch can restore a slice in time.
+SLOW_RETRIES = {"resync_interval": 3600, "backoff_initial": 30.0, "backoff_max": 30.0}
+
+
+def test_watch_list_streams_the_slices_and_restores_a_deleted_one(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list
+) -> None:
+    controller = make_controller(kube, gpus, **SLOW_RETRIES)
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        assert fake_api.wait_for(lambda: fake_api.watching == 1)
+        [request] = watch_requests(fake_api)
+        assert request["sendInitialEvents"] == "true" and request["resourceVersionMatch"] == "NotOlderThan"
+        assert request["allowWatchBookmarks"] == "true" and "resourceVersion" not in request
+        [published] = fake_api.slices_of(NODE)
+        fake_api.delete_slice(published["metadata"]["name"])
+        assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+        assert len(watch_requests(fake_api)) == 1  # the same stream saw the deletion
+    finally:
+        controller.stop()
+
+
+def test_refused_watch_list_falls_back_to_list_then_watch(
+    fake_api: FakeAPIServer, kube: KubeAPI, node: dict, gpus: list, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_api.watch_list = False  # an API server without the WatchList feature
+    controller = make_controller(kube, gpus, **SLOW_RETRIES)
+    controller.start()
+    try:
+        assert controller.wait_synced(10)
+        assert fake_api.wait_for(lambda: fake_api.watching == 1)
+        refused, plain = watch_requests(fake_api)
+        assert refused["sendInitialEvents"] == "true"
+        assert "sendInitialEvents" not in plain and "resourceVersionMatch" not in plain
+        # The watch starts from the resourceVersion of a list, not from "now".
+        assert int(plain["resourceVersion"]) > 0
+        [published] = fake_api.slices_of(NODE)
+        fake_api.delete_slice(published["metadata"]["name"])
+        assert fake_api.wait_for(lambda: pool_state(fake_api) == [(2, 1, 8)], timeout=5)
+        # After an expired watch it lists and watches again, without asking for watch-list again.
+        lists = slice_lists(fake_api)
+        fake_api.compact()
+        assert fake_api.wait_for(lambda: len(watch_requests(fake_api)) == 3 and fake_api.watching == 1)
+        assert slice_lists(fake_api) > lists
+        third = watch_requests(fake_api)[2]
+        assert "sendInitialEvents" not in third and int(third["resourceVersion"]) >= int(
+            plain["resourceVersion"]
+        )
+        [published] = fake_api.slices_of(NODE)
+        fake_api.delete_slice(published["metadata"]["name"])
+        assert fake_api.wait_for(lambda: pool_state(fake_api) == [(3, 1, 8)], timeout=5)
+    finally:
+        controller.stop()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_fake_refuses_watch_list_like_an_apiserver_without_the_feature(
+    fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    fake_api.watch_list = False
+    with pytest.raises(KubeError) as err:
+        kube.watch_slices(DRIVER, NODE, "", 5, send_initial_events=True)
+    assert err.value.status == 422 and err.value.reason == "Invalid"
+    assert err.value.message == (
+        'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: '
+        "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    )

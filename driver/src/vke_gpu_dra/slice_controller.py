@@ -1,7 +1,8 @@
 """Keeps this node's ResourceSlices published (threads and API I/O around `slices.plan_sync`).
 
-A watcher thread follows the node's slices (field selector driver + node) and marks the state
-dirty on every change; a reconciler thread lists the slices and applies the plan when dirty,
+A watcher thread follows the node's slices (field selector driver + node; a watch-list request,
+or list-then-watch where the API server has no watch-list support) and marks the state dirty on
+every change; a reconciler thread lists the slices and applies the plan when dirty,
 on a periodic resync, and after errors (with exponential back-off). kubelet deletes a node's
 slices when it starts or when the plugin was away; they come back within a reconcile round.
 The slices are owned by the Node: every round reads the Node's UID, so a deleted and re-created
@@ -42,7 +43,13 @@ class SliceAPI(Protocol):
     def delete_slice(self, name: str, uid: str | None = None) -> None: ...
 
     def watch_slices(
-        self, driver: str, node_name: str, resource_version: str, timeout_seconds: int
+        self,
+        driver: str,
+        node_name: str,
+        resource_version: str,
+        timeout_seconds: int,
+        *,
+        send_initial_events: bool = False,
     ) -> Watch: ...
 
 
@@ -81,6 +88,8 @@ class SliceController:
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._watch: Watch | None = None
+        #: Cleared when the API server refuses watch-list requests (no WatchList feature).
+        self._watch_list = True
         self._threads: list[threading.Thread] = []
 
     # --- public ---
@@ -243,20 +252,47 @@ class SliceController:
 
     # --- watch ---
 
+    def _open_watch(self, resource_version: str) -> tuple[Watch, str]:
+        """A watch and the resourceVersion it starts from ("" for a watch-list request).
+
+        Without a resourceVersion to resume from: a watch-list request (the current slices as
+        events, then a bookmark), or, where the API server refuses watch-list, a list and a watch
+        from the list's resourceVersion, as client-go's reflector does. A refusal is remembered,
+        so later rounds go straight to list-then-watch.
+        """
+        if resource_version:
+            return self._api.watch_slices(self._driver, self._node, resource_version, self._watch_timeout), (
+                resource_version
+            )
+        if self._watch_list:
+            try:
+                return self._api.watch_slices(
+                    self._driver, self._node, "", self._watch_timeout, send_initial_events=True
+                ), ""
+            except KubeError as err:
+                if not 400 <= err.status < 500 or err.status in (401, 410, 429):
+                    raise
+                self._watch_list = False
+                log.info(
+                    "the API server refuses watch-list requests; listing, then watching from the list",
+                    extra={"fields": {"error": str(err)}},
+                )
+        _, listed_rv = self._api.list_slices(self._driver, self._node)
+        return self._api.watch_slices(self._driver, self._node, listed_rv, self._watch_timeout), listed_rv
+
     def _watch_loop(self) -> None:
         resource_version = ""
         backoff = self._backoff_initial
         while not self._stop.is_set():
             try:
-                watch = self._api.watch_slices(
-                    self._driver, self._node, resource_version, self._watch_timeout
-                )
+                fresh = not resource_version
+                watch, resource_version = self._open_watch(resource_version)
                 with self._lock:
                     self._watch = watch
                 if self._stop.is_set():
                     watch.close()
                     return
-                if not resource_version:
+                if fresh:
                     # A fresh watch only reports what exists: slices deleted before it started (kubelet
                     # wipes a node's slices at its start) produce no event. Reconcile once it is open.
                     self._dirty.set()
@@ -269,7 +305,7 @@ class SliceController:
                     resource_version = str(
                         event.object.get("metadata", {}).get("resourceVersion", resource_version)
                     )
-                    if event.type != "BOOKMARK":
+                    if event.type != "BOOKMARK" or event.initial_events_end:
                         self._dirty.set()
                 backoff = self._backoff_initial
             except Exception as err:
