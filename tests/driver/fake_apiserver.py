@@ -28,6 +28,7 @@ import itertools
 import json
 import random
 import re
+import ssl
 import threading
 import time
 import uuid
@@ -297,7 +298,9 @@ def invalid_list_options(errors: list[tuple[str, str]]) -> ApiError:
 class FakeAPIServer:
     """State, HTTP serving and test helpers. Use as a context manager or call start()/stop()."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        #: Serve HTTPS with this context (a test's self-signed certificate) instead of HTTP.
+        self.ssl_context = ssl_context
         self.cond = threading.Condition()
         self._rv = itertools.count(1)
         self.current_rv = 0
@@ -332,6 +335,8 @@ class FakeAPIServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if self.ssl_context is not None:
+            self._httpd.socket = self.ssl_context.wrap_socket(self._httpd.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -359,16 +364,19 @@ class FakeAPIServer:
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.ssl_context else 'http'}://{host}:{port}"
 
-    def write_kubeconfig(self, path: Path) -> Path:
+    def write_kubeconfig(self, path: Path, *, insecure: bool = False) -> Path:
+        cluster: dict[str, Any] = {"server": self.url}
+        if insecure:
+            cluster["insecure-skip-tls-verify"] = True
         path.write_text(
             json.dumps(
                 {
                     "apiVersion": "v1",
                     "kind": "Config",
                     "current-context": "fake",
-                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "clusters": [{"name": "fake", "cluster": cluster}],
                     "users": [{"name": "fake", "user": {"token": TOKEN}}],
                     "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
                 }

@@ -8,7 +8,11 @@ deadline, with a per-claim error for each claim whose read did not finish.
 from __future__ import annotations
 
 import logging
+import shutil
+import ssl
+import subprocess
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -200,3 +204,32 @@ def test_64_concurrent_reads_fit_the_connection_pool(
         t.join(20)
     full = [r for r in caplog.records if "pool is full" in r.getMessage()]
     assert full == []
+
+
+@pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="needs the openssl CLI for a self-signed certificate"
+)
+def test_skipped_tls_verification_is_said_once_not_per_request(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(short_tmp / "key.pem"), "-out", str(short_tmp / "cert.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(short_tmp / "cert.pem", short_tmp / "key.pem")
+    caplog.set_level(logging.INFO)
+    with FakeAPIServer(ssl_context=context) as server, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        server.add_node("n1")
+        kubeconfig = server.write_kubeconfig(short_tmp / "insecure-kubeconfig", insecure=True)
+        api = KubeAPI.from_kubeconfig(kubeconfig)
+        try:
+            for _ in range(3):
+                assert api.get_node("n1")["metadata"]["name"] == "n1"
+        finally:
+            api.close()
+    assert [str(w.category.__name__) for w in seen] == []
+    said = [r for r in caplog.records if "TLS verification of the API server is off" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING

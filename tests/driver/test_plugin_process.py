@@ -152,3 +152,35 @@ def test_nvml_mode_without_the_library_fails_with_a_clear_message(
     [error] = [json.loads(line) for line in proc.stderr.splitlines() if '"cannot start"' in line]
     assert "device discovery failed" in error["error"] and "NVML" in error["error"]
     assert not (short_tmp / "registry" / "gpu.nvidia.com-reg.sock").exists()
+
+
+def test_client_library_errors_are_log_entries_not_raw_lines(
+    short_tmp: Path, fake_api: FakeAPIServer
+) -> None:
+    # A kubeconfig whose credential plugin fails: the client library reports it on the root logger.
+    fake_api.add_node(NODE)
+    kubeconfig = json.loads((short_tmp / "kubeconfig").read_text())
+    kubeconfig["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": "false",
+            "interactiveMode": "Never",
+        }
+    }
+    (short_tmp / "kubeconfig").write_text(json.dumps(kubeconfig))
+    reg = short_tmp / "registry" / "gpu.nvidia.com-reg.sock"
+    proc = launch(plugin_args(short_tmp, gpus=1), module=True)
+    try:
+        assert wait_until(lambda: reg.exists() or proc.poll() is not None, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    lines = stderr.strip().splitlines()
+    assert lines and all(line.startswith("{") for line in lines), stderr
+    entries = [json.loads(line) for line in lines]
+    assert any(e["logger"] == "root" and e["level"] == "error" and "exec" in e["msg"] for e in entries), (
+        entries
+    )
