@@ -364,7 +364,7 @@ class FakeAPIServer:
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
-        return f"{'https' if self.ssl_context else 'http'}://{host}:{port}"
+        return f"{'https' if self.ssl_context else 'http'}://{host!s}:{port}"
 
     def write_kubeconfig(self, path: Path, *, insecure: bool = False) -> Path:
         cluster: dict[str, Any] = {"server": self.url}
