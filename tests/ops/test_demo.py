@@ -527,3 +527,22 @@ def test_bad_ttl_is_a_usage_error(capsys: pytest.CaptureFixture[str], value: str
 def test_demo_stack_files_are_git_ignored() -> None:
     root = Path(__file__).resolve().parents[2]
     assert "Pulumi.demo-*.yaml" in (root / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"config: [unclosed\n", "not valid YAML"),
+        (b"config:\n  a: \x00\n", "not valid YAML (unacceptable character #x0000"),  # a ReaderError
+        (b"\xff\xfe\x00binary", "not valid YAML ("),  # not UTF-8
+        (b"- a\n- b\n", "is not a stack file"),
+        (b"config: [a, b]\n", "is not a stack file"),
+    ],
+)
+def test_malformed_base_stack_file_is_one_line(tmp_path: Path, content: bytes, problem: str) -> None:
+    (tmp_path / "Pulumi.bad.yaml").write_bytes(content)
+    with pytest.raises(demo_stacks.DemoError) as info:
+        demo_stacks.read_stack_file(tmp_path, "bad")
+    message = str(info.value)
+    assert message.startswith("--base-stack bad: Pulumi.bad.yaml ") and problem in message, message
+    assert "\n" not in message
