@@ -271,7 +271,7 @@ class FakeAPIServer:
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def write_kubeconfig(self, path: Path) -> Path:
         path.write_text(
