@@ -199,7 +199,7 @@ def counting_fsyncs() -> Iterator[list[int]]:
     try:
         yield calls
     finally:
-        os.fsync = real  # type: ignore[assignment]
+        os.fsync = real
 
 
 def count_fsyncs(root: Path, gpus: int) -> tuple[int, int]:

@@ -392,6 +392,27 @@ class RawConfig:
         return cls(values=merged, secret_keys=frozenset(secret), environ=env)
 
 
+#: What `pulumi.Config.get_bool` accepts (the Python SDK compares with exactly these strings and raises
+#: ConfigTypeError for anything else, "TRUE", "yes", "1" and "on" included).
+BOOLEAN_TRUE: Final = ("true", "True")
+BOOLEAN_FALSE: Final = ("false", "False")
+BOOLEAN_ALLOWED: Final = "true or false"
+
+
+def parse_bool(raw: object) -> bool | None:
+    """A boolean config value as Pulumi's config reads it; None when it is not one.
+
+    `raw` is the engine's string, or a bool where a caller already holds typed YAML or JSON.
+    """
+    if isinstance(raw, bool):
+        return raw
+    if raw in BOOLEAN_TRUE:
+        return True
+    if raw in BOOLEAN_FALSE:
+        return False
+    return None
+
+
 def _show(key: Key | None, raw: object) -> str:
     if key is not None and key.secret:
         return "[secret]"
@@ -429,12 +450,11 @@ class _Reader:
                 return default
             return raw
         if key.type == "boolean":
-            if isinstance(raw, bool):
-                return raw
-            if isinstance(raw, str) and raw.lower() in ("true", "false"):
-                return raw.lower() == "true"
-            self.fail(key.name, raw, "true or false")
-            return default
+            value = parse_bool(raw)
+            if value is None:
+                self.fail(key.name, raw, BOOLEAN_ALLOWED)
+                return default
+            return value
         if key.type == "integer":
             try:
                 if isinstance(raw, bool):
@@ -824,11 +844,13 @@ def load(raw: RawConfig | None = None) -> StackConfig:
     name_prefix = r.get("namePrefix")
     if not _DNS_LABEL_RE.match(name_prefix) or len(name_prefix) > 40:
         r.fail("namePrefix", name_prefix, "1-40 characters a-z, 0-9 and '-'")
+    production = r.get("production")
+    kubeconfig_context = r.get("kubeconfigContext")
     if r.issues:
         raise ConfigError(r.issues)
     return StackConfig(
         target=target,
-        production=r.get("production"),
+        production=production,
         name_prefix=name_prefix,
         network=network,
         cluster=cluster,
@@ -837,7 +859,7 @@ def load(raw: RawConfig | None = None) -> StackConfig:
         sample=sample,
         kubeconfig=kubeconfig,
         kubeconfig_path=kubeconfig_path,
-        kubeconfig_context=r.get("kubeconfigContext"),
+        kubeconfig_context=kubeconfig_context,
         volcengine=volcengine,
     )
 

@@ -12,6 +12,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from components import config as stack_config
+
 from . import resources as r
 from . import wire
 
@@ -42,8 +44,34 @@ STACK = StackInfo(
 )
 
 
-def is_production(policy_config: Mapping[str, Any]) -> bool:
-    """Policy config `production` wins; else the stack config `<project>:production`."""
+@dataclass(frozen=True)
+class Production:
+    """Whether the stack is production, read as the program reads it; `problem` when the value is invalid."""
+
+    value: bool
+    problem: str | None = None
+
+
+def production(policy_config: Mapping[str, Any]) -> Production:
+    """Policy config `production` wins; else the stack config `<project>:production`.
+
+    Both are read with the program's own boolean parser (components/config.py), so the pack and the
+    program agree on every value: anything but true/false is a problem, and the stack counts as
+    production meanwhile (a typo must not switch protection off).
+    """
     if "production" in policy_config:
-        return r.truthy(policy_config["production"]) is True
-    return r.truthy(STACK.config_value("production")) is True
+        raw, where = policy_config["production"], "policy config production-protection.production"
+    else:
+        raw = STACK.config_value("production")
+        if raw is None:
+            return Production(False)
+        where = f"stack config {stack_config.PROJECT}:production"
+    value = stack_config.parse_bool(raw)
+    if value is None:
+        shown = raw if isinstance(raw, str) else repr(raw)
+        return Production(True, f"{where} = {shown!r}: allowed: {stack_config.BOOLEAN_ALLOWED}")
+    return Production(value)
+
+
+def is_production(policy_config: Mapping[str, Any]) -> bool:
+    return production(policy_config).value

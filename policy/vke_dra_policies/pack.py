@@ -181,6 +181,11 @@ def _secrets(resources: list[r.Res], _config: Mapping[str, Any]) -> list[Violati
     return secrets.secret_props(resources) + secrets.plaintext_outputs(resources)
 
 
+def _protection(res: r.Res, config: Mapping[str, Any]) -> list[Violation]:
+    production = context.production(config)
+    return protection.protected(res, production.value, production.problem)
+
+
 def _api_server(res: r.Res, _config: Mapping[str, Any]) -> list[Violation]:
     if res.type == r.CLUSTER:
         return cluster.api_server_public(res)
@@ -247,7 +252,7 @@ POLICIES: Final[list[Policy]] = [
         "production-protection",
         "Production stacks protect the cluster and its node pools.",
         list(protection.PROTECTED_TYPES),
-        lambda res, c: protection.protected(res, context.is_production(c)),
+        _protection,
         config_schema=_PRODUCTION,
     ),
     resource_policy(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from vke_gpu_dra_ops import checks
 from vke_gpu_dra_ops.checks import Settings, Snapshot, Status
@@ -10,7 +11,7 @@ from vke_gpu_dra_ops.checks import Settings, Snapshot, Status
 from tests.ops import fake_kube
 
 
-def snapshot(cluster: fake_kube.FakeCluster | None = None, **changes: object) -> Snapshot:
+def snapshot(cluster: fake_kube.FakeCluster | None = None, **changes: Any) -> Snapshot:
     c = cluster or fake_kube.healthy_cluster()
     base = {
         "api_resources": frozenset(c.resource_v1),

@@ -31,7 +31,7 @@ from tests.ops import fake_kube
 
 NOW = datetime(2026, 11, 30, 10, 41, 7, tzinfo=UTC)
 SALT = "v1:abc123:v1:def456:ghi789"
-BASE = {
+BASE: dict[str, Any] = {
     "config": {
         "vke-gpu-dra:region": "cn-beijing",
         "vke-gpu-dra:gpuInstanceType": "ecs.gni2.3xlarge",
@@ -172,7 +172,7 @@ def test_up_creates_a_tagged_stack_from_the_base_runs_up_with_the_policy_pack_an
             ws.outputs[name] = outputs_for(name)
             return original_create(name)
 
-        ws.create_stack = create  # type: ignore[method-assign]
+        ws.create_stack = create  # type: ignore[method-assign, assignment]
         code, out, err = run_demo(ws, project, "up", "--user", "Alice.B", "--timeout", "0")
 
     assert code == 0, err
@@ -233,6 +233,11 @@ def test_a_stack_configured_with_kubeconfig_path_is_verified_with_that_file(proj
     )
     ws = FakeWorkspace()
     seen: list[str] = []
+
+    def verify(path: str, values: Mapping[str, Any]) -> int:
+        seen.append(path)
+        return 0
+
     d = demo_stacks.Demo(ws, project, io.StringIO(), io.StringIO(), now=lambda: NOW)
     code = d.up(
         base_stack="local",
@@ -240,7 +245,7 @@ def test_a_stack_configured_with_kubeconfig_path_is_verified_with_that_file(proj
         user="bob",
         suffix="0002",
         kubeconfig_output="kubeconfig",
-        verify=lambda path, values: seen.append(path) or 0,
+        verify=verify,
     )
     assert code == 0
     assert seen == [os.path.expanduser("~/.kube/config")]
@@ -279,7 +284,7 @@ def test_failed_up_keeps_the_stack_and_says_how_to_remove_it(project: Path) -> N
         ws.fail[("up", name)] = "error: policy violation: vke-dra-node-labels"
         return original(name)
 
-    ws.create_stack = create  # type: ignore[method-assign]
+    ws.create_stack = create  # type: ignore[method-assign, assignment]
     code, out, err = run_demo(ws, project, "up", "--user", "d", "--skip-verify")
     name = next(iter(ws.stacks))
     assert code == 1
@@ -527,3 +532,22 @@ def test_bad_ttl_is_a_usage_error(capsys: pytest.CaptureFixture[str], value: str
 def test_demo_stack_files_are_git_ignored() -> None:
     root = Path(__file__).resolve().parents[2]
     assert "Pulumi.demo-*.yaml" in (root / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"config: [unclosed\n", "not valid YAML"),
+        (b"config:\n  a: \x00\n", "not valid YAML (unacceptable character #x0000"),  # a ReaderError
+        (b"\xff\xfe\x00binary", "not valid YAML ("),  # not UTF-8
+        (b"- a\n- b\n", "is not a stack file"),
+        (b"config: [a, b]\n", "is not a stack file"),
+    ],
+)
+def test_malformed_base_stack_file_is_one_line(tmp_path: Path, content: bytes, problem: str) -> None:
+    (tmp_path / "Pulumi.bad.yaml").write_bytes(content)
+    with pytest.raises(demo_stacks.DemoError) as info:
+        demo_stacks.read_stack_file(tmp_path, "bad")
+    message = str(info.value)
+    assert message.startswith("--base-stack bad: Pulumi.bad.yaml ") and problem in message, message
+    assert "\n" not in message

@@ -15,7 +15,11 @@ from vke_gpu_dra_ops import demo
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 SETUP_ACTION = ROOT / ".github" / "actions" / "setup" / "action.yml"
-PULUMI_ACTION = re.compile(r"^pulumi/actions@v[67]$")
+PULUMI_ACTION = re.compile(r"^pulumi/actions@[0-9a-f]{40}$")
+#: A remote action pinned by full commit SHA, its release tag in a comment (Renovate keeps both).
+PINNED_USES = re.compile(
+    r"^\s*(?:- )?uses: (?P<action>[\w.-]+/[\w./-]+)@(?P<ref>\S+)(?P<comment>\s+# v\d+\.\d+\.\d+)?\s*$"
+)
 #: Stacks CI does not preview or deploy: `local` targets a developer's own cluster.
 LOCAL_ONLY = {"local"}
 
@@ -199,3 +203,75 @@ def test_the_secret_check_catches_leaks() -> None:
     }
     leaks = secret_leaks(bad)
     assert [leak.split(":")[0] for leak in leaks] == ["j/a", "j/b", "j/c", "j/d"]
+
+
+def _uses_lines(path: Path) -> list[re.Match[str]]:
+    found = [PINNED_USES.match(line) for line in path.read_text().splitlines() if "uses:" in line]
+    return [m for m in found if m is not None]
+
+
+@pytest.mark.parametrize("path", all_files(), ids=lambda p: p.name)
+def test_remote_actions_are_pinned_by_commit_sha_with_the_tag_as_comment(path: Path) -> None:
+    lines = [line for line in path.read_text().splitlines() if "uses:" in line and "./" not in line]
+    matches = _uses_lines(path)
+    assert len(matches) == len(lines), lines  # every remote `uses:` line has the pinned form
+    for m in matches:
+        assert re.fullmatch(r"[0-9a-f]{40}", m["ref"]), f"{path.name}: {m['action']}@{m['ref']} is not a SHA"
+        assert m["comment"], f"{path.name}: {m['action']} has no tag comment"
+
+
+def test_the_pin_check_catches_a_tag_reference(tmp_path: Path) -> None:
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("jobs:\n  a:\n    steps:\n      - uses: actions/checkout@v4\n")
+    (m,) = _uses_lines(wf)
+    assert not re.fullmatch(r"[0-9a-f]{40}", m["ref"])
+
+
+def test_every_checkout_keeps_no_credentials() -> None:
+    checkouts = [
+        (path.name, step)
+        for path in all_files()
+        for job in load(path).get("jobs", {}).values()
+        for step in steps(job)
+        if step.get("uses", "").startswith("actions/checkout@")
+    ]
+    assert len(checkouts) >= 5
+    for name, step in checkouts:
+        assert (step.get("with") or {}).get("persist-credentials") is False, name
+
+
+def test_pr_preview_of_each_stack_uses_its_deploy_environment() -> None:
+    preview = load(WORKFLOWS / "pr.yaml")["jobs"]["preview"]
+    deploy = load(WORKFLOWS / "deploy.yaml")["jobs"]
+    expected = {stack: deploy[stack]["environment"] for stack in ("dev", "prod")}
+    assert expected == {"dev": "development", "prod": "production"}
+    env = preview["environment"]
+    # GitHub evaluates `a && 'x' || 'y'`; check both matrix values against deploy.yaml's environments.
+    m = re.fullmatch(r"\$\{\{ matrix\.stack == '(\w+)' && '(\w+)' \|\| '(\w+)' \}\}", env)
+    assert m, env
+    chosen = {stack: m[2] if stack == m[1] else m[3] for stack in preview["strategy"]["matrix"]["stack"]}
+    assert chosen == expected
+
+
+def test_dependency_updates_cover_python_actions_and_the_dockerfile() -> None:
+    import json
+
+    renovate = json.loads((ROOT / ".github" / "renovate.json").read_text())
+    managers = set(renovate["enabledManagers"])
+    assert {"pip_requirements", "github-actions", "custom.regex"} <= managers
+    assert "helpers:pinGitHubActionDigests" in renovate["extends"]
+    (docker,) = [m for m in renovate["customManagers"] if m["datasourceTemplate"] == "docker"]
+    dockerfile = (ROOT / "driver" / "Dockerfile").read_text()
+    pattern = re.sub(r"\(\?<(?=[A-Za-z])", "(?P<", docker["matchStrings"][0])  # JS named groups
+    match = re.search(pattern, dockerfile)
+    assert match and match["depName"] == "python", "the base image ARG is not matched"
+    assert "constraints" in renovate["pip_requirements"]["managerFilePatterns"][0]
+
+
+def test_license_file_is_the_declared_apache_2() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
+    for declared in ("driver/pyproject.toml", "ops/pyproject.toml"):
+        assert 'license = "Apache-2.0"' in (ROOT / declared).read_text(), declared
+    assert 'licenses="Apache-2.0"' in (ROOT / "driver" / "Dockerfile").read_text()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from vke_dra_policies import context
 from vke_dra_policies.checks import capacity
@@ -11,15 +13,15 @@ POOL = "volcengine:vke/nodePool:NodePool"
 
 
 @pytest.fixture(scope="module")
-def dev() -> Stack:
+def dev() -> Any:  # a Stack of SimRes, which the checks read as Res
     return program_stack("dev", "python")
 
 
-def test_the_program_sample_fits_its_pool(dev: Stack) -> None:
+def test_the_program_sample_fits_its_pool(dev: Any) -> None:
     assert capacity.claims_fit(dev, {}) == []
 
 
-def test_replicas_beyond_the_pool_are_reported_on_the_workload(dev: Stack) -> None:
+def test_replicas_beyond_the_pool_are_reported_on_the_workload(dev: Any) -> None:
     def more(s: Stack) -> None:
         s.one(DEPLOYMENT).props["spec"]["replicas"] = 2
 
@@ -28,7 +30,7 @@ def test_replicas_beyond_the_pool_are_reported_on_the_workload(dev: Stack) -> No
     assert "2 replicas wanted, 1 fit per node, 1 on the pool's maximum of 1 nodes" in violation.message
 
 
-def test_catalog_rows_come_from_the_stack_config(dev: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_catalog_rows_come_from_the_stack_config(dev: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     def bigger(s: Stack) -> None:
         s.one(POOL).props["nodeConfig"]["instanceTypeIds"] = ["ecs.gni2.8xlarge"]
 

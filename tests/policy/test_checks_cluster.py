@@ -33,7 +33,7 @@ def test_old_missing_or_malformed_versions_fail(version: object, found: str) -> 
     assert found in v.message
     assert 'volcengine:vke/cluster:Cluster "vke-cluster"' in v.message
     assert "set kubernetesVersion" in v.message
-    assert v.urn.endswith("::vke-cluster")
+    assert v.urn is not None and v.urn.endswith("::vke-cluster")
 
 
 def test_unknown_version_during_preview_is_not_judged() -> None:

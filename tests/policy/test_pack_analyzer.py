@@ -11,7 +11,7 @@ from pulumi.runtime.proto import analyzer_pb2
 from vke_gpu_dra import facts
 
 from .analyzer_client import Diagnostic, PackProcess
-from .stacks import KUBECONFIG_TEXT, SimRes, Stack, after_up, example_stacks, program_stack, secret
+from .stacks import KUBECONFIG_TEXT, PROJECT, SimRes, Stack, after_up, example_stacks, program_stack, secret
 
 MANDATORY_POLICIES = {
     "gpu-claims-fit-node-pools",
@@ -432,3 +432,24 @@ def test_production_from_policy_config_and_enforcement_levels(analyzer: PackProc
     assert mandatory(analyzer.run(dev)) == []
     analyzer.configure({"kubernetes-version": {"enforcementLevel": "disabled"}})
     assert mandatory(analyzer.run(dev.mutated(k8s_133))) == []
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "on", "treu", "TRUE"])
+def test_production_value_pulumi_does_not_read_as_a_boolean_is_a_violation(
+    analyzer: PackProcess, value: str
+) -> None:
+    # The program rejects these values (components/config.py); the pack reads them with the same parser
+    # instead of its own truthiness, which took "yes" for false and let an unprotected cluster through.
+    dev = program_stack("dev", "python")
+    dev.config[f"{PROJECT}:production"] = value
+    found = mandatory(analyzer.run(dev))
+    assert {d.policy for d in found} == {"production-protection"} and len(found) == 2  # cluster and pool
+    for d in found:
+        assert f"{PROJECT}:production = {value!r}: allowed: true or false" in d.message
+
+
+@pytest.mark.parametrize(("value", "violations"), [("true", 2), ("True", 2), ("false", 0), ("False", 0)])
+def test_production_values_pulumi_accepts(analyzer: PackProcess, value: str, violations: int) -> None:
+    dev = program_stack("dev", "python")  # cluster and pool unprotected
+    dev.config[f"{PROJECT}:production"] = value
+    assert len(mandatory(analyzer.run(dev))) == violations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
@@ -55,7 +57,7 @@ def test_stack_config_sources() -> None:
     assert context.StackInfo(config={"x:production": "true"}).config_value("production") == "true"
 
 
-def _policy(name: str) -> pack.Policy:
+def _policy(name: str) -> Any:  # the pack's ResourceValidationPolicy / StackValidationPolicy
     return next(p for p in pack.POLICIES if p.name == name)
 
 

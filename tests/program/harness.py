@@ -170,7 +170,7 @@ class ProgramMocks(pulumi.runtime.Mocks):
             }
         return f"{args.name}-id", state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]  # a bare dict is accepted
         self.invokes.append((args.token, copy.deepcopy(dict(args.args))))
         if args.token == KUBECONFIG_INVOKE:
             ids = list(args.args.get("ids") or ["kubeconfig-id"])

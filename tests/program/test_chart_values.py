@@ -62,7 +62,7 @@ def test_local_values_render_the_plugin_on_every_node(tmp_path: Path) -> None:
 def test_taints_become_plugin_tolerations(tmp_path: Path) -> None:
     run = harness.run_stack("dev", {"nodePool.taints": ["nvidia.com/gpu:NoSchedule"]})
     tolerations = daemonset(render(run, tmp_path)).get("tolerations")
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (tolerations or [])
 
 
 def test_nvidia_controller_affinity_default_is_removed() -> None:

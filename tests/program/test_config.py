@@ -379,3 +379,69 @@ def test_main_reports_config_errors_as_one_message(monkeypatch: pytest.MonkeyPat
         stack.main()
     assert len(logged) == 1
     assert f"{P}:nodePool.minReplicas = 5: allowed: at most nodePool.maxReplicas (1)" in logged[0]
+
+
+BOOLEAN_KEYS = [k.name for k in config.KEYS if k.type == "boolean"]
+#: Exactly what pulumi.Config.get_bool accepts (the Python SDK compares with "true"/"True" and
+#: "false"/"False" and raises ConfigTypeError otherwise); YAML booleans arrive as "true"/"false".
+BOOLEAN_ACCEPTED = [("true", True), ("True", True), ("false", False), ("False", False), (True, True),
+                    (False, False)]
+BOOLEAN_REJECTED = ["yes", "no", "1", "0", "on", "off", "treu", "TRUE", "FALSE", "tRuE", "y", "", " true"]
+
+
+def _bool_field(cfg: config.StackConfig, key: str) -> bool:
+    fields = {
+        "production": cfg.production,
+        "cluster.apiServerPublicAccess": cfg.cluster.api_server_public_access,
+        "cluster.deleteProtection": cfg.cluster.delete_protection,
+        "driver.kubeletPluginOnAllNodes": cfg.driver.kubelet_plugin_on_all_nodes,
+        "sample.enabled": cfg.sample.enabled,
+    }
+    return fields[key]
+
+
+def test_boolean_keys_are_the_ones_this_test_reads() -> None:
+    assert sorted(BOOLEAN_KEYS) == sorted(
+        ["production", "cluster.apiServerPublicAccess", "cluster.deleteProtection",
+         "driver.kubeletPluginOnAllNodes", "sample.enabled"]
+    )
+
+
+@pytest.mark.parametrize("key", BOOLEAN_KEYS)
+@pytest.mark.parametrize(("value", "expected"), BOOLEAN_ACCEPTED)
+def test_boolean_keys_accept_what_pulumi_config_accepts(key: str, value: Any, expected: bool) -> None:
+    assert _bool_field(config.load(raw({key: value})), key) is expected
+
+
+@pytest.mark.parametrize("key", BOOLEAN_KEYS)
+@pytest.mark.parametrize("value", BOOLEAN_REJECTED)
+def test_boolean_keys_reject_anything_else_naming_key_value_and_allowed(key: str, value: str) -> None:
+    issue = only_issue({key: value}, key)
+    assert issue.value == repr(value)
+    assert issue.allowed == "true or false"
+    assert str(issue).startswith(f"{P}:{key} = {value!r}: allowed: true or false")
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "on", "treu"])
+def test_production_typo_is_reported_with_the_other_problems(value: str) -> None:
+    # `production` used to be read after the collected problems were raised: alone it came out False.
+    issues = problems({"production": value, "namePrefix": "Bad_Prefix"})
+    assert {i.key for i in issues} == {"production", "namePrefix"}
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "on", "treu"])
+def test_production_typo_is_an_error_with_an_existing_cluster_too(value: str) -> None:
+    issue = only_issue(
+        {"target": "existing-cluster", "kubeconfigPath": "/tmp/kc", "nodePool.keyPairName": None,
+         "production": value},
+        "production",
+        region=False,
+    )
+    assert issue.value == repr(value)
+
+
+def test_parse_bool_is_the_one_boolean_reader() -> None:
+    assert [config.parse_bool(v) for v in ("true", "True", "false", "False", True, False)] == [
+        True, True, False, False, True, False,
+    ]
+    assert [config.parse_bool(v) for v in ("TRUE", "yes", "1", 1, 0, None, "treu")] == [None] * 7

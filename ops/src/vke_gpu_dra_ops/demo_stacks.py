@@ -95,10 +95,14 @@ def read_stack_file(project_dir: Path, base: str) -> StackFile:
         raise DemoError(f"--base-stack {base}: no Pulumi.{base}.yaml in the project (stacks: {available})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        # Only MarkedYAMLError has `problem`; a ReaderError (control characters) or bad UTF-8 has not.
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DemoError(f"--base-stack {base}: Pulumi.{base}.yaml is not valid YAML ({problem})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("config") or {}, dict):
         raise DemoError(
-            f"--base-stack {base}: Pulumi.{base}.yaml is not valid YAML ({exc.problem})"
-        ) from None
+            f"--base-stack {base}: Pulumi.{base}.yaml is not a stack file (a map with a config map)"
+        )
     config = data.get("config") or {}
     provider = data.get("secretsprovider")
     if any(is_secure(v) for v in config.values()) and (

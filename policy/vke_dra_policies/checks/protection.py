@@ -8,8 +8,15 @@ from . import Violation
 PROTECTED_TYPES = (r.CLUSTER, r.NODE_POOL)
 
 
-def protected(res: r.Res, production: bool) -> list[Violation]:
-    if not production or res.type not in PROTECTED_TYPES or res.protect:
+def protected(res: r.Res, production: bool, problem: str | None = None) -> list[Violation]:
+    """`problem`: the production value is not a boolean; reported on each cluster and pool."""
+    if res.type not in PROTECTED_TYPES:
+        return []
+    if problem is not None:
+        return [
+            Violation(f"{res.label}: {problem}; fix the value (checked as production meanwhile).", res.urn)
+        ]
+    if not production or res.protect:
         return []
     return [
         Violation(

@@ -422,7 +422,7 @@ def pools_from_config(config: Mapping[str, Any], defaults: Mapping[str, Any]) ->
         )
     labels = dict(_parse_config_labels(get("nodePool.labels", [])))
     labels.update(facts.REQUIRED_NODE_LABELS)
-    placement = {
+    placement: dict[str, Any] = {
         "labels": tuple(sorted(labels.items())),
         "taints": _parse_config_taints(get("nodePool.taints", [])),
     }
