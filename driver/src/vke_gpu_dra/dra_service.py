@@ -37,9 +37,11 @@ _call_ids = itertools.count(1)
 class ClaimPreparer(Protocol):
     """What the service needs from the device state (vke_gpu_dra.state.DeviceState)."""
 
-    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]: ...
+    def prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> list[PreparedDevice]: ...
 
-    def unprepare(self, ref: ClaimRef) -> None: ...
+    def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None: ...
 
 
 class ClaimReader(Protocol):
@@ -54,6 +56,12 @@ def request_names(names: Sequence[str]) -> tuple[str, ...]:
     for name in names:
         seen.setdefault(name.split("/", 1)[0], None)
     return tuple(seen)
+
+
+def call_deadline(context: grpc.ServicerContext) -> float | None:
+    """The call's deadline as a `time.monotonic()` value; None when kubelet set none."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
 
 
 def check_claim(ref: ClaimRef, claim: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -71,9 +79,9 @@ class DRAServicer:
         self._state = state
         self._metrics = metrics
 
-    def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
+    def _prepare_one(self, ref: ClaimRef, deadline: float | None) -> list[PreparedDevice]:
         claim = check_claim(ref, self._claims.get_resource_claim(ref.namespace, ref.name))
-        return self._state.prepare(ref, claim)
+        return self._state.prepare(ref, claim, deadline=deadline)
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
@@ -82,6 +90,7 @@ class DRAServicer:
             return response
         call_id = next(_call_ids)
         started = time.monotonic()
+        deadline = call_deadline(context)
         for claim in request.claims:
             ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
             entry = response.claims[claim.uid]
@@ -91,7 +100,7 @@ class DRAServicer:
                 "uid": ref.uid,
             }
             try:
-                devices = self._prepare_one(ref)
+                devices = self._prepare_one(ref, deadline)
             except ClaimError as err:
                 entry.error = str(err)
                 self._metrics.prepare_claims.labels(result="error").inc()
@@ -124,6 +133,7 @@ class DRAServicer:
             return response
         call_id = next(_call_ids)
         started = time.monotonic()
+        deadline = call_deadline(context)
         for claim in request.claims:
             ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
             entry = response.claims[claim.uid]  # every claim gets an entry, even an empty one
@@ -133,7 +143,7 @@ class DRAServicer:
                 "uid": ref.uid,
             }
             try:
-                self._state.unprepare(ref)
+                self._state.unprepare(ref, deadline=deadline)
             except ClaimError as err:
                 entry.error = str(err)
                 self._metrics.unprepare_claims.labels(result="error").inc()
