@@ -382,3 +382,68 @@ def test_leftover_temp_files_of_interrupted_writes_are_removed_at_start(dirs):
     assert sorted(state.removed_leftovers) == sorted(ours)
     assert not any(p.exists() for p in ours)
     assert all(p.exists() for p in foreign) and link.is_symlink() and directory.is_dir()
+
+
+def test_calls_that_wait_for_the_lock_share_one_batch_of_checkpoint_writes(dirs, monkeypatch):
+    state = make_state(dirs)
+    real_save = state._store.save
+    saves = []
+    first_inside, release = threading.Event(), threading.Event()
+
+    def held_first_save(entries):
+        saves.append({uid: e.state for uid, e in entries.items()})
+        if len(saves) == 1:
+            first_inside.set()
+            release.wait(timeout=30)
+        real_save(entries)
+
+    monkeypatch.setattr(state._store, "save", held_first_save)
+    others = ("uid-1", "uid-2", "uid-3")
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
+        assert first_inside.wait(timeout=30)
+        queued = [pool.submit(state.prepare, ref(u), claim(u, result("gpu-1"))) for u in others]
+        gone = pool.submit(state.unprepare, ref("uid-9"))  # unknown: no write of its own
+        for _ in range(3000):  # until all four wait behind the held batch
+            with state._queue_guard:
+                if len(state._queue) == 4:
+                    break
+            threading.Event().wait(0.01)
+        release.set()
+        assert all(f.result(timeout=30) for f in [first, *queued]) and gone.result(timeout=30) is None
+    started, completed = ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED
+    assert saves[2] == {"uid-0": completed, **dict.fromkeys(others, started)}  # one write for three claims
+    assert saves[3] == {"uid-0": completed, **dict.fromkeys(others, completed)}
+    assert len(saves) == 4  # 2 per claim when each call writes on its own
+    assert set(state.prepared()) == {"uid-0", *others}
+
+
+def test_a_failed_batch_write_fails_each_of_its_claims_and_spares_the_others(dirs, monkeypatch):
+    state = make_state(dirs)
+    state.prepare(ref("uid-0"), claim("uid-0", result("gpu-0")))
+    real_save = state._store.save
+
+    def refuse_uid_2(entries):
+        if "uid-2" in entries:
+            raise OSError(28, "No space left on device")
+        real_save(entries)
+
+    monkeypatch.setattr(state._store, "save", refuse_uid_2)
+    with pytest.raises(ClaimError, match=r"claim default/c: cannot write checkpoint .*No space left"):
+        state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
+    assert state.prepare(ref("uid-0"), claim("uid-0", result("gpu-0")))[0].device_name == "gpu-0"
+    assert list(state.entries()) == ["uid-0"] and list(cdi.list_claim_specs(dirs[0])) == ["uid-0"]
+
+
+def test_an_unexpected_error_in_a_batch_is_an_internal_error_of_its_claims(dirs, monkeypatch):
+    state = make_state(dirs)
+
+    def bug(*_args, **_kwargs):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(state._store, "save", bug)
+    with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: ValueError\('bug'\)"):
+        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    monkeypatch.undo()
+    assert state.entries() == {}
+    state.prepare(ref(), claim("uid-1", result("gpu-0")))  # the lock was released

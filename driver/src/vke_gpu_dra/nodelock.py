@@ -49,16 +49,29 @@ class NodeLock:
     @contextlib.contextmanager
     def held(self, deadline: float) -> Iterator[None]:
         """Hold the lock; raises LockTimeout when it is not free by `deadline` (a `clock()` value)."""
-        if not self._threads.acquire(timeout=max(0.0, deadline - self._clock())):
+        if not self.acquire_thread(deadline):
             raise LockTimeout(self._timeout_message())
         try:
-            fd = self._lock_file(deadline)
-            try:
+            with self.file_held(deadline):
                 yield
-            finally:
-                os.close(fd)  # releases the flock
         finally:
-            self._threads.release()
+            self.release_thread()
+
+    def acquire_thread(self, deadline: float) -> bool:
+        """Take the in-process part only (callers then take `file_held`); False at the deadline."""
+        return self._threads.acquire(timeout=max(0.0, deadline - self._clock()))
+
+    def release_thread(self) -> None:
+        self._threads.release()
+
+    @contextlib.contextmanager
+    def file_held(self, deadline: float) -> Iterator[None]:
+        """The cross-process part (caller holds the thread part); raises LockTimeout at the deadline."""
+        fd = self._lock_file(deadline)
+        try:
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
     def _timeout_message(self) -> str:
         return f"the node's prepare/unprepare lock {self.path} was not free before the call's deadline"

@@ -1,10 +1,15 @@
 """Prepared-claim state of this node: prepare/unprepare, backed by CDI specs and the checkpoint.
 
-Stateless between calls: every prepare and unprepare takes the node lock (`nodelock`, shared with
-any other plugin process on this node, e.g. the other pod of a seamless upgrade), reads the
-checkpoint, makes its change durable and releases the lock. No prepared claim is kept in memory,
-so a claim prepared by one process is known to the other at its next call. Waiting for the lock
-is bounded by the caller's deadline (kubelet's, for gRPC calls).
+Stateless between calls: every prepare and unprepare runs under the node lock (`nodelock`, shared
+with any other plugin process on this node, e.g. the other pod of a seamless upgrade), which reads
+the checkpoint, makes the change durable and releases the lock. No prepared claim is kept in
+memory, so a claim prepared by one process is known to the other at its next call. Waiting for
+the lock is bounded by the caller's deadline (kubelet's, for gRPC calls).
+
+Calls that arrive together share the lock: the thread that gets it runs every queued operation on
+distinct claims as one batch (one checkpoint read, one write of their PrepareStarted entries, their
+CDI specs in parallel, one write of the results), so concurrent prepares do not each pay for two
+checkpoint rewrites. Operations on the same claim run one after the other.
 
 At start, under the same lock, the temp files of interrupted atomic writes of this driver are
 removed and claims whose CDI spec has no checkpoint entry are recovered.
@@ -14,10 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from . import cdi
 from .allocation import allocated_devices
@@ -31,6 +40,25 @@ log = logging.getLogger(__name__)
 #: How long a call without a deadline (start-up, inspection, tests) waits for the node lock:
 #: kubelet's own call timeout.
 DEFAULT_LOCK_WAIT_SECONDS: Final = 45.0
+
+
+#: Threads writing the CDI specs of one batch in parallel.
+SPEC_WRITERS: Final = 8
+
+
+@dataclass(eq=False)
+class _Op:
+    """One prepare or unprepare waiting for (or done by) a batch under the node lock."""
+
+    kind: Literal["prepare", "unprepare"]
+    ref: ClaimRef
+    claim: Mapping[str, Any] | None
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: list[PreparedDevice] | None = None
+    error: BaseException | None = None
+    devices: list[Device] = field(default_factory=list)  # a prepare's devices, once checked
+    prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
 
 
 class StateLockTimeout(Exception):
@@ -66,6 +94,9 @@ class DeviceState:
         plugin_data_dir.mkdir(parents=True, exist_ok=True)
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
+        self._queue: list[_Op] = []
+        self._queue_guard = threading.Lock()
+        self._spec_writers: ThreadPoolExecutor | None = None
         #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
         #: Temp files of interrupted writes removed at start.
@@ -87,45 +118,13 @@ class DeviceState:
 
         `deadline` (a `time.monotonic()` value) bounds the wait for the node lock.
         """
-        with self._locked(ref, deadline):
-            entries = self._read()
-            entry = entries.get(ref.uid)
-            if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-                self._ensure_spec(ref, entry)
-                return list(entry.devices)
-            allocated = allocated_devices(
-                ref, claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
-            )
-            entries[ref.uid] = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED)
-            self._save(entries, ref)
-            unique = list({a.device.name: a.device for a in allocated}.values())
-            self._write_spec(ref, unique)
-            prepared = [
-                PreparedDevice(
-                    request_names=(a.request_name,),
-                    pool_name=self._pool_name,
-                    device_name=a.device.name,
-                    cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
-                )
-                for a in allocated
-            ]
-            entries[ref.uid] = ClaimEntry(
-                ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, tuple(prepared)
-            )
-            self._save(entries, ref)
-            return prepared
+        op = self._submit(_Op("prepare", ref, claim, self._deadline(deadline)))
+        assert op.result is not None
+        return op.result
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
-        with self._locked(ref, deadline):
-            entries = self._read()
-            try:
-                cdi.delete_claim_spec(self._cdi_root, ref.uid)
-            except OSError as exc:
-                label = f"{ref.namespace}/{ref.name}"
-                raise ClaimError(f"claim {label}: cannot delete its CDI spec: {exc}") from None
-            if entries.pop(ref.uid, None) is not None:
-                self._save(entries, ref)
+        self._submit(_Op("unprepare", ref, None, self._deadline(deadline)))
 
     def prepared(self) -> dict[str, list[PreparedDevice]]:
         """Claim UID -> prepared devices, for claims whose preparation completed (read from disk)."""
@@ -142,19 +141,167 @@ class DeviceState:
 
     # ------------------------------------------------------------------------------------- internals
 
-    @contextlib.contextmanager
-    def _locked(self, ref: ClaimRef, deadline: float | None) -> Iterator[None]:
-        if deadline is None:
-            deadline = time.monotonic() + self._lock_wait
+    def _deadline(self, deadline: float | None) -> float:
+        return time.monotonic() + self._lock_wait if deadline is None else deadline
+
+    def _submit(self, op: _Op) -> _Op:
+        """Queue `op` and wait until a batch under the node lock has done it; raises its error.
+
+        The thread that gets the lock (the leader) takes every queued operation on distinct claims
+        into one batch, so calls that arrive together share the checkpoint writes.
+        """
+        with self._queue_guard:
+            self._queue.append(op)
+        while not op.done.is_set():
+            if not self._lock.acquire_thread(op.deadline):
+                self._give_up(op)
+                break
+            try:
+                if op.done.is_set():
+                    break  # an earlier leader did it
+                try:
+                    with self._lock.file_held(op.deadline):
+                        self._run_batch(self._take_batch())
+                except LockTimeout:
+                    self._give_up(op)
+                    break
+            finally:
+                self._lock.release_thread()
+        if op.error is not None:
+            raise op.error
+        return op
+
+    def _give_up(self, op: _Op) -> None:
+        """The deadline passed before `op` ran: drop it, unless a leader took it already (then wait)."""
+        with self._queue_guard:
+            waiting = op in self._queue
+            if waiting:
+                self._queue.remove(op)
+        if not waiting:
+            op.done.wait()
+            return
+        label = f"{op.ref.namespace}/{op.ref.name}"
+        op.error = ClaimError(
+            f"claim {label}: timed out waiting for the node's prepare/unprepare lock "
+            f"{self._lock.path}: another call (in this or another plugin process on the node) held it "
+            "until the call's deadline"
+        )
+        op.done.set()
+
+    def _take_batch(self) -> list[_Op]:
+        with self._queue_guard:
+            batch: list[_Op] = []
+            uids: set[str] = set()
+            for op in self._queue:
+                if op.ref.uid not in uids:  # the same claim twice: one after the other, in two batches
+                    batch.append(op)
+                    uids.add(op.ref.uid)
+            for op in batch:
+                self._queue.remove(op)
+        return batch
+
+    def _run_batch(self, batch: list[_Op]) -> None:
+        """Do `batch` (caller holds the node lock): read the checkpoint, change it, write it back."""
         try:
-            with self._lock.held(deadline):
-                yield
-        except LockTimeout:
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name}: timed out waiting for the node's prepare/unprepare lock "
-                f"{self._lock.path}: another call (in this or another plugin process on the node) held it "
-                "until the call's deadline"
-            ) from None
+            entries = self._read()
+            starting: list[_Op] = []
+            removed: list[_Op] = []
+            for op in batch:
+                self._plan(op, entries, starting, removed)
+            # 1. PrepareStarted entries (and removals) before any CDI spec is written
+            self._save_batch(entries, [*starting, *removed])
+            starting = [op for op in starting if op.error is None]
+            # 2. the CDI specs, in parallel
+            self._write_specs(starting)
+            # 3. PrepareCompleted entries of the claims whose spec was written
+            written = [op for op in starting if op.error is None]
+            for op in written:
+                entries[op.ref.uid] = ClaimEntry(
+                    op.ref.uid,
+                    op.ref.namespace,
+                    op.ref.name,
+                    ClaimState.PREPARE_COMPLETED,
+                    tuple(op.prepared),
+                )
+            self._save_batch(entries, written)
+            for op in written:
+                op.result = op.prepared
+        except Exception as exc:  # a bug, not a claim's problem: every unanswered operation fails with it
+            log.exception("prepare/unprepare batch failed")
+            for op in batch:
+                if op.error is None and (op.kind == "unprepare" or op.result is None):
+                    op.error = RuntimeError(
+                        f"{op.kind} of claim {op.ref.namespace}/{op.ref.name} failed: {exc!r}"
+                    )
+                    op.error.__cause__ = exc
+        finally:
+            for op in batch:
+                op.done.set()
+
+    def _plan(self, op: _Op, entries: dict[str, ClaimEntry], starting: list[_Op], removed: list[_Op]) -> None:
+        """First step of one operation: answer from the checkpoint, check the claim, delete a spec."""
+        ref = op.ref
+        try:
+            if op.kind == "unprepare":
+                try:
+                    cdi.delete_claim_spec(self._cdi_root, ref.uid)
+                except OSError as exc:
+                    raise ClaimError(
+                        f"claim {ref.namespace}/{ref.name}: cannot delete its CDI spec: {exc}"
+                    ) from None
+                if entries.pop(ref.uid, None) is not None:
+                    removed.append(op)
+                return
+            entry = entries.get(ref.uid)
+            if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+                self._ensure_spec(ref, entry)
+                op.result = list(entry.devices)
+                return
+            assert op.claim is not None
+            allocated = allocated_devices(
+                ref, op.claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
+            )
+            op.devices = list({a.device.name: a.device for a in allocated}.values())
+            op.prepared = [
+                PreparedDevice(
+                    request_names=(a.request_name,),
+                    pool_name=self._pool_name,
+                    device_name=a.device.name,
+                    cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
+                )
+                for a in allocated
+            ]
+            entries[ref.uid] = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED)
+            starting.append(op)
+        except ClaimError as exc:
+            op.error = exc
+
+    def _save_batch(self, entries: Mapping[str, ClaimEntry], changed: Sequence[_Op]) -> None:
+        """Write the checkpoint when `changed` is not empty; a disk failure fails each of them."""
+        if not changed:
+            return
+        try:
+            self._store.save(entries)
+        except OSError as exc:
+            for op in changed:
+                label = f"{op.ref.namespace}/{op.ref.name}"
+                op.error = ClaimError(f"claim {label}: cannot write checkpoint {self._store.path}: {exc}")
+
+    def _write_specs(self, ops: Sequence[_Op]) -> None:
+        def write(op: _Op) -> None:
+            try:
+                self._write_spec(op.ref, op.devices)
+            except ClaimError as exc:
+                op.error = exc
+
+        if len(ops) <= 1:
+            for op in ops:
+                write(op)
+            return
+        if self._spec_writers is None:
+            self._spec_writers = ThreadPoolExecutor(max_workers=SPEC_WRITERS, thread_name_prefix="cdi-write")
+            weakref.finalize(self, self._spec_writers.shutdown, wait=False)
+        list(self._spec_writers.map(write, ops))
 
     @contextlib.contextmanager
     def _locked_or_fail(self, what: str) -> Iterator[None]:
@@ -212,15 +359,6 @@ class DeviceState:
         if recovered or result.problem is not None:
             self._store.save(entries)
         return entries
-
-    def _save(self, entries: Mapping[str, ClaimEntry], ref: ClaimRef) -> None:
-        """Write the checkpoint (caller holds the node lock); a disk failure is the claim's error."""
-        try:
-            self._store.save(entries)
-        except OSError as exc:
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name}: cannot write checkpoint {self._store.path}: {exc}"
-            ) from None
 
     def _optional_nodes(self) -> list[str]:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
