@@ -72,6 +72,7 @@ def test_rendered_object_set(render: Any, scenario: str, device_classes: int) ->
         "ClusterRoleBinding",
         "DaemonSet",
         *["DeviceClass"] * device_classes,
+        "Service",
         "ServiceAccount",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
@@ -86,6 +87,7 @@ def test_optional_objects_can_be_turned_off(render: Any) -> None:
             "admissionPolicy": {"enabled": False},
             "deviceClasses": {"enabled": False},
             "helmTest": {"enabled": False},
+            "metrics": {"service": {"enabled": False}},
             "serviceAccount": {"create": False, "name": "existing-sa"},
         }
     )
@@ -197,6 +199,7 @@ def test_notes_list_the_verification_commands(helm: Helm) -> None:
 def test_all_kinds_of_objects_are_accounted_for(render: Any) -> None:
     kinds = {o["kind"] for o in render({})}
     assert kinds == {
+        "Service",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",

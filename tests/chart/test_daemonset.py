@@ -20,8 +20,11 @@ NVML_ENV = {
     "HEALTHCHECK_PORT": "51516",
     "METRICS_PORT": "8080",
     "LOG_FORMAT": "json",
+    "LOG_LEVEL": "info",
+    "ROLLING_UPDATE_ID": {"fieldRef": {"fieldPath": "metadata.uid"}},
     "NVIDIA_VISIBLE_DEVICES": "void",
 }
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +61,12 @@ def test_default_node_affinity_is_the_dra_label(render: Any) -> None:
             ]
         }
     ]
-    assert "nodeSelector" not in spec and "tolerations" not in spec
+    assert "nodeSelector" not in spec
+
+
+def test_gpu_taint_is_tolerated_by_default(render: Any) -> None:
+    assert pod_spec(render({}))["tolerations"] == [GPU_TOLERATION]
+    assert "tolerations" not in pod_spec(render({"kubeletPlugin": {"tolerations": []}}))
 
 
 def test_scheduling_values_are_passed_through(render: Any) -> None:
@@ -95,18 +103,56 @@ def test_priority_and_grace_period(render: Any) -> None:
     assert "hostNetwork" not in spec and "hostPID" not in spec and "hostIPC" not in spec
 
 
-def test_rolling_update_never_surges(render: Any) -> None:
-    strategy = find(render({}), "DaemonSet")["spec"]["updateStrategy"]
-    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+def test_seamless_upgrades_surge_one_pod_and_name_sockets_after_the_pod(render: Any) -> None:
+    daemonset = find(render({}), "DaemonSet")
+    assert daemonset["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = env_of(plugin_container(render({})))
+    assert env["ROLLING_UPDATE_ID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    # a maxUnavailable from the values cannot turn the surge into an outage
     custom = {
+        "kubeletPlugin": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 3}}}
+    }
+    assert find(render(custom), "DaemonSet")["spec"]["updateStrategy"]["rollingUpdate"] == {
+        "maxSurge": 1,
+        "maxUnavailable": 0,
+    }
+
+
+def test_without_seamless_upgrades_the_rollout_never_surges(render: Any) -> None:
+    off = {"seamlessUpgrades": {"enabled": False}}
+    strategy = find(render(off), "DaemonSet")["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert "ROLLING_UPDATE_ID" not in env_of(plugin_container(render(off)))  # the fixed socket names
+    custom = {
+        **off,
         "kubeletPlugin": {
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}}
-        }
+        },
     }
     strategy = find(render(custom), "DaemonSet")["spec"]["updateStrategy"]
     assert strategy["rollingUpdate"] == {"maxUnavailable": "25%", "maxSurge": 0}
     on_delete = {"kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}}}
     assert find(render(on_delete), "DaemonSet")["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_log_level_and_extra_env(render: Any) -> None:
+    extra = [
+        {"name": "GRPC_VERBOSITY", "value": "debug"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    env = env_of(plugin_container(render({"logLevel": "debug", "kubeletPlugin": {"extraEnv": extra}})))
+    assert env["LOG_LEVEL"] == "debug"
+    assert env["GRPC_VERBOSITY"] == "debug"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+@pytest.mark.parametrize("name", ["LOG_LEVEL", "ROLLING_UPDATE_ID", "NODE_NAME", "NVIDIA_VISIBLE_DEVICES"])
+def test_extra_env_cannot_override_the_charts_own(helm: Any, name: str) -> None:
+    message = helm.template_error({"kubeletPlugin": {"extraEnv": [{"name": name, "value": "x"}]}})
+    assert f"kubeletPlugin.extraEnv: {name} is set by the chart" in message
 
 
 def test_image_defaults_to_app_version(render: Any) -> None:
@@ -258,6 +304,30 @@ def test_termination_message_is_not_written_into_host_dev(render: Any) -> None:
 def test_nvml_mode_is_privileged_for_device_access(render: Any) -> None:
     security = plugin_container(render({}))["securityContext"]
     assert security == {"privileged": True, "runAsUser": 0, "runAsGroup": 0, "readOnlyRootFilesystem": True}
+
+
+def test_security_context_values_merge_over_the_mode_default(render: Any) -> None:
+    values = {
+        "kubeletPlugin": {
+            "podSecurityContext": {"fsGroup": 0, "seLinuxOptions": {"type": "spc_t"}},
+            "containerSecurityContext": {"seLinuxOptions": {"level": "s0"}, "readOnlyRootFilesystem": False},
+        }
+    }
+    objects = render(values)
+    assert pod_spec(objects)["securityContext"] == {"fsGroup": 0, "seLinuxOptions": {"type": "spc_t"}}
+    assert plugin_container(objects)["securityContext"] == {
+        "privileged": True,
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "readOnlyRootFilesystem": False,
+        "seLinuxOptions": {"level": "s0"},
+    }
+    simulated = plugin_container(
+        render({**SIMULATED, "kubeletPlugin": {"containerSecurityContext": {"runAsGroup": 7}}})
+    )
+    assert simulated["securityContext"]["runAsGroup"] == 7
+    assert simulated["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "securityContext" not in pod_spec(render({}))
 
 
 def test_simulated_mode_runs_without_privileges_or_capabilities(render: Any) -> None:

@@ -23,7 +23,7 @@ def test_cluster_role_grants_only_what_the_plugin_uses(render: Any) -> None:
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            "verbs": ["list", "watch", "create", "update", "delete"],
         },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     ]

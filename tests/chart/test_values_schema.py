@@ -44,6 +44,11 @@ def test_schema_is_draft_07_and_closed_at_every_level() -> None:
         "/kubeletPlugin/resources",
         "/kubeletPlugin/updateStrategy",
         "/kubeletPlugin/updateStrategy/rollingUpdate",
+        "/kubeletPlugin/extraEnv/items",
+        "/seamlessUpgrades",
+        "/metrics",
+        "/metrics/service",
+        "/metrics/serviceMonitor",
         "/serviceAccount",
         "/rbac",
         "/admissionPolicy",
@@ -95,7 +100,10 @@ def test_values_contract() -> None:
         "priorityClassName",
         "updateStrategy",
     }
-    assert plugin["nodeSelector"] == {} and plugin["tolerations"] == []
+    assert plugin["nodeSelector"] == {}
+    assert plugin["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert values["seamlessUpgrades"] == {"enabled": True}
+    assert values["logLevel"] == "info"
     assert plugin["priorityClassName"] == "system-node-critical"
     assert values["deviceClasses"] == {"enabled": True}
     for key in ("nameOverride", "fullnameOverride", "serviceAccount", "podAnnotations"):
@@ -138,6 +146,29 @@ def test_values_contract() -> None:
         ({"deviceSource": {"simulatedGpus": 0}}, "at '/deviceSource/simulatedGpus': minimum"),
         ({"driverName": "GPU_NVIDIA"}, "at '/driverName'"),
         ({"cdiRoot": "var/run/cdi"}, "at '/cdiRoot'"),
+        ({"logLevel": "trace"}, "at '/logLevel': value must be one of 'debug', 'info', 'warning', 'error'"),
+        (
+            {"seamlessUpgrades": {"enabled": "true"}},
+            "at '/seamlessUpgrades/enabled': got string, want boolean",
+        ),
+        (
+            {"kubeletPlugin": {"extraEnv": [{"value": "x"}]}},
+            "at '/kubeletPlugin/extraEnv/0': missing property 'name'",
+        ),
+        ({"kubeletPlugin": {"extraEnv": {"A": "b"}}}, "at '/kubeletPlugin/extraEnv': got object, want array"),
+        (
+            {"kubeletPlugin": {"podSecurityContext": []}},
+            "at '/kubeletPlugin/podSecurityContext': got array, want object",
+        ),
+        ({"metrics": {"serviceMonitor": {"interval": "30"}}}, "at '/metrics/serviceMonitor/interval'"),
+        (
+            {"metrics": {"serviceMonitor": {"labels": {"release": 1}}}},
+            "at '/metrics/serviceMonitor/labels/release'",
+        ),
+        (
+            {"metrics": {"servicemonitor": {}}},
+            "at '/metrics': additional properties 'servicemonitor' not allowed",
+        ),
     ],
 )
 def test_helm_rejects_invalid_values_naming_the_key(helm: Helm, values: dict[str, Any], message: str) -> None:

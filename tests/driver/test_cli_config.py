@@ -28,6 +28,22 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.nvidia_driver_root == Path("/")
     assert (config.healthcheck_port, config.metrics_port) == (51516, 8080)
     assert config.log_format == "json"
+    assert config.log_level == "info"
+    assert config.rolling_update_id is None  # fixed socket names
+
+
+def test_rolling_update_id_names_both_sockets() -> None:
+    uid = "0b5f7d2e-9c1a-4e8b-a3f6-1d2c3b4a5e6f"  # a pod UID, as the chart passes it
+    config = parse_config(["--node-name", "n"], environ={"ROLLING_UPDATE_ID": uid})
+    assert config.rolling_update_id == uid
+    assert config.registration_socket == Path(
+        f"/var/lib/kubelet/plugins_registry/gpu.nvidia.com-{uid}-reg.sock"
+    )
+    assert config.dra_socket == Path(f"/var/lib/kubelet/plugins/gpu.nvidia.com/dra-{uid}.sock")
+    assert (
+        parse_config(["--node-name", "n", "--rolling-update-id", "b"], environ={}).dra_socket.name
+        == "dra-b.sock"
+    )
 
 
 def test_every_flag_has_its_environment_variable() -> None:
@@ -45,6 +61,8 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--healthcheck-port": "HEALTHCHECK_PORT",
         "--metrics-port": "METRICS_PORT",
         "--log-format": "LOG_FORMAT",
+        "--log-level": "LOG_LEVEL",
+        "--rolling-update-id": "ROLLING_UPDATE_ID",
     }
 
 
@@ -73,6 +91,19 @@ def test_environment_and_flag_precedence() -> None:
         (["--driver-name", "GPU"], {}, "--driver-name [env DRIVER_NAME]: must be a lowercase DNS subdomain"),
         (["--metrics-port", "51516"], {}, "must differ, both are 51516"),
         (["--plugin-data-dir", "/" + "x" * 110], {}, "--plugin-data-dir (env PLUGIN_DATA_DIR) is too long"),
+        (
+            ["--rolling-update-id", "../x"],
+            {},
+            "invalid value '../x' for --rolling-update-id [env ROLLING_UPDATE_ID]: "
+            "must be 1 to 64 lowercase letters, digits and '-' (the pod UID)",
+        ),
+        ([], {"ROLLING_UPDATE_ID": "-a"}, "from env ROLLING_UPDATE_ID: must be 1 to 64"),
+        (["--rolling-update-id", "a" * 65], {}, "must be 1 to 64"),
+        (
+            ["--log-level", "trace"],
+            {},
+            "--log-level [env LOG_LEVEL]: must be one of: debug, info, warning, error",
+        ),
     ],
 )
 def test_errors_name_flag_env_value_and_what_is_allowed(argv: list[str], env: dict, message: str) -> None:

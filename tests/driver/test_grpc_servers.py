@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from vke_gpu_dra.resource_health import (
 )
 from vke_gpu_dra.sockets import SocketError, prepare_socket_path, unix_server
 
+from .kubelet_client import TIMEOUT as KUBELET_TIMEOUT
 from .kubelet_client import Kubelet
 
 NODE = "node-a"
@@ -72,8 +74,12 @@ class RecordingState:
         self.prepared: dict[str, list[PreparedDevice]] = {}
         self.barrier: threading.Barrier | None = None
         self.explode_on: set[str] = set()
+        self.deadlines: list[float | None] = []  # the deadline of each call, as time.monotonic() values
 
-    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+    def prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> list[PreparedDevice]:
+        self.deadlines.append(deadline)
         if ref.name in self.explode_on:
             raise RuntimeError("boom")
         if self.barrier is not None:
@@ -88,7 +94,8 @@ class RecordingState:
             self.prepared[ref.uid] = out
         return out
 
-    def unprepare(self, ref: ClaimRef) -> None:
+    def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
+        self.deadlines.append(deadline)
         with self.lock:
             self.prepared.pop(ref.uid, None)
 
@@ -257,6 +264,19 @@ def test_calls_for_different_pods_overlap(servers: Servers, kubelet: Kubelet) ->
         t.join(timeout=20)
     assert all(results[i][f"uid-{i}"]["error"] == "" for i in range(n)), results
     assert len(servers.state.prepared) == n
+
+
+def test_the_device_state_gets_the_calls_deadline(servers: Servers, kubelet: Kubelet) -> None:
+    """The node lock's wait is bounded by kubelet's deadline: the state gets it with every claim."""
+    kubelet.register()
+    servers.claims.add(allocated_claim("ns", "c1", "uid-1", ("gpu", "gpu-0")))
+    before = time.monotonic()
+    assert kubelet.prepare([("ns", "c1", "uid-1")])["uid-1"]["error"] == ""
+    assert kubelet.unprepare([("ns", "c1", "uid-1")]) == {"uid-1": ""}
+    after = time.monotonic()
+    assert len(servers.state.deadlines) == 2
+    for deadline in servers.state.deadlines:  # the grpc-timeout header rounds up: allow 1 s
+        assert deadline is not None and before + KUBELET_TIMEOUT / 2 < deadline <= after + KUBELET_TIMEOUT + 1
 
 
 def test_empty_prepare_answers_without_touching_claims(servers: Servers, kubelet: Kubelet) -> None:

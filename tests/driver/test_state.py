@@ -1,5 +1,8 @@
+import fcntl
 import json
+import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -7,7 +10,8 @@ from vke_gpu_dra import cdi, facts
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
-from vke_gpu_dra.state import DeviceState
+from vke_gpu_dra.nodelock import LOCK_FILE
+from vke_gpu_dra.state import DeviceState, StateLockTimeout
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 
@@ -132,7 +136,7 @@ def test_failed_spec_write_leaves_a_started_entry_that_unprepare_cleans(dirs, mo
     assert checkpoint_doc(dirs)["claims"] == []
 
 
-def test_failed_checkpoint_write_is_a_claim_error_and_memory_is_unchanged(dirs, monkeypatch):
+def test_failed_checkpoint_write_is_a_claim_error_and_nothing_is_kept(dirs, monkeypatch):
     state = make_state(dirs)
 
     def refuse(_entries):
@@ -257,7 +261,6 @@ def test_many_threads_many_claims(dirs):
         list(pool.map(lambda uid: state.unprepare(ref(uid)), uids * 2))
     assert state.entries() == {} and checkpoint_doc(dirs)["claims"] == []
     assert cdi.list_claim_specs(dirs[0]) == {}
-    assert state._claim_locks == {}  # per-claim locks do not accumulate
 
 
 def test_same_claim_concurrently_is_prepared_once(dirs, monkeypatch):
@@ -283,31 +286,112 @@ def test_same_claim_concurrently_is_prepared_once(dirs, monkeypatch):
     assert list(state.entries()) == ["uid-1"]
 
 
-def test_different_claims_are_prepared_in_parallel(dirs, monkeypatch):
-    """Both prepares must be inside the spec write at the same time, or the barrier breaks."""
+def test_prepares_and_unprepares_never_overlap(dirs, monkeypatch):
+    """Every call holds the node lock from reading the checkpoint to writing it back."""
     state = make_state(dirs)
-    both_inside = threading.Barrier(2)
-    real_write = cdi.write_claim_spec
+    inside, most = [0], [0]
+    guard = threading.Lock()
+    real_load = state._store.load
 
-    def rendezvous(*args, **kwargs):
-        both_inside.wait(timeout=30)  # deadlock guard only: serialised prepares would never meet here
-        return real_write(*args, **kwargs)
+    def counting_load():
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            time.sleep(0.002)  # widens the window two unserialized calls would share
+            return real_load()
+        finally:
+            with guard:
+                inside[0] -= 1
 
-    monkeypatch.setattr(cdi, "write_claim_spec", rendezvous)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = [pool.submit(state.prepare, ref(u), claim(u, result(d))) for u, d in
-                   (("uid-a", "gpu-0"), ("uid-b", "gpu-1"))]
-        assert [f.result()[0].device_name for f in futures] == ["gpu-0", "gpu-1"]
+    monkeypatch.setattr(state._store, "load", counting_load)
+    uids = [f"uid-{i}" for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda u: state.prepare(ref(u), claim(u, result("gpu-0"))), uids))
+        list(pool.map(lambda u: state.unprepare(ref(u)), uids))
+    assert most[0] == 1
 
 
-def test_checkpoint_changes_queued_behind_a_write_go_to_disk_together(dirs, monkeypatch):
+def test_no_prepared_claim_is_kept_in_memory_between_calls(dirs):
+    """Two states on one node (two plugin processes) see each other's changes at their next call."""
+    first, second = make_state(dirs), make_state(dirs)
+    answer = first.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))
+    assert second.prepared() == {"uid-1": answer}
+    second.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))
+    assert sorted(first.prepared()) == ["uid-1", "uid-2"]
+    # an unprepare through one state is not undone by the next write of the other
+    second.unprepare(ref("uid-1"))
+    first.prepare(ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e"))
+    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-2", "uid-3"]
+    assert sorted(cdi.list_claim_specs(dirs[0])) == ["uid-2", "uid-3"]
+
+
+def hold_node_lock(dirs):
+    fd = os.open(dirs[1] / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_waiting_for_the_node_lock_ends_at_the_call_deadline(dirs):
+    state = make_state(dirs)
+    fd = hold_node_lock(dirs)  # another process's call holds it (an open file description of its own)
+    try:
+        with pytest.raises(ClaimError, match=r"claim default/c: timed out waiting for the node's "
+                                             r"prepare/unprepare lock .*serialize.lock"):
+            state.prepare(ref(), claim("uid-1", result("gpu-0")), deadline=time.monotonic() + 0.05)
+        with pytest.raises(ClaimError, match="timed out waiting"):
+            state.unprepare(ref(), deadline=time.monotonic() - 1)  # already past
+    finally:
+        os.close(fd)
+    assert state.entries() == {} and cdi.list_claim_specs(dirs[0]) == {}
+    state.prepare(ref(), claim("uid-1", result("gpu-0")), deadline=time.monotonic() + 30)
+
+
+def test_start_waits_for_the_node_lock_and_says_so_when_it_stays_held(dirs):
+    make_state(dirs)
+    fd = hold_node_lock(dirs)
+    try:
+        with pytest.raises(StateLockTimeout, match=r"start: .*serialize.lock stayed locked for 0.05 s"):
+            make_state(dirs, lock_wait=0.05)
+    finally:
+        os.close(fd)
+
+
+def test_leftover_temp_files_of_interrupted_writes_are_removed_at_start(dirs):
+    cdi_root, data = dirs
+    cdi_root.mkdir(parents=True)
+    data.mkdir(parents=True)
+    spec_name = cdi.claim_spec_path(cdi_root, "uid-7").name
+    ours = [data / f".{CHECKPOINT_FILE}.a1b2_c3d.tmp", cdi_root / f".{spec_name}.zz9_0abc.tmp"]
+    foreign = [
+        data / ".checkpoint.json.a1b2c3d4.tmp",  # NVIDIA's checkpoint
+        data / f".{CHECKPOINT_FILE}.short.tmp",  # not tempfile's 8 random characters
+        data / f"{CHECKPOINT_FILE}.a1b2c3d4.tmp",  # no leading dot
+        cdi_root / ".k8s.gpu.nvidia.com-device.yaml.a1b2c3d4.tmp",  # not a claim spec of ours
+        cdi_root / "spec.a1b2c3d4.tmp",  # the CDI library's own temp files
+        cdi_root / f".{spec_name}.a1b2c3d4.tmp.keep",
+        cdi_root / f".{spec_name}.A1B2C3D4.tmp",
+    ]
+    for path in ours + foreign:
+        path.write_text("partial")
+    link = cdi_root / f".{spec_name}.linkabcd.tmp"
+    link.symlink_to(foreign[0])
+    directory = cdi_root / f".{spec_name}.dirabcde.tmp"
+    directory.mkdir()
+    state = make_state(dirs)
+    assert sorted(state.removed_leftovers) == sorted(ours)
+    assert not any(p.exists() for p in ours)
+    assert all(p.exists() for p in foreign) and link.is_symlink() and directory.is_dir()
+
+
+def test_calls_that_wait_for_the_lock_share_one_batch_of_checkpoint_writes(dirs, monkeypatch):
     state = make_state(dirs)
     real_save = state._store.save
     saves = []
     first_inside, release = threading.Event(), threading.Event()
 
     def held_first_save(entries):
-        saves.append(set(entries))
+        saves.append({uid: e.state for uid, e in entries.items()})
         if len(saves) == 1:
             first_inside.set()
             release.wait(timeout=30)
@@ -315,57 +399,51 @@ def test_checkpoint_changes_queued_behind_a_write_go_to_disk_together(dirs, monk
 
     monkeypatch.setattr(state._store, "save", held_first_save)
     others = ("uid-1", "uid-2", "uid-3")
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=5) as pool:
         first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
         assert first_inside.wait(timeout=30)
         queued = [pool.submit(state.prepare, ref(u), claim(u, result("gpu-1"))) for u in others]
-        for _ in range(3000):  # until the three PrepareStarted changes wait behind the held write
-            with state._entries_lock:
-                if len(state._pending) == 3:
+        gone = pool.submit(state.unprepare, ref("uid-9"))  # unknown: no write of its own
+        for _ in range(3000):  # until all four wait behind the held batch
+            with state._queue_guard:
+                if len(state._queue) == 4:
                     break
             threading.Event().wait(0.01)
         release.set()
-        assert all(f.result(timeout=30) for f in [first, *queued])
-    assert set(others) <= saves[1]  # one write for all three queued changes
-    assert len(saves) < 8  # 2 per claim when every change is written on its own
-    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-0", *others]
+        assert all(f.result(timeout=30) for f in [first, *queued]) and gone.result(timeout=30) is None
+    started, completed = ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED
+    assert saves[2] == {"uid-0": completed, **dict.fromkeys(others, started)}  # one write for three claims
+    assert saves[3] == {"uid-0": completed, **dict.fromkeys(others, completed)}
+    assert len(saves) == 4  # 2 per claim when each call writes on its own
     assert set(state.prepared()) == {"uid-0", *others}
 
 
-@pytest.mark.parametrize(("failure", "raised"), [(OSError(28, "No space left on device"), ClaimError),
-                                                 (ValueError("bug"), RuntimeError)])
-def test_a_failed_group_write_fails_every_change_in_it(dirs, monkeypatch, failure, raised):
+def test_a_failed_batch_write_fails_each_of_its_claims_and_spares_the_others(dirs, monkeypatch):
     state = make_state(dirs)
     state.prepare(ref("uid-0"), claim("uid-0", result("gpu-0")))
     real_save = state._store.save
-    saves = []
-    first_inside, release = threading.Event(), threading.Event()
 
-    def first_held_second_fails(entries):
-        saves.append(set(entries))
-        if len(saves) == 1:
-            first_inside.set()
-            release.wait(timeout=30)
-        elif len(saves) == 2:
-            raise failure
+    def refuse_uid_2(entries):
+        if "uid-2" in entries:
+            raise OSError(28, "No space left on device")
         real_save(entries)
 
-    monkeypatch.setattr(state._store, "save", first_held_second_fails)
-    others = ("uid-1", "uid-2")
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        first = pool.submit(state.unprepare, ref("uid-0"))  # its one write is held
-        assert first_inside.wait(timeout=30)
-        queued = [pool.submit(state.prepare, ref(u), claim(u, result("gpu-1"))) for u in others]
-        for _ in range(3000):  # until both PrepareStarted changes wait behind the held write
-            with state._entries_lock:
-                if len(state._pending) == 2:
-                    break
-            threading.Event().wait(0.01)
-        release.set()
-        assert first.result(timeout=30) is None
-        for f in queued:
-            with pytest.raises(raised):
-                f.result(timeout=30)
-    assert saves[1] == set(others)  # both went into the one failed write
-    assert len(saves) == 2 and state.entries() == {}
-    assert checkpoint_doc(dirs)["claims"] == []
+    monkeypatch.setattr(state._store, "save", refuse_uid_2)
+    with pytest.raises(ClaimError, match=r"claim default/c: cannot write checkpoint .*No space left"):
+        state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
+    assert state.prepare(ref("uid-0"), claim("uid-0", result("gpu-0")))[0].device_name == "gpu-0"
+    assert list(state.entries()) == ["uid-0"] and list(cdi.list_claim_specs(dirs[0])) == ["uid-0"]
+
+
+def test_an_unexpected_error_in_a_batch_is_an_internal_error_of_its_claims(dirs, monkeypatch):
+    state = make_state(dirs)
+
+    def bug(*_args, **_kwargs):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(state._store, "save", bug)
+    with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: ValueError\('bug'\)"):
+        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    monkeypatch.undo()
+    assert state.entries() == {}
+    state.prepare(ref(), claim("uid-1", result("gpu-0")))  # the lock was released

@@ -78,3 +78,33 @@ Call with (dict "driver" .Values.driverName "type" "gpu").
 {{- define "vke-gpu-dra.deviceTypeSelector" -}}
 {{- printf "device.driver == '%s' && device.attributes['%s'].type == '%s'" .driver .driver .type -}}
 {{- end -}}
+
+{{/*
+The plugin container's securityContext: the mode's default below, with kubeletPlugin.containerSecurityContext merged
+over it (its keys win).
+nvml mode: NVML opens /dev/nvidiactl and /dev/nvidia<N>. Kubernetes has no way to grant a container access to host
+devices through the device cgroup except `privileged` (the plugin must not get GPUs from the NVIDIA runtime, see
+NVIDIA_VISIBLE_DEVICES). Root because the sockets, the checkpoint and the CDI specs go into root-owned host
+directories.
+simulated mode: no devices, so no privileges and no capabilities. Still uid 0: the sockets, the checkpoint and the CDI
+specs go into root-owned host directories (owner permission, no CAP_DAC_OVERRIDE needed).
+*/}}
+{{- define "vke-gpu-dra.containerSecurityContext" -}}
+{{- $default := dict -}}
+{{- if eq .Values.deviceSource.type "nvml" -}}
+{{- $default = dict "privileged" true "runAsUser" 0 "runAsGroup" 0 "readOnlyRootFilesystem" true -}}
+{{- else -}}
+{{- $default = dict "privileged" false "allowPrivilegeEscalation" false "runAsUser" 0 "runAsGroup" 0 "runAsNonRoot" false "readOnlyRootFilesystem" true "capabilities" (dict "drop" (list "ALL")) "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- end -}}
+{{- toYaml (mustMergeOverwrite $default (deepCopy (.Values.kubeletPlugin.containerSecurityContext | default dict))) -}}
+{{- end -}}
+
+{{/* kubeletPlugin.extraEnv must not set a variable the chart sets itself (the plugin's flags). */}}
+{{- define "vke-gpu-dra.checkExtraEnv" -}}
+{{- $managed := list "NODE_NAME" "DRIVER_NAME" "PLUGIN_DATA_DIR" "REGISTRAR_DIR" "CDI_ROOT" "DEVICE_SOURCE" "NVIDIA_DRIVER_ROOT" "SIMULATED_GPUS" "SIMULATED_PRODUCT" "HEALTHCHECK_PORT" "METRICS_PORT" "LOG_FORMAT" "LOG_LEVEL" "ROLLING_UPDATE_ID" "NVIDIA_VISIBLE_DEVICES" -}}
+{{- range .Values.kubeletPlugin.extraEnv -}}
+{{- if has .name $managed -}}
+{{- fail (printf "kubeletPlugin.extraEnv: %s is set by the chart (use the chart's value for it instead)" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

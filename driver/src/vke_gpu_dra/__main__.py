@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except kubeconfig.KubeconfigError as err:
             print(f"{PROG}: error: --kubeconfig [env KUBECONFIG]: {err}", file=sys.stderr)
             return EXIT_CONFIG
-    setup_logging(config.log_format)
+    setup_logging(config.log_format, level=logging.getLevelNamesMapping()[config.log_level.upper()])
     # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
     from .discovery import DiscoveryError  # noqa: PLC0415
     from .kubeapi import KubeConfigError  # noqa: PLC0415

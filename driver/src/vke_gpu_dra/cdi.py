@@ -352,3 +352,9 @@ def list_claim_specs(cdi_root: Path) -> dict[str, Path]:
         if uid:
             found[uid] = path
     return found
+
+
+def is_claim_spec_name(name: str) -> bool:
+    """True for the file name of a claim spec this driver writes (`claim_spec_path`)."""
+    fixed = len(_SPEC_PREFIX) + len(SPEC_SUFFIX)
+    return name.startswith(_SPEC_PREFIX) and name.endswith(SPEC_SUFFIX) and len(name) > fixed

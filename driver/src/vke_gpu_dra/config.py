@@ -17,13 +17,14 @@ from typing import Any, Literal, NoReturn
 
 from . import __version__, facts, profiles
 from .discovery.simulated import MAX_SIMULATED_GPUS
-from .dra_service import DRA_SOCKET_NAME
-from .registration import registration_socket_name
+from .registration import dra_socket_name, registration_socket_name
 from .sockets import MAX_SOCKET_PATH_BYTES
 
 PROG = "dra-gpu-kubelet-plugin"
 DEVICE_SOURCES = ("nvml", "simulated")
 LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_ROLLING_UPDATE_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -46,14 +47,17 @@ class Config:
     healthcheck_port: int
     metrics_port: int
     log_format: Literal["json", "text"]
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: The pod UID in a seamless-upgrade deployment, in this instance's socket names; None: the fixed names.
+    rolling_update_id: str | None = None
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_data_dir / DRA_SOCKET_NAME
+        return self.plugin_data_dir / dra_socket_name(self.rolling_update_id)
 
     @property
     def registration_socket(self) -> Path:
-        return self.registrar_dir / registration_socket_name(self.driver_name)
+        return self.registrar_dir / registration_socket_name(self.driver_name, self.rolling_update_id)
 
 
 # --- value parsers: return the typed value or raise ValueError(what is allowed) ---
@@ -100,6 +104,15 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def _rolling_update_id(value: str) -> str:
+    if not _ROLLING_UPDATE_ID.match(value):
+        raise ValueError(
+            "must be 1 to 64 lowercase letters, digits and '-' (the pod UID), starting and ending "
+            "with a letter or digit"
+        )
+    return value
 
 
 def _product(value: str) -> str:
@@ -173,6 +186,15 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("healthcheck_port", "HEALTHCHECK_PORT", _PORT, "51516", "gRPC health port (0 disables)"),
     _Option("metrics_port", "METRICS_PORT", _PORT, "8080", "Prometheus metrics port (0 disables)"),
     _Option("log_format", "LOG_FORMAT", _choice(LOG_FORMATS), "json", "log format"),
+    _Option("log_level", "LOG_LEVEL", _choice(LOG_LEVELS), "info", "least severe level logged"),
+    _Option(
+        "rolling_update_id",
+        "ROLLING_UPDATE_ID",
+        _rolling_update_id,
+        None,
+        "seamless upgrades: a per-pod id (the pod UID) in the socket names, so two plugin pods can run on "
+        "one node (kubelet 1.33+); unset keeps the fixed socket names",
+    ),
 )
 
 

@@ -43,9 +43,11 @@ _call_ids = itertools.count(1)
 class ClaimPreparer(Protocol):
     """What the service needs from the device state (vke_gpu_dra.state.DeviceState)."""
 
-    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]: ...
+    def prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> list[PreparedDevice]: ...
 
-    def unprepare(self, ref: ClaimRef) -> None: ...
+    def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None: ...
 
 
 def request_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -107,7 +109,9 @@ class DRAServicer:
                 "uid": ref.uid,
             }
             try:
-                devices = self._state.prepare(ref, check_claim(ref, fetched[ref.uid].result()))
+                devices = self._state.prepare(
+                    ref, check_claim(ref, fetched[ref.uid].result()), deadline=deadline.at
+                )
             except ClaimError as err:
                 entry.error = str(err)
                 self._metrics.prepare_claims.labels(result="error").inc()
@@ -138,6 +142,7 @@ class DRAServicer:
         response = pb.NodeUnprepareResourcesResponse()
         if not request.claims:
             return response
+        deadline = Deadline.of(context)
         call_id = next(_call_ids)
         started = time.monotonic()
         for ref in unique_claims(request.claims):
@@ -148,7 +153,7 @@ class DRAServicer:
                 "uid": ref.uid,
             }
             try:
-                self._state.unprepare(ref)
+                self._state.unprepare(ref, deadline=deadline.at)
             except ClaimError as err:
                 entry.error = str(err)
                 self._metrics.unprepare_claims.labels(result="error").inc()

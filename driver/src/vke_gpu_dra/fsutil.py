@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+#: `atomic_write`'s temp file for `<name>`: `.<name>.<8 random chars of tempfile's alphabet>.tmp`.
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 
 
 def fsync_dir(directory: Path) -> None:
@@ -19,14 +25,14 @@ def fsync_dir(directory: Path) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:  # os.write may write less than asked; each round writes at least one byte
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` via a temp file in the same directory, fsync, rename, fsync the directory."""
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)  # see _TEMP_NAME
     tmp = Path(tmp_name)
     try:
         try:
@@ -51,3 +57,32 @@ def remove_durably(path: Path) -> bool:
         return False
     fsync_dir(path.parent)
     return True
+
+
+def remove_temp_leftovers(directory: Path, owns: Callable[[str], bool]) -> list[Path]:
+    """Delete temp files that an interrupted `atomic_write` of ours left in `directory`; the paths removed.
+
+    Only regular files named like `atomic_write`'s temp files whose target name `owns` accepts are
+    removed; anything else (other programs' files, links, directories) is left alone. Callers must
+    make sure no write of theirs is in flight (the plugin holds its serialization lock).
+    """
+    removed: list[Path] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = _TEMP_NAME.match(name)
+        if match is None or not owns(match.group("name")):
+            continue
+        path = directory / name
+        try:
+            if not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    if removed:
+        fsync_dir(directory)
+    return removed

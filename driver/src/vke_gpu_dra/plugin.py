@@ -4,6 +4,11 @@ Start order: discover devices -> device state -> DRA socket -> ResourceSlices ->
 metrics -> registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
+
+Seamless upgrades (`--rolling-update-id`): two plugin pods run on one node for a while. Each has
+its own socket names and removes only those; prepared claims live only on disk (checkpoint and
+CDI specs, under the node lock, see `state`); neither deletes or re-creates the slices, and the
+newcomer's first reconcile finds the pool the other one published already in sync.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from .registration import (
 from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .slice_controller import SliceController
 from .sockets import remove_socket, unix_server
-from .state import DeviceState
+from .state import DeviceState, StateLockTimeout
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +110,7 @@ class Plugin:
                     "driver": cfg.driver_name,
                     "node": cfg.node_name,
                     "device_source": cfg.device_source,
+                    "rolling_update_id": cfg.rolling_update_id,
                 }
             },
         )
@@ -130,13 +136,16 @@ class Plugin:
         # 2. state (reads the checkpoint of claims prepared before a restart)
         cfg.plugin_data_dir.mkdir(parents=True, exist_ok=True)
         cfg.cdi_root.mkdir(parents=True, exist_ok=True)
-        self.state = DeviceState(
-            driver_name=cfg.driver_name,
-            pool_name=cfg.node_name,
-            devices=self.devices,
-            cdi_root=cfg.cdi_root,
-            plugin_data_dir=cfg.plugin_data_dir,
-        )
+        try:
+            self.state = DeviceState(
+                driver_name=cfg.driver_name,
+                pool_name=cfg.node_name,
+                devices=self.devices,
+                cdi_root=cfg.cdi_root,
+                plugin_data_dir=cfg.plugin_data_dir,
+            )
+        except StateLockTimeout as err:
+            raise StartupError(f"cannot read the prepared claims: {err}") from None
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
         api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)

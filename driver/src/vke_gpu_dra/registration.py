@@ -1,4 +1,9 @@
-"""The kubelet plugin-registration service served on `<registrar-dir>/<driver>-reg.sock`."""
+"""The kubelet plugin-registration service served on `<registrar-dir>/<driver>-reg.sock`.
+
+With a rolling-update id (the pod UID) the sockets are `<driver>-<id>-reg.sock` and `dra-<id>.sock`:
+kubelet 1.33+ keeps one registration per endpoint, so two plugin pods of one driver can run on a
+node at once during an upgrade.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import grpc
 
 from ._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from ._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from .dra_service import DRA_SOCKET_NAME
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +27,19 @@ PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 
-def registration_socket_name(driver_name: str) -> str:
-    return f"{driver_name}-reg.sock"
+def registration_socket_name(driver_name: str, rolling_update_id: str | None = None) -> str:
+    """`<driver>-reg.sock`, or `<driver>-<id>-reg.sock` with a rolling-update id."""
+    if rolling_update_id is None:
+        return f"{driver_name}-reg.sock"
+    return f"{driver_name}-{rolling_update_id}-reg.sock"
+
+
+def dra_socket_name(rolling_update_id: str | None = None) -> str:
+    """`dra.sock`, or `dra-<id>.sock` with a rolling-update id (the registration's endpoint names it)."""
+    if rolling_update_id is None:
+        return DRA_SOCKET_NAME
+    stem, dot, suffix = DRA_SOCKET_NAME.rpartition(".")
+    return f"{stem}-{rolling_update_id}{dot}{suffix}"
 
 
 @dataclass(frozen=True)

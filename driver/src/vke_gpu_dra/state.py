@@ -1,10 +1,18 @@
 """Prepared-claim state of this node: prepare/unprepare, backed by CDI specs and the checkpoint.
 
-Called concurrently from gRPC worker threads. Each claim UID has its own lock, so different claims
-are prepared in parallel while the same claim is never prepared twice at once; a short global lock
-guards the in-memory entries. Checkpoint writes are serialised and group-committed: changes that
-arrive while a write is in flight go to disk together in the next one, and every caller returns
-only once a durable write holds its change (the file always matches memory).
+Stateless between calls: every prepare and unprepare runs under the node lock (`nodelock`, shared
+with any other plugin process on this node, e.g. the other pod of a seamless upgrade), which reads
+the checkpoint, makes the change durable and releases the lock. No prepared claim is kept in
+memory, so a claim prepared by one process is known to the other at its next call. Waiting for
+the lock is bounded by the caller's deadline (kubelet's, for gRPC calls).
+
+Calls that arrive together share the lock: the thread that gets it runs every queued operation on
+distinct claims as one batch (one checkpoint read, one write of their PrepareStarted entries, their
+CDI specs in parallel, one write of the results), so concurrent prepares do not each pay for two
+checkpoint rewrites. Operations on the same claim run one after the other.
+
+At start, under the same lock, the temp files of interrupted atomic writes of this driver are
+removed and claims whose CDI spec has no checkpoint entry are recovered.
 """
 
 from __future__ import annotations
@@ -12,33 +20,49 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from . import cdi
 from .allocation import allocated_devices
-from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
+from .fsutil import remove_temp_leftovers
 from .model import ClaimError, ClaimRef, Device, PreparedDevice
+from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class _ClaimLock:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    users: int = 0
+#: How long a call without a deadline (start-up, inspection, tests) waits for the node lock:
+#: kubelet's own call timeout.
+DEFAULT_LOCK_WAIT_SECONDS: Final = 45.0
 
 
-@dataclass
-class _Change:
-    """One claim's checkpoint change waiting to be written: its new entry, or None to remove it."""
+#: Threads writing the CDI specs of one batch in parallel.
+SPEC_WRITERS: Final = 8
 
-    uid: str
-    entry: ClaimEntry | None
-    written: bool = False
+
+@dataclass(eq=False)
+class _Op:
+    """One prepare or unprepare waiting for (or done by) a batch under the node lock."""
+
+    kind: Literal["prepare", "unprepare"]
+    ref: ClaimRef
+    claim: Mapping[str, Any] | None
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: list[PreparedDevice] | None = None
     error: BaseException | None = None
+    devices: list[Device] = field(default_factory=list)  # a prepare's devices, once checked
+    prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
+
+
+class StateLockTimeout(Exception):
+    """The node lock stayed held by another call or process (start-up and inspection only)."""
 
 
 class DeviceState:
@@ -53,6 +77,7 @@ class DeviceState:
         cdi_root: Path,
         plugin_data_dir: Path,
         dev_root: Path = Path("/"),
+        lock_wait: float = DEFAULT_LOCK_WAIT_SECONDS,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -63,16 +88,22 @@ class DeviceState:
         self._devices = tuple(devices)
         self._by_name = {d.name: d for d in devices}
         self._cdi_root = cdi_root
+        self._plugin_data_dir = plugin_data_dir
         self._dev_root = dev_root
+        self._lock_wait = lock_wait
+        plugin_data_dir.mkdir(parents=True, exist_ok=True)
         self._store = CheckpointStore(plugin_data_dir)
-        self._entries_lock = threading.Lock()
-        self._writer_lock = threading.Lock()  # held while the checkpoint file is being written
-        self._pending: list[_Change] = []
-        self._claim_locks: dict[str, _ClaimLock] = {}
-        self._claim_locks_guard = threading.Lock()
-        #: The one-line problem found while loading the checkpoint (None when it was fine).
+        self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
+        self._queue: list[_Op] = []
+        self._queue_guard = threading.Lock()
+        self._spec_writers: ThreadPoolExecutor | None = None
+        #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
-        self._entries = self._load()
+        #: Temp files of interrupted writes removed at start.
+        self.removed_leftovers: list[Path] = []
+        with self._locked_or_fail("start"):
+            self.removed_leftovers = self._remove_leftovers()
+            self._read(recover_orphans=True, at_start=True)
 
     # ------------------------------------------------------------------------------------ public API
 
@@ -80,20 +111,158 @@ class DeviceState:
     def devices(self) -> Sequence[Device]:
         return self._devices
 
-    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]:
-        """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError."""
-        with self._claim_lock(ref.uid):
-            entry = self._entry(ref.uid)
+    def prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> list[PreparedDevice]:
+        """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError.
+
+        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock.
+        """
+        op = self._submit(_Op("prepare", ref, claim, self._deadline(deadline)))
+        assert op.result is not None
+        return op.result
+
+    def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
+        """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
+        self._submit(_Op("unprepare", ref, None, self._deadline(deadline)))
+
+    def prepared(self) -> dict[str, list[PreparedDevice]]:
+        """Claim UID -> prepared devices, for claims whose preparation completed (read from disk)."""
+        return {
+            uid: list(e.devices)
+            for uid, e in self.entries().items()
+            if e.state is ClaimState.PREPARE_COMPLETED
+        }
+
+    def entries(self) -> dict[str, ClaimEntry]:
+        """All checkpoint entries (including PrepareStarted), read from disk under the node lock."""
+        with self._locked_or_fail("reading the checkpoint"):
+            return self._read()
+
+    # ------------------------------------------------------------------------------------- internals
+
+    def _deadline(self, deadline: float | None) -> float:
+        return time.monotonic() + self._lock_wait if deadline is None else deadline
+
+    def _submit(self, op: _Op) -> _Op:
+        """Queue `op` and wait until a batch under the node lock has done it; raises its error.
+
+        The thread that gets the lock (the leader) takes every queued operation on distinct claims
+        into one batch, so calls that arrive together share the checkpoint writes.
+        """
+        with self._queue_guard:
+            self._queue.append(op)
+        while not op.done.is_set():
+            if not self._lock.acquire_thread(op.deadline):
+                self._give_up(op)
+                break
+            try:
+                if op.done.is_set():
+                    break  # an earlier leader did it
+                try:
+                    with self._lock.file_held(op.deadline):
+                        self._run_batch(self._take_batch())
+                except LockTimeout:
+                    self._give_up(op)
+                    break
+            finally:
+                self._lock.release_thread()
+        if op.error is not None:
+            raise op.error
+        return op
+
+    def _give_up(self, op: _Op) -> None:
+        """The deadline passed before `op` ran: drop it, unless a leader took it already (then wait)."""
+        with self._queue_guard:
+            waiting = op in self._queue
+            if waiting:
+                self._queue.remove(op)
+        if not waiting:
+            op.done.wait()
+            return
+        label = f"{op.ref.namespace}/{op.ref.name}"
+        op.error = ClaimError(
+            f"claim {label}: timed out waiting for the node's prepare/unprepare lock "
+            f"{self._lock.path}: another call (in this or another plugin process on the node) held it "
+            "until the call's deadline"
+        )
+        op.done.set()
+
+    def _take_batch(self) -> list[_Op]:
+        with self._queue_guard:
+            batch: list[_Op] = []
+            uids: set[str] = set()
+            for op in self._queue:
+                if op.ref.uid not in uids:  # the same claim twice: one after the other, in two batches
+                    batch.append(op)
+                    uids.add(op.ref.uid)
+            for op in batch:
+                self._queue.remove(op)
+        return batch
+
+    def _run_batch(self, batch: list[_Op]) -> None:
+        """Do `batch` (caller holds the node lock): read the checkpoint, change it, write it back."""
+        try:
+            entries = self._read()
+            starting: list[_Op] = []
+            removed: list[_Op] = []
+            for op in batch:
+                self._plan(op, entries, starting, removed)
+            # 1. PrepareStarted entries (and removals) before any CDI spec is written
+            self._save_batch(entries, [*starting, *removed])
+            starting = [op for op in starting if op.error is None]
+            # 2. the CDI specs, in parallel
+            self._write_specs(starting)
+            # 3. PrepareCompleted entries of the claims whose spec was written
+            written = [op for op in starting if op.error is None]
+            for op in written:
+                entries[op.ref.uid] = ClaimEntry(
+                    op.ref.uid,
+                    op.ref.namespace,
+                    op.ref.name,
+                    ClaimState.PREPARE_COMPLETED,
+                    tuple(op.prepared),
+                )
+            self._save_batch(entries, written)
+            for op in written:
+                op.result = op.prepared
+        except Exception as exc:  # a bug, not a claim's problem: every unanswered operation fails with it
+            log.exception("prepare/unprepare batch failed")
+            for op in batch:
+                if op.error is None and (op.kind == "unprepare" or op.result is None):
+                    op.error = RuntimeError(
+                        f"{op.kind} of claim {op.ref.namespace}/{op.ref.name} failed: {exc!r}"
+                    )
+                    op.error.__cause__ = exc
+        finally:
+            for op in batch:
+                op.done.set()
+
+    def _plan(self, op: _Op, entries: dict[str, ClaimEntry], starting: list[_Op], removed: list[_Op]) -> None:
+        """First step of one operation: answer from the checkpoint, check the claim, delete a spec."""
+        ref = op.ref
+        try:
+            if op.kind == "unprepare":
+                try:
+                    cdi.delete_claim_spec(self._cdi_root, ref.uid)
+                except OSError as exc:
+                    raise ClaimError(
+                        f"claim {ref.namespace}/{ref.name}: cannot delete its CDI spec: {exc}"
+                    ) from None
+                if entries.pop(ref.uid, None) is not None:
+                    removed.append(op)
+                return
+            entry = entries.get(ref.uid)
             if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
                 self._ensure_spec(ref, entry)
-                return list(entry.devices)
+                op.result = list(entry.devices)
+                return
+            assert op.claim is not None
             allocated = allocated_devices(
-                ref, claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
+                ref, op.claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
             )
-            self._save_entry(ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED), ref)
-            unique = list({a.device.name: a.device for a in allocated}.values())
-            self._write_spec(ref, unique)
-            prepared = [
+            op.devices = list({a.device.name: a.device for a in allocated}.values())
+            op.prepared = [
                 PreparedDevice(
                     request_names=(a.request_name,),
                     pool_name=self._pool_name,
@@ -102,125 +271,94 @@ class DeviceState:
                 )
                 for a in allocated
             ]
-            done = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, tuple(prepared))
-            self._save_entry(done, ref)
-            return prepared
+            entries[ref.uid] = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED)
+            starting.append(op)
+        except ClaimError as exc:
+            op.error = exc
 
-    def unprepare(self, ref: ClaimRef) -> None:
-        """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
-        with self._claim_lock(ref.uid):
+    def _save_batch(self, entries: Mapping[str, ClaimEntry], changed: Sequence[_Op]) -> None:
+        """Write the checkpoint when `changed` is not empty; a disk failure fails each of them."""
+        if not changed:
+            return
+        try:
+            self._store.save(entries)
+        except OSError as exc:
+            for op in changed:
+                label = f"{op.ref.namespace}/{op.ref.name}"
+                op.error = ClaimError(f"claim {label}: cannot write checkpoint {self._store.path}: {exc}")
+
+    def _write_specs(self, ops: Sequence[_Op]) -> None:
+        def write(op: _Op) -> None:
             try:
-                cdi.delete_claim_spec(self._cdi_root, ref.uid)
-            except OSError as exc:
-                label = f"{ref.namespace}/{ref.name}"
-                raise ClaimError(f"claim {label}: cannot delete its CDI spec: {exc}") from None
-            if self._entry(ref.uid) is not None:  # stable: the claim lock is held
-                self._commit(_Change(ref.uid, None), ref)
+                self._write_spec(op.ref, op.devices)
+            except ClaimError as exc:
+                op.error = exc
 
-    def prepared(self) -> dict[str, list[PreparedDevice]]:
-        """Claim UID -> prepared devices, for claims whose preparation completed."""
-        with self._entries_lock:
-            return {
-                uid: list(e.devices)
-                for uid, e in self._entries.items()
-                if e.state is ClaimState.PREPARE_COMPLETED
-            }
+        if len(ops) <= 1:
+            for op in ops:
+                write(op)
+            return
+        if self._spec_writers is None:
+            self._spec_writers = ThreadPoolExecutor(max_workers=SPEC_WRITERS, thread_name_prefix="cdi-write")
+            weakref.finalize(self, self._spec_writers.shutdown, wait=False)
+        list(self._spec_writers.map(write, ops))
 
-    def entries(self) -> dict[str, ClaimEntry]:
-        """All checkpoint entries (including PrepareStarted), for inspection."""
-        with self._entries_lock:
-            return dict(self._entries)
+    @contextlib.contextmanager
+    def _locked_or_fail(self, what: str) -> Iterator[None]:
+        try:
+            with self._lock.held(time.monotonic() + self._lock_wait):
+                yield
+        except LockTimeout as exc:
+            raise StateLockTimeout(
+                f"{what}: {self._lock.path} stayed locked for {self._lock_wait:g} s "
+                "(another plugin process on this node holds it)"
+            ) from exc
 
-    # ------------------------------------------------------------------------------------- internals
+    def _remove_leftovers(self) -> list[Path]:
+        """Temp files of our interrupted atomic writes: the checkpoint's and the claim specs'."""
+        removed = remove_temp_leftovers(self._plugin_data_dir, lambda name: name == CHECKPOINT_FILE)
+        removed += remove_temp_leftovers(self._cdi_root, cdi.is_claim_spec_name)
+        if removed:
+            log.warning(
+                "removed temp files of interrupted writes",
+                extra={"fields": {"files": [str(p) for p in removed]}},
+            )
+        return removed
 
-    def _load(self) -> dict[str, ClaimEntry]:
+    def _read(self, *, recover_orphans: bool = False, at_start: bool = False) -> dict[str, ClaimEntry]:
+        """The checkpoint's entries (caller holds the node lock).
+
+        A corrupt checkpoint is moved aside and the claims are recovered from the CDI specs on
+        disk; `recover_orphans` (at start) also recovers specs without an entry next to a valid one.
+        """
         result = self._store.load()
         entries = dict(result.entries)
         if result.problem is not None:
-            self.load_problem = result.problem
+            if at_start:
+                self.load_problem = result.problem
             log.error("%s", result.problem)
         recovered = []
-        for uid, path in cdi.list_claim_specs(self._cdi_root).items():
-            if uid in entries:
-                continue
-            try:
-                cdi.load_spec(path)
-            except (OSError, cdi.CdiSpecError) as exc:
-                log.warning("%s is not a valid CDI spec (%s); unprepare will still remove it", path, exc)
-            # Request names are not in the spec: the claim is marked started, so a repeated prepare
-            # redoes it and unprepare removes the spec.
-            entries[uid] = ClaimEntry(uid, "", "", ClaimState.PREPARE_STARTED)
-            recovered.append(uid)
+        if recover_orphans or result.problem is not None:
+            for uid, path in cdi.list_claim_specs(self._cdi_root).items():
+                if uid in entries:
+                    continue
+                try:
+                    cdi.load_spec(path)
+                except (OSError, cdi.CdiSpecError) as exc:
+                    log.warning("%s is not a valid CDI spec (%s); unprepare will still remove it", path, exc)
+                # Request names are not in the spec: the claim is marked started, so a repeated prepare
+                # redoes it and unprepare removes the spec.
+                entries[uid] = ClaimEntry(uid, "", "", ClaimState.PREPARE_STARTED)
+                recovered.append(uid)
         if recovered:
-            log.warning("recovered %d claim(s) from CDI specs without checkpoint entries: %s",
-                        len(recovered), ", ".join(recovered))
+            log.warning(
+                "recovered %d claim(s) from CDI specs without checkpoint entries: %s",
+                len(recovered),
+                ", ".join(recovered),
+            )
         if recovered or result.problem is not None:
             self._store.save(entries)
         return entries
-
-    @contextlib.contextmanager
-    def _claim_lock(self, uid: str) -> Iterator[None]:
-        with self._claim_locks_guard:
-            slot = self._claim_locks.setdefault(uid, _ClaimLock())
-            slot.users += 1
-        try:
-            with slot.lock:
-                yield
-        finally:
-            with self._claim_locks_guard:
-                slot.users -= 1
-                if slot.users == 0:
-                    del self._claim_locks[uid]
-
-    def _entry(self, uid: str) -> ClaimEntry | None:
-        with self._entries_lock:
-            return self._entries.get(uid)
-
-    def _save_entry(self, entry: ClaimEntry, ref: ClaimRef) -> None:
-        self._commit(_Change(entry.uid, entry), ref)
-
-    def _commit(self, change: _Change, ref: ClaimRef) -> None:
-        """Make `change` durable, then current; memory is unchanged when the write fails.
-
-        The first caller to get the writer lock writes every change queued so far; the callers
-        whose changes it wrote find them written when they get the lock in turn.
-        """
-        with self._entries_lock:
-            self._pending.append(change)
-        with self._writer_lock:
-            if not change.written:
-                self._write_pending()
-        if isinstance(change.error, OSError):
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name}: cannot write checkpoint {self._store.path}: "
-                f"{change.error}"
-            ) from None
-        if change.error is not None:  # a bug, not the disk: keep its traceback
-            message = f"writing checkpoint {self._store.path} failed: {change.error!r}"
-            raise RuntimeError(message) from change.error
-
-    def _write_pending(self) -> None:
-        """Write the current entries plus every queued change (caller holds the writer lock)."""
-        with self._entries_lock:
-            batch, self._pending = self._pending, []
-            entries = dict(self._entries)
-        for change in batch:
-            if change.entry is None:
-                entries.pop(change.uid, None)
-            else:
-                entries[change.uid] = change.entry
-        try:
-            self._store.save(entries)
-        except BaseException as exc:  # every change of the batch fails with it; memory stays
-            for change in batch:
-                change.error, change.written = exc, True
-            if not isinstance(exc, Exception):
-                raise
-            return
-        with self._entries_lock:
-            self._entries = entries
-        for change in batch:
-            change.written = True
 
     def _optional_nodes(self) -> list[str]:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]

@@ -1,0 +1,102 @@
+"""The node-wide lock that serializes every prepare and unprepare across plugin processes.
+
+During a seamless upgrade two plugin pods run on one node and kubelet may send any call to either
+of them, so both share the checkpoint and the CDI specs. Each call takes this lock (an exclusive
+`flock` on `<plugin-data-dir>/serialize.lock`, the file name of the reference Go helper), reads
+the checkpoint, makes its change and writes it back before releasing the lock.
+
+`flock` has no timeout, so the lock is polled without blocking until the caller's deadline (the
+gRPC call's): a waiting call never outlives kubelet's deadline. Threads of one process queue on a
+thread lock first, so only one of them polls the file lock at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+LOCK_FILE: Final = "serialize.lock"
+#: Poll interval of the file lock while another process holds it: from the first to the last value.
+POLL_INITIAL_SECONDS: Final = 0.001
+POLL_MAX_SECONDS: Final = 0.02
+
+
+class LockTimeout(Exception):
+    """The lock was not free before the deadline."""
+
+
+class NodeLock:
+    """Exclusive across processes (flock) and threads (a thread lock in front of it)."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.path = path
+        self._clock = clock
+        self._sleep = sleep
+        self._threads = threading.Lock()
+
+    @contextlib.contextmanager
+    def held(self, deadline: float) -> Iterator[None]:
+        """Hold the lock; raises LockTimeout when it is not free by `deadline` (a `clock()` value)."""
+        if not self.acquire_thread(deadline):
+            raise LockTimeout(self._timeout_message())
+        try:
+            with self.file_held(deadline):
+                yield
+        finally:
+            self.release_thread()
+
+    def acquire_thread(self, deadline: float) -> bool:
+        """Take the in-process part only (callers then take `file_held`); False at the deadline."""
+        return self._threads.acquire(timeout=max(0.0, deadline - self._clock()))
+
+    def release_thread(self) -> None:
+        self._threads.release()
+
+    @contextlib.contextmanager
+    def file_held(self, deadline: float) -> Iterator[None]:
+        """The cross-process part (caller holds the thread part); raises LockTimeout at the deadline."""
+        fd = self._lock_file(deadline)
+        try:
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _timeout_message(self) -> str:
+        return f"the node's prepare/unprepare lock {self.path} was not free before the call's deadline"
+
+    def _lock_file(self, deadline: float) -> int:
+        delay = POLL_INITIAL_SECONDS
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise LockTimeout(self._timeout_message()) from None
+                self._sleep(min(delay, remaining))
+                delay = min(delay * 2, POLL_MAX_SECONDS)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)  # the file was replaced while we waited: lock the one that is there now
