@@ -1,19 +1,37 @@
-"""The README documents every config key and the program's verification commands."""
+"""The docs list every config key and the verification commands; the README opens with the two commands."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from components import config
 from components.stack import verify_commands
 from tests.program import harness
 
 README = (harness.ROOT / "README.md").read_text()
+CONFIGURATION = (harness.ROOT / "docs" / "configuration.md").read_text()
+VERIFY = (harness.ROOT / "docs" / "verify.md").read_text()
+
+
+def bash_blocks(text: str) -> list[str]:
+    """The bodies of the ```bash fenced blocks, in order."""
+    return re.findall(r"^```bash\n(.*?)^```$", text, flags=re.M | re.S)
+
+
+def commands(block: str) -> list[str]:
+    """A block's command lines: comment-only and blank lines dropped, trailing comments cut."""
+    lines = (re.sub(r"\s+#\s.*$", "", line).strip() for line in block.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def test_every_config_key_is_documented_with_type_and_default() -> None:
     for key in config.KEYS:
-        rows = [line for line in README.splitlines() if line.startswith(f"| `{config.PROJECT}:{key.name}` |")]
+        rows = [
+            line
+            for line in CONFIGURATION.splitlines()
+            if line.startswith(f"| `{config.PROJECT}:{key.name}` |")
+        ]
         assert len(rows) == 1, key.name
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         assert cells[1] == key.type, key.name
@@ -21,16 +39,21 @@ def test_every_config_key_is_documented_with_type_and_default() -> None:
         assert cells[2] == (f"`{default}`" if default else '`""`'), key.name
 
 
-def test_verification_commands_in_readme_are_the_stack_output() -> None:
+def test_verification_commands_in_the_docs_are_the_stack_output() -> None:
     for command in verify_commands(config.load(harness.stack_raw_config("dev"))):
-        assert command in README, command
+        assert command in VERIFY, command
 
 
-def test_top_commands_use_the_dev_stack_and_the_test_script() -> None:
-    first, second = [
-        line for line in README.split("```bash", 1)[1].splitlines() if line and not line.startswith("#")
-    ][:2]
-    assert "scripts/setup" in first
-    assert "--secrets-provider passphrase" in first
-    assert "pulumi up --stack dev" in first
-    assert second == "scripts/test"
+def test_top_commands_set_up_the_dev_stack_and_run_the_test_script() -> None:
+    top = README.split("\n## ", 1)[0]  # before the first section
+    blocks = bash_blocks(top)
+    assert len(blocks) == 2, blocks
+    first, second = (commands(block) for block in blocks)
+    assert first[0] == "scripts/setup"
+    stack = next(i for i, line in enumerate(first) if "--secrets-provider passphrase" in line)
+    up = next(i for i, line in enumerate(first) if "pulumi up --stack dev" in line)
+    assert "pulumi stack select --create dev" in first[stack]
+    assert stack < up
+    assert "--policy-pack policy" in first[up]
+    assert second == ["scripts/test"]
+    assert blocks[1] == "scripts/test\n"

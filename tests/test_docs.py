@@ -1,0 +1,95 @@
+"""The README stays a short front door, and every relative link in the docs leads somewhere that exists."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README_MAX_LINES = 150
+
+#: The Markdown files whose links are checked: the front door, docs/ and the package READMEs it links to.
+DOCS = sorted(
+    {
+        ROOT / "README.md",
+        ROOT / "policy" / "README.md",
+        ROOT / "driver" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+    }
+)
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", flags=re.M | re.S)
+_CODE_SPAN = re.compile(r"(`+).+?\1", flags=re.S)
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", flags=re.M)
+
+
+def prose(text: str) -> str:
+    """The text without fenced blocks and code spans, where brackets are not links."""
+    return _CODE_SPAN.sub("", _FENCE.sub("", text))
+
+
+def links(text: str) -> list[str]:
+    return _LINK.findall(prose(text))
+
+
+def is_relative(target: str) -> bool:
+    return not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) and not target.startswith("//")
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to '-', repeats numbered."""
+    seen: Counter[str] = Counter()
+    out = set()
+    for heading in _HEADING.findall(_FENCE.sub("", text)):
+        plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "")
+        slug = re.sub(r"[^\w\- ]", "", plain.strip().lower()).replace(" ", "-")
+        out.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+        seen[slug] += 1
+    return out
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def broken_links(doc: Path) -> list[str]:
+    problems = []
+    for target in links(doc.read_text()):
+        if not is_relative(target):
+            continue
+        path_part, _, fragment = target.partition("#")
+        dest = (doc.parent / path_part).resolve() if path_part else doc
+        if not dest.exists():
+            problems.append(f"{target}: no file {_shown(dest)}")
+        elif fragment and dest.suffix == ".md" and fragment not in anchors(dest.read_text()):
+            problems.append(f"{target}: no heading #{fragment} in {_shown(dest)}")
+    return problems
+
+
+def test_readme_is_a_front_door_of_at_most_150_lines() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_points_to_an_existing_file(doc: Path) -> None:
+    assert broken_links(doc) == []
+
+
+def test_the_link_check_finds_missing_files_and_headings(tmp_path: Path) -> None:
+    (tmp_path / "there.md").write_text("# Title\n\n## Try it: `local` stack\n\n## Try it: `local` stack\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "[ok](there.md) [ok](there.md#try-it-local-stack) [ok](there.md#try-it-local-stack-1) [ok](#own)\n"
+        "[web](https://example.com/x) `[code](nowhere.md)`\n\n```\n[fenced](nowhere.md)\n```\n\n# Own\n"
+        "[gone](missing.md) [bad anchor](there.md#nope) ![img](pic.png)\n"
+    )
+    assert broken_links(doc) == [
+        f"missing.md: no file {_shown(tmp_path / 'missing.md')}",
+        f"there.md#nope: no heading #nope in {_shown(tmp_path / 'there.md')}",
+        f"pic.png: no file {_shown(tmp_path / 'pic.png')}",
+    ]
