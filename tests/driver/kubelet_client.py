@@ -68,13 +68,15 @@ class Kubelet:
         pb, stub_cls = VERSIONS[version or self.version]
         return pb, stub_cls(self.dra_channel())
 
-    def prepare(self, claims: Iterable[tuple[str, str, str]], version: str | None = None) -> dict:
+    def prepare(
+        self, claims: Iterable[tuple[str, str, str]], version: str | None = None, timeout: float = TIMEOUT
+    ) -> dict:
         """claims: (namespace, name, uid); returns {uid: {"error": str, "devices": [...]}}."""
         pb, stub = self._stub(version)
         req = pb.NodePrepareResourcesRequest(
             claims=[pb.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
         )
-        resp = stub.NodePrepareResources(req, timeout=TIMEOUT)
+        resp = stub.NodePrepareResources(req, timeout=timeout)
         return {
             uid: {
                 "error": r.error,
