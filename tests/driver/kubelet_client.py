@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import grpc
 from vke_gpu_dra._proto.dra.v1 import api_pb2 as v1_pb2
@@ -64,7 +65,7 @@ class Kubelet:
             self._channels.append(self._dra)
         return self._dra
 
-    def _stub(self, version: str | None) -> tuple[ModuleType, object]:
+    def _stub(self, version: str | None) -> tuple[ModuleType, Any]:
         pb, stub_cls = VERSIONS[version or self.version]
         return pb, stub_cls(self.dra_channel())
 
