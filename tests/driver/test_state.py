@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from vke_gpu_dra import cdi, facts
+from vke_gpu_dra import state as state_module
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
@@ -484,3 +485,19 @@ def test_an_unexpected_error_in_a_batch_is_an_internal_error_of_its_claims(dirs,
     monkeypatch.undo()
     assert state.entries() == {}
     state.prepare(ref(), claim("uid-1", result("gpu-0")))  # the lock was released
+
+
+def test_a_bug_met_by_one_claim_of_a_batch_fails_only_that_claim(dirs, monkeypatch):
+    state = make_state(dirs)
+    real = state_module.allocated_devices
+
+    def bug_for_uid_2(ref, *args, **kwargs):
+        if ref.uid == "uid-2":
+            raise KeyError("status")
+        return real(ref, *args, **kwargs)
+
+    monkeypatch.setattr(state_module, "allocated_devices", bug_for_uid_2)
+    with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: KeyError\('status'\)"):
+        state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
+    assert state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))[0].device_name == "gpu-0"
+    assert list(state.entries()) == ["uid-1"]
