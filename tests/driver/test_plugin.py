@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from vke_gpu_dra import facts
 from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
+from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin
 
 from .fake_apiserver import FakeAPIServer
@@ -64,6 +67,22 @@ def test_prepare_unprepare_with_real_state(plugin: Plugin, kubelet: Kubelet, fak
     assert plugin.state is not None and "uid-1" in plugin.state.prepared()
     assert kubelet.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}
     assert plugin.state.prepared() == {}
+
+
+def test_a_held_node_lock_is_a_claim_error_before_kubelets_deadline(
+    plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer, short_tmp: Path
+) -> None:
+    """Another plugin process holds the node lock: the claim's error comes back, not DEADLINE_EXCEEDED."""
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    fd = os.open(plugin.config.plugin_data_dir / LOCK_FILE, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        result = kubelet.prepare([("default", "c1", "uid-1")], timeout=3)
+    finally:
+        os.close(fd)
+    assert result["uid-1"]["devices"] == []
+    assert "timed out waiting for the node's prepare/unprepare lock" in result["uid-1"]["error"]
+    assert kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""  # free again
 
 
 def test_bad_claims_get_per_claim_errors(plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer) -> None:

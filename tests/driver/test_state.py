@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from vke_gpu_dra import cdi, facts
+from vke_gpu_dra import state as state_module
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
@@ -30,8 +31,14 @@ def dirs(tmp_path):
 
 def make_state(dirs, devices=DEVICES, **kwargs):
     cdi_root, data = dirs
-    return DeviceState(driver_name=facts.DRIVER_NAME, pool_name=POOL, devices=devices,
-                       cdi_root=cdi_root, plugin_data_dir=data, **kwargs)
+    return DeviceState(
+        driver_name=facts.DRIVER_NAME,
+        pool_name=POOL,
+        devices=devices,
+        cdi_root=cdi_root,
+        plugin_data_dir=data,
+        **kwargs,
+    )
 
 
 def checkpoint_doc(dirs):
@@ -65,8 +72,9 @@ def test_prepare_is_idempotent(dirs):
 
 
 def test_results_of_other_drivers_are_ignored(dirs):
-    got = make_state(dirs).prepare(ref(), claim("uid-1", result("nic-0", driver="net.example.com"),
-                                                 result("gpu-3")))
+    got = make_state(dirs).prepare(
+        ref(), claim("uid-1", result("nic-0", driver="net.example.com"), result("gpu-3"))
+    )
     assert [d.device_name for d in got] == ["gpu-3"]
 
 
@@ -76,25 +84,44 @@ def test_same_device_in_two_results_is_one_cdi_device(dirs):
     assert len(cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"]) == 1
 
 
-@pytest.mark.parametrize(("obj", "message"), [
-    (claim("other-uid", result("gpu-0")), "claim default/c got replaced: uid other-uid, expected uid-1"),
-    (claim("uid-1", allocated=False), "claim default/c is not allocated"),
-    (claim("uid-1", result("gpu-9")),
-     r"device gpu-9 of claim default/c is not published by this node \(known: gpu-0, gpu-1, gpu-2, gpu-3\)"),
-    (claim("uid-1", result("gpu-0", pool="node-b")),
-     "device gpu-0 of claim default/c is in pool node-b, but this node's pool is node-a"),
-    (claim("uid-1", result("nic-0", driver="net.example.com")),
-     "claim default/c has no devices allocated by driver gpu.nvidia.com"),
-    (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
-    (claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}), "result 0 of gpu.nvidia.com needs request"),
-    (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
-     r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: GPU sharing strategy MPS is not "
-     "supported by this driver yet"),
-    (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(bogus=1))]),
-     r"claim default/c: config\[0\] \(FromClaim\) \(GpuConfig\): unknown field\(s\) bogus"),
-    (claim("uid-1", result("gpu-0"), config=[opaque(mig_config(), requests=["gpu"])]),
-     "cannot apply MigDeviceConfig .* to request gpu: device gpu-0 is of type gpu"),
-])
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (claim("other-uid", result("gpu-0")), "claim default/c got replaced: uid other-uid, expected uid-1"),
+        (claim("uid-1", allocated=False), "claim default/c is not allocated"),
+        (
+            claim("uid-1", result("gpu-9")),
+            r"device gpu-9 of claim default/c is not published by this node "
+            r"\(known: gpu-0, gpu-1, gpu-2, gpu-3\)",
+        ),
+        (
+            claim("uid-1", result("gpu-0", pool="node-b")),
+            "device gpu-0 of claim default/c is in pool node-b, but this node's pool is node-a",
+        ),
+        (
+            claim("uid-1", result("nic-0", driver="net.example.com")),
+            "claim default/c has no devices allocated by driver gpu.nvidia.com",
+        ),
+        (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
+        (
+            claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}),
+            "result 0 of gpu.nvidia.com needs request",
+        ),
+        (
+            claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
+            r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: "
+            "GPU sharing strategy MPS is not supported by this driver yet",
+        ),
+        (
+            claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(bogus=1))]),
+            r"claim default/c: config\[0\] \(FromClaim\) \(GpuConfig\): unknown field\(s\) bogus",
+        ),
+        (
+            claim("uid-1", result("gpu-0"), config=[opaque(mig_config(), requests=["gpu"])]),
+            "cannot apply MigDeviceConfig .* to request gpu: device gpu-0 is of type gpu",
+        ),
+    ],
+)
 def test_bad_claims_fail_with_one_clear_message_and_leave_nothing(dirs, obj, message):
     state = make_state(dirs)
     with pytest.raises(ClaimError, match=message):
@@ -161,6 +188,7 @@ def test_restart_between_prepare_and_unprepare(dirs):
 
 def test_restart_after_a_started_prepare_redoes_it(dirs, monkeypatch):
     state = make_state(dirs)
+
     def fail(*_args, **_kwargs):
         raise OSError(5, "Input/output error")
 
@@ -226,8 +254,15 @@ def test_real_gpu_spec_uses_control_nodes_present_under_dev_root(dirs, tmp_path)
     dev_root = tmp_path / "host"
     (dev_root / "dev").mkdir(parents=True)
     (dev_root / "dev" / "nvidia-uvm").touch()
-    gpu = Device(name="gpu-0", device_type="gpu", uuid="GPU-real", attributes={facts.ATTR_TYPE: "gpu"},
-                 capacity={}, minor=0, device_nodes=("/dev/nvidia0",))
+    gpu = Device(
+        name="gpu-0",
+        device_type="gpu",
+        uuid="GPU-real",
+        attributes={facts.ATTR_TYPE: "gpu"},
+        capacity={},
+        minor=0,
+        device_nodes=("/dev/nvidia0",),
+    )
     make_state(dirs, devices=[gpu], dev_root=dev_root).prepare(ref(), claim("uid-1", result("gpu-0")))
     spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
     assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
@@ -336,8 +371,11 @@ def test_waiting_for_the_node_lock_ends_at_the_call_deadline(dirs):
     state = make_state(dirs)
     fd = hold_node_lock(dirs)  # another process's call holds it (an open file description of its own)
     try:
-        with pytest.raises(ClaimError, match=r"claim default/c: timed out waiting for the node's "
-                                             r"prepare/unprepare lock .*serialize.lock"):
+        with pytest.raises(
+            ClaimError,
+            match=r"claim default/c: timed out waiting for the node's "
+            r"prepare/unprepare lock .*serialize.lock",
+        ):
             state.prepare(ref(), claim("uid-1", result("gpu-0")), deadline=time.monotonic() + 0.05)
         with pytest.raises(ClaimError, match="timed out waiting"):
             state.unprepare(ref(), deadline=time.monotonic() - 1)  # already past
@@ -447,3 +485,19 @@ def test_an_unexpected_error_in_a_batch_is_an_internal_error_of_its_claims(dirs,
     monkeypatch.undo()
     assert state.entries() == {}
     state.prepare(ref(), claim("uid-1", result("gpu-0")))  # the lock was released
+
+
+def test_a_bug_met_by_one_claim_of_a_batch_fails_only_that_claim(dirs, monkeypatch):
+    state = make_state(dirs)
+    real = state_module.allocated_devices
+
+    def bug_for_uid_2(ref, *args, **kwargs):
+        if ref.uid == "uid-2":
+            raise KeyError("status")
+        return real(ref, *args, **kwargs)
+
+    monkeypatch.setattr(state_module, "allocated_devices", bug_for_uid_2)
+    with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: KeyError\('status'\)"):
+        state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
+    assert state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))[0].device_name == "gpu-0"
+    assert list(state.entries()) == ["uid-1"]

@@ -275,6 +275,9 @@ class DeviceState:
             starting.append(op)
         except ClaimError as exc:
             op.error = exc
+        except Exception as exc:  # a bug met by this claim only: the others of the batch go on
+            op.error = RuntimeError(f"{op.kind} of claim {ref.namespace}/{ref.name} failed: {exc!r}")
+            op.error.__cause__ = exc
 
     def _save_batch(self, entries: Mapping[str, ClaimEntry], changed: Sequence[_Op]) -> None:
         """Write the checkpoint when `changed` is not empty; a disk failure fails each of them."""

@@ -1,0 +1,125 @@
+"""The chart's ClusterRole grants exactly the verbs the plugin's requests need, no more, no less.
+
+The plugin runs in-process against the fake API server through everything that makes it call the API
+(start, prepare, a stale slice of another pool, a deleted and an edited slice); each recorded request
+is mapped to its RBAC verb as the apiserver does, and compared with the rendered ClusterRole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra.slices import new_slice, slice_spec
+
+from tests.chart.chartlib import find, require_helm
+
+from .fake_apiserver import FakeAPIServer
+from .kubelet_client import Kubelet
+from .plugin_env import NODE, claim, plugin_config
+
+PLUGIN_ROLE = "nvidia-dra-driver-gpu-vke-gpu-dra-driver-kubelet-plugin"
+
+
+def rbac_verb(method: str, url: str) -> tuple[str, str, str]:
+    """(apiGroup, resource, verb) of a request, by the apiserver's rules for resource requests."""
+    split = urlsplit(url)
+    parts = split.path.strip("/").split("/")
+    if parts[0] == "api":  # /api/v1/...
+        group, rest = "", parts[2:]
+    else:  # /apis/<group>/<version>/...
+        group, rest = parts[1], parts[3:]
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource, named = rest[0], len(rest) > 1
+    if method == "GET":
+        verb = (
+            "get"
+            if named
+            else ("watch" if "watch=true" in split.query or "watch=1" in split.query else "list")
+        )
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+        if method == "DELETE" and not named:
+            verb = "deletecollection"
+    return group, resource, verb
+
+
+def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
+    short_tmp: Path, fake_api: FakeAPIServer, tmp_path: Path
+) -> None:
+    node = fake_api.add_node(NODE)
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    spec = slice_spec(driver="gpu.nvidia.com", node_name=NODE, devices=[], generation=3, slice_count=1)
+    spec["pool"]["name"] = "legacy-pool"  # stale: deleted by the plugin
+    fake_api.create_slice(
+        new_slice(spec, driver="gpu.nvidia.com", node_name=NODE, node_uid=node["metadata"]["uid"])
+    )
+    fake_api.requests.clear()
+
+    plugin = Plugin(plugin_config(short_tmp, gpus=2), stop_grace=5)
+    plugin.start()
+    try:
+        assert plugin.slices is not None and plugin.slices.wait_synced(10)
+        kubelet = Kubelet(plugin.registration_socket)
+        kubelet.register()
+        assert kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+        kubelet.close()
+        [published] = fake_api.slices_of(NODE)
+        fake_api.edit_slice(
+            published["metadata"]["name"], lambda o: o["spec"].update(devices=o["spec"]["devices"][:1])
+        )
+        assert fake_api.wait_for(lambda: fake_api.count("PUT", "/resourceslices/") >= 1)
+        fake_api.delete_slice(published["metadata"]["name"])
+        assert fake_api.wait_for(lambda: len(fake_api.slices_of(NODE)) == 1 and fake_api.count("POST") >= 2)
+    finally:
+        plugin.stop()
+    with fake_api.cond:
+        used = {rbac_verb(m, u) for m, u in fake_api.requests}
+
+    role = find(require_helm(tmp_path).template({}), "ClusterRole", PLUGIN_ROLE)
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert used == granted, f"missing: {sorted(used - granted)}, unused: {sorted(granted - used)}"
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "expected"),
+    [
+        ("GET", "/api/v1/nodes/n", ("", "nodes", "get")),
+        (
+            "GET",
+            "/apis/resource.k8s.io/v1/namespaces/d/resourceclaims/c",
+            ("resource.k8s.io", "resourceclaims", "get"),
+        ),
+        (
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=x",
+            ("resource.k8s.io", "resourceslices", "list"),
+        ),
+        (
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices?watch=true",
+            ("resource.k8s.io", "resourceslices", "watch"),
+        ),
+        (
+            "PATCH",
+            "/apis/resource.k8s.io/v1/resourceslices/s",
+            ("resource.k8s.io", "resourceslices", "patch"),
+        ),
+        (
+            "DELETE",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            ("resource.k8s.io", "resourceslices", "deletecollection"),
+        ),
+    ],
+)
+def test_request_to_verb_mapping(method: str, url: str, expected: tuple[str, str, str]) -> None:
+    assert rbac_verb(method, url) == expected
