@@ -191,7 +191,7 @@ def render_json(results: Sequence[checks.StepResult], context: dict[str, Any]) -
     return json.dumps(result_document(results, context), indent=2) + "\n"
 
 
-def render(output: str, doc: dict[str, Any]) -> str:
+def render(output: str, doc: Any) -> str:
     """A machine-readable document as JSON or YAML (the same keys)."""
     if output == "yaml":
         return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
