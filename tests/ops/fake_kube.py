@@ -50,6 +50,7 @@ class FakeCluster:
     resource_slices: list[JSON] = field(default_factory=list)
     claims: list[JSON] = field(default_factory=list)
     deployments: list[JSON] = field(default_factory=list)
+    daemonsets: list[JSON] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log
     status_override: int | None = None  # answer every request with this HTTP status
     requests: list[str] = field(default_factory=list)
@@ -160,6 +161,39 @@ def healthy_cluster(devices: int = 1) -> FakeCluster:
     )
 
 
+def kubelet_plugin_daemonset(affinity: JSON | None, device_source: str = "nvml") -> JSON:
+    """The chart's kubelet plugin DaemonSet as the API server returns it (the fields verify reads)."""
+    spec: JSON = {
+        "containers": [{"name": "plugin", "env": [{"name": "DEVICE_SOURCE", "value": device_source}]}]
+    }
+    if affinity is not None:
+        spec["affinity"] = affinity
+    return {
+        "metadata": _meta(
+            "vke-gpu-dra-kubelet-plugin",
+            facts.DRIVER_NAMESPACE,
+            labels={"app.kubernetes.io/component": "kubelet-plugin", "app.kubernetes.io/name": "vke-gpu-dra"},
+        ),
+        "spec": {"template": {"metadata": {}, "spec": spec}},
+    }
+
+
+def local_cluster() -> FakeCluster:
+    """What the `local` stack deploys into a kind cluster: no DRA labels, plugin on every node, simulated."""
+    c = healthy_cluster(devices=4)
+    c.nodes = [node("kind-control-plane", labels={"kubernetes.io/hostname": "kind-control-plane"})]
+    c.pods = [
+        running_pod(
+            DRIVER_POD, facts.DRIVER_NAMESPACE, "kind-control-plane", labels={"app": "kubelet-plugin"}
+        ),
+        {**sample_pod(), "spec": {**sample_pod()["spec"], "nodeName": "kind-control-plane"}},
+    ]
+    c.resource_slices = [resource_slice("kind-control-plane", devices=4)]
+    c.daemonsets = [kubelet_plugin_daemonset(None, "simulated")]
+    c.logs = {SAMPLE_POD: "NVIDIA_VISIBLE_DEVICES=gpu-0\n"}
+    return c
+
+
 # --------------------------------------------------------------------------- HTTP
 
 
@@ -253,6 +287,8 @@ class _Handler(BaseHTTPRequestHandler):
             return _list("Pod", [p for p in _ns(c.pods, m[1]) if _selected(p, selector)])
         if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path):
             return c.logs.get(m[2]) if any(p["metadata"]["name"] == m[2] for p in _ns(c.pods, m[1])) else None
+        if m := re.fullmatch(r"/apis/apps/v1/namespaces/([^/]+)/daemonsets", path):
+            return _list("DaemonSet", _ns(c.daemonsets, m[1]))
         if m := re.fullmatch(r"/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)", path):
             found = [d for d in _ns(c.deployments, m[1]) if d["metadata"]["name"] == m[2]]
             return copy.deepcopy(found[0]) if found else None

@@ -128,7 +128,11 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run_demo(
-    ws: FakeWorkspace, project: Path, *argv: str, find_cli: Callable[[], str | None] = lambda: ""
+    ws: FakeWorkspace,
+    project: Path,
+    *argv: str,
+    find_cli: Callable[[], str | None] = lambda: "",
+    stdin: io.StringIO | None = None,
 ) -> tuple[int, str, str]:
     args = build_parser().parse_args(["demo", *argv, "--project-dir", str(project)])
     out, err = io.StringIO(), io.StringIO()
@@ -144,6 +148,7 @@ def run_demo(
         find_cli=find_cli,
         stdout=out,
         stderr=err,
+        stdin=stdin or io.StringIO(),
         demo_kwargs={"now": lambda: NOW},
     )
     if opened:
@@ -344,7 +349,7 @@ def test_base_stack_with_kms_secrets_is_refused(project: Path) -> None:
 def test_down_destroys_and_removes_a_demo_stack(project: Path) -> None:
     ws = FakeWorkspace()
     ws.add("demo-a-1", {"vke-gpu-dra:demo": "true"})
-    code, out, _ = run_demo(ws, project, "down", "demo-a-1")
+    code, out, _ = run_demo(ws, project, "down", "demo-a-1", "--yes")
     assert code == 0
     assert [(c[0], c[1]) for c in ws.calls] == [("destroy", "demo-a-1"), ("remove_stack", "demo-a-1")]
     assert ws.calls[0][2] == {"color": "never", "show_secrets": False}
@@ -362,7 +367,7 @@ def test_down_refuses_what_is_not_a_demo_stack(project: Path, stacks: dict[str, 
     ws = FakeWorkspace()
     for name, tags in stacks.items():
         ws.add(name, tags)
-    code, _, err = run_demo(ws, project, "down", "dev")
+    code, _, err = run_demo(ws, project, "down", "dev", "--yes")
     assert code == 2
     assert err.startswith(message)
     assert not [c for c in ws.calls if c[0] in ("destroy", "remove_stack")]
@@ -372,7 +377,7 @@ def test_failed_destroy_keeps_the_stack(project: Path) -> None:
     ws = FakeWorkspace()
     ws.add("demo-a-1", {"vke-gpu-dra:demo": "true"})
     ws.fail[("destroy", "demo-a-1")] = "error: deleting cluster: timeout"
-    code, _, err = run_demo(ws, project, "down", "demo-a-1")
+    code, _, err = run_demo(ws, project, "down", "demo-a-1", "--yes")
     assert code == 1
     assert "destroying demo-a-1 failed: error: deleting cluster: timeout" in err
     assert "demo-a-1" in ws.stacks
@@ -418,9 +423,9 @@ def test_list_json(project: Path) -> None:
     assert code == 0
     assert doc["demo-old-1"] == {
         "name": "demo-old-1",
-        "expires_at": "2026-11-30T09:00:00Z",
+        "expiresAt": "2026-11-30T09:00:00Z",
         "expired": True,
-        "base_stack": None,
+        "baseStack": None,
         "owner": "o",
         "resources": 42,
     }
@@ -551,3 +556,44 @@ def test_malformed_base_stack_file_is_one_line(tmp_path: Path, content: bytes, p
     message = str(info.value)
     assert message.startswith("--base-stack bad: Pulumi.bad.yaml ") and problem in message, message
     assert "\n" not in message
+
+
+class Terminal(io.StringIO):
+    """Typed answers on a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("answer", "destroyed"), [("demo-a-1\n", True), ("y\n", False), ("", False)])
+def test_down_asks_for_the_stack_name_on_a_terminal(project: Path, answer: str, destroyed: bool) -> None:
+    ws = FakeWorkspace()
+    ws.add("demo-a-1", {"vke-gpu-dra:demo": "true"})
+    code, _, err = run_demo(ws, project, "down", "demo-a-1", stdin=Terminal(answer))
+    assert "Destroy demo stack demo-a-1 and all its resources? Type the stack name to confirm: " in err
+    assert ("demo-a-1" not in ws.stacks) is destroyed
+    assert code == (0 if destroyed else 1)
+    if not destroyed:
+        assert err.endswith("kept demo-a-1: not confirmed\n")
+
+
+def test_down_without_a_terminal_refuses_unless_yes(project: Path) -> None:
+    ws = FakeWorkspace()
+    ws.add("demo-a-1", {"vke-gpu-dra:demo": "true"})
+    code, _, err = run_demo(ws, project, "down", "demo-a-1", stdin=io.StringIO("demo-a-1\n"))
+    assert code == 2
+    assert err == (
+        "vke-gpu-dra demo down: not destroying demo-a-1 without confirmation: stdin is not a terminal; "
+        "pass --yes\n"
+    )
+    assert "demo-a-1" in ws.stacks
+    code, _, _ = run_demo(ws, project, "down", "demo-a-1", "-y")
+    assert code == 0 and "demo-a-1" not in ws.stacks
+
+
+def test_list_yaml_is_the_json_document(project: Path) -> None:
+    import yaml
+
+    _, as_json, _ = run_demo(_fleet(), project, "list", "-o", "json")
+    code, as_yaml, _ = run_demo(_fleet(), project, "list", "-o", "yaml")
+    assert code == 0 and yaml.safe_load(as_yaml) == json.loads(as_json)

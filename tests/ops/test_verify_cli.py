@@ -268,9 +268,12 @@ def test_context_flag_selects_a_context(tmp_path: Path) -> None:
     [
         ("missing-file", "--kubeconfig {path}: no such file"),
         ("bad-context", "--context nope: no such context in the kubeconfig (contexts: fake)"),
-        ("unauthorized", "answered 401 Unauthorized to /apis: check the kubeconfig's credentials"),
+        (
+            "unauthorized",
+            "answered 401 Unauthorized to daemonsets in nvidia-dra-driver-gpu (unauthorised): check the",
+        ),
         ("unreachable", "cannot reach the API server at http://127.0.0.1:"),
-        ("not-a-kubeconfig", "--kubeconfig {path}: not a usable kubeconfig"),
+        ("not-a-kubeconfig", "--kubeconfig {path}: not valid YAML (line 2: "),
     ],
 )
 def test_connection_problems_exit_2_with_one_line(
@@ -325,7 +328,7 @@ def test_connection_error_in_json_mode_is_still_a_document(
         ("--timeout", "-5", "argument --timeout: invalid value '-5': expected whole seconds, 0 or more"),
         ("--timeout", "soon", "argument --timeout: invalid value 'soon'"),
         ("--expected-devices-per-node", "0", "argument --expected-devices-per-node: invalid value '0'"),
-        ("--output", "yaml", "argument --output: invalid choice: 'yaml'"),
+        ("--output", "xml", "argument -o/--output: invalid choice: 'xml'"),
         ("--skip", "logs", "argument --skip: invalid choice: 'logs' (choose from "),
     ],
 )
@@ -356,3 +359,129 @@ def test_node_selector_flag_chooses_the_gpu_nodes(tmp_path: Path) -> None:
     code, out, _ = run_cli(tmp_path, cluster, "--node-selector", "pool=gpu")
     assert code == 0, out
     assert "/api/v1/nodes" in cluster.requests
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"apiVersion: v1\nclusters: [\n", "not valid YAML (line 3: "),
+        (b"\x7fELF\x02\x01\x01\x00\xff\xfe binary", "not a kubeconfig (not UTF-8 text; a binary file?)"),
+        (b"- a\n- b\n", "not a kubeconfig (the file is a YAML list, expected a map)"),
+        (b"", "not a kubeconfig (the file is empty, expected a map)"),
+        (b"clusters: {a: b}\n", "not a kubeconfig (clusters is not a list)"),
+        (None, "is a directory, not a kubeconfig file"),
+    ],
+    ids=["yaml-error", "binary", "list", "empty", "clusters-map", "directory"],
+)
+def test_malformed_kubeconfig_is_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, expected: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    code = main(["verify", "--kubeconfig", str(path), "--timeout", "0"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith(f"vke-gpu-dra verify: error: --kubeconfig {path}: {expected}")
+    assert captured.err.count("\n") == 1
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("server", "expected"),
+    [
+        ("refused", "connection refused: nothing listens at that address"),
+        ("https://cluster.example.invalid:6443", "DNS lookup of cluster.example.invalid failed"),
+        ("tls", "TLS failed ("),
+    ],
+)
+def test_network_errors_say_the_cause_not_an_exception_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: str, expected: str
+) -> None:
+    with fake_kube.serve(fake_kube.healthy_cluster()) as url:
+        if server == "refused":
+            server = f"http://127.0.0.1:{_unused_port()}"
+        elif server == "tls":  # TLS to a plain-HTTP server: the handshake fails
+            server = url.replace("http://", "https://")
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig", server)
+        code = main(["verify", "--kubeconfig", str(kubeconfig), "--timeout", "0"])
+    captured = capsys.readouterr()
+    assert code == 2
+    (line,) = captured.err.splitlines()  # no urllib3 retry warnings, no tracebacks
+    assert expected in line, line
+    for name in ("MaxRetryError", "NewConnectionError", "NameResolutionError", "SSLError", "Error("):
+        assert name not in line
+
+
+def test_kubeconfig_defaults_to_the_environment_then_the_home_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vke_gpu_dra_ops import kube
+
+    assert kube.default_kubeconfig({}) == "~/.kube/config"
+    assert kube.default_kubeconfig({"KUBECONFIG": ""}) == "~/.kube/config"
+    assert kube.default_kubeconfig({"KUBECONFIG": "/a:/b"}) == "/a:/b"
+    with fake_kube.serve(fake_kube.healthy_cluster()) as url:
+        kubeconfig = fake_kube.write_kubeconfig(tmp_path / "from-env", url)
+        monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{kubeconfig}")  # missing entries skipped
+        assert main(["verify", "--timeout", "0"]) == 0
+        monkeypatch.delenv("KUBECONFIG")
+        monkeypatch.setenv("HOME", str(tmp_path))
+        (tmp_path / ".kube").mkdir()
+        fake_kube.write_kubeconfig(tmp_path / ".kube" / "config", url)
+        assert main(["verify", "--timeout", "0"]) == 0
+
+
+def test_local_stack_cluster_passes_without_hand_picked_flags(tmp_path: Path) -> None:
+    # The `local` stack: plugin on every node (no DRA labels), simulated GPUs (the sample prints env).
+    code, out, _ = run_cli(tmp_path, fake_kube.local_cluster(), "--output", "json")
+    doc = json.loads(out)
+    assert code == 0, out
+    assert doc["nodeSelector"] == ""  # from the kubelet plugin DaemonSet, which selects every node
+    steps = {s["id"]: s for s in doc["steps"]}
+    assert steps["sample-log"]["status"] == "skip" and "simulated" in steps["sample-log"]["found"]
+    assert all(s["status"] == "pass" for i, s in steps.items() if i != "sample-log")
+
+
+def test_node_selection_is_read_from_the_kubelet_plugin_daemonset(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu-a"]}]}
+                ]
+            }
+        }
+    }
+    cluster.daemonsets = [fake_kube.kubelet_plugin_daemonset(affinity)]
+    code, out, _ = run_cli(tmp_path, cluster, "--output", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["nodeSelector"] == "pool=gpu-a"
+    (driver,) = [s for s in doc["steps"] if s["id"] == "driver-pods"]
+    assert driver["found"] == "no node labelled pool=gpu-a"
+    assert "no node matches pool=gpu-a" in driver["hint"] and "vke.node.gpu.schedule" not in driver["hint"]
+    # An explicit flag still wins over what the DaemonSet selects.
+    code, out, _ = run_cli(tmp_path, cluster, "--output", "json", "--node-selector", checks.DRA_NODE_SELECTOR)
+    assert code == 0 and json.loads(out)["nodeSelector"] == checks.DRA_NODE_SELECTOR
+
+
+def test_yaml_output_has_the_json_documents_keys(tmp_path: Path) -> None:
+    import yaml
+
+    _, as_json, _ = run_cli(tmp_path, fake_kube.healthy_cluster(), "-o", "json")
+    code, as_yaml, _ = run_cli(
+        tmp_path, fake_kube.healthy_cluster(), "-o", "yaml", "-n", facts.DRIVER_NAMESPACE
+    )
+    assert code == 0
+    assert yaml.safe_load(as_yaml) == json.loads(as_json)
+    assert "workloadNamespace" in json.loads(as_json)  # one key style: camelCase, as plan and kubectl

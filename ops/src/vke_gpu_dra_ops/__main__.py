@@ -8,23 +8,68 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+import warnings
 from collections.abc import Sequence
+from importlib import metadata
+
+from urllib3.exceptions import InsecureRequestWarning
 
 #: Subcommand modules, each exposing `register(subparsers)`.
 SUBCOMMANDS: tuple[str, ...] = ("verify", "demo", "plan")
+DISTRIBUTION = "vke-gpu-dra-ops"
+
+DESCRIPTION = "GPU dynamic resource allocation (DRA) on Volcengine Kubernetes Engine: operator tools."
+EPILOG = """\
+examples:
+  vke-gpu-dra verify                         # the cluster of $KUBECONFIG or ~/.kube/config
+  vke-gpu-dra verify --kubeconfig kc.yaml -o json
+  vke-gpu-dra demo up --base-stack dev --ttl 4h
+  vke-gpu-dra demo down demo-alice-202611301041-1a2b
+
+Run `vke-gpu-dra <command> --help` for a command's flags. Exit codes: 0 success, 1 a check or
+command failed, 2 usage, configuration or connection error.
+"""
+
+
+def version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vke-gpu-dra", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="vke-gpu-dra",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"vke_gpu_dra_ops.{name}").register(sub)
     return parser
 
 
+def quiet_libraries() -> None:
+    """Library chatter never reaches the terminal: each command reports its own errors in one line.
+
+    The kubernetes client logs loader problems on the root logger (`ERROR:root:` without a handler)
+    and urllib3 warns about retries and unverified TLS (a kubeconfig's insecure-skip-tls-verify).
+    """
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
+    logging.getLogger("urllib3").setLevel(logging.CRITICAL)
+    warnings.simplefilter("ignore", InsecureRequestWarning)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_libraries()
     return int(args.func(args))
 
 

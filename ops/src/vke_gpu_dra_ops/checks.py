@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vke_gpu_dra import facts
@@ -101,7 +101,71 @@ class Settings:
     sample_deployment: str = SAMPLE_DEPLOYMENT
     sample_claim_template: str = SAMPLE_CLAIM_TEMPLATE
     skip: frozenset[str] = frozenset()  # step ids not to check
-    node_selector: str = DRA_NODE_SELECTOR  # label selector of the nodes that must have DRA GPUs
+    # Label selector of the nodes that must have DRA GPUs; None: what the kubelet plugin DaemonSet selects.
+    node_selector: str | None = DRA_NODE_SELECTOR
+    device_source: str = ""  # the kubelet plugin's DEVICE_SOURCE when known: "nvml" or "simulated"
+
+
+#: The kubelet plugin DaemonSet: this repository's chart labels it with the component; NVIDIA's names it.
+KUBELET_PLUGIN_COMPONENT = "kubelet-plugin"
+_SELECTOR_OPERATORS = {"In": "in", "NotIn": "notin"}
+
+
+def _selector_of_pod_spec(spec: JSON) -> str | None:
+    """The pod spec's required node selection as one label selector; None when it cannot be one (OR, Gt)."""
+    parts = [f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items())]
+    terms = (
+        _get(
+            spec,
+            "affinity",
+            "nodeAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "nodeSelectorTerms",
+        )
+        or []
+    )
+    if len(terms) > 1 or any(t.get("matchFields") for t in terms):
+        return None
+    for expr in (terms[0].get("matchExpressions") or []) if terms else []:
+        key, op, values = expr.get("key", ""), expr.get("operator"), list(expr.get("values") or [])
+        if op == "In" and len(values) == 1:
+            parts.append(f"{key}={values[0]}")
+        elif op in _SELECTOR_OPERATORS:
+            parts.append(f"{key} {_SELECTOR_OPERATORS[op]} ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            return None
+    return ",".join(parts)
+
+
+def kubelet_plugin(daemonsets: Sequence[JSON]) -> JSON | None:
+    """The DRA driver's kubelet plugin DaemonSet among `daemonsets` (of the driver namespace)."""
+    for ds in daemonsets:
+        labels = _get(ds, "metadata", "labels") or {}
+        if labels.get("app.kubernetes.io/component") == KUBELET_PLUGIN_COMPONENT or _name(ds).endswith(
+            "-kubelet-plugin"
+        ):
+            return ds
+    return None
+
+
+def fit_to_driver(settings: Settings, daemonsets: Sequence[JSON]) -> Settings:
+    """Settings for the cluster as its driver was deployed: the nodes its kubelet plugin selects (unless
+    --node-selector was given) and its device source (simulated GPUs print no nvidia-smi line)."""
+    plugin = kubelet_plugin(daemonsets)
+    spec = _get(plugin, "spec", "template", "spec") or {} if plugin else {}
+    selector = settings.node_selector
+    if selector is None:
+        selector = _selector_of_pod_spec(spec) if plugin else None
+    env = {e.get("name"): e.get("value") for c in spec.get("containers") or [] for e in c.get("env") or []}
+    return replace(
+        settings,
+        node_selector=DRA_NODE_SELECTOR if selector is None else selector,
+        device_source=str(env.get("DEVICE_SOURCE") or settings.device_source),
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -199,11 +263,23 @@ NO_NODES_HINT = (
 )
 
 
+def no_nodes_hint(settings: Settings) -> str:
+    """What to do when no node is selected, for the selection in use."""
+    if settings.node_selector == DRA_NODE_SELECTOR:
+        return NO_NODES_HINT
+    if not settings.node_selector:
+        return "the cluster has no nodes: `kubectl get nodes`; wait for its nodes to join"
+    return (
+        f"no node matches {settings.node_selector}: label the nodes the driver should use, or pass "
+        "--node-selector ('' for every node); `kubectl get nodes --show-labels` shows their labels"
+    )
+
+
 def check_driver_pods(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "driver-pods", "driver pods Running and Ready on DRA nodes"
     ns = settings.namespace
     if not snap.nodes:
-        return StepResult(step, title, Status.FAIL, _no_nodes(settings), NO_NODES_HINT)
+        return StepResult(step, title, Status.FAIL, _no_nodes(settings), no_nodes_hint(settings))
     problems: list[str] = []
     hints: list[str] = []
     healthy: list[str] = []
@@ -279,7 +355,7 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
     if snap.resource_slices is None:
         return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
     if not snap.nodes:
-        return StepResult(step, title, Status.FAIL, _no_nodes(settings), NO_NODES_HINT)
+        return StepResult(step, title, Status.FAIL, _no_nodes(settings), no_nodes_hint(settings))
     ours = [s for s in snap.resource_slices if _get(s, "spec", "driver") == facts.DRIVER_NAME]
     per_node = _devices_per_node(ours)
     problems: list[str] = []
@@ -304,8 +380,13 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
             Status.FAIL,
             _join(problems),
             f"the kubelet plugin on the node publishes the slice: check its logs "
-            f"(`kubectl -n {settings.namespace} logs <plugin pod on the node>`) and the GPUs the node "
-            "sees (`nvidia-smi -L` on the node); `kubectl get resourceslice -o yaml` shows what is published",
+            f"(`kubectl -n {settings.namespace} logs <plugin pod on the node>`)"
+            + (
+                " and its SIMULATED_GPUS setting"
+                if settings.device_source == "simulated"
+                else " and the GPUs the node sees (`nvidia-smi -L` on the node)"
+            )
+            + "; `kubectl get resourceslice -o yaml` shows what is published",
         )
     return StepResult(step, title, Status.PASS, _join(found))
 
@@ -452,6 +533,14 @@ def check_sample_log(snap: Snapshot, settings: Settings) -> StepResult:
     running = [p for p in _live(snap.sample_pods) if _pod_problem(p) is None]
     if not running:
         return _skip(step, title, "no sample pod is Running")
+    if settings.device_source == "simulated":
+        return StepResult(
+            step,
+            title,
+            Status.SKIP,
+            "not checked: the driver simulates its GPUs (DEVICE_SOURCE=simulated), so no nvidia-smi runs",
+            waived=True,
+        )
     problems, found = [], []
     for pod in running:
         log = snap.pod_logs.get(_name(pod), "")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import functools
 import getpass
-import json
 import os
 import secrets
 import sys
@@ -97,10 +96,13 @@ def register(subparsers: Any) -> None:
 
     down = sub.add_parser("down", parents=[common], help="destroy and remove a demo stack")
     down.add_argument("name", help="demo stack name (see demo list)")
+    down.add_argument(
+        "-y", "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
+    )
     down.set_defaults(func=main, needs_passphrase=True)
 
     listing = sub.add_parser("list", parents=[common], help="list demo stacks with their expiry")
-    listing.add_argument("--output", choices=("text", "json"), default="text")
+    listing.add_argument("-o", "--output", choices=verify.OUTPUT_FORMATS, default="text", help="list format")
     listing.set_defaults(func=main, needs_passphrase=False)
 
     reap = sub.add_parser("reap", parents=[common], help="destroy and remove expired demo stacks")
@@ -135,6 +137,21 @@ def _preflight(args: argparse.Namespace, find_cli: Callable[[], str | None]) -> 
     return project_dir, root or None
 
 
+def confirm_on(stdin: TextIO, err: TextIO) -> Callable[[str], bool]:
+    """Ask on the terminal before destroying; without one, refuse (DemoError) and name --yes."""
+
+    def confirm(name: str) -> bool:
+        if not stdin.isatty():
+            raise demo_stacks.DemoError(
+                f"not destroying {name} without confirmation: stdin is not a terminal; pass --yes"
+            )
+        err.write(f"Destroy demo stack {name} and all its resources? Type the stack name to confirm: ")
+        err.flush()
+        return stdin.readline().strip() == name
+
+    return confirm
+
+
 def run(
     args: argparse.Namespace,
     *,
@@ -142,6 +159,7 @@ def run(
     find_cli: Callable[[], str | None] = find_pulumi_cli,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
     demo_kwargs: dict[str, Any] | None = None,
 ) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
@@ -149,7 +167,7 @@ def run(
     try:
         project_dir, root = _preflight(args, find_cli)
         workspace = open_workspace(WorkspaceOptions(project_dir, backend_url(args.backend_url), root))
-        json_output = command == "up" and args.output == "json"
+        json_output = command == "up" and args.output != "text"
         demo = demo_stacks.Demo(
             workspace, project_dir, out, err, json_output=json_output, **(demo_kwargs or {})
         )
@@ -164,11 +182,11 @@ def run(
                 kubeconfig_path=args.kubeconfig,
             )
         if command == "down":
-            return demo.down(args.name)
+            return demo.down(args.name, None if args.yes else confirm_on(stdin or sys.stdin, err))
         if command == "list":
             demos, now = demo.demos(), demo.now()
-            if args.output == "json":
-                out.write(json.dumps([d.as_json(now) for d in demos], indent=2) + "\n")
+            if args.output != "text":
+                out.write(verify.render(args.output, [d.as_json(now) for d in demos]))
             else:
                 out.write(demo_stacks.render_list(demos, now))
             return 0

@@ -138,9 +138,9 @@ class DemoInfo:
     def as_json(self, now: datetime) -> dict[str, Any]:
         return {
             "name": self.name,
-            "expires_at": format_time(self.expires_at) if self.expires_at else None,
+            "expiresAt": format_time(self.expires_at) if self.expires_at else None,
             "expired": self.expired(now),
-            "base_stack": self.base_stack,
+            "baseStack": self.base_stack,
             "owner": self.owner,
             "resources": self.resources,
         }
@@ -234,7 +234,8 @@ class Demo:
         finally:
             os.unlink(path)
 
-    def down(self, name: str) -> int:
+    def down(self, name: str, confirm: Callable[[str], bool] | None = None) -> int:
+        """Destroy and remove demo stack `name`; `confirm(name)` first unless None (--yes)."""
         try:
             tags = self.workspace.list_tags(name)
         except StackNotFound:
@@ -243,6 +244,9 @@ class Demo:
             raise DemoError(
                 f"{name}: not a demo stack (no tag {TAG_DEMO}=true); demo down removes demo stacks only"
             )
+        if confirm is not None and not confirm(name):
+            self.err.write(f"kept {name}: not confirmed\n")
+            return 1
         return 0 if self._destroy(name) else 1
 
     def _destroy(self, name: str) -> bool:

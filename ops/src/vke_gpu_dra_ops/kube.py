@@ -8,6 +8,9 @@ errors name the file, the context and the request, nothing else.
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -30,17 +33,74 @@ class ClusterError(Exception):
     """The cluster cannot be reached or refuses a request (exit code 2); the message is one line."""
 
 
+class KubeconfigError(ClusterError):
+    """A kubeconfig file that cannot be used; the message names the file and what is wrong."""
+
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+def default_kubeconfig(environ: Mapping[str, str] | None = None) -> str:
+    """What kubectl reads: $KUBECONFIG (a path list, merged), else ~/.kube/config."""
+    env = os.environ if environ is None else environ
+    paths = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return os.pathsep.join(paths) if paths else DEFAULT_KUBECONFIG
+
+
+def load_kubeconfig_dict(path: str | Path) -> dict[str, Any]:
+    """The kubeconfig file at `path` as a map; KubeconfigError naming the file and the problem otherwise."""
+    shown = str(path)
+    file = Path(path).expanduser()
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise KubeconfigError(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise KubeconfigError(f"{shown}: is a directory, not a kubeconfig file") from None
+    except OSError as exc:
+        raise KubeconfigError(f"{shown}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KubeconfigError(f"{shown}: not a kubeconfig (not UTF-8 text; a binary file?)") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise KubeconfigError(f"{shown}: not valid YAML ({where}{problem})") from None
+    if not isinstance(doc, dict):
+        kind = "empty" if doc is None else f"a YAML {type(doc).__name__.replace('str', 'string')}"
+        raise KubeconfigError(f"{shown}: not a kubeconfig (the file is {kind}, expected a map)")
+    for key in ("clusters", "contexts", "users"):
+        if not isinstance(doc.get(key) or [], list):
+            raise KubeconfigError(f"{shown}: not a kubeconfig ({key} is not a list)")
+    return doc
+
+
+def _check_kubeconfig_files(kubeconfig: str) -> None:
+    """Validate each file of a path list; as kubectl, missing files of a list of several are skipped."""
+    paths = [p for p in kubeconfig.split(os.pathsep) if p]
+    existing = [p for p in paths if Path(p).expanduser().exists()]
+    if not existing:
+        where = "--kubeconfig" if len(paths) == 1 else "--kubeconfig (from $KUBECONFIG)"
+        raise KubeconfigError(f"{where} {kubeconfig}: no such file")
+    for p in existing:
+        try:
+            load_kubeconfig_dict(p)
+        except KubeconfigError as exc:
+            raise KubeconfigError(f"--kubeconfig {exc}") from None
+
+
 def connect(kubeconfig: str, context: str | None) -> client.ApiClient:
     """An API client for `context` (default: the kubeconfig's current context) of `kubeconfig`."""
-    path = Path(kubeconfig).expanduser()
-    if not path.is_file():
-        raise ClusterError(f"--kubeconfig {kubeconfig}: no such file")
+    _check_kubeconfig_files(kubeconfig)
+    config_file = os.pathsep.join(str(Path(p).expanduser()) for p in kubeconfig.split(os.pathsep) if p)
     try:
-        contexts, _current = config.list_kube_config_contexts(config_file=str(path))
-    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError) as exc:
-        raise ClusterError(
-            f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({type(exc).__name__})"
-        ) from None
+        contexts, _current = config.list_kube_config_contexts(config_file=config_file)
+    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise ClusterError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({_reason(exc)})") from None
     names = [c.get("name") for c in contexts or []]
     if context is not None and context not in names:
         raise ClusterError(
@@ -49,20 +109,62 @@ def connect(kubeconfig: str, context: str | None) -> client.ApiClient:
     cfg = client.Configuration()
     try:
         config.load_kube_config(
-            config_file=str(path), context=context, client_configuration=cfg, persist_config=False
+            config_file=config_file, context=context, client_configuration=cfg, persist_config=False
         )
-    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError) as exc:
-        raise ClusterError(
-            f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({type(exc).__name__})"
-        ) from None
-    cfg.retries = urllib3.Retry(total=1, connect=1, read=0, backoff_factor=0)
+    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise ClusterError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({_reason(exc)})") from None
+    # No hidden retries (each would log a urllib3 warning line): one attempt per request.
+    cfg.retries = urllib3.Retry(total=0, connect=0, read=0, redirect=0, backoff_factor=0)
     return client.ApiClient(cfg)
+
+
+def _reason(exc: BaseException) -> str:
+    """A kubeconfig loader's complaint, one line, without the exception class."""
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else "missing or malformed fields"
+
+
+def describe_network_error(exc: BaseException, host: str | None = None) -> str:  # noqa: PLR0911
+    """What went wrong on the way to the API server, in words (refused, DNS, TLS, timeout)."""
+    reason: BaseException = exc
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        reason = exc.reason
+    text = str(reason)
+    if (
+        isinstance(reason, urllib3.exceptions.NameResolutionError)
+        or "Name or service not known" in text
+        or ("nodename nor servname" in text or "Temporary failure in name resolution" in text)
+    ):
+        host = host or getattr(reason, "host", None) or "the server's host"
+        return f"DNS lookup of {host} failed: check the server address in the kubeconfig and the DNS"
+    if isinstance(reason, urllib3.exceptions.SSLError) or "SSL" in text or "CERTIFICATE" in text:
+        found = re.search(r"certificate verify failed: ([^()'\"]+)", text) or re.search(
+            r"\[SSL: [A-Z_]+\] ([^()'\"]+)", text
+        )
+        detail = found.group(1).strip() if found else "handshake failed"
+        return f"TLS failed ({detail}): check the kubeconfig's server URL and certificate-authority-data"
+    if isinstance(reason, ConnectionRefusedError) or "Connection refused" in text or "Errno 111" in text:
+        return "connection refused: nothing listens at that address (is the cluster running?)"
+    # urllib3's NewConnectionError (refused, unreachable) is a ConnectTimeoutError too: timeouts say so.
+    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError) and "timed out" in text:
+        return f"the connection timed out after {REQUEST_TIMEOUT} s: check the address and any firewall"
+    if isinstance(reason, urllib3.exceptions.ReadTimeoutError | TimeoutError):
+        return f"the API server did not answer within {REQUEST_TIMEOUT} s"
+    if isinstance(reason, urllib3.exceptions.ProtocolError | ConnectionResetError):
+        return "the connection was closed by the server"
+    return f"network error: {text.splitlines()[0][:200] if text else type(reason).__name__}"
 
 
 def server_of(api: client.ApiClient) -> str:
     """The API server's URL for messages, without any user:password part."""
     url = urlsplit(str(api.configuration.host))
     return urlunsplit(url._replace(netloc=url.netloc.rpartition("@")[2]))
+
+
+_STATUS_HINTS = {
+    401: " (unauthorised): check the kubeconfig's credentials (token or client certificate)",
+    403: " (forbidden): the kubeconfig's user may not read it; check its RBAC",
+}
 
 
 class Fetcher:
@@ -85,12 +187,12 @@ class Fetcher:
                 return None
             raise ClusterError(
                 f"the API server at {server_of(self.api)} answered {exc.status} {exc.reason} to {what}"
-                + (": check the kubeconfig's credentials and RBAC" if exc.status in (401, 403) else "")
+                + _STATUS_HINTS.get(exc.status or 0, "")
             ) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ClusterError(
-                f"cannot reach the API server at {server_of(self.api)} ({type(exc).__name__}) "
-                f"while reading {what}"
+                f"cannot reach the API server at {server_of(self.api)} while reading {what}: "
+                f"{describe_network_error(exc, urlsplit(server_of(self.api)).hostname)}"
             ) from None
         data = resp.data
         if what.endswith("/log"):
@@ -118,6 +220,12 @@ class Fetcher:
         return frozenset(
             r.get("name", "") for r in listing.get("resources", []) if "/" not in r.get("name", "")
         )
+
+    def fit_settings_to_the_driver(self) -> checks.Settings:
+        """The settings for how the driver was deployed here (its kubelet plugin DaemonSet), see checks."""
+        ns = self.settings.namespace
+        listing = self._call(f"daemonsets in {ns}", self.apps.list_namespaced_daemon_set, ns, missing_ok=True)
+        return checks.fit_to_driver(self.settings, (listing or {}).get("items") or [])
 
     def snapshot(self) -> checks.Snapshot:
         s = self.settings

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import yaml
 from vke_gpu_dra import facts
 
 from vke_gpu_dra_ops import checks, kube
@@ -22,6 +23,7 @@ from vke_gpu_dra_ops import checks, kube
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT = 300
 DEFAULT_INTERVAL = 5.0
+OUTPUT_FORMATS = ("text", "json", "yaml")
 
 
 # argparse prefixes these messages with "argument --flag:", so they name the value and what is allowed.
@@ -62,6 +64,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, from_stack: bool =
     default_ns, default_wns = (None, None) if from_stack else (facts.DRIVER_NAMESPACE, "default")
     origin = "the stack's output, else " if from_stack else ""
     parser.add_argument(
+        "-n",
         "--namespace",
         default=default_ns,
         help=f"namespace of the DRA driver (default: {origin}{facts.DRIVER_NAMESPACE})",
@@ -90,9 +93,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, from_stack: bool =
     )
     parser.add_argument(
         "--node-selector",
-        default=checks.DRA_NODE_SELECTOR,
+        default=None,
         metavar="SELECTOR",
-        help="label selector of the GPU nodes to check (default: %(default)s; '' for every node)",
+        help="label selector of the GPU nodes to check (default: the nodes the driver's kubelet plugin "
+        f"DaemonSet selects, else {checks.DRA_NODE_SELECTOR}; '' for every node)",
     )
     parser.add_argument(
         "--skip",
@@ -102,7 +106,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, from_stack: bool =
         metavar="STEP",
         help=f"do not check this step (repeatable): {', '.join(checks.STEP_IDS)}",
     )
-    parser.add_argument("--output", choices=("text", "json"), default="text", help="checklist format")
+    parser.add_argument(
+        "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="checklist format (default: text)"
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -111,7 +117,12 @@ def register(subparsers: Any) -> None:
         help="check a cluster against the VKE DRA procedure",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--kubeconfig", required=True, metavar="PATH", help="kubeconfig file of the cluster")
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="kubeconfig file of the cluster (default: $KUBECONFIG, else ~/.kube/config)",
+    )
     parser.add_argument("--context", default=None, help="kubeconfig context (default: its current context)")
     add_cluster_arguments(parser)
     parser.set_defaults(func=main)
@@ -177,15 +188,25 @@ def render_text(results: Sequence[checks.StepResult]) -> str:
 
 
 def render_json(results: Sequence[checks.StepResult], context: dict[str, Any]) -> str:
+    return json.dumps(result_document(results, context), indent=2) + "\n"
+
+
+def render(output: str, doc: Any) -> str:
+    """A machine-readable document as JSON or YAML (the same keys)."""
+    if output == "yaml":
+        return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def result_document(results: Sequence[checks.StepResult], context: dict[str, Any]) -> dict[str, Any]:
     passed = sum(r.passed for r in results)
-    doc = {
+    return {
         "result": "pass" if all(r.ok for r in results) else "fail",
         "passed": passed,
         "total": len(results),
         **context,
         "steps": [r.as_json() for r in results],
     }
-    return json.dumps(doc, indent=2) + "\n"
 
 
 def run_verify(
@@ -205,27 +226,30 @@ def run_verify(
     meta = {
         "context": context,
         "namespace": settings.namespace,
-        "workload_namespace": settings.workload_namespace,
+        "workloadNamespace": settings.workload_namespace,
     }
     try:
         api = kube.connect(kubeconfig, context)
         with api:
             fetcher = kube.Fetcher(api, settings)
+            settings = fetcher.fit_settings_to_the_driver()
+            fetcher.settings = settings
+            meta["nodeSelector"] = settings.node_selector
             results = wait_for_checks(
                 fetcher.snapshot, settings, timeout=timeout, interval=interval, progress=stderr, clock=clock
             )
     except kube.ClusterError as exc:
         stderr.write(f"vke-gpu-dra verify: error: {exc}\n")
-        if output == "json":
-            stdout.write(json.dumps({"result": "error", "error": str(exc), **meta}, indent=2) + "\n")
+        if output != "text":
+            stdout.write(render(output, {"result": "error", "error": str(exc), **meta}))
         return EXIT_USAGE
-    stdout.write(render_json(results, meta) if output == "json" else render_text(results))
+    stdout.write(render(output, result_document(results, meta)) if output != "text" else render_text(results))
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAIL
 
 
 def main(args: argparse.Namespace) -> int:
     return run_verify(
-        args.kubeconfig,
+        args.kubeconfig or kube.default_kubeconfig(),
         args.context,
         settings_from(args),
         timeout=args.timeout,
