@@ -104,7 +104,7 @@ def parse(text: str, path: Path) -> dict[str, Any]:
     return data
 
 
-def _named(data: dict[str, Any], key: str, inner: str, path: Path) -> dict[str, dict[str, Any]]:
+def named(data: dict[str, Any], key: str, inner: str, path: Path) -> dict[str, dict[str, Any]]:
     """`key` (a list of {name, <inner>: mapping}) as {name: inner mapping}."""
     where = f"kubeconfig {path}"
     entries = data.get(key)
@@ -133,9 +133,9 @@ def _named(data: dict[str, Any], key: str, inner: str, path: Path) -> dict[str, 
 def check(data: dict[str, Any], path: Path, context: str | None = None) -> Kubeconfig:
     """The context (`context`, else current-context) must exist and name a cluster with a server."""
     where = f"kubeconfig {path}"
-    contexts = _named(data, "contexts", "context", path)
-    clusters = _named(data, "clusters", "cluster", path)
-    users = _named(data, "users", "user", path)
+    contexts = named(data, "contexts", "context", path)
+    clusters = named(data, "clusters", "cluster", path)
+    users = named(data, "users", "user", path)
     if context is None:
         current = data.get("current-context")
         if not current:

@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from vke_gpu_dra import kubeconfig
 from vke_gpu_dra_ops import checks
 
 #: Seconds a single API request may take.
@@ -48,35 +49,18 @@ def default_kubeconfig(environ: Mapping[str, str] | None = None) -> str:
 
 
 def load_kubeconfig_dict(path: str | Path) -> dict[str, Any]:
-    """The kubeconfig file at `path` as a map; KubeconfigError naming the file and the problem otherwise."""
-    shown = str(path)
+    """The kubeconfig file at `path` as a map; KubeconfigError naming the file and the problem otherwise.
+
+    The checks are the driver's (`vke_gpu_dra.kubeconfig`): one reader of kubeconfig files for both tools.
+    """
     file = Path(path).expanduser()
     try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise KubeconfigError(f"{shown}: no such file") from None
-    except IsADirectoryError:
-        raise KubeconfigError(f"{shown}: is a directory, not a kubeconfig file") from None
-    except OSError as exc:
-        raise KubeconfigError(f"{shown}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise KubeconfigError(f"{shown}: not a kubeconfig (not UTF-8 text; a binary file?)") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise KubeconfigError(f"{shown}: not valid YAML ({where}{problem})") from None
-    if not isinstance(doc, dict):
-        kind = "empty" if doc is None else f"a YAML {type(doc).__name__.replace('str', 'string')}"
-        raise KubeconfigError(f"{shown}: not a kubeconfig (the file is {kind}, expected a map)")
-    for key in ("clusters", "contexts", "users"):
-        if not isinstance(doc.get(key) or [], list):
-            raise KubeconfigError(f"{shown}: not a kubeconfig ({key} is not a list)")
-    return doc
+        data = kubeconfig.parse(kubeconfig.read_text(file), file)
+        for key, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
+            kubeconfig.named(data, key, inner, file)
+    except kubeconfig.KubeconfigError as exc:
+        raise KubeconfigError(str(exc)) from None
+    return data
 
 
 def _check_kubeconfig_files(kubeconfig: str) -> None:
@@ -90,7 +74,7 @@ def _check_kubeconfig_files(kubeconfig: str) -> None:
         try:
             load_kubeconfig_dict(p)
         except KubeconfigError as exc:
-            raise KubeconfigError(f"--kubeconfig {exc}") from None
+            raise KubeconfigError(f"--kubeconfig: {exc}") from None
 
 
 def connect(kubeconfig: str, context: str | None) -> client.ApiClient:
