@@ -15,12 +15,15 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from .model import ClaimError, ClaimRef, Device, PreparedDevice
+
+if TYPE_CHECKING:
+    from .cdi_edits import DriverEdits
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class DeviceState:
         cdi_root: Path,
         plugin_data_dir: Path,
         dev_root: Path = Path("/"),
+        driver_edits: DriverEdits | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -64,6 +68,7 @@ class DeviceState:
         self._by_name = {d.name: d for d in devices}
         self._cdi_root = cdi_root
         self._dev_root = dev_root
+        self._driver_edits = driver_edits
         self._store = CheckpointStore(plugin_data_dir)
         self._entries_lock = threading.Lock()
         self._writer_lock = threading.Lock()  # held while the checkpoint file is being written
@@ -227,7 +232,9 @@ class DeviceState:
 
     def _write_spec(self, ref: ClaimRef, devices: Sequence[Device]) -> None:
         try:
-            spec = cdi.build_claim_spec(ref.uid, devices, optional_nodes=self._optional_nodes())
+            spec = cdi.build_claim_spec(
+                ref.uid, devices, optional_nodes=self._optional_nodes(), driver=self._driver_edits
+            )
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot write its CDI spec: {exc}") from None
