@@ -48,7 +48,7 @@ def find_library(driver_root: Path) -> Path | None:
     """`<driver_root>/<dir>/libnvidia-ml.so.1` for the first dir of LIBRARY_DIRS that has it."""
     for directory in LIBRARY_DIRS:
         candidate = driver_root / directory / LIBRARY_NAME
-        if candidate.exists():
+        if candidate.is_file():  # a directory or dangling link named like the library is skipped
             return candidate
     return None
 
