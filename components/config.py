@@ -737,7 +737,8 @@ def _driver(r: _Reader) -> DriverConfig:
         nvidia_driver_root=r.get("driver.nvidiaDriverRoot"),
     )
     if not cfg.nvidia_driver_root.startswith("/") or "\n" in cfg.nvidia_driver_root:
-        r.fail("driver.nvidiaDriverRoot", cfg.nvidia_driver_root, "an absolute host path such as / or /run/nvidia/driver")
+        r.fail("driver.nvidiaDriverRoot", cfg.nvidia_driver_root,
+               "an absolute host path such as / or /run/nvidia/driver")
     _choice(r, "driver.implementation", cfg.implementation, (IMPLEMENTATION_PYTHON, IMPLEMENTATION_NVIDIA))
     _choice(r, "driver.imagePullPolicy", cfg.image_pull_policy, PULL_POLICIES)
     _choice(r, "driver.deviceSource", cfg.device_source, DEVICE_SOURCES)

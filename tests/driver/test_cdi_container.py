@@ -31,7 +31,9 @@ CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 def _namespaces_work() -> str | None:
     if os.geteuid() != 0:
         return "mount namespaces and mknod need root (CI runs as root)"
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True, check=False
+    )
     return None if probe.returncode == 0 else f"unshare -m is not permitted here: {probe.stderr.strip()}"
 
 
@@ -58,36 +60,57 @@ def minimal_image(image: Path, binary: Path) -> Path:
 def apply_script(spec: dict, image: Path, *, then: str = "") -> str:
     """Shell commands that apply the spec's mounts and device nodes under `image`, then run nvidia-smi."""
     edits = [spec["containerEdits"], *[d["containerEdits"] for d in spec["devices"]]]
-    lines = ["set -e", f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(image / 'dev'))}"]  # as a runtime's /dev
+    lines = [
+        "set -e",
+        f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(image / 'dev'))}",
+    ]  # as a runtime's /dev
     for mount in [m for e in edits for m in e.get("mounts", [])]:
         target = shlex.quote(str(image) + mount["containerPath"])
         flags = [o for o in mount["options"] if o in ("ro", "nosuid", "nodev", "noexec")]
-        lines += [f"mkdir -p $(dirname {target})", f"[ -e {target} ] || touch {target}",
-                  f"mount --bind {shlex.quote(mount['hostPath'])} {target}",
-                  f"mount -o remount,bind,{','.join(flags)} {target}"]
+        lines += [
+            f"mkdir -p $(dirname {target})",
+            f"[ -e {target} ] || touch {target}",
+            f"mount --bind {shlex.quote(mount['hostPath'])} {target}",
+            f"mount -o remount,bind,{','.join(flags)} {target}",
+        ]
     for node in [n for e in edits for n in e.get("deviceNodes", [])]:
         st = os.stat(node["hostPath"])
         target = shlex.quote(str(image) + node["path"])
-        lines += [f"mkdir -p $(dirname {target})", f"mknod -m 666 {target} c {os.major(st.st_rdev)} "
-                  f"{os.minor(st.st_rdev)}"]
+        lines += [
+            f"mkdir -p $(dirname {target})",
+            f"mknod -m 666 {target} c {os.major(st.st_rdev)} {os.minor(st.st_rdev)}",
+        ]
     env = [*spec["containerEdits"]["env"], "FAKE_NVML_CONFIG=/etc/fake-nvml.conf", "PATH=/usr/bin"]
     lines.append(then)
-    lines.append(f"exec env -i {' '.join(shlex.quote(e) for e in env)} {CHROOT} {shlex.quote(str(image))} nvidia-smi")
+    lines.append(
+        f"exec env -i {' '.join(shlex.quote(e) for e in env)} {CHROOT} {shlex.quote(str(image))} nvidia-smi"
+    )
     return "\n".join(lines) + "\n"
 
 
 def run_in_namespace(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def claim_spec(tmp_path: Path, layout: str, hook: str | None) -> tuple[dict, Path]:
     fake = fake_driver.build(tmp_path / "root", layout=layout)
     root = DriverRoot(fake.path, str(fake.path))
     edits = DriverEdits(discover(root, VERSION), hook, node_source(root), fake.sysfs)
-    gpu = Device(name="gpu-0", device_type=facts.DEVICE_TYPE_GPU, uuid=GPU_UUID,
-                 attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID}, capacity={}, minor=0,
-                 device_nodes=("/dev/nvidia0",))
+    gpu = Device(
+        name="gpu-0",
+        device_type=facts.DEVICE_TYPE_GPU,
+        uuid=GPU_UUID,
+        attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID},
+        capacity={},
+        minor=0,
+        device_nodes=("/dev/nvidia0",),
+    )
     spec = cdi.build_claim_spec(UID, [gpu], driver=edits)
     cdi.validate_spec(spec)
     return spec, minimal_image(tmp_path / "image", fake.local("/usr/bin/nvidia-smi"))

@@ -35,13 +35,20 @@ def nvml_dir(tmp_path_factory):
 def make_root(tmp_path, nvml_dir):
     def make(**kwargs):
         return fake_driver.build(tmp_path / "root", nvml_build_dir=nvml_dir, **kwargs)
+
     return make
 
 
 def gpu(minor=0, uuid="GPU-0b5c3f4e-1111-2222-3333-444455556666"):
-    return Device(name=f"gpu-{minor}", device_type=facts.DEVICE_TYPE_GPU, uuid=uuid,
-                  attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID}, capacity={},
-                  minor=minor, device_nodes=(f"/dev/nvidia{minor}",))
+    return Device(
+        name=f"gpu-{minor}",
+        device_type=facts.DEVICE_TYPE_GPU,
+        uuid=uuid,
+        attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID},
+        capacity={},
+        minor=minor,
+        device_nodes=(f"/dev/nvidia{minor}",),
+    )
 
 
 def edits_for(fake, *, host=None, hook="/var/lib/kubelet/plugins/gpu.nvidia.com/nvidia-cdi-hook", **kwargs):
@@ -77,11 +84,14 @@ def test_host_ld_cache_parses():
     assert any(e.key == "libc.so.6" and e.is_native_64bit() for e in entries)
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (b"garbage-not-a-cache", "unknown magic"),
-    (ldcache.NEW_MAGIC + b"\x05\x00", "truncated"),
-    (ldcache.OLD_MAGIC + b"\0" + (1000).to_bytes(4, "little"), "claims 1000 entries"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"garbage-not-a-cache", "unknown magic"),
+        (ldcache.NEW_MAGIC + b"\x05\x00", "truncated"),
+        (ldcache.OLD_MAGIC + b"\0" + (1000).to_bytes(4, "little"), "claims 1000 entries"),
+    ],
+)
 def test_bad_ld_cache_is_one_clear_error(data, message):
     with pytest.raises(ldcache.LdCacheError, match=message):
         ldcache.parse(data)
@@ -101,30 +111,67 @@ def test_soname_read_from_the_elf_file(make_root):
 def expected_debian(fake, host):
     """NVIDIA's common edits for this root (parity sheet §8a), with hostPath = host root + containerPath."""
     h = host.rstrip("/")
-    libs = [f"{DEB}/libcuda.so.{VERSION}", f"{DEB}/libnvidia-ml.so.{VERSION}",
-            f"{DEB}/libnvidia-ptxjitcompiler.so.{VERSION}", f"{DEB}/vdpau/libvdpau_nvidia.so.{VERSION}"]
-    firmware = [f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin", f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin"]
-    binaries = ["/usr/bin/nvidia-smi", "/usr/bin/nvidia-debugdump", "/usr/bin/nvidia-cuda-mps-control",
-                "/usr/bin/nvidia-cuda-mps-server"]
-    hook = {"hookName": "createContainer", "path": "/var/lib/kubelet/plugins/gpu.nvidia.com/nvidia-cdi-hook",
-            "env": ["NVIDIA_CTK_DEBUG=false"]}
-    links = [f"libcuda.so.1::{DEB}/libcuda.so", f"libcuda.so.{VERSION}::{DEB}/libcuda.so.1",
-             f"libnvidia-ml.so.{VERSION}::{DEB}/libnvidia-ml.so.1", f"libnvidia-ml.so.1::{DEB}/libnvidia-ml.so",
-             f"libnvidia-ptxjitcompiler.so.{VERSION}::{DEB}/libnvidia-ptxjitcompiler.so.1",
-             f"libnvidia-ptxjitcompiler.so.1::{DEB}/libnvidia-ptxjitcompiler.so",
-             f"libvdpau_nvidia.so.{VERSION}::{DEB}/vdpau/libvdpau_nvidia.so.1"]
+    libs = [
+        f"{DEB}/libcuda.so.{VERSION}",
+        f"{DEB}/libnvidia-ml.so.{VERSION}",
+        f"{DEB}/libnvidia-ptxjitcompiler.so.{VERSION}",
+        f"{DEB}/vdpau/libvdpau_nvidia.so.{VERSION}",
+    ]
+    firmware = [
+        f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin",
+    ]
+    binaries = [
+        "/usr/bin/nvidia-smi",
+        "/usr/bin/nvidia-debugdump",
+        "/usr/bin/nvidia-cuda-mps-control",
+        "/usr/bin/nvidia-cuda-mps-server",
+    ]
+    hook = {
+        "hookName": "createContainer",
+        "path": "/var/lib/kubelet/plugins/gpu.nvidia.com/nvidia-cdi-hook",
+        "env": ["NVIDIA_CTK_DEBUG=false"],
+    }
+    links = [
+        f"libcuda.so.1::{DEB}/libcuda.so",
+        f"libcuda.so.{VERSION}::{DEB}/libcuda.so.1",
+        f"libnvidia-ml.so.{VERSION}::{DEB}/libnvidia-ml.so.1",
+        f"libnvidia-ml.so.1::{DEB}/libnvidia-ml.so",
+        f"libnvidia-ptxjitcompiler.so.{VERSION}::{DEB}/libnvidia-ptxjitcompiler.so.1",
+        f"libnvidia-ptxjitcompiler.so.1::{DEB}/libnvidia-ptxjitcompiler.so",
+        f"libvdpau_nvidia.so.{VERSION}::{DEB}/vdpau/libvdpau_nvidia.so.1",
+    ]
     return {
-        "env": [f"NVIDIA_CTK_LIBCUDA_DIR={DEB}", "NVIDIA_VISIBLE_DEVICES=void", f"DRA_RESOURCE_CLAIM_UID={UID}"],
-        "deviceNodes": [{"path": f"/dev/{n}", "hostPath": f"{h}/dev/{n}"}
-                        for n in ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")],
-        "mounts": [{"hostPath": f"{h}{p}", "containerPath": p, "options": opts()}
-                   for p in [*libs, *firmware, *binaries]]
-        + [{"hostPath": f"{h}/run/nvidia-persistenced/socket", "containerPath": "/run/nvidia-persistenced/socket",
-            "options": ["nosuid", "nodev", "rbind", "rprivate", "noexec"]}],
+        "env": [
+            f"NVIDIA_CTK_LIBCUDA_DIR={DEB}",
+            "NVIDIA_VISIBLE_DEVICES=void",
+            f"DRA_RESOURCE_CLAIM_UID={UID}",
+        ],
+        "deviceNodes": [
+            {"path": f"/dev/{n}", "hostPath": f"{h}/dev/{n}"}
+            for n in ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")
+        ],
+        "mounts": [
+            {"hostPath": f"{h}{p}", "containerPath": p, "options": opts()}
+            for p in [*libs, *firmware, *binaries]
+        ]
+        + [
+            {
+                "hostPath": f"{h}/run/nvidia-persistenced/socket",
+                "containerPath": "/run/nvidia-persistenced/socket",
+                "options": ["nosuid", "nodev", "rbind", "rprivate", "noexec"],
+            }
+        ],
         "hooks": [
-            {**hook, "args": ["nvidia-cdi-hook", "create-symlinks", *[a for x in links for a in ("--link", x)]]},
+            {
+                **hook,
+                "args": ["nvidia-cdi-hook", "create-symlinks", *[a for x in links for a in ("--link", x)]],
+            },
             {**hook, "args": ["nvidia-cdi-hook", "enable-cuda-compat", f"--host-driver-version={VERSION}"]},
-            {**hook, "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", DEB, "--folder", f"{DEB}/vdpau"]},
+            {
+                **hook,
+                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", DEB, "--folder", f"{DEB}/vdpau"],
+            },
             {**hook, "args": ["nvidia-cdi-hook", "disable-device-node-modification"]},
         ],
     }
@@ -137,8 +184,12 @@ def test_debian_root_gives_nvidias_common_edits(make_root, host):
     spec = cdi.build_claim_spec(UID, [gpu()], driver=edits_for(fake, host=host, release="6.1.0"))
     assert spec["cdiVersion"] == "0.5.0"
     assert spec["containerEdits"] == expected_debian(fake, host)
-    assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [
-        {"path": p, "hostPath": f"{host}{p}"} for p in ("/dev/nvidia0", "/dev/dri/card1", "/dev/dri/renderD128")]}
+    assert spec["devices"][0]["containerEdits"] == {
+        "deviceNodes": [
+            {"path": p, "hostPath": f"{host}{p}"}
+            for p in ("/dev/nvidia0", "/dev/dri/card1", "/dev/dri/renderD128")
+        ]
+    }
     cdi.validate_spec(spec)
 
 
@@ -178,9 +229,9 @@ def test_without_ld_cache_the_standard_directories_are_searched(make_root):
 
 def test_directories_and_dangling_links_named_like_libraries_are_skipped(make_root):
     fake = make_root()
-    (fake.local(f"{DEB}/libnvidia-gpucomp.so.{VERSION}")).mkdir()          # NVIDIA #1272
+    (fake.local(f"{DEB}/libnvidia-gpucomp.so.{VERSION}")).mkdir()  # NVIDIA #1272
     os.symlink("gone.so", fake.local(f"{DEB}/libnvidia-cfg.so.{VERSION}"))  # dangling
-    fake.local("/usr/lib64/libnvidia-ml.so.1").mkdir(parents=True)         # before the real one in NVML's order
+    fake.local("/usr/lib64/libnvidia-ml.so.1").mkdir(parents=True)  # before the real one in NVML's order
     us = discover(DriverRoot(fake.path, "/"), VERSION)
     names = [lib.name for lib in us.libraries]
     assert f"libnvidia-gpucomp.so.{VERSION}" not in names and f"libnvidia-cfg.so.{VERSION}" not in names
@@ -195,7 +246,10 @@ def test_absolute_links_resolve_inside_the_root(make_root):
     fake.local("/usr/bin/nvidia-smi").rename(real / "nvidia-smi")
     os.symlink("/opt/nvidia/bin/nvidia-smi", fake.local("/usr/bin/nvidia-smi"))
     found = find_binary(DriverRoot(fake.path, "/host"), "nvidia-smi")
-    assert found is not None and (found.path, found.resolved) == ("/usr/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
+    assert found is not None and (found.path, found.resolved) == (
+        "/usr/bin/nvidia-smi",
+        "/opt/nvidia/bin/nvidia-smi",
+    )
     assert find_binary(DriverRoot(fake.path, "/"), "nvidia-imex") is None
 
 
@@ -204,9 +258,14 @@ def test_without_a_hook_each_library_is_also_mounted_under_its_soname(make_root)
     edits = edits_for(fake, hook=None)
     assert edits.hooks() == []
     host = str(fake.path)
-    aliases = {m["containerPath"]: m["hostPath"] for m in edits.mounts() if not m["containerPath"].endswith(VERSION)
-               and "/lib/firmware" not in m["containerPath"] and "/bin/" not in m["containerPath"]
-               and "/run/" not in m["containerPath"]}
+    aliases = {
+        m["containerPath"]: m["hostPath"]
+        for m in edits.mounts()
+        if not m["containerPath"].endswith(VERSION)
+        and "/lib/firmware" not in m["containerPath"]
+        and "/bin/" not in m["containerPath"]
+        and "/run/" not in m["containerPath"]
+    }
     assert aliases == {
         f"{DEB}/libcuda.so.1": f"{host}{DEB}/libcuda.so.{VERSION}",
         f"{DEB}/libnvidia-ml.so.1": f"{host}{DEB}/libnvidia-ml.so.{VERSION}",
@@ -219,13 +278,20 @@ def test_mig_device_gets_parent_and_capability_nodes_with_host_paths(make_root):
     fake = make_root()
     for minor in (12, 13):
         fake_driver.mknod(fake.local(f"/dev/nvidia-caps/nvidia-cap{minor}"), 237, minor)
-    mig = Device(name="gpu-0-mig-19-0-1", device_type=facts.DEVICE_TYPE_MIG, uuid="MIG-1",
-                 attributes={facts.ATTR_TYPE: "mig", facts.ATTR_PCIE_BUS_ID: BUS_ID}, capacity={}, minor=0,
-                 device_nodes=("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"))
+    mig = Device(
+        name="gpu-0-mig-19-0-1",
+        device_type=facts.DEVICE_TYPE_MIG,
+        uuid="MIG-1",
+        attributes={facts.ATTR_TYPE: "mig", facts.ATTR_PCIE_BUS_ID: BUS_ID},
+        capacity={},
+        minor=0,
+        device_nodes=("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"),
+    )
     spec = cdi.build_claim_spec(UID, [mig], driver=edits_for(fake, host="/h"))
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
         {"path": p, "hostPath": f"/h{p}"}
-        for p in ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")]
+        for p in ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")
+    ]
     assert spec["containerEdits"]["mounts"] == expected_debian(fake, "/h")["mounts"]
 
 
@@ -241,10 +307,16 @@ def test_control_nodes_are_checked_at_every_prepare(make_root):
     assert [n["path"] for n in edits.control_nodes()] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda fake: fake.local(f"{DEB}/libcuda.so.{VERSION}").unlink(), f"has no regular file libcuda.so.{VERSION}"),
-    (lambda fake: subprocess.run(["rm", "-rf", str(fake.path)], check=True), "is not a directory"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda fake: fake.local(f"{DEB}/libcuda.so.{VERSION}").unlink(),
+            f"has no regular file libcuda.so.{VERSION}",
+        ),
+        (lambda fake: subprocess.run(["rm", "-rf", str(fake.path)], check=True), "is not a directory"),
+    ],
+)
 def test_bad_roots_give_one_clear_message(make_root, mutate, message):
     fake = make_root()
     mutate(fake)
@@ -257,7 +329,12 @@ def test_bad_roots_give_one_clear_message(make_root, mutate, message):
 
 
 def settings(fake, tmp_path, **kwargs):
-    values = {"simulated": False, "version": VERSION, "hook_path": None, "plugin_data_dir": tmp_path / "plugin"}
+    values = {
+        "simulated": False,
+        "version": VERSION,
+        "hook_path": None,
+        "plugin_data_dir": tmp_path / "plugin",
+    }
     if fake is not None:
         values.update(root=DriverRoot(fake.path, "/"), sysfs_root=fake.sysfs)
     values.update(kwargs)
@@ -265,8 +342,7 @@ def settings(fake, tmp_path, **kwargs):
 
 
 def metric(metrics, name):
-    return [line for line in generate_latest(metrics.registry).decode().splitlines()
-            if line.startswith(name)]
+    return [line for line in generate_latest(metrics.registry).decode().splitlines() if line.startswith(name)]
 
 
 def test_host_hook_is_copied_into_the_plugin_data_dir(make_root, tmp_path):
@@ -291,7 +367,9 @@ def test_explicit_hook_path_is_used_and_a_missing_one_falls_back(make_root, tmp_
     with caplog.at_level(logging.WARNING):
         edits = setup(settings(fake, tmp_path, hook_path=tmp_path / "nope"), metrics)
     assert edits.hook_path is None
-    assert any("--nvidia-cdi-hook-path" in r.getMessage() and "nope" in r.getMessage() for r in caplog.records)
+    assert any(
+        "--nvidia-cdi-hook-path" in r.getMessage() and "nope" in r.getMessage() for r in caplog.records
+    )
     assert metric(metrics, "vke_gpu_dra_cdi_hooks_enabled") == ["vke_gpu_dra_cdi_hooks_enabled 0.0"]
 
 
@@ -314,8 +392,10 @@ def test_self_check_names_the_root_and_what_is_missing(make_root, tmp_path, capl
     with caplog.at_level(logging.ERROR):
         edits = setup(settings(fake, tmp_path), metrics)
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors == [f"driver root {fake.path} (host /) lacks libnvidia-ml.so.1, nvidia-smi: "
-                      "containers will not get them through CDI"]
+    assert errors == [
+        f"driver root {fake.path} (host /) lacks libnvidia-ml.so.1, nvidia-smi: "
+        "containers will not get them through CDI"
+    ]
     assert edits is not None and edits.userspace is not None  # the rest is still mounted
     assert metric(metrics, "vke_gpu_dra_driver_userspace_ready") == ["vke_gpu_dra_driver_userspace_ready 0.0"]
     assert sorted(metric(metrics, "vke_gpu_dra_driver_userspace_missing{")) == [
@@ -330,12 +410,15 @@ def test_root_without_libcuda_still_gives_device_node_edits(make_root, tmp_path,
     with caplog.at_level(logging.ERROR):
         edits = setup(settings(fake, tmp_path, root=DriverRoot(fake.path, str(fake.path))), Metrics())
     assert edits.userspace is None and edits.mounts() == [] and edits.hooks() == []
-    assert [n["path"] for n in edits.control_nodes()][0] == "/dev/nvidiactl"
+    assert next(n["path"] for n in edits.control_nodes()) == "/dev/nvidiactl"
     assert any(f"has no regular file libcuda.so.{VERSION}" in r.getMessage() for r in caplog.records)
 
 
 def test_simulated_mode_uses_a_fake_root_only_when_given(make_root, tmp_path):
-    assert setup(settings(make_root(), tmp_path, simulated=True, root=DriverRoot(Path("/"), "/")), Metrics()) is None
+    assert (
+        setup(settings(make_root(), tmp_path, simulated=True, root=DriverRoot(Path("/"), "/")), Metrics())
+        is None
+    )
     fake_root = DriverRoot(tmp_path / "root", str(tmp_path / "root"))
     edits = setup(settings(None, tmp_path, simulated=True, root=fake_root, sysfs_root=tmp_path), Metrics())
     assert edits is not None and edits.userspace is not None and edits.userspace.root == fake_root
@@ -345,8 +428,14 @@ def test_prepared_claim_resolves_to_devices_with_the_common_edits(make_root, tmp
     fake = make_root()
     cdi_root, data = tmp_path / "cdi", tmp_path / "plugin"
     edits = setup(settings(fake, tmp_path, root=DriverRoot(fake.path, str(fake.path))), Metrics())
-    state = DeviceState(driver_name=facts.DRIVER_NAME, pool_name="node-a", devices=[gpu()], cdi_root=cdi_root,
-                        plugin_data_dir=data, driver_edits=edits)
+    state = DeviceState(
+        driver_name=facts.DRIVER_NAME,
+        pool_name="node-a",
+        devices=[gpu()],
+        cdi_root=cdi_root,
+        plugin_data_dir=data,
+        driver_edits=edits,
+    )
     prepared = state.prepare(ClaimRef("default", "c", UID), claim(UID, result("gpu-0")))
     assert state.entries()[UID].state is ClaimState.PREPARE_COMPLETED
     spec = cdi.load_spec(cdi.claim_spec_path(cdi_root, UID))

@@ -118,7 +118,11 @@ class DriverEdits:
     def common(self) -> dict[str, Any]:
         """Spec-level edits: env, control nodes, mounts and hooks (empty lists left out)."""
         edits: dict[str, Any] = {"env": self.env()}
-        for key, value in (("deviceNodes", self.control_nodes()), ("mounts", self.mounts()), ("hooks", self.hooks())):
+        for key, value in (
+            ("deviceNodes", self.control_nodes()),
+            ("mounts", self.mounts()),
+            ("hooks", self.hooks()),
+        ):
             if value:
                 edits[key] = value
         return edits

@@ -44,8 +44,8 @@ def _install_hook(settings: UserSpaceSettings) -> str | None:
         if path.is_file() and os.access(path, os.X_OK):
             return str(path)
         log.warning(
-            "--nvidia-cdi-hook-path %s is not an executable file here (the chart mounts it at the same path); "
-            "CDI specs get no hooks",
+            "--nvidia-cdi-hook-path %s is not an executable file here (the chart mounts it at the same "
+            "path); CDI specs get no hooks",
             path,
         )
         return None
@@ -56,8 +56,13 @@ def _install_hook(settings: UserSpaceSettings) -> str | None:
     try:
         atomic_write(target, settings.root.local(found.resolved).read_bytes(), mode=0o755)
     except OSError as exc:
-        log.warning("cannot copy %s from driver root %s to %s: %s; CDI specs get no hooks",
-                    found.path, settings.root.path, target, exc)
+        log.warning(
+            "cannot copy %s from driver root %s to %s: %s; CDI specs get no hooks",
+            found.path,
+            settings.root.path,
+            target,
+            exc,
+        )
         return None
     return str(target)
 
@@ -72,7 +77,11 @@ def _self_check(settings: UserSpaceSettings, metrics: Metrics) -> UserSpace | No
         missing = userspace.missing()
         problem = ""
     except UserSpaceError as exc:
-        userspace, missing, problem = None, [f"libcuda.so.{settings.version}", NVML_SONAME, "nvidia-smi"], str(exc)
+        userspace, missing, problem = (
+            None,
+            [f"libcuda.so.{settings.version}", NVML_SONAME, "nvidia-smi"],
+            str(exc),
+        )
     for item in missing:
         metrics.driver_userspace_missing.labels(item=item).set(1)
     metrics.driver_userspace_ready.set(0 if missing else 1)
@@ -80,7 +89,10 @@ def _self_check(settings: UserSpaceSettings, metrics: Metrics) -> UserSpace | No
     if missing:
         log.error(
             "driver root %s (host %s) lacks %s: containers will not get them through CDI%s",
-            root.path, root.host_path, ", ".join(missing), f" ({problem})" if problem else "",
+            root.path,
+            root.host_path,
+            ", ".join(missing),
+            f" ({problem})" if problem else "",
             extra={"fields": {"driver_root": str(root.path), "missing": missing}},
         )
     return userspace
@@ -99,7 +111,9 @@ def setup(settings: UserSpaceSettings, metrics: Metrics) -> DriverEdits | None:
             "no %s for the CDI hooks (--nvidia-cdi-hook-path unset and none under driver root %s): "
             "each library is also mounted under its SONAME; images whose loader does not search %s "
             "will not find the driver libraries",
-            HOOK_BINARY, settings.root.path, userspace.libcuda_dir,
+            HOOK_BINARY,
+            settings.root.path,
+            userspace.libcuda_dir,
             extra={"fields": {"cdi_hooks": False}},
         )
     elif hook is not None:

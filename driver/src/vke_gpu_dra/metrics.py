@@ -101,6 +101,6 @@ class Metrics:
         )
         self.cdi_hooks_enabled = Gauge(
             f"{_PREFIX}_cdi_hooks_enabled",
-            "1 when CDI specs carry nvidia-cdi-hook hooks, 0 when libraries are mounted under their SONAMEs instead.",
+            "1 when CDI specs carry nvidia-cdi-hook hooks, 0 when libraries also get SONAME mounts.",
             registry=r,
         )

@@ -29,8 +29,12 @@ LIBRARIES: Final = {
 }
 VDPAU: Final = {"libvdpau_nvidia.so": "libvdpau_nvidia.so.1"}
 #: Device numbers as the NVIDIA driver registers them (uvm's major is dynamic; 510 here).
-CONTROL_NODES: Final = {"nvidiactl": (195, 255), "nvidia-modeset": (195, 254), "nvidia-uvm": (510, 0),
-                        "nvidia-uvm-tools": (510, 1)}
+CONTROL_NODES: Final = {
+    "nvidiactl": (195, 255),
+    "nvidia-modeset": (195, 254),
+    "nvidia-uvm": (510, 0),
+    "nvidia-uvm-tools": (510, 1),
+}
 LAYOUTS: Final = {"debian": "/usr/lib/x86_64-linux-gnu", "rhel": "/usr/lib64"}
 BUS_ID: Final = "0000:3b:00.0"
 
@@ -45,15 +49,23 @@ def gcc() -> str:
 def _shared_object(target: Path, soname: str) -> None:
     source = target.parent / f".{target.name}.c"
     source.write_text("int fake_driver_library(void) { return 1; }\n")
-    subprocess.run([gcc(), "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(target), str(source)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [gcc(), "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(target), str(source)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     source.unlink()
 
 
 def build_stub_smi(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([gcc(), "-O1", "-Wall", "-Werror", "-o", str(target), str(STUB_SMI), "-ldl"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [gcc(), "-O1", "-Wall", "-Werror", "-o", str(target), str(STUB_SMI), "-ldl"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return target
 
 

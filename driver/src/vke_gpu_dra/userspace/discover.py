@@ -178,7 +178,9 @@ class UserSpace:
     def missing(self) -> list[str]:
         """What containers need and the root lacks: `libnvidia-ml.so.1` and `nvidia-smi`."""
         lacking = []
-        if not any(lib.soname == NVML_SONAME or lib.name.startswith("libnvidia-ml.so.") for lib in self.libraries):
+        if not any(
+            lib.soname == NVML_SONAME or lib.name.startswith("libnvidia-ml.so.") for lib in self.libraries
+        ):
             lacking.append(NVML_SONAME)
         if not any(PurePosixPath(b.path).name == SMI_BINARY for b in self.binaries):
             lacking.append(SMI_BINARY)
@@ -197,8 +199,12 @@ def read_ld_cache(root: DriverRoot) -> list[ldcache.CacheEntry]:
     try:
         return ldcache.parse(root.local(resolved).read_bytes())
     except (OSError, ldcache.LdCacheError) as exc:
-        log.warning("cannot read %s under driver root %s: %s; using the standard library directories",
-                    LD_CACHE, root.path, exc)
+        log.warning(
+            "cannot read %s under driver root %s: %s; using the standard library directories",
+            LD_CACHE,
+            root.path,
+            exc,
+        )
         return []
 
 
@@ -226,7 +232,9 @@ def _so_link(name: str) -> str:
         name = stem
 
 
-def _links(root: DriverRoot, directory: str, name: str, soname: str | None, version: str) -> list[tuple[str, str]]:
+def _links(
+    root: DriverRoot, directory: str, name: str, soname: str | None, version: str
+) -> list[tuple[str, str]]:
     """The links nvcdi's create-symlinks hook makes for one library (toolkit `discover/symlinks.go`)."""
     links: list[tuple[str, str]] = []
     if fnmatch(name, f"libcuda.so.{version}"):
@@ -262,7 +270,7 @@ def _listdir(root: DriverRoot, directory: str) -> list[str]:
 
 
 def find_libraries(root: DriverRoot, libdir: str, version: str) -> list[Library]:
-    """Every regular file `*.so.<version>` (and the legacy `libnvidia-nvvm70.so.*`) in `libdir` and its vdpau/."""
+    """Every regular file `*.so.<version>` (and legacy `libnvidia-nvvm70.so.*`) in `libdir` and its vdpau/."""
     found: dict[str, Library] = {}
     for directory in (libdir, f"{libdir}/vdpau"):
         resolved_dir = root.resolve(directory)
@@ -273,7 +281,9 @@ def find_libraries(root: DriverRoot, libdir: str, version: str) -> list[Library]
                 continue
             resolved = root.regular_file(f"{directory}/{name}")
             if resolved is None:
-                log.info("skipping %s/%s under driver root %s: not a regular file", directory, name, root.path)
+                log.info(
+                    "skipping %s/%s under driver root %s: not a regular file", directory, name, root.path
+                )
                 continue
             if resolved not in found:
                 found[resolved] = _library(root, resolved, version)
@@ -296,7 +306,12 @@ def find_binary(root: DriverRoot, name: str) -> File | None:
 
 def firmware_dirs(release: str) -> tuple[str, ...]:
     """The kernel's firmware search paths for kernel `release` (nvcdi's order)."""
-    return (f"/lib/firmware/updates/{release}", "/lib/firmware/updates", f"/lib/firmware/{release}", "/lib/firmware")
+    return (
+        f"/lib/firmware/updates/{release}",
+        "/lib/firmware/updates",
+        f"/lib/firmware/{release}",
+        "/lib/firmware",
+    )
 
 
 def find_firmware(root: DriverRoot, version: str, release: str | None = None) -> list[File]:
@@ -328,7 +343,9 @@ def find_ipc_sockets(root: DriverRoot) -> list[File]:
     return found
 
 
-def discover(root: DriverRoot, version: str, *, machine: str | None = None, release: str | None = None) -> UserSpace:
+def discover(
+    root: DriverRoot, version: str, *, machine: str | None = None, release: str | None = None
+) -> UserSpace:
     """The driver user-space of driver `version` (NVML's raw string, e.g. `535.104.05`) under `root`.
 
     Raises UserSpaceError when the root is not a directory or has no `libcuda.so.<version>`.
@@ -340,7 +357,9 @@ def discover(root: DriverRoot, version: str, *, machine: str | None = None, rele
     libdir = find_libcuda_dir(root, version, machine)
     if libdir is None:
         where = ", ".join([f"{LD_CACHE} entries", *LIBRARY_DIRS])
-        raise UserSpaceError(f"driver root {root.path} has no regular file libcuda.so.{version} (searched {where})")
+        raise UserSpaceError(
+            f"driver root {root.path} has no regular file libcuda.so.{version} (searched {where})"
+        )
     libraries = find_libraries(root, libdir, version)
     binaries = [b for b in (find_binary(root, name) for name in BINARIES) if b is not None]
     return UserSpace(

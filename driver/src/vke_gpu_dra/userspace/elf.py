@@ -32,24 +32,41 @@ def _exact(read: Reader, offset: int, size: int, what: str) -> bytes:
     return data
 
 
-def soname(read: Reader) -> str | None:
-    """The SONAME of the ELF file behind `read`, or None when it has none."""
-    data = read(0, HEADER_BYTES)
-    if data[:4] != b"\x7fELF" or len(data) < HEADER_BYTES:
+def _layout(header: bytes) -> tuple[int, int, int, struct.Struct, struct.Struct]:
+    """(section header offset, entry size, count, section struct, dynamic-entry struct) of an ELF header."""
+    if header[:4] != b"\x7fELF" or len(header) < HEADER_BYTES:
         raise ElfError("not an ELF file")
-    klass, encoding = data[4], data[5]
+    klass, encoding = header[4], header[5]
     if klass not in (1, 2) or encoding not in (1, 2):
         raise ElfError(f"unknown ELF class {klass} or data encoding {encoding}")
     order = "<" if encoding == 1 else ">"
-    is64 = klass == 2
-    if is64:
-        shoff, shentsize, shnum = struct.unpack_from(order + "Q10xHH", data, 0x28)
-        section = struct.Struct(order + "IIQQQQIIQQ")  # name type flags addr offset size link info align entsize
-        dyn = struct.Struct(order + "qQ")
-    else:
-        shoff, shentsize, shnum = struct.unpack_from(order + "I10xHH", data, 0x20)
-        section = struct.Struct(order + "IIIIIIIIII")
-        dyn = struct.Struct(order + "iI")
+    if klass == 2:  # 64-bit; section: name type flags addr offset size link info align entsize
+        shoff, shentsize, shnum = struct.unpack_from(order + "Q10xHH", header, 0x28)
+        return shoff, shentsize, shnum, struct.Struct(order + "IIQQQQIIQQ"), struct.Struct(order + "qQ")
+    shoff, shentsize, shnum = struct.unpack_from(order + "I10xHH", header, 0x20)
+    return shoff, shentsize, shnum, struct.Struct(order + "IIIIIIIIII"), struct.Struct(order + "iI")
+
+
+def _soname_in(read: Reader, dynamic: bytes, dyn: struct.Struct, strtab: tuple[int, int]) -> str | None:
+    strtab_offset, strtab_size = strtab
+    for pos in range(0, len(dynamic) - dyn.size + 1, dyn.size):
+        tag, value = dyn.unpack_from(dynamic, pos)
+        if tag == _DT_NULL:
+            return None
+        if tag == _DT_SONAME:
+            if value >= strtab_size:
+                raise ElfError("SONAME lies outside the string table")
+            strings = _exact(read, strtab_offset + value, min(strtab_size - value, 4096), "SONAME")
+            end = strings.find(b"\0")
+            if end < 0:
+                raise ElfError("SONAME is not NUL-terminated")
+            return strings[:end].decode(errors="surrogateescape")
+    return None
+
+
+def soname(read: Reader) -> str | None:
+    """The SONAME of the ELF file behind `read`, or None when it has none."""
+    shoff, shentsize, shnum, section, dyn = _layout(read(0, HEADER_BYTES))
     if shentsize < section.size:
         raise ElfError(f"section header size {shentsize} is too small")
     table = _exact(read, shoff, shnum * shentsize, "section header table")
@@ -60,21 +77,8 @@ def soname(read: Reader) -> str | None:
         offset, size, link = sh[4], sh[5], sh[6]
         if link >= len(sections):
             raise ElfError("dynamic section links to a missing string table")
-        strtab_offset, strtab_size = sections[link][4], sections[link][5]
         dynamic = _exact(read, offset, size, "dynamic section")
-        for pos in range(0, len(dynamic) - dyn.size + 1, dyn.size):
-            tag, value = dyn.unpack_from(dynamic, pos)
-            if tag == _DT_NULL:
-                break
-            if tag == _DT_SONAME:
-                if value >= strtab_size:
-                    raise ElfError("SONAME lies outside the string table")
-                strings = _exact(read, strtab_offset + value, min(strtab_size - value, 4096), "SONAME")
-                end = strings.find(b"\0")
-                if end < 0:
-                    raise ElfError("SONAME is not NUL-terminated")
-                return strings[:end].decode(errors="surrogateescape")
-        return None
+        return _soname_in(read, dynamic, dyn, (sections[link][4], sections[link][5]))
     return None
 
 

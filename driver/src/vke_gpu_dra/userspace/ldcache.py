@@ -36,7 +36,11 @@ FLAG_ELF_LIBC6: Final = 0x0003
 FLAG_REQUIRED_MASK: Final = 0xFF00
 FLAG_X8664_LIB64: Final = 0x0300
 FLAG_AARCH64_LIB64: Final = 0x0A00
-_MACHINE_FLAGS: Final = {"x86_64": FLAG_X8664_LIB64, "aarch64": FLAG_AARCH64_LIB64, "arm64": FLAG_AARCH64_LIB64}
+_MACHINE_FLAGS: Final = {
+    "x86_64": FLAG_X8664_LIB64,
+    "aarch64": FLAG_AARCH64_LIB64,
+    "arm64": FLAG_AARCH64_LIB64,
+}
 
 
 class LdCacheError(ValueError):
@@ -110,5 +114,7 @@ def parse(data: bytes) -> list[CacheEntry]:
     entries = []
     for i in range(nlibs):
         flags, key, value = _OLD_ENTRY.unpack_from(data, _OLD_HEADER.size + i * _OLD_ENTRY.size)
-        entries.append(CacheEntry(flags, _string(data, strings + key, "key"), _string(data, strings + value, "value")))
+        entries.append(
+            CacheEntry(flags, _string(data, strings + key, "key"), _string(data, strings + value, "value"))
+        )
     return entries
