@@ -82,6 +82,11 @@ class FakeRoot:
         return self.path / container_path.lstrip("/")
 
 
+def can_mknod() -> bool:
+    """Device nodes can be made (root; CI runs as root)."""
+    return os.geteuid() == 0
+
+
 def mknod(path: Path, major: int, minor: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
@@ -94,10 +99,12 @@ def build(
     version: str = VERSION,
     nvml_build_dir: Path | None = None,
     hook: bool = False,
-    nodes: bool = True,
+    nodes: bool | None = None,
     gpus: int = 1,
 ) -> FakeRoot:
     """Build the fake root at `root` (which must not exist yet)."""
+    if nodes is None:
+        nodes = can_mknod()
     libdir = LAYOUTS[layout]
     fake = FakeRoot(root, version, libdir, root.parent / f"{root.name}-sysfs", nodes)
     lib = fake.local(libdir)
