@@ -435,6 +435,13 @@ def test_prepared_claim_resolves_to_devices_with_the_common_edits(make_root, tmp
     fake = make_root()
     cdi_root, data = tmp_path / "cdi", tmp_path / "plugin"
     edits = setup(settings(fake, tmp_path, root=DriverRoot(fake.path, str(fake.path))), Metrics())
+    # a base spec NVIDIA's plugin left in the same directory (its device names are gpu-N)
+    cdi_root.mkdir()
+    nvidia_base = cdi_root / "k8s.gpu.nvidia.com-device_base.yaml"
+    nvidia_base.write_text(
+        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/device\n"
+        "devices: [{name: gpu-0, containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}}]\n"
+    )
     state = DeviceState(
         driver_name=facts.DRIVER_NAME,
         pool_name="node-a",
@@ -449,6 +456,10 @@ def test_prepared_claim_resolves_to_devices_with_the_common_edits(make_root, tmp
     kind, _, name = prepared[0].cdi_device_ids[0].partition("=")
     assert kind == spec["kind"] == "k8s.gpu.nvidia.com/claim"  # never NVIDIA's base-spec kind .../device
     assert name in [d["name"] for d in spec["devices"]]
+    base = cdi.load_spec(nvidia_base)
+    ours = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+    assert ours.isdisjoint({f"{base['kind']}={d['name']}" for d in base["devices"]})
+    assert list(cdi.list_claim_specs(cdi_root)) == [UID]  # the base spec is never taken for a claim
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
     mounted = [m["containerPath"] for m in spec["containerEdits"]["mounts"]]
     assert f"{DEB}/libnvidia-ml.so.1" in mounted and "/usr/bin/nvidia-smi" in mounted
