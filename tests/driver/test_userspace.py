@@ -418,7 +418,10 @@ def test_root_without_libcuda_still_gives_device_node_edits(make_root, tmp_path,
         edits = setup(settings(fake, tmp_path, root=DriverRoot(fake.path, str(fake.path))), Metrics())
     assert edits.userspace is None and edits.mounts() == [] and edits.hooks() == []
     assert next(n["path"] for n in edits.control_nodes()) == "/dev/nvidiactl"
-    assert any(f"has no regular file libcuda.so.{VERSION}" in r.getMessage() for r in caplog.records)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # NVML and nvidia-smi are there: only libcuda is named
+    assert errors[0].startswith(f"driver root {fake.path} (host {fake.path}) lacks libcuda.so.{VERSION}: ")
+    assert f"has no regular file libcuda.so.{VERSION}" in errors[0]
 
 
 def test_simulated_mode_uses_a_fake_root_only_when_given(make_root, tmp_path):

@@ -16,8 +16,18 @@ from typing import Final
 from .cdi_edits import DriverEdits
 from .fsutil import atomic_write
 from .metrics import Metrics
-from .userspace import HOOK_BINARY, NVML_SONAME, DriverRoot, UserSpace, UserSpaceError, discover, find_binary
+from .userspace import (
+    HOOK_BINARY,
+    LIBRARY_DIRS,
+    NVML_SONAME,
+    DriverRoot,
+    UserSpace,
+    UserSpaceError,
+    discover,
+    find_binary,
+)
 from .userspace.devnodes import node_source
+from .userspace.discover import SMI_BINARY
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +77,17 @@ def _install_hook(settings: UserSpaceSettings) -> str | None:
     return str(target)
 
 
+def _missing_without_libcuda(settings: UserSpaceSettings) -> list[str]:
+    """What is missing when not even libcuda was found: libcuda, and NVML and nvidia-smi if absent too."""
+    root = settings.root
+    missing = [f"libcuda.so.{settings.version}" if settings.version else "libcuda.so.<driver version>"]
+    if not any(root.regular_file(f"{d}/{NVML_SONAME}") for d in LIBRARY_DIRS):
+        missing.append(NVML_SONAME)
+    if find_binary(root, SMI_BINARY) is None:
+        missing.append(SMI_BINARY)
+    return missing
+
+
 def _self_check(settings: UserSpaceSettings, metrics: Metrics) -> UserSpace | None:
     root = settings.root
     missing: list[str]
@@ -77,11 +98,7 @@ def _self_check(settings: UserSpaceSettings, metrics: Metrics) -> UserSpace | No
         missing = userspace.missing()
         problem = ""
     except UserSpaceError as exc:
-        userspace, missing, problem = (
-            None,
-            [f"libcuda.so.{settings.version}", NVML_SONAME, "nvidia-smi"],
-            str(exc),
-        )
+        userspace, missing, problem = None, _missing_without_libcuda(settings), str(exc)
     for item in missing:
         metrics.driver_userspace_missing.labels(item=item).set(1)
     metrics.driver_userspace_ready.set(0 if missing else 1)
