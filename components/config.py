@@ -142,6 +142,9 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("driver.kubeletPluginOnAllNodes", "boolean", False,
         "python: run the kubelet plugin on every node instead of nodes labelled "
         "vke.node.gpu.schedule=nvidia-dra (demo clusters)."),
+    Key("driver.nvidiaDriverRoot", "string", "/",
+        "Host root of the NVIDIA driver ('/', or '/run/nvidia/driver' for a driver container); "
+        "its libraries and nvidia-smi go into GPU containers through CDI."),
     Key("driver.nvidiaChartVersion", "string", "25.8.1", "nvidia: version of NVIDIA's chart."),
     Key("driver.timeoutSeconds", "integer", 600, "How long Helm waits for the driver release."),
     # --- sample workload ---
@@ -321,6 +324,7 @@ class DriverConfig:
     kubelet_plugin_on_all_nodes: bool
     nvidia_chart_version: str
     timeout_seconds: int
+    nvidia_driver_root: str = "/"
 
 
 @dataclass(frozen=True)
@@ -750,7 +754,11 @@ def _driver(r: _Reader) -> DriverConfig:
         kubelet_plugin_on_all_nodes=r.get("driver.kubeletPluginOnAllNodes"),
         nvidia_chart_version=r.get("driver.nvidiaChartVersion"),
         timeout_seconds=r.get("driver.timeoutSeconds"),
+        nvidia_driver_root=r.get("driver.nvidiaDriverRoot"),
     )
+    if not cfg.nvidia_driver_root.startswith("/") or "\n" in cfg.nvidia_driver_root:
+        r.fail("driver.nvidiaDriverRoot", cfg.nvidia_driver_root,
+               "an absolute host path such as / or /run/nvidia/driver")
     _choice(r, "driver.implementation", cfg.implementation, (IMPLEMENTATION_PYTHON, IMPLEMENTATION_NVIDIA))
     _choice(r, "driver.imagePullPolicy", cfg.image_pull_policy, PULL_POLICIES)
     _choice(r, "driver.deviceSource", cfg.device_source, DEVICE_SOURCES)

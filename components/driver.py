@@ -74,6 +74,7 @@ def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValue
             },
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"enabled": False},
+            "nvidiaDriverRoot": cfg.nvidia_driver_root,
         },
         nulls={},
     )

@@ -16,7 +16,8 @@ NVML_ENV = {
     "REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry",
     "CDI_ROOT": "/var/run/cdi",
     "DEVICE_SOURCE": "nvml",
-    "NVIDIA_DRIVER_ROOT": "/driver-root",
+    "NVIDIA_DRIVER_ROOT": "/",
+    "DRIVER_ROOT_CTR_PATH": "/driver-root",
     "HEALTHCHECK_PORT": "51516",
     "METRICS_PORT": "8080",
     "LOG_FORMAT": "json",
@@ -186,7 +187,7 @@ def test_nvml_env_sets_every_flag_from_values(render: Any) -> None:
 def test_simulated_env(render: Any) -> None:
     env = env_of(plugin_container(render(SIMULATED)))
     env.pop("NODE_NAME")
-    expected = {k: v for k, v in NVML_ENV.items() if k != "NVIDIA_DRIVER_ROOT"}
+    expected = {k: v for k, v in NVML_ENV.items() if k not in ("NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH")}
     expected |= {"DEVICE_SOURCE": "simulated", "SIMULATED_GPUS": "4", "SIMULATED_PRODUCT": "NVIDIA A30"}
     assert env == expected
 
@@ -214,17 +215,17 @@ def test_env_follows_values(render: Any) -> None:
     assert env["METRICS_PORT"] == "9100"
 
 
-@pytest.mark.parametrize(
-    ("root", "container_path"), [("/", "/driver-root"), ("/run/nvidia/driver", "/run/nvidia/driver")]
-)
-def test_driver_root_mounted_read_only(render: Any, root: str, container_path: str) -> None:
+@pytest.mark.parametrize("root", ["/", "/run/nvidia/driver"])
+def test_driver_root_mounted_read_only_at_driver_root(render: Any, root: str) -> None:
     objects = render({"nvidiaDriverRoot": root})
     container = plugin_container(objects)
-    assert env_of(container)["NVIDIA_DRIVER_ROOT"] == container_path
+    env = env_of(container)
+    assert (env["NVIDIA_DRIVER_ROOT"], env["DRIVER_ROOT_CTR_PATH"]) == (root, "/driver-root")
+    assert "NVIDIA_CDI_HOOK_PATH" not in env  # the plugin copies the driver root's hook
     mount = mounts_by_name(container)["driver-root"]
     assert mount == {
         "name": "driver-root",
-        "mountPath": container_path,
+        "mountPath": "/driver-root",
         "readOnly": True,
         "mountPropagation": "HostToContainer",
     }
@@ -232,6 +233,18 @@ def test_driver_root_mounted_read_only(render: Any, root: str, container_path: s
         "path": root,
         "type": "Directory",
     }
+
+
+def test_cdi_hook_path_is_passed_and_mounted_at_its_host_path(render: Any) -> None:
+    objects = render({"nvidiaCDIHookPath": "/usr/local/bin/nvidia-cdi-hook"})
+    container = plugin_container(objects)
+    assert env_of(container)["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/bin/nvidia-cdi-hook"
+    assert mounts_by_name(container)["nvidia-cdi-hook"] == {
+        "name": "nvidia-cdi-hook", "mountPath": "/usr/local/bin/nvidia-cdi-hook", "readOnly": True}
+    assert volumes_by_name(pod_spec(objects))["nvidia-cdi-hook"]["hostPath"] == {
+        "path": "/usr/local/bin/nvidia-cdi-hook", "type": "File"}
+    simulated = plugin_container(render({**SIMULATED, "nvidiaCDIHookPath": "/usr/bin/nvidia-cdi-hook"}))
+    assert "nvidia-cdi-hook" not in mounts_by_name(simulated)
 
 
 # ---------------------------------------------------------------- mounts

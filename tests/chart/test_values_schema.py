@@ -88,6 +88,7 @@ def test_values_contract() -> None:
     assert values["healthcheckPort"] == 51516
     assert values["metricsPort"] == 8080
     assert values["nvidiaDriverRoot"] == "/"
+    assert values["nvidiaCDIHookPath"] == ""
     assert values["kubeletPluginsDir"] == "/var/lib/kubelet/plugins"
     assert values["kubeletRegistrarDir"] == "/var/lib/kubelet/plugins_registry"
     assert values["cdiRoot"] == "/var/run/cdi"
@@ -169,6 +170,8 @@ def test_values_contract() -> None:
             {"metrics": {"servicemonitor": {}}},
             "at '/metrics': additional properties 'servicemonitor' not allowed",
         ),
+        ({"nvidiaDriverRoot": "run/nvidia/driver"}, "at '/nvidiaDriverRoot'"),
+        ({"nvidiaCDIHookPath": "bin/nvidia-cdi-hook"}, "at '/nvidiaCDIHookPath'"),
     ],
 )
 def test_helm_rejects_invalid_values_naming_the_key(helm: Helm, values: dict[str, Any], message: str) -> None:

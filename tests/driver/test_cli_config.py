@@ -26,6 +26,8 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.device_source == "nvml"
     assert (config.simulated_gpus, config.simulated_product) == (8, "NVIDIA A30")
     assert config.nvidia_driver_root == Path("/")
+    assert config.driver_root_path == Path("/")  # read where the host has it unless told otherwise
+    assert config.nvidia_cdi_hook_path is None
     assert (config.healthcheck_port, config.metrics_port) == (51516, 8080)
     assert config.log_format == "json"
     assert config.log_level == "info"
@@ -58,12 +60,26 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--simulated-gpus": "SIMULATED_GPUS",
         "--simulated-product": "SIMULATED_PRODUCT",
         "--nvidia-driver-root": "NVIDIA_DRIVER_ROOT",
+        "--container-driver-root": "DRIVER_ROOT_CTR_PATH",
+        "--nvidia-cdi-hook-path": "NVIDIA_CDI_HOOK_PATH",
         "--healthcheck-port": "HEALTHCHECK_PORT",
         "--metrics-port": "METRICS_PORT",
         "--log-format": "LOG_FORMAT",
         "--log-level": "LOG_LEVEL",
         "--rolling-update-id": "ROLLING_UPDATE_ID",
     }
+
+
+def test_driver_root_as_the_chart_sets_it() -> None:
+    env = {"NODE_NAME": "n", "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
+           "DRIVER_ROOT_CTR_PATH": "/driver-root", "NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook"}
+    config = parse_config([], environ=env)
+    assert config.nvidia_driver_root == Path("/run/nvidia/driver")
+    assert config.driver_root_path == Path("/driver-root")
+    assert config.nvidia_cdi_hook_path == Path("/usr/bin/nvidia-cdi-hook")
+    with pytest.raises(ConfigError, match="invalid value 'bin/hook' for --nvidia-cdi-hook-path from env "
+                       "NVIDIA_CDI_HOOK_PATH: must be an absolute path"):
+        parse_config([], environ={"NODE_NAME": "n", "NVIDIA_CDI_HOOK_PATH": "bin/hook"})
 
 
 def test_environment_and_flag_precedence() -> None:

@@ -333,6 +333,15 @@ def test_nvidia_rejects_simulated_devices_and_taints() -> None:
     assert [i.key for i in issues] == ["driver.deviceSource", "nodePool.taints"]
 
 
+def test_driver_root_must_be_an_absolute_host_path() -> None:
+    issue = only_issue({"driver.nvidiaDriverRoot": "run/nvidia/driver"}, "driver.nvidiaDriverRoot")
+    assert issue.value == "'run/nvidia/driver'"
+    assert issue.allowed == "an absolute host path such as / or /run/nvidia/driver"
+    assert config.load(raw({"driver.nvidiaDriverRoot": "/run/nvidia/driver"})).driver.nvidia_driver_root == (
+        "/run/nvidia/driver"
+    )
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod", "local"])
 def test_example_stack_files_are_valid(stack: str) -> None:
     cfg = config.load(harness.stack_raw_config(stack))

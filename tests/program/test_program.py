@@ -372,6 +372,7 @@ def test_python_driver_uses_local_chart_and_program_device_classes(runs: dict) -
     assert values["deviceClasses"] == {"enabled": False}
     assert values["driverName"] == facts.DRIVER_NAME
     assert values["deviceSource"]["type"] == "nvml"
+    assert values["nvidiaDriverRoot"] == "/"
     assert values["kubeletPlugin"]["affinity"] == procedure_install()[0]["kubeletPlugin"]["affinity"]
     classes = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in run.by_type(DEVICE_CLASS)}
     assert classes == {
@@ -477,6 +478,11 @@ def test_sample_in_its_own_namespace(runs: dict) -> None:
     assert ns.inputs["metadata"]["name"] == "gpu-samples"
     assert run.depends_on(run.one(CLAIM_TEMPLATE), ns)
     assert run.one(DEPLOYMENT).inputs["metadata"]["namespace"] == "gpu-samples"
+
+
+def test_driver_root_reaches_the_chart() -> None:
+    run = harness.run_stack("dev", {"driver.nvidiaDriverRoot": "/run/nvidia/driver"})
+    assert effective_values(run.one(RELEASE))["nvidiaDriverRoot"] == "/run/nvidia/driver"
 
 
 def test_sample_can_be_switched_off() -> None:

@@ -63,12 +63,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-Where the host's NVIDIA driver root appears in the container: /driver-root when the host root is "/" (the host's
-whole filesystem cannot be mounted over the container's), otherwise the same path as on the host.
+Where the host's NVIDIA driver root appears in the plugin container (NVIDIA's chart uses the same path). The plugin
+reads the driver there and writes host paths (nvidiaDriverRoot + path) into the CDI specs.
 */}}
 {{- define "vke-gpu-dra.driverRootCtrPath" -}}
-{{- $root := .Values.nvidiaDriverRoot | trimSuffix "/" -}}
-{{- if eq $root "" -}}/driver-root{{- else -}}{{ $root }}{{- end -}}
+/driver-root
 {{- end -}}
 
 {{/*

@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from . import facts
 from .fsutil import atomic_write, remove_durably
 from .model import Device
+
+if TYPE_CHECKING:
+    from .cdi_edits import DriverEdits
 
 CLAIM_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
 _SPEC_PREFIX: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_CLAIM}_"
@@ -74,33 +77,54 @@ def _env_suffix(device_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
 
 
-def _device_edits(device: Device) -> dict[str, Any]:
+def _device_edits(device: Device, driver: DriverEdits | None = None) -> dict[str, Any]:
     if device.simulated:
         return {"env": [f"{ENV_GPU_DEVICE_PREFIX}{_env_suffix(device.name)}={device.name}"]}
     if not device.device_nodes:
         raise CdiSpecError(f"device {device.name} has no device nodes (a real GPU needs /dev/nvidia<N>)")
+    if driver is not None:
+        return {"deviceNodes": driver.device_nodes(device)}
     return {"deviceNodes": [{"path": node} for node in device.device_nodes]}
 
 
-def build_claim_spec(
-    claim_uid: str, devices: Sequence[Device], *, optional_nodes: Iterable[str] = ()
+def _common_edits(
+    claim_uid: str, devices: Sequence[Device], optional_nodes: Iterable[str], driver: DriverEdits | None
 ) -> dict[str, Any]:
-    """The claim's CDI spec; `optional_nodes` are the OPTIONAL_CONTROL_NODES present on the host."""
+    if driver is not None:
+        common = driver.common()
+        common["env"] = [*common["env"], f"{ENV_CLAIM_UID}={claim_uid}"]
+        return common
+    uuids = ",".join(d.uuid for d in devices)
+    legacy: dict[str, Any] = {"env": [f"{ENV_VISIBLE_DEVICES}={uuids}", f"{ENV_CLAIM_UID}={claim_uid}"]}
+    if any(not d.simulated for d in devices):
+        legacy["deviceNodes"] = [{"path": p} for p in (CONTROL_NODE, *optional_nodes)]
+    return legacy
+
+
+def build_claim_spec(
+    claim_uid: str,
+    devices: Sequence[Device],
+    *,
+    optional_nodes: Iterable[str] = (),
+    driver: DriverEdits | None = None,
+) -> dict[str, Any]:
+    """The claim's CDI spec.
+
+    With `driver`, its common edits (the driver's user-space, `NVIDIA_VISIBLE_DEVICES=void`, hooks)
+    are the spec-level edits and device nodes carry host paths. Without it (simulated mode with no
+    fake driver root) the spec sets environment variables and the bare device nodes only, with
+    `optional_nodes` the OPTIONAL_CONTROL_NODES present on the host.
+    """
     if not devices:
         raise CdiSpecError(f"claim {claim_uid}: a CDI spec needs at least one device")
-    uuids = ",".join(d.uuid for d in devices)
-    common: dict[str, Any] = {"env": [f"{ENV_VISIBLE_DEVICES}={uuids}", f"{ENV_CLAIM_UID}={claim_uid}"]}
-    real = [d for d in devices if not d.simulated]
-    if real:
-        common["deviceNodes"] = [{"path": p} for p in (CONTROL_NODE, *optional_nodes)]
     spec: dict[str, Any] = {
         "cdiVersion": "",
         "kind": CLAIM_KIND,
         "devices": [
-            {"name": claim_device_name(claim_uid, d.name), "containerEdits": _device_edits(d)}
+            {"name": claim_device_name(claim_uid, d.name), "containerEdits": _device_edits(d, driver)}
             for d in devices
         ],
-        "containerEdits": common,
+        "containerEdits": _common_edits(claim_uid, devices, optional_nodes, driver),
     }
     spec["cdiVersion"] = minimum_version(spec)
     validate_spec(spec)

@@ -50,6 +50,15 @@ class Config:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: The pod UID in a seamless-upgrade deployment, in this instance's socket names; None: the fixed names.
     rolling_update_id: str | None = None
+    #: Where this process sees the driver root (the chart mounts it at /driver-root); None: the host path.
+    container_driver_root: Path | None = None
+    #: Host path of nvidia-cdi-hook for the CDI hooks; None: the host's copied into the plugin data dir.
+    nvidia_cdi_hook_path: Path | None = None
+
+    @property
+    def driver_root_path(self) -> Path:
+        """The driver root as this process reads it."""
+        return self.container_driver_root or self.nvidia_driver_root
 
     @property
     def dra_socket(self) -> Path:
@@ -181,7 +190,22 @@ OPTIONS: tuple[_Option, ...] = (
         "NVIDIA_DRIVER_ROOT",
         _abs_path,
         "/",
-        "root of the NVIDIA driver installation (where libnvidia-ml.so.1 is looked up)",
+        "host path of the NVIDIA driver installation's root (its libraries and binaries go into containers)",
+    ),
+    _Option(
+        "container_driver_root",
+        "DRIVER_ROOT_CTR_PATH",
+        _abs_path,
+        None,
+        "where this process sees the driver root (default: the --nvidia-driver-root path itself)",
+    ),
+    _Option(
+        "nvidia_cdi_hook_path",
+        "NVIDIA_CDI_HOOK_PATH",
+        _abs_path,
+        None,
+        "host path of nvidia-cdi-hook used in CDI hooks (default: the driver root's nvidia-cdi-hook, "
+        "copied into the plugin data dir; none found: no hooks)",
     ),
     _Option("healthcheck_port", "HEALTHCHECK_PORT", _PORT, "51516", "gRPC health port (0 disables)"),
     _Option("metrics_port", "METRICS_PORT", _PORT, "8080", "Prometheus metrics port (0 disables)"),

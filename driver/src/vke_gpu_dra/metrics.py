@@ -83,3 +83,24 @@ class Metrics:
             "Devices currently reported unhealthy.",
             registry=r,
         )
+        self.driver_userspace_ready = Gauge(
+            f"{_PREFIX}_driver_userspace_ready",
+            "1 when the driver root has libcuda, libnvidia-ml.so.1 and nvidia-smi for containers, else 0.",
+            registry=r,
+        )
+        self.driver_userspace_missing = Gauge(
+            f"{_PREFIX}_driver_userspace_missing",
+            "1 for each driver file containers need that the driver root lacks.",
+            ["item"],
+            registry=r,
+        )
+        self.driver_libraries = Gauge(
+            f"{_PREFIX}_driver_libraries",
+            "Driver libraries mounted into GPU containers through CDI.",
+            registry=r,
+        )
+        self.cdi_hooks_enabled = Gauge(
+            f"{_PREFIX}_cdi_hooks_enabled",
+            "1 when CDI specs carry nvidia-cdi-hook hooks, 0 when libraries also get SONAME mounts.",
+            registry=r,
+        )

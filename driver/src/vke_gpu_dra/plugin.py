@@ -24,7 +24,8 @@ from typing import Any
 import grpc
 from prometheus_client import start_http_server
 
-from . import __version__
+from . import __version__, driver_userspace
+from .cdi_edits import DriverEdits
 from .config import Config
 from .discovery import DeviceSource, DiscoveryError
 from .dra_service import DRAServicer, add_dra_servicer
@@ -42,6 +43,7 @@ from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_reso
 from .slice_controller import SliceController
 from .sockets import remove_socket, unix_server
 from .state import DeviceState, StateLockTimeout
+from .userspace import DriverRoot
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def make_source(config: Config) -> DeviceSource:
         return SimulatedSource(config.simulated_gpus, config.simulated_product, config.node_name)
     from .discovery import nvml  # noqa: PLC0415  (NVML bindings load only in nvml mode)
 
-    return nvml.NvmlSource(driver_root=config.nvidia_driver_root)
+    return nvml.NvmlSource(driver_root=config.driver_root_path)
 
 
 class Plugin:
@@ -88,6 +90,7 @@ class Plugin:
         self._stop_grace = stop_grace
         self._stopped = threading.Event()
         self.devices: list[Device] = []
+        self.driver_edits: DriverEdits | None = None
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
@@ -136,6 +139,16 @@ class Plugin:
         # 2. state (reads the checkpoint of claims prepared before a restart)
         cfg.plugin_data_dir.mkdir(parents=True, exist_ok=True)
         cfg.cdi_root.mkdir(parents=True, exist_ok=True)
+        self.driver_edits = driver_userspace.setup(
+            driver_userspace.UserSpaceSettings(
+                simulated=cfg.device_source == "simulated",
+                root=DriverRoot(cfg.driver_root_path, str(cfg.nvidia_driver_root)),
+                version=result.driver_version,
+                hook_path=cfg.nvidia_cdi_hook_path,
+                plugin_data_dir=cfg.plugin_data_dir,
+            ),
+            self.metrics,
+        )
         try:
             self.state = DeviceState(
                 driver_name=cfg.driver_name,
@@ -143,6 +156,7 @@ class Plugin:
                 devices=self.devices,
                 cdi_root=cfg.cdi_root,
                 plugin_data_dir=cfg.plugin_data_dir,
+                driver_edits=self.driver_edits,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None

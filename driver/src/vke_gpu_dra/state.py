@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from . import cdi
 from .allocation import allocated_devices
@@ -34,6 +34,9 @@ from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
 from .model import ClaimError, ClaimRef, Device, PreparedDevice
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
+
+if TYPE_CHECKING:
+    from .cdi_edits import DriverEdits
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,7 @@ class DeviceState:
         plugin_data_dir: Path,
         dev_root: Path = Path("/"),
         lock_wait: float = DEFAULT_LOCK_WAIT_SECONDS,
+        driver_edits: DriverEdits | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -92,6 +96,7 @@ class DeviceState:
         self._dev_root = dev_root
         self._lock_wait = lock_wait
         plugin_data_dir.mkdir(parents=True, exist_ok=True)
+        self._driver_edits = driver_edits
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._queue: list[_Op] = []
@@ -368,7 +373,9 @@ class DeviceState:
 
     def _write_spec(self, ref: ClaimRef, devices: Sequence[Device]) -> None:
         try:
-            spec = cdi.build_claim_spec(ref.uid, devices, optional_nodes=self._optional_nodes())
+            spec = cdi.build_claim_spec(
+                ref.uid, devices, optional_nodes=self._optional_nodes(), driver=self._driver_edits
+            )
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot write its CDI spec: {exc}") from None

@@ -14,6 +14,8 @@ class DiscoveryResult:
 
     devices: list[Device]
     problems: list[str] = field(default_factory=list)
+    #: The driver's version as NVML reports it (`535.104.05`, not normalised); None when unknown.
+    driver_version: str | None = None
 
 
 class DiscoveryError(Exception):

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import pynvml
 
+from .. import userspace
 from ..model import Device, Version
 from . import normalize as norm
 from .base import DiscoveryError, DiscoveryResult
@@ -27,16 +28,9 @@ from .pcie import DEFAULT_SYSFS, PcieRootError, pcie_root
 
 log = logging.getLogger(__name__)
 
-LIBRARY_NAME: Final = "libnvidia-ml.so.1"
+LIBRARY_NAME: Final = userspace.NVML_SONAME
 #: Directories below the driver root searched for the library (NVIDIA's plugin uses the same list).
-LIBRARY_DIRS: Final = (
-    "usr/lib64",
-    "usr/lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "lib64",
-    "lib/x86_64-linux-gnu",
-    "lib/aarch64-linux-gnu",
-)
+LIBRARY_DIRS: Final = tuple(d.lstrip("/") for d in userspace.LIBRARY_DIRS)
 
 #: pynvml keeps the library in module globals: one enumeration at a time in this process.
 _NVML_LOCK = threading.Lock()
@@ -54,7 +48,7 @@ def find_library(driver_root: Path) -> Path | None:
     """`<driver_root>/<dir>/libnvidia-ml.so.1` for the first dir of LIBRARY_DIRS that has it."""
     for directory in LIBRARY_DIRS:
         candidate = driver_root / directory / LIBRARY_NAME
-        if candidate.exists():
+        if candidate.is_file():  # a directory or dangling link named like the library is skipped
             return candidate
     return None
 
@@ -158,13 +152,17 @@ class NvmlSource:
                     log.warning("nvmlShutdown failed: %s", exc)
 
     def _enumerate(self) -> DiscoveryResult:
+        raw_version: str | None = None
         try:
-            driver_version = norm.normalize_version(_text(_call("-", "nvmlSystemGetDriverVersion")))
+            raw_version = _text(_call("-", "nvmlSystemGetDriverVersion"))
+            driver_version = norm.normalize_version(raw_version)
             cuda_version = norm.cuda_driver_version(int(_call("-", "nvmlSystemGetCudaDriverVersion")))
             count = int(_call("-", "nvmlDeviceGetCount"))
         except (_GpuFailed, ValueError) as exc:
             problem = str(exc).replace("GPU -: ", "")
-            return DiscoveryResult(devices=[], problems=[f"no GPUs published: {problem}"])
+            return DiscoveryResult(
+                devices=[], problems=[f"no GPUs published: {problem}"], driver_version=raw_version
+            )
         minors = read_mig_minors(self.proc_root)
         devices: list[Device] = []
         problems: list[str] = []
@@ -173,7 +171,7 @@ class NvmlSource:
                 devices.extend(self._gpu(index, driver_version, cuda_version, minors, problems))
             except (_GpuFailed, ValueError) as exc:
                 problems.append(f"{exc}; GPU left out")
-        return DiscoveryResult(devices=devices, problems=problems)
+        return DiscoveryResult(devices=devices, problems=problems, driver_version=raw_version)
 
     def _gpu(
         self,

@@ -63,4 +63,4 @@ class SimulatedSource:
                 memory_bytes=self.profile.memory_bytes,
             )
             devices.append(gpu_device(gpu, simulated=True))
-        return DiscoveryResult(devices=devices, problems=[])
+        return DiscoveryResult(devices=devices, problems=[], driver_version=SIMULATED_DRIVER_VERSION)
