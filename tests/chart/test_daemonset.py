@@ -109,6 +109,18 @@ def test_rolling_update_never_surges(render: Any) -> None:
     assert find(render(on_delete), "DaemonSet")["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+def test_image_digest_wins_over_the_tag(render: Any) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    image = {
+        "repository": "cr.example/x/plugin",
+        "tag": "dev",
+        "digest": digest,
+        "pullPolicy": "IfNotPresent",
+    }
+    container = plugin_container(render({"image": image}))
+    assert container["image"] == f"cr.example/x/plugin@{digest}"
+
+
 def test_image_defaults_to_app_version(render: Any) -> None:
     container = plugin_container(render({}))
     repository = default_values()["image"]["repository"]
