@@ -261,3 +261,13 @@ def test_nvidia_driver_takes_no_image_settings() -> None:
         assert run.by_type(type_) == [], type_
     (issue,) = _issues("dev", {"driver.implementation": "nvidia", "driver.image": "busybox:1.37"})
     assert issue.key == "driver.image"
+
+
+def test_build_and_command_sdks_are_pinned_and_setup_needs_no_docker() -> None:
+    requirements = (harness.ROOT / "requirements.txt").read_text().splitlines()
+    constraints = (harness.ROOT / "constraints.txt").read_text().splitlines()
+    for package, version in (("pulumi-docker-build", "0.0.22"), ("pulumi-command", "1.2.1")):
+        assert f"{package}=={version}" in requirements
+        assert f"{package.replace('-', '_')}=={version}" in constraints
+    setup = (harness.ROOT / "scripts" / "setup").read_text()
+    assert "docker" not in setup.lower() and "kind " not in setup
