@@ -249,6 +249,8 @@ class DriverImage(pulumi.ComponentResource):
             f"{name}-cr-credentials",
             cluster_id=cluster_id,
             name=CR_CREDENTIAL_ADDON,
+            deploy_mode="Unmanaged",  # how VKE lists this add-on (ListSupportedAddons)
+            deploy_node_type="Node",
             config=credential_addon_config(cfg.registry_name, region, domain),
             opts=pulumi.ResourceOptions.merge(
                 volc, pulumi.ResourceOptions(depends_on=[*addon_depends_on, *registry_deps])

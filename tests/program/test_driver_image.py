@@ -103,6 +103,7 @@ def test_pull_path_add_on_covers_the_driver_namespace_and_the_daemonset_refers_t
     run = harness.run_stack("dev")
     addon = run.one(ADDON)
     assert addon.inputs["name"] == "cr-credential-controller"
+    assert (addon.inputs["deployMode"], addon.inputs["deployNodeType"]) == ("Unmanaged", "Node")
     assert addon.inputs["clusterId"] == run.one("volcengine:vke/cluster:Cluster").id
     data = json.loads(addon.inputs["config"])["CrConfigmapData"]
     assert data["Namespace"] == facts.DRIVER_NAMESPACE
