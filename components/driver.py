@@ -84,9 +84,7 @@ def with_image(chart: ChartValues, image: ChartImage) -> ChartValues:
     """The python chart's values with the image (repository, tag or digest) and its pull secrets."""
     pull_policy = chart.values["image"]["pullPolicy"]
     values = dict(chart.values)
-    values["image"] = pulumi.Output.from_input(image.values).apply(
-        lambda v: {**v, "pullPolicy": pull_policy}
-    )
+    values["image"] = pulumi.Output.from_input(image.values).apply(lambda v: {**v, "pullPolicy": pull_policy})
     names = [s["name"] for s in chart.values["imagePullSecrets"]]
     values["imagePullSecrets"] = [{"name": n} for n in dict.fromkeys((*names, *image.pull_secrets))]
     return ChartValues(values=values, nulls=chart.nulls)
