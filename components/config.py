@@ -17,12 +17,12 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 import yaml
 from pulumi.runtime import config as runtime_config
-from vke_gpu_dra import facts
+from vke_gpu_dra import facts, imageref
 
 PROJECT: Final = "vke-gpu-dra"
 
@@ -131,8 +131,6 @@ KEYS: Final[tuple[Key, ...]] = (
     # --- DRA driver ---
     Key("driver.implementation", "string", IMPLEMENTATION_PYTHON,
         "DRA driver: 'python' (this repository's chart driver/chart) or 'nvidia' (NVIDIA's chart)."),
-    Key("driver.imageRepository", "string", "", "python: driver image repository (empty: chart default)."),
-    Key("driver.imageTag", "string", "", "python: driver image tag (empty: chart appVersion)."),
     Key("driver.imagePullPolicy", "string", "IfNotPresent", "python: Always, IfNotPresent or Never."),
     Key("driver.imagePullSecrets", "array", [], "python: names of image pull secrets."),
     Key("driver.deviceSource", "string", "nvml", "python: 'nvml' (real GPUs) or 'simulated'."),
@@ -147,6 +145,28 @@ KEYS: Final[tuple[Key, ...]] = (
         "its libraries and nvidia-smi go into GPU containers through CDI."),
     Key("driver.nvidiaChartVersion", "string", "25.8.1", "nvidia: version of NVIDIA's chart."),
     Key("driver.timeoutSeconds", "integer", 600, "How long Helm waits for the driver release."),
+    # --- driver image supply chain (components/driver_image.py, docs/image-supply-chain.md) ---
+    Key("driver.image", "string", "",
+        "python: deploy this image (registry/path:tag or registry/path@sha256:<64 hex>) and build "
+        "nothing (empty: build driver/Dockerfile, see driver.image.build)."),
+    Key("driver.image.build", "string", "",
+        "python: where the program builds the image: 'cr' (push to the Volcengine CR instance "
+        "driver.registry.name; the default with target=vke) or 'kind:<cluster>' (local Docker "
+        "daemon, then kind load docker-image)."),
+    Key("driver.registry.name", "string", "",
+        "build=cr: name of the Volcengine CR instance the image is pushed to (an existing one, or "
+        "the one created with driver.registry.create)."),
+    Key("driver.registry.create", "boolean", False,
+        "build=cr: create the CR instance driver.registry.name (it is billed; off: use an existing one)."),
+    Key("driver.registry.edition", "string", "Enterprise",
+        "build=cr, create: CR edition of the new instance: Enterprise or Micro."),
+    Key("driver.registry.project", "string", "default",
+        "build=cr, create: Volcengine project of the new instance (pulumi-volcengine 0.0.47 takes no "
+        "charge type: the instance's chargeType is an output)."),
+    Key("driver.registry.namespace", "string", "vke-gpu-dra",
+        "build=cr: CR namespace the stack creates for the image."),
+    Key("driver.registry.repository", "string", "dra-gpu-kubelet-plugin",
+        "build=cr: CR repository the stack creates in that namespace."),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),
     Key("sample.namespace", "string", "default", "Namespace of the sample (created unless 'default')."),
@@ -314,8 +334,6 @@ class NodePoolConfig:
 @dataclass(frozen=True)
 class DriverConfig:
     implementation: str
-    image_repository: str
-    image_tag: str
     image_pull_policy: str
     image_pull_secrets: tuple[str, ...]
     device_source: str
@@ -325,6 +343,32 @@ class DriverConfig:
     nvidia_chart_version: str
     timeout_seconds: int
     nvidia_driver_root: str = "/"
+
+
+BUILD_CR: Final = "cr"
+BUILD_KIND: Final = "kind"
+REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
+#: Keys that were replaced, and by what.
+REPLACED_KEYS: Final = {"driver.imageRepository": "driver.image", "driver.imageTag": "driver.image"}
+#: CR instance names: lower-case letters, digits and '-', 3-30 characters, starting with a letter.
+_CR_INSTANCE_RE: Final = re.compile(r"^[a-z][a-z0-9-]{1,28}[a-z0-9]$")
+_CR_NAME_RE: Final = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+_KIND_CLUSTER_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class DriverImageConfig:
+    """Where the python driver's image comes from: a given reference, a CR build or a kind build."""
+
+    image: imageref.ImageReference | None
+    build: str  # BUILD_CR, BUILD_KIND or "" (an image is given, or the nvidia chart's own)
+    kind_cluster: str
+    registry_name: str
+    registry_create: bool
+    registry_edition: str
+    registry_project: str
+    registry_namespace: str
+    registry_repository: str
 
 
 @dataclass(frozen=True)
@@ -350,6 +394,7 @@ class StackConfig:
     kubeconfig_path: str = ""
     kubeconfig_context: str = ""
     volcengine: VolcengineAccess | None = field(default=None)
+    driver_image: DriverImageConfig | None = None
 
     @property
     def provisions_vke(self) -> bool:
@@ -434,9 +479,14 @@ class _Reader:
     def unknown_keys(self) -> None:
         prefix = f"{PROJECT}:"
         for full in sorted(self.raw.values):
-            if full.startswith(prefix) and full[len(prefix):] not in KEYS_BY_NAME:
+            if not full.startswith(prefix):
+                continue
+            name = full[len(prefix):]
+            if name in REPLACED_KEYS:
+                self.issues.append(Issue(name, "(set)", f"unset: replaced by {REPLACED_KEYS[name]}"))
+            elif name not in KEYS_BY_NAME:
                 self.issues.append(
-                    Issue(full[len(prefix):], "(set)", "one of the keys declared in Pulumi.yaml")
+                    Issue(name, "(set)", "one of the keys declared in Pulumi.yaml")
                 )
 
     def get(self, name: str) -> Any:
@@ -744,8 +794,6 @@ def _node_pool(r: _Reader, target: str) -> NodePoolConfig:  # noqa: PLR0912 (a f
 def _driver(r: _Reader) -> DriverConfig:
     cfg = DriverConfig(
         implementation=r.get("driver.implementation"),
-        image_repository=r.get("driver.imageRepository"),
-        image_tag=r.get("driver.imageTag"),
         image_pull_policy=r.get("driver.imagePullPolicy"),
         image_pull_secrets=tuple(r.get("driver.imagePullSecrets")),
         device_source=r.get("driver.deviceSource"),
@@ -776,6 +824,81 @@ def _driver(r: _Reader) -> DriverConfig:
         if not _VERSION_RE.match(cfg.nvidia_chart_version) or cfg.nvidia_chart_version.startswith("v"):
             r.fail("driver.nvidiaChartVersion", cfg.nvidia_chart_version, "a chart version such as 25.8.1")
     return cfg
+
+
+def _driver_image(r: _Reader, target: str, implementation: str) -> DriverImageConfig:  # noqa: PLR0911, PLR0912 (a flat list of independent checks)
+    text, build = r.get("driver.image"), r.get("driver.image.build")
+    cfg = DriverImageConfig(
+        image=None,
+        build="",
+        kind_cluster="",
+        registry_name=r.get("driver.registry.name"),
+        registry_create=r.get("driver.registry.create"),
+        registry_edition=r.get("driver.registry.edition"),
+        registry_project=r.get("driver.registry.project"),
+        registry_namespace=r.get("driver.registry.namespace"),
+        registry_repository=r.get("driver.registry.repository"),
+    )
+    if target not in (TARGET_VKE, TARGET_EXISTING):  # reported by the target check
+        return cfg
+    if implementation != IMPLEMENTATION_PYTHON:
+        for key, value in (("driver.image", text), ("driver.image.build", build)):
+            if value:
+                r.fail(key, value,
+                       "empty with driver.implementation=nvidia (NVIDIA's chart brings its image)")
+        return cfg
+    if text:
+        if build:
+            r.fail("driver.image.build", build, "empty when driver.image is set (a given image is not built)")
+        try:
+            image = imageref.parse(text)
+        except imageref.ReferenceError as error:
+            r.fail("driver.image", text, f"an OCI image reference: {error}")
+            return cfg
+        problem = imageref.domain_problem(image.domain, local_cluster=target != TARGET_VKE)
+        if problem:
+            r.fail("driver.image", text, f"an image in a registry the nodes can pull from ({problem})")
+        return replace(cfg, image=image)
+    if not build:
+        if target != TARGET_VKE:
+            r.fail("driver.image", "",
+                   "the python driver's image: set driver.image (registry/path:tag or "
+                   "registry/path@sha256:<digest>) or driver.image.build=kind:<cluster> "
+                   "(scripts/kind-up creates the kind cluster vke-gpu-dra)")
+            return cfg
+        build = BUILD_CR
+    if build == BUILD_CR:
+        if target != TARGET_VKE:
+            r.fail("driver.image.build", build,
+                   "kind:<cluster> with target=existing-cluster (a CR build needs target=vke)")
+            return cfg
+        if not cfg.registry_name:
+            r.fail("driver.registry.name", "",
+                   "the Volcengine CR instance the driver image is pushed to: pulumi config set "
+                   "driver.registry.name <instance> (and driver.registry.create true to create it), "
+                   "or set driver.image to an image the nodes can pull")
+        elif not _CR_INSTANCE_RE.match(cfg.registry_name):
+            r.fail("driver.registry.name", cfg.registry_name,
+                   "3-30 lower-case letters, digits or '-', starting with a letter (a CR instance name)")
+        _choice(r, "driver.registry.edition", cfg.registry_edition, REGISTRY_EDITIONS)
+        if cfg.registry_create and not cfg.registry_project:
+            r.fail("driver.registry.project", "", "a Volcengine project name, e.g. default")
+        for key in ("driver.registry.namespace", "driver.registry.repository"):
+            value = r.get(key)
+            if not 2 <= len(value) <= 90 or not _CR_NAME_RE.match(value):
+                r.fail(key, value, "2-90 lower-case letters and digits, separated by '.', '_' or '-'")
+        return replace(cfg, build=BUILD_CR)
+    kind, sep, cluster = build.partition(":")
+    if kind != BUILD_KIND or not sep:
+        r.fail("driver.image.build", build, "cr or kind:<cluster>")
+        return cfg
+    if target == TARGET_VKE:
+        r.fail("driver.image.build", build, "cr or empty with target=vke (VKE nodes cannot pull from kind)")
+        return cfg
+    if not _KIND_CLUSTER_RE.match(cluster):
+        r.fail("driver.image.build", build, "kind:<cluster> with a kind cluster name (a-z, 0-9, '-')")
+        return cfg
+    return replace(cfg, build=BUILD_KIND, kind_cluster=cluster)
 
 
 def _sample(r: _Reader) -> SampleConfig:
@@ -833,6 +956,7 @@ def load(raw: RawConfig | None = None) -> StackConfig:
     cluster = _cluster(r, target, network)
     node_pool = _node_pool(r, target)
     driver = _driver(r)
+    driver_image = _driver_image(r, target, driver.implementation)
     sample = _sample(r)
     kubeconfig = _secret(r, "kubeconfig")
     kubeconfig_path = r.get("kubeconfigPath")
@@ -869,6 +993,7 @@ def load(raw: RawConfig | None = None) -> StackConfig:
         kubeconfig_path=kubeconfig_path,
         kubeconfig_context=kubeconfig_context,
         volcengine=volcengine,
+        driver_image=driver_image,
     )
 
 

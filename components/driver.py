@@ -20,6 +20,7 @@ from vke_gpu_dra import facts
 
 from . import manifests
 from .config import IMPLEMENTATION_NVIDIA, DriverConfig, Taint
+from .driver_image import ChartImage
 
 RELEASE_NAME: Final = "nvidia-dra-driver-gpu"
 PYTHON_CHART_PATH: Final = "./driver/chart"
@@ -53,10 +54,6 @@ def nvidia_values() -> ChartValues:
 def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValues:
     """Values for driver/chart (its values.yaml contract). DeviceClasses come from the program."""
     image: dict[str, Any] = {"pullPolicy": cfg.image_pull_policy}
-    if cfg.image_repository:
-        image["repository"] = cfg.image_repository
-    if cfg.image_tag:
-        image["tag"] = cfg.image_tag
     on_all_nodes = cfg.kubelet_plugin_on_all_nodes
     kubelet_plugin: dict[str, Any] = {
         "tolerations": manifests.tolerations(taints),
@@ -84,6 +81,16 @@ def chart_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValues
     return nvidia_values() if cfg.implementation == IMPLEMENTATION_NVIDIA else python_values(cfg, taints)
 
 
+def with_image(chart: ChartValues, image: ChartImage) -> ChartValues:
+    """The python chart's values with the image (repository, tag or digest) and its pull secrets."""
+    pull_policy = chart.values["image"]["pullPolicy"]
+    values = dict(chart.values)
+    values["image"] = pulumi.Output.from_input(image.values).apply(lambda v: {**v, "pullPolicy": pull_policy})
+    names = [s["name"] for s in chart.values["imagePullSecrets"]]
+    values["imagePullSecrets"] = [{"name": n} for n in dict.fromkeys((*names, *image.pull_secrets))]
+    return ChartValues(values=values, nulls=chart.nulls)
+
+
 def chart_creates_device_classes(cfg: DriverConfig) -> bool:
     """NVIDIA's chart always renders gpu/mig DeviceClasses with GPU resources on; ours has them off."""
     return cfg.implementation == IMPLEMENTATION_NVIDIA
@@ -102,9 +109,12 @@ class DraDriver(pulumi.ComponentResource):
         *,
         provider: k8s.Provider,
         taints: Sequence[Taint] = (),
+        image: ChartImage | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`image` (python driver): the image values, pull secrets and the resources that make the
+        image pullable (build, push, kind load, credentials); the release waits for them."""
         super().__init__("vke-gpu-dra:index:DraDriver", name, None, opts)
         ns_manifest = manifests.driver_namespace()
         ns = k8s.core.v1.Namespace(
@@ -113,6 +123,10 @@ class DraDriver(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
         )
         chart = chart_values(cfg, taints)
+        release_deps: list[pulumi.Resource] = [ns, *depends_on]
+        if image is not None and cfg.implementation != IMPLEMENTATION_NVIDIA:
+            chart = with_image(chart, image)
+            release_deps += image.depends_on
         null_file = chart.null_file()
         if cfg.implementation == IMPLEMENTATION_NVIDIA:
             source: dict[str, Any] = {
@@ -132,7 +146,7 @@ class DraDriver(pulumi.ComponentResource):
             timeout=cfg.timeout_seconds,
             atomic=False,
             **source,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *depends_on]),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=release_deps),
         )
         self.namespace = ns.metadata.name
         self.register_outputs({"namespace": self.namespace, "releaseStatus": self.release.status})

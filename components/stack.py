@@ -15,6 +15,7 @@ from .cluster import ExistingCluster, VkeCluster
 from .config import StackConfig
 from .device_classes import DeviceClasses
 from .driver import DraDriver, chart_creates_device_classes
+from .driver_image import DriverImage
 from .network import Network
 from .node_pool import GpuNodePool
 from .workload import SampleWorkload
@@ -70,6 +71,9 @@ def build(cfg: StackConfig | None = None) -> dict[str, Any]:
     gate: list[pulumi.Resource] = []
     provider: k8s.Provider
     taints = cfg.node_pool.taints if cfg.provisions_vke else ()
+    python_driver = cfg.driver.implementation == config_mod.IMPLEMENTATION_PYTHON
+    image_cfg = cfg.driver_image
+    image: DriverImage | None = None
 
     if cfg.provisions_vke:
         volc = _volcengine_provider(cfg)
@@ -104,6 +108,15 @@ def build(cfg: StackConfig | None = None) -> dict[str, Any]:
         )
         provider = cluster.provider
         gate = [pool.node_pool, pool.runtime, pool.ready]
+        if python_driver and image_cfg is not None:
+            image = DriverImage(
+                "driver-image",
+                image_cfg,
+                region=cfg.volcengine.region,
+                volcengine_provider=volc,
+                cluster_id=cluster.cluster_id,
+                addon_depends_on=gate,
+            )
         exports.update(
             clusterId=cluster.cluster_id,
             nodePoolId=pool.node_pool_id,
@@ -116,8 +129,17 @@ def build(cfg: StackConfig | None = None) -> dict[str, Any]:
             kubeconfig_path=cfg.kubeconfig_path,
             context=cfg.kubeconfig_context,
         ).provider
+        if python_driver and image_cfg is not None:
+            image = DriverImage("driver-image", image_cfg)
 
-    driver = DraDriver("dra-driver", cfg.driver, provider=provider, taints=taints, depends_on=gate)
+    driver = DraDriver(
+        "dra-driver",
+        cfg.driver,
+        provider=provider,
+        taints=taints,
+        image=image.chart if image is not None else None,
+        depends_on=gate,
+    )
     after_driver: list[pulumi.Resource] = [driver.release]
     if not chart_creates_device_classes(cfg.driver):
         classes = DeviceClasses("device-classes", provider=provider, depends_on=gate)
@@ -125,6 +147,7 @@ def build(cfg: StackConfig | None = None) -> dict[str, Any]:
     exports.update(
         driverNamespace=driver.namespace,
         driverImplementation=cfg.driver.implementation,
+        **({"driverImage": image.reference} if image is not None else {}),
         deviceClassNames=[spec.name for spec in facts.DEVICE_CLASSES],
     )
     if cfg.sample.enabled:

@@ -33,6 +33,7 @@ from .checks import (
     conflicts,
     deviceclasses,
     driver,
+    image,
     nodepools,
     protection,
     secrets,
@@ -272,6 +273,25 @@ POLICIES: Final[list[Policy]] = [
         severity=Severity.LOW,
     ),
     stack_policy(capacity.NAME, capacity.DESCRIPTION, capacity.claims_fit),
+    stack_policy(
+        "driver-image-registry",
+        "The driver image comes from a registry the nodes can pull from (no placeholder domain).",
+        image.registry_reachable,
+    ),
+    stack_policy(
+        "driver-image-digest",
+        "Production stacks run the driver image pinned by digest.",
+        lambda res, c: image.pinned_by_digest(res) if context.is_production(c) else [],
+        config_schema=_PRODUCTION,
+    ),
+    stack_policy(
+        "driver-image-digest-advisory",
+        "Non-production stacks run the driver image pinned by digest (advisory).",
+        lambda res, c: [] if context.is_production(c) else image.pinned_by_digest(res),
+        level=ADVISORY,
+        severity=Severity.LOW,
+        config_schema=_PRODUCTION,
+    ),
 ]
 
 

@@ -154,6 +154,16 @@ def test_log_level_and_extra_env(render: Any) -> None:
 def test_extra_env_cannot_override_the_charts_own(helm: Any, name: str) -> None:
     message = helm.template_error({"kubeletPlugin": {"extraEnv": [{"name": name, "value": "x"}]}})
     assert f"kubeletPlugin.extraEnv: {name} is set by the chart" in message
+def test_image_digest_wins_over_the_tag(render: Any) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    image = {
+        "repository": "cr.example/x/plugin",
+        "tag": "dev",
+        "digest": digest,
+        "pullPolicy": "IfNotPresent",
+    }
+    container = plugin_container(render({"image": image}))
+    assert container["image"] == f"cr.example/x/plugin@{digest}"
 
 
 def test_image_defaults_to_app_version(render: Any) -> None:

@@ -127,7 +127,8 @@ def test_values_contract() -> None:
             {"kubeletPlugin": {"nodeSelectors": {}}},
             "at '/kubeletPlugin': additional properties 'nodeSelectors'",
         ),
-        ({"image": {"digest": "sha256:0"}}, "at '/image': additional properties 'digest' not allowed"),
+        ({"image": {"registry": "cr"}}, "at '/image': additional properties 'registry' not allowed"),
+        ({"image": {"digest": "sha256:0"}}, "at '/image/digest': 'sha256:0' does not match pattern"),
         (
             {
                 "kubeletPlugin": {

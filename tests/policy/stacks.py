@@ -24,7 +24,12 @@ SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 ASSET_SIG = "c44067f5952c0a294b673a41bacd8c17"
 
 STACKS = ("dev", "prod", "local")
-NVIDIA_INCOMPATIBLE = ("driver.deviceSource", "driver.simulatedGpus", "driver.kubeletPluginOnAllNodes")
+NVIDIA_INCOMPATIBLE = (
+    "driver.deviceSource",
+    "driver.simulatedGpus",
+    "driver.kubeletPluginOnAllNodes",
+    "driver.image.build",
+)
 IMPLEMENTATIONS = ("python", "nvidia")
 
 KUBECONFIG_TEXT = harness.FAKE_KUBECONFIG

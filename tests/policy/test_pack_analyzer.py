@@ -25,8 +25,10 @@ MANDATORY_POLICIES = {
     "claim-references",
     "secrets",
     "production-protection",
+    "driver-image-registry",
+    "driver-image-digest",
 }
-ADVISORY_POLICIES = {"api-server-public-access", "node-pool-auto-scaling"}
+ADVISORY_POLICIES = {"api-server-public-access", "node-pool-auto-scaling", "driver-image-digest-advisory"}
 
 
 def mandatory(diags: list[Diagnostic]) -> list[Diagnostic]:
@@ -144,6 +146,18 @@ def gpu_class_selects_everything(s: Stack) -> None:
 def mig_class_does_not_compile(s: Stack) -> None:
     spec = s.one(DEVICE_CLASS, facts.DEVICE_CLASS_MIG.name).props["spec"]
     spec["selectors"][0]["cel"]["expression"] = "device.attributes['gpu.nvidia.com'].type =="
+
+
+PROD_IMAGE = "vke-gpu-dra-prod-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin"
+
+
+def image_from_chart_default(s: Stack) -> None:
+    """The release sets no repository: the chart's placeholder default (registry.example.com) applies."""
+    del s.one(RELEASE).props["values"]["image"]["repository"]
+
+
+def image_on_localhost(s: Stack) -> None:
+    s.one(RELEASE).props["values"]["image"]["repository"] = "localhost:5000/vke-gpu-dra/driver"
 
 
 @dataclass(frozen=True)
@@ -301,6 +315,30 @@ BROKEN = [
         mutate=gpu_class_selects_everything,
     ),
     Case(
+        "unpinned-driver-image-on-prod",
+        "prod",
+        "python",
+        "driver-image-digest",
+        ("dra-driver-release", f"{PROD_IMAGE}:0.1.0", "not pinned by digest", "image.digest"),
+        overrides={"driver.image": f"{PROD_IMAGE}:0.1.0"},
+    ),
+    Case(
+        "driver-image-from-the-chart-placeholder",
+        "dev",
+        "python",
+        "driver-image-registry",
+        ("registry.example.com", "placeholder domain", "driver.registry.name"),
+        mutate=image_from_chart_default,
+    ),
+    Case(
+        "driver-image-on-localhost-in-vke",
+        "prod",
+        "python",
+        "driver-image-registry",
+        ("localhost:5000/vke-gpu-dra/driver", "local machine"),
+        mutate=image_on_localhost,
+    ),
+    Case(
         "mig-class-does-not-compile",
         "prod",
         "python",
@@ -317,6 +355,34 @@ def test_broken_stack_fails_exactly_one_policy(analyzer: PackProcess, case: Case
     assert [d.policy for d in diags] == [case.policy], [d.message for d in diags]
     for word in case.words:
         assert word in diags[0].message
+
+
+def test_unpinned_driver_image_is_advisory_outside_production(analyzer: PackProcess) -> None:
+    image = "vke-gpu-dra-dev-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin:0.1.0"
+    diags = analyzer.run(
+        program_stack("dev", "python", {"driver.image": image}, remove=("driver.registry.create",))
+    )
+    assert mandatory(diags) == []
+    advisory = [d for d in diags if d.policy.startswith("driver-image")]
+    assert [(d.policy, d.level) for d in advisory] == [("driver-image-digest-advisory", "advisory")]
+    assert image in advisory[0].message
+
+
+def test_local_stack_may_use_its_localhost_image_unpinned_advisory_only(analyzer: PackProcess) -> None:
+    diags = analyzer.run(program_stack("local", "python"))
+    assert mandatory(diags) == []
+    assert [d.policy for d in diags if d.policy.startswith("driver-image")] == [
+        "driver-image-digest-advisory"
+    ]
+
+
+def test_production_from_policy_config_makes_the_digest_mandatory(analyzer: PackProcess) -> None:
+    image = "vke-gpu-dra-dev-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin:0.1.0"
+    stack = program_stack("dev", "python", {"driver.image": image}, remove=("driver.registry.create",))
+    analyzer.configure(
+        {"driver-image-digest": {"production": True}, "driver-image-digest-advisory": {"production": True}}
+    )
+    assert [d.policy for d in mandatory(analyzer.run(stack))] == ["driver-image-digest"]
 
 
 def test_broken_resource_is_named_by_urn(analyzer: PackProcess) -> None:

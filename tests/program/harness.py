@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,20 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
 KUBECONFIG_INVOKE = "volcengine:vke/getKubeconfigs:getKubeconfigs"
+CR_TOKEN_INVOKE = "volcengine:cr/getAuthorizationTokens:getAuthorizationTokens"
+DOCKER_IMAGE = "docker-build:index:Image"
+FAKE_CR_USERNAME = "vke-gpu-dra@2100000001"
+FAKE_CR_TOKEN = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.fake-cr-token"
+#: What the quickstart asks a user to set before the first `pulumi up` (docs/image-supply-chain.md).
+USER_CONFIG: dict[str, dict[str, str]] = {
+    "dev": {"driver.registry.name": "vke-gpu-dra-dev"},
+    "prod": {"driver.registry.name": "vke-gpu-dra-prod"},
+}
+
+
+def fake_digest(tags: Any) -> str:
+    """The digest the mocked build reports: a function of its tags, so a new tag is a new digest."""
+    return "sha256:" + hashlib.sha256(json.dumps(tags, sort_keys=True).encode()).hexdigest()
 
 FAKE_KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -168,6 +183,9 @@ class ProgramMocks(pulumi.runtime.Mocks):
                 "chart": state.get("chart", ""),
                 "version": state.get("version", ""),
             }
+        if args.typ == DOCKER_IMAGE:
+            state["digest"] = fake_digest(state.get("tags"))
+            state["ref"] = f"{(state.get('tags') or ['image'])[0]}@{state['digest']}"
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]  # a bare dict is accepted
@@ -180,6 +198,19 @@ class ProgramMocks(pulumi.runtime.Mocks):
                 "kubeconfigs": [
                     {"kubeconfig": encoded, "id": ids[0], "kubeconfigId": ids[0],
                      "clusterId": "vke-cluster-id", "type": "Public"}
+                ],
+                "totalCount": 1,
+            }
+        if args.token == CR_TOKEN_INVOKE:
+            return {
+                "id": "cr-token",
+                "registry": args.args.get("registry", ""),
+                "tokens": [
+                    {
+                        "username": FAKE_CR_USERNAME,
+                        "token": FAKE_CR_TOKEN,
+                        "expireTime": "2026-12-01T15:00:00Z",
+                    }
                 ],
                 "totalCount": 1,
             }
@@ -234,6 +265,8 @@ def stack_raw_config(
 ) -> config_mod.RawConfig:
     """Raw config of a stack file plus overrides (plain) and secrets (marked secret)."""
     values = stack_file_config(stack)
+    for key, value in USER_CONFIG.get(stack, {}).items():
+        values.setdefault(f"{config_mod.PROJECT}:{key}", value)
     for key in remove:
         full = key if ":" in key else f"{config_mod.PROJECT}:{key}"
         values.pop(full, None)

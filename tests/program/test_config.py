@@ -15,8 +15,8 @@ P = config.PROJECT
 
 
 def raw(values: dict[str, Any], secrets: dict[str, str] | None = None, region: bool = True) -> RawConfig:
-    """A minimal valid vke config (key pair login) plus `values`."""
-    base: dict[str, Any] = {"nodePool.keyPairName": "kp"}
+    """A minimal valid vke config (key pair login, a CR instance for the driver image) plus `values`."""
+    base: dict[str, Any] = {"nodePool.keyPairName": "kp", "driver.registry.name": "cr-test"}
     base.update(values)
     plain = {(k if ":" in k else f"{P}:{k}"): v for k, v in base.items() if v is not None}
     if region:
@@ -73,7 +73,11 @@ def test_pulumi_yaml_defaults_load_to_the_same_config_as_python_defaults() -> No
     project = yaml.safe_load((harness.ROOT / "Pulumi.yaml").read_text())
     from_yaml = config.raw_from_stack_file(
         {f"{P}:{k}": v["default"] for k, v in project["config"].items()}
-        | {f"{P}:nodePool.keyPairName": "kp", "volcengine:region": "cn-beijing"}
+        | {
+            f"{P}:nodePool.keyPairName": "kp",
+            f"{P}:driver.registry.name": "cr-test",
+            "volcengine:region": "cn-beijing",
+        }
     )
     assert config.load(from_yaml) == config.load(raw({}))
 
@@ -310,9 +314,12 @@ def test_vke_target_needs_a_region() -> None:
 
 
 def test_existing_cluster_needs_exactly_one_kubeconfig_source() -> None:
-    issue = only_issue({"target": "existing-cluster"}, "kubeconfig", region=False)
+    kind = {"driver.image.build": "kind:dev"}
+    issue = only_issue({"target": "existing-cluster", **kind}, "kubeconfig", region=False)
     assert "exactly one of kubeconfig (secret) and kubeconfigPath" in issue.allowed
-    cfg = config.load(raw({"target": "existing-cluster", "kubeconfigPath": "~/.kube/config"}, region=False))
+    cfg = config.load(
+        raw({"target": "existing-cluster", "kubeconfigPath": "~/.kube/config", **kind}, region=False)
+    )
     assert not cfg.provisions_vke
     assert cfg.volcengine is None
 
@@ -364,6 +371,7 @@ def test_reads_config_the_way_the_engine_passes_it(monkeypatch: pytest.MonkeyPat
                 f"{P}:nodePool.password": "S3cret!pass",
                 f"{P}:nodePool.instanceTypes": '["ecs.gni2.3xlarge"]',
                 f"{P}:production": "true",
+                f"{P}:driver.registry.name": "vke-gpu-dra-prod",
                 "volcengine:region": "cn-shanghai",
                 "pulumi:disable-default-providers": '["kubernetes"]',
             }

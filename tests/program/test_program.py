@@ -220,9 +220,9 @@ def test_cluster_inputs(runs: dict) -> None:
 
 def test_kubeconfig_comes_from_get_kubeconfigs_decoded_and_secret(runs: dict) -> None:
     run = runs["dev"]
-    tokens = [t for t, _ in run.invokes]
-    assert tokens == [harness.KUBECONFIG_INVOKE]
-    assert run.invokes[0][1]["ids"] == [run.one(KUBECONFIG).id]
+    vke_invokes = [(t, args) for t, args in run.invokes if t.startswith("volcengine:vke/")]
+    assert [t for t, _ in vke_invokes] == [harness.KUBECONFIG_INVOKE]
+    assert vke_invokes[0][1]["ids"] == [run.one(KUBECONFIG).id]
     assert run.exports["kubeconfig"] == harness.FAKE_KUBECONFIG
     assert "kubeconfig" in run.secret_exports
     assert run.one(K8S_PROVIDER).inputs["kubeconfig"] == harness.FAKE_KUBECONFIG
@@ -413,15 +413,14 @@ def test_driver_values_from_config_and_taints() -> None:
     run = harness.run_stack(
         "dev",
         {
-            "driver.imageRepository": "cr.example.com/vke/dra-driver",
-            "driver.imageTag": "0.1.0",
+            "driver.image": "mycr-cn-beijing.cr.volces.com/vke/dra-driver:0.1.0",
             "driver.imagePullSecrets": ["regcred"],
             "nodePool.taints": ["nvidia.com/gpu=present:NoSchedule"],
         },
     )
     values = effective_values(run.one(RELEASE))
     assert values["image"] == {
-        "repository": "cr.example.com/vke/dra-driver",
+        "repository": "mycr-cn-beijing.cr.volces.com/vke/dra-driver",
         "tag": "0.1.0",
         "pullPolicy": "IfNotPresent",
     }

@@ -52,9 +52,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* Plugin image reference; the tag defaults to the chart's appVersion. */}}
+{{/* Plugin image reference: repository@digest when a digest is set, else repository:tag (default appVersion). */}}
 {{- define "vke-gpu-dra.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The plugin's data directory (dra.sock, checkpoint): <kubeletPluginsDir>/<driverName>. */}}
