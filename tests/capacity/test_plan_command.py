@@ -56,7 +56,13 @@ def test_plan_of_the_program_sample_in_text(stack_dir, capsys):
     assert main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml")]) == 0
     out = capsys.readouterr().out
     assert "gpu-dra: ecs.hpcpni3ln.45xlarge = 8x NVIDIA H20, 1..2 nodes" in out
-    assert "default/single-gpu: FITS (1 replica(s) wanted; fit at min size: 8, at max size: 16)" in out
+    assert (
+        "Deployment default/gpu-test: FITS (wanted 1, placed 1, pending 0; guaranteed 1, best case 1)" in out
+    )
+    assert (
+        "default/single-gpu: fits alone (1 replica(s) wanted; alone on an empty pool: "
+        "8 at min size, 16 at max size)"
+    ) in out
     assert "first replica gets: gpu -> gpu-dra-node-0/gpu-0" in out
     assert out.endswith("Result: everything fits\n")
 
@@ -89,13 +95,14 @@ def test_plan_json_reports_fit_counts_devices_and_reasons(stack_dir, tmp_path, c
     assert rc == 1 and report["fits"] is False
     by_name = {t["name"]: t for t in report["templates"]}
     t = by_name["t"]
-    assert (t["fits"], t["replicasWanted"], t["replicasAtMin"], t["replicasAtMax"]) == (False, 9, 4, 8)
+    assert t["scope"] == "alone on an empty pool"
+    assert (t["fitsAlone"], t["replicasWanted"], t["replicasAtMin"], t["replicasAtMax"]) == (False, 9, 4, 8)
     assert t["devices"] == [
         {"request": "gpu", "device": "gpu-dra-node-0/gpu-0"},
         {"request": "gpu", "device": "gpu-dra-node-0/gpu-1"},
     ]
     big = by_name["big"]
-    assert big["replicasWanted"] is None and big["fits"] is False
+    assert big["replicasWanted"] is None and big["fitsAlone"] is False
     assert big["reasons"][0].endswith("memory 141Gi > 95.58Gi")
     assert report["violations"] == [
         "Deployment default/app (9 replica(s)) does not fit the GPU node pools: "

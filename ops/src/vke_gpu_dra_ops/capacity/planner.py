@@ -208,6 +208,9 @@ class Planner:
             pool, per_node, sum(counts[: pool.min_nodes]), sum(counts[: pool.max_nodes]), chosen, reasons
         )
 
+    def uuid_blind(self, specs: Sequence[ClaimSpec]) -> bool:
+        return self._uuid_blind(specs)
+
     def _uuid_blind(self, specs: Sequence[ClaimSpec]) -> bool:
         """True when no selector or constraint of `specs` can tell devices apart by UUID alone."""
         expressions, attributes = self._inputs(specs)
