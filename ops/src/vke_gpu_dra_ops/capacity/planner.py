@@ -122,7 +122,7 @@ class Planner:
     cache: SelectorCache = field(default_factory=SelectorCache)
     #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
     consumable_capacity: bool = False
-    _classes: dict[tuple[str, str], object] = field(default_factory=dict, repr=False)
+    _classes: dict[tuple[str, str], tuple[object, object]] = field(default_factory=dict, repr=False)
 
     def fit(
         self,
@@ -223,9 +223,10 @@ class Planner:
     def _node_class(self, node: Node) -> object:
         """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
         key = (node.pool, node.name)
-        found = self._classes.get(key)
-        if found is None:
-            found = tuple(
+        stored = self._classes.get(key)
+        # variants of one pool (several instance types) share node names: the devices tell them apart
+        if stored is None or stored[0] is not node.devices:
+            found: object = tuple(
                 (
                     d.name,
                     tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
@@ -233,8 +234,9 @@ class Planner:
                 )
                 for d in node.devices
             )
-            self._classes[key] = found
-        return found
+            stored = (node.devices, found)
+            self._classes[key] = stored
+        return stored[1]
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)

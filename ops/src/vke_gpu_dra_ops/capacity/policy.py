@@ -134,8 +134,10 @@ def _group(workload: Workload, pod: PodClaims) -> PodGroup:
     )
 
 
+DEFAULT_EMPTIEST_TIES: Final = "default-emptiest-ties"
 _RUNS: Final = (
     (DEFAULT, False, "the default profile, stack order"),
+    (DEFAULT_EMPTIEST_TIES, False, "the default profile, ties to the emptiest node"),
     (PACKING, False, "bin-packing (most devices in use first)"),
     (EMPTIEST, False, "emptiest node first"),
     (DEFAULT, True, "the default profile, workloads in reverse order"),
@@ -209,8 +211,11 @@ def _templates(model: StackModel, workload: Workload) -> list[ClaimTemplate]:
     return [t for t in found if t is not None]
 
 
-def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[WorkloadPlan, PodGroup]]) -> None:
-    groups = [g for _, g in simulated]
+_Runs = tuple[list[Outcome], list[list[GpuPool]], list[list[tuple[int, str]]]]
+
+
+def _runs(model: StackModel, planner: Planner, groups: list[PodGroup]) -> _Runs:
+    """Per pool variant the default run (worse of both tie-breaks), and per group every run's count."""
     variants = max(len(v) for v in model.pools)
     default_runs: list[Outcome] = []
     per_variant_pools: list[list[GpuPool]] = []
@@ -220,14 +225,27 @@ def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[Workloa
         per_variant_pools.append(pools)
         for strategy, reverse, name in _RUNS:
             order = groups[::-1] if reverse else groups
-            outcome = simulate(planner, pools, order, strategy)
+            if strategy == DEFAULT_EMPTIEST_TIES:
+                outcome = simulate(planner, pools, order, DEFAULT, EMPTIEST)
+            else:
+                outcome = simulate(planner, pools, order, strategy)
             placed = outcome.placed[::-1] if reverse else outcome.placed
             if strategy == DEFAULT and not reverse:
                 default_runs.append(outcome)
+            elif strategy == DEFAULT_EMPTIEST_TIES:
+                # the scheduler breaks ties at random: fit only when both tie-breaks fit
+                default_runs[-1] = _worse(default_runs[-1], outcome)
             for gi, count in enumerate(placed):
                 bounds[gi].append((count, name))
-    worst = min(range(variants), key=lambda i: sum(default_runs[i].placed))
+    return default_runs, per_variant_pools, bounds
+
+
+def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[WorkloadPlan, PodGroup]]) -> None:
+    default_runs, per_variant_pools, bounds = _runs(model, planner, [g for _, g in simulated])
+    variants = len(default_runs)
     for gi, (plan, _) in enumerate(simulated):
+        # a pool of several instance types: the verdict takes the variant that places fewest
+        worst = min(range(variants), key=lambda i: default_runs[i].placed[gi])
         outcome, pools = default_runs[worst], per_variant_pools[worst]
         plan.wanted, plan.placed = outcome.wanted[gi], outcome.placed[gi]
         plan.per_pool = {p.label: n for p, n in zip(pools, outcome.per_pool[gi], strict=True)}
@@ -237,7 +255,7 @@ def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[Workloa
                 for i in range(variants)
             }
         low = min(bounds[gi])
-        high = max(bounds[gi], key=lambda b: (b[0], b[1] == _RUNS[1][2]))
+        high = max(bounds[gi], key=lambda b: (b[0], "bin-packing" in b[1]))
         plan.guaranteed, plan.best = min(low[0], plan.placed), max(high[0], plan.placed)
         if plan.guaranteed < plan.placed:
             plan.hints.append(
@@ -261,6 +279,17 @@ def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[Workloa
                 f"fits alone, but beside the workloads before it only {plan.placed} of {plan.wanted} "
                 f"replica(s) find devices on {names} at maximum size",
             )
+
+
+def _worse(first: Outcome, second: Outcome) -> Outcome:
+    """Per workload, the run that placed fewer of its pods."""
+    pairs = list(zip(first.placed, second.placed, strict=True))
+    pick = [a <= b for a, b in pairs]
+    return Outcome(
+        tuple(min(p) for p in pairs),
+        tuple(a if k else b for a, b, k in zip(first.per_pool, second.per_pool, pick, strict=True)),
+        first.wanted,
+    )
 
 
 def check_model(

@@ -15,7 +15,9 @@ allocated there) and has no score in 1.34. Modelled here:
   `systemDefaultConstraints`), scored `count * log(domains + 2) + maxSkew - 1` and normalised;
 * TaintToleration on PreferNoSchedule taints the pods do not tolerate.
 
-Ties go to the lowest node (the scheduler picks one of the best at random). Pods are scheduled one at a
+The scheduler picks one of the best-scored nodes at random; the planner runs the default profile twice,
+ties to the lowest node and ties to the node with the fewest devices in use, and a workload fits only
+when it fits in both. Pods are scheduled one at a
 time, workload by workload in stack order. `PACKING` (the best case) puts each pod on the feasible node
 with the most devices in use (a profile with NodeResourcesFit MostAllocated and no default spreading);
 `EMPTIEST` on the one with the fewest; both bound what other orders and profiles do.
@@ -37,6 +39,8 @@ from .planner import MAX_PODS_PER_NODE, Planner
 DEFAULT: Final = "default"
 PACKING: Final = "packing"
 EMPTIEST: Final = "emptiest"
+#: how ties between best-scored nodes are broken (the scheduler picks one at random)
+LOWEST: Final = "lowest"
 #: pkg/scheduler/util: requests the scheduler assumes for a container that sets none
 DEFAULT_MILLI_CPU: Final = 100
 DEFAULT_MEMORY: Final = 200 * 1024 * 1024
@@ -116,10 +120,13 @@ def _balanced(allocatable: tuple[int, int], requested: tuple[int, int]) -> int:
 class Simulation:
     """One run of the scheduler over every pool's nodes at maximum size."""
 
-    def __init__(self, planner: Planner, pools: Sequence[GpuPool], strategy: str = DEFAULT) -> None:
+    def __init__(
+        self, planner: Planner, pools: Sequence[GpuPool], strategy: str = DEFAULT, ties: str = LOWEST
+    ) -> None:
         self.planner = planner
         self.pools = list(pools)
         self.strategy = strategy
+        self.ties = ties
         self.nodes: list[_Node] = []
         #: (pool, node index) -> position in self.nodes
         self._at: dict[tuple[int, int], int] = {}
@@ -300,9 +307,10 @@ class Simulation:
             return None
         scores = self._scores(number, pod, feasible)
         best = max(scores)
-        return min(
-            (n for n, s in zip(feasible, scores, strict=True) if s == best), key=lambda n: (n.pool, n.index)
-        )
+        tied = (n for n, s in zip(feasible, scores, strict=True) if s == best)
+        if self.ties == EMPTIEST:
+            return min(tied, key=lambda n: (n.used, n.pool, n.index))
+        return min(tied, key=lambda n: (n.pool, n.index))
 
     def _place(self, node: _Node, number: int, pod: PodGroup, shared_at: dict[str, _Node]) -> bool:
         specs = self._specs(pod, shared_at)
@@ -321,7 +329,11 @@ class Simulation:
 
 
 def simulate(
-    planner: Planner, pools: Sequence[GpuPool], groups: Sequence[PodGroup], strategy: str = DEFAULT
+    planner: Planner,
+    pools: Sequence[GpuPool],
+    groups: Sequence[PodGroup],
+    strategy: str = DEFAULT,
+    ties: str = LOWEST,
 ) -> Outcome:
     blind = planner.uuid_blind([spec for g in groups for spec in (*g.claims, *(s for _, s in g.shared))])
-    return Simulation(planner, pools, strategy).run(groups, blind)
+    return Simulation(planner, pools, strategy, ties).run(groups, blind)
