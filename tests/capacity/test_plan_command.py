@@ -168,3 +168,88 @@ def test_plan_with_simulated_devices_counts_the_simulated_gpus(stack_dir, capsys
     out = capsys.readouterr().out
     assert "ecs.gni2.3xlarge = 4x NVIDIA A30, 1..1 nodes" in out
     assert "note: driver.deviceSource=simulated: every node publishes 4x NVIDIA A30" in out
+
+
+def plan_json(stack_dir, *extra):
+    return main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "--output", "json", *extra])
+
+
+def test_plan_json_has_one_line_per_workload_and_the_verdict_agrees(stack_dir, tmp_path, capsys):
+    """Two workloads on 2 x 8 H20: the first spreads 1-GPU pods 5 + 5 (default spreading), so no node
+    keeps 8 free GPUs for the second; the verdict says so, and the template table says 'alone'."""
+    manifests = write_manifests(
+        tmp_path / "m.yaml",
+        template(exactly("gpu", 1), name="one"),
+        template(exactly("gpu", 8), name="eight"),
+        deployment(10, claim="one"),
+        {**deployment(1, claim="eight"), "metadata": {"name": "whole"}},
+    )
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["kubernetesVersion"] == "1.34" and report["featureGates"]["DRAConsumableCapacity"] is False
+    app, whole = report["workloads"]
+    assert set(app) == {
+        "kind", "namespace", "name", "status", "wanted", "placed", "pending", "guaranteed", "bestCase",
+        "perPool", "instanceTypeMix", "reasons", "hints",
+    }  # fmt: skip
+    assert (app["status"], app["wanted"], app["placed"], app["pending"]) == ("fits", 10, 10, 0)
+    assert app["perPool"] == {"gpu-dra (ecs.hpcpni3ln.45xlarge: 8x NVIDIA H20)": 10}
+    assert (whole["status"], whole["placed"], whole["pending"], whole["bestCase"]) == ("pending", 0, 1, 1)
+    assert whole["reasons"][0].startswith("fits alone, but beside the workloads before it only 0 of 1")
+    assert {t["name"]: t["fitsAlone"] for t in report["templates"]} == {"one": True, "eight": True}
+    assert all(t["scope"] == "alone on an empty pool" for t in report["templates"])
+    assert report["fits"] is False and len(report["violations"]) == 1
+
+
+def admin_manifests(tmp_path, labels):
+    docs = [template(exactly("gpu", 1, admin=True), name="t"), deployment(1)]
+    if labels is not None:
+        docs.append(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": labels}}
+        )
+    return write_manifests(tmp_path / "admin.yaml", *docs)
+
+
+@pytest.mark.parametrize(
+    ("labels", "rc", "status"),
+    [({"resource.kubernetes.io/admin-access": "true"}, 0, "FITS"), ({}, 1, "REFUSED"), (None, 1, "UNKNOWN")],
+)
+def test_plan_reads_namespaces_from_the_manifests(stack_dir, tmp_path, capsys, labels, rc, status):
+    """adminAccess is admitted only in a namespace labelled resource.kubernetes.io/admin-access=true;
+    without a Namespace object in the manifests its labels are unknown, and the plan says undecided."""
+    manifests = admin_manifests(tmp_path, labels)
+    assert (
+        main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "--manifests", str(manifests)])
+        == rc
+    )
+    out = capsys.readouterr().out
+    assert f"Deployment default/app: {status} (wanted 1" in out
+    if status == "REFUSED":
+        assert "default/t: REFUSED by the API server" in out
+        assert "label on the containing namespace" in out
+    if status == "UNKNOWN":
+        assert out.endswith(
+            "Result: UNDECIDED (admission depends on Namespaces outside the stack and the manifests)\n"
+        )
+
+
+def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp_path, capsys):
+    """distinctAttribute is refused before 1.36 (DRAConsumableCapacity off) and enforced from 1.36."""
+    tpl = template(exactly("gpu", 2), name="t")
+    tpl["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+    manifests = write_manifests(tmp_path / "d.yaml", tpl, deployment(2))
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 1
+    assert json.loads(capsys.readouterr().out)["workloads"][0]["status"] == "refused"
+    assert plan_json(stack_dir, "--manifests", str(manifests), "--kubernetes-version", "1.36") == 0
+    assert json.loads(capsys.readouterr().out)["workloads"][0]["status"] == "fits"
+    stack = stack_dir / "Pulumi.dev.yaml"
+    config = yaml.safe_load(stack.read_text())
+    config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.36"
+    stack.write_text(yaml.safe_dump(config))
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 0
+    capsys.readouterr()
+    assert plan_json(stack_dir, "--kubernetes-version", "1.33") == 2
+    assert capsys.readouterr().err == (
+        "error: --kubernetes-version: Kubernetes version '1.33' is not known to the planner; allowed: "
+        "1.34, 1.35, 1.36 (major.minor, optionally with a patch or VKE suffix)\n"
+    )
