@@ -18,7 +18,7 @@ from .claims import ClaimSpec, ClaimTemplate
 from .inventory import GpuPool
 from .placement import excluded
 from .planner import FitResult, Planner
-from .scheduler import DEFAULT, EMPTIEST, PACKING, Outcome, PodGroup, simulate
+from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
 from .stack import StackModel, Workload, model_from_resources
 from .versions import FeatureGates, VersionError, feature_gates
 
@@ -223,12 +223,13 @@ def _runs(model: StackModel, planner: Planner, groups: list[PodGroup]) -> _Runs:
     for index in range(variants):
         pools = [v[min(index, len(v) - 1)] for v in model.pools]
         per_variant_pools.append(pools)
+        memo = Memo()
         for strategy, reverse, name in _RUNS:
             order = groups[::-1] if reverse else groups
             if strategy == DEFAULT_EMPTIEST_TIES:
-                outcome = simulate(planner, pools, order, DEFAULT, EMPTIEST)
+                outcome = simulate(planner, pools, order, DEFAULT, ties=EMPTIEST, memo=memo)
             else:
-                outcome = simulate(planner, pools, order, strategy)
+                outcome = simulate(planner, pools, order, strategy, memo=memo)
             placed = outcome.placed[::-1] if reverse else outcome.placed
             if strategy == DEFAULT and not reverse:
                 default_runs.append(outcome)

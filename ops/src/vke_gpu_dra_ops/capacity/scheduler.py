@@ -77,10 +77,20 @@ class _Node:
     requested: tuple[int, int] = (0, 0)
     nonzero: tuple[int, int] = (0, 0)
     counts: dict[int, int] = field(default_factory=dict)
+    #: pod shape -> devices in use when it last did not fit
+    failed: dict[object, frozenset[int]] = field(default_factory=dict)
 
     @property
     def used(self) -> int:
         return len(self.allocator.in_use)
+
+
+@dataclass
+class Memo:
+    """Allocation answers shared by runs over the same pools: (pod shape, pool, devices in use) -> fits."""
+
+    feasible: dict[tuple[object, ...], bool] = field(default_factory=dict)
+    never: set[tuple[object, int]] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,12 @@ class Simulation:
     """One run of the scheduler over every pool's nodes at maximum size."""
 
     def __init__(
-        self, planner: Planner, pools: Sequence[GpuPool], strategy: str = DEFAULT, ties: str = LOWEST
+        self,
+        planner: Planner,
+        pools: Sequence[GpuPool],
+        strategy: str = DEFAULT,
+        ties: str = LOWEST,
+        memo: Memo | None = None,
     ) -> None:
         self.planner = planner
         self.pools = list(pools)
@@ -131,8 +146,12 @@ class Simulation:
         #: (pool, node index) -> position in self.nodes
         self._at: dict[tuple[int, int], int] = {}
         self._pristine = [0 for _ in self.pools]
-        self._feasible: dict[tuple[object, ...], bool] = {}
+        #: nodes per pool that run a pod
+        self._touched = [0 for _ in self.pools]
+        memo = memo if memo is not None else Memo()
+        self._feasible = memo.feasible
         self.blind = True
+        self._never = memo.never
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -175,17 +194,20 @@ class Simulation:
 
     def _equal_pristine(self, pool: int) -> int:
         """How many untouched nodes the representative of `pool` stands for."""
-        return sum(
-            1
-            for i in range(self._pristine[pool], self.pools[pool].max_nodes)
-            if (pool, i) not in self._at or not self.nodes[self._at[(pool, i)]].pods
-        )
+        return self.pools[pool].max_nodes - self._touched[pool]
 
     # --- filtering and scoring --------------------------------------------------------------
 
     def _fits(self, node: _Node, specs: list[ClaimSpec], key: object) -> bool:
-        # equal nodes (same pool variant, same devices in use) allocate alike unless a selector sees UUIDs
-        cache_key = (key, node.pool, frozenset(node.allocator.in_use), -1 if self.blind else node.index)
+        in_use = frozenset(node.allocator.in_use)
+        # a pod that does not fit an empty node of a pool variant fits none of its nodes (UUID-blind
+        # selectors), and one that does not fit beside some devices never fits beside more of them
+        if self.blind and (key, node.pool) in self._never:
+            return False
+        failed = node.failed.get(key)
+        if failed is not None and failed <= in_use:
+            return False
+        cache_key = (key, node.pool, in_use, -1 if self.blind else node.index)
         found = self._feasible.get(cache_key)
         if found is None:
             try:
@@ -193,6 +215,10 @@ class Simulation:
             except AllocationError:
                 found = False
             self._feasible[cache_key] = found
+        if not found:
+            node.failed[key] = in_use
+            if not in_use:
+                self._never.add((key, node.pool))
         return found
 
     def _scores(self, group: int, pod: PodGroup, feasible: list[_Node]) -> list[int]:
@@ -297,7 +323,7 @@ class Simulation:
             return None  # its shared claims sit on different nodes
         candidates = list(pinned.values()) if pinned else self._candidates(blind)
         specs = self._specs(pod, shared_at)
-        key = (number, len(specs))
+        key = tuple(specs)
         feasible = [
             n
             for n in candidates
@@ -321,6 +347,8 @@ class Simulation:
             return False
         for key, _ in pod.shared:
             shared_at.setdefault(key, node)
+        if node.pods == 0:
+            self._touched[node.pool] += 1
         node.pods += 1
         node.requested = (node.requested[0] + pod.requests[0], node.requested[1] + pod.requests[1])
         node.nonzero = (node.nonzero[0] + pod.nonzero[0], node.nonzero[1] + pod.nonzero[1])
@@ -333,7 +361,10 @@ def simulate(
     pools: Sequence[GpuPool],
     groups: Sequence[PodGroup],
     strategy: str = DEFAULT,
+    *,
     ties: str = LOWEST,
+    memo: Memo | None = None,
 ) -> Outcome:
+    """`memo`: share allocation answers between runs over the same `pools` (and planner)."""
     blind = planner.uuid_blind([spec for g in groups for spec in (*g.claims, *(s for _, s in g.shared))])
-    return Simulation(planner, pools, strategy, ties).run(groups, blind)
+    return Simulation(planner, pools, strategy, ties, memo).run(groups, blind)
