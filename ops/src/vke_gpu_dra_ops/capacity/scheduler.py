@@ -79,6 +79,8 @@ class _Node:
     counts: dict[int, int] = field(default_factory=dict)
     #: pod shape -> devices in use when it last did not fit
     failed: dict[object, frozenset[int]] = field(default_factory=dict)
+    #: the allocator's devices in use, frozen after each placement
+    in_use: frozenset[int] = frozenset()
 
     @property
     def used(self) -> int:
@@ -91,6 +93,7 @@ class Memo:
 
     feasible: dict[tuple[object, ...], bool] = field(default_factory=dict)
     never: set[tuple[object, int]] = field(default_factory=set)
+    shapes: dict[tuple[ClaimSpec, ...], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,8 @@ class Simulation:
         self._feasible = memo.feasible
         self.blind = True
         self._never = memo.never
+        #: pod shape (its claims) -> a small number, hashed cheaply
+        self._shapes = memo.shapes
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -199,7 +204,7 @@ class Simulation:
     # --- filtering and scoring --------------------------------------------------------------
 
     def _fits(self, node: _Node, specs: list[ClaimSpec], key: object) -> bool:
-        in_use = frozenset(node.allocator.in_use)
+        in_use = node.in_use
         # a pod that does not fit an empty node of a pool variant fits none of its nodes (UUID-blind
         # selectors), and one that does not fit beside some devices never fits beside more of them
         if self.blind and (key, node.pool) in self._never:
@@ -323,7 +328,7 @@ class Simulation:
             return None  # its shared claims sit on different nodes
         candidates = list(pinned.values()) if pinned else self._candidates(blind)
         specs = self._specs(pod, shared_at)
-        key = tuple(specs)
+        key = self._shapes.setdefault(tuple(specs), len(self._shapes))
         feasible = [
             n
             for n in candidates
@@ -349,6 +354,7 @@ class Simulation:
             shared_at.setdefault(key, node)
         if node.pods == 0:
             self._touched[node.pool] += 1
+        node.in_use = frozenset(node.allocator.in_use)
         node.pods += 1
         node.requested = (node.requested[0] + pod.requests[0], node.requested[1] + pod.requests[1])
         node.nonzero = (node.nonzero[0] + pod.nonzero[0], node.nonzero[1] + pod.nonzero[1])
