@@ -214,7 +214,7 @@ def admin_manifests(tmp_path, labels):
     ("labels", "rc", "status"),
     [({"resource.kubernetes.io/admin-access": "true"}, 0, "FITS"), ({}, 1, "REFUSED"), (None, 1, "UNKNOWN")],
 )
-def test_plan_reads_namespaces_from_the_manifests(stack_dir, tmp_path, capsys, labels, rc, status):
+def test_plan_reads_namespaces_from_the_manifests(stack_dir, tmp_path, capsys, labels, rc, status):  # noqa: PLR0917
     """adminAccess is admitted only in a namespace labelled resource.kubernetes.io/admin-access=true;
     without a Namespace object in the manifests its labels are unknown, and the plan says undecided."""
     manifests = admin_manifests(tmp_path, labels)

@@ -152,18 +152,19 @@ def test_distinct_attribute_per_version(version, expected):
 
 
 def test_the_cluster_resource_names_the_version():
-    """The VKE cluster's kubernetesVersion (e.g. v1.36.0-vke.1) selects the gates; unknown versions are
-    one clear error."""
+    """The VKE cluster's kubernetesVersion (e.g. v1.36.0-vke.1) selects the gates. A version before 1.34
+    is the kubernetes-version policy's to report (planned with the 1.34 rules); a newer one than the
+    planner knows is planned with the newest table."""
     tpl = claim_template(exactly("gpu", 1))
     tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
     cluster = res("volcengine:vke/cluster:Cluster", "c", {"kubernetesVersion": "v1.36.0-vke.1"})
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
+    cluster.props["kubernetesVersion"] = "v1.37.1"
+    assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
     cluster.props["kubernetesVersion"] = "v1.29.3"
     [violation] = check_stack([cluster, node_pool(), tpl, deployment()])
-    assert "Kubernetes version 'v1.29.3' is not known to the planner; allowed: 1.34, 1.35, 1.36" in (
-        violation.message
-    )
-    with pytest.raises(VersionError):
+    assert "DRAConsumableCapacity is off by default in 1.34" in violation.message
+    with pytest.raises(VersionError, match=r"allowed: 1\.34, 1\.35, 1\.36"):
         feature_gates("latest")
 
 
@@ -231,3 +232,16 @@ def test_job_pods_without_spreading_leave_the_choice_to_chance():
     assert statuses(resources) == {"batch": ("fits", 4, 4), "whole": ("pending", 1, 0)}
     whole = plan_of(resources).workloads[1]
     assert (whole.guaranteed, whole.best) == (0, 1)
+
+
+def test_an_unknown_cluster_version_in_preview_leaves_gated_fields_undecided():
+    """In preview the cluster's version may be unknown: distinctAttribute cannot be decided then; other
+    answers (the same in 1.34 to 1.36) still are."""
+    from .test_policy import Unknown
+
+    cluster = res("volcengine:vke/cluster:Cluster", "c", {"kubernetesVersion": Unknown()})
+    tpl = claim_template(exactly("gpu", 1))
+    tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+    assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
+    [violation] = check_stack([cluster, node_pool(), claim_template(exactly("gpu", 9)), deployment()])
+    assert "needs 9, pool has 8 per node" in violation.message

@@ -20,7 +20,7 @@ from .placement import excluded
 from .planner import FitResult, Planner
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
 from .stack import StackModel, Workload, model_from_resources
-from .versions import FeatureGates, VersionError, feature_gates
+from .versions import FeatureGates, feature_gates, nearest_gates
 
 POLICY_NAME: Final = "gpu-claims-fit-node-pools"
 POLICY_DESCRIPTION: Final = (
@@ -308,11 +308,14 @@ def check_model(
         return []
     if not model.workloads or not model.pools:
         return [Violation(message, urn) for urn, message in model.problems]
-    try:
-        plan = plan_model(model, gates, report_references=report_references)
-    except VersionError as exc:
-        return [Violation(message, urn) for urn, message in model.problems] + [Violation(str(exc))]
-    return plan_violations(plan)
+    gated = any(
+        c.distinct_attribute is not None for t in model.templates.values() for c in t.spec.constraints
+    )
+    if model.version_unknown and gated:
+        return [Violation(message, urn) for urn, message in model.problems]
+    # versions before 1.34 are the kubernetes-version policy's to report
+    gates = gates or nearest_gates(model.kubernetes_version)
+    return plan_violations(plan_model(model, gates, report_references=report_references))
 
 
 def plan_violations(plan: StackPlan) -> list[Violation]:

@@ -72,6 +72,8 @@ class StackModel:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     #: the cluster's Kubernetes version as the stack states it (None: not stated)
     kubernetes_version: str | None = None
+    #: the cluster's version is unknown (preview): version-gated answers cannot be decided
+    version_unknown: bool = False
 
     def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
         name = ref.template or ref.claim or ""
@@ -385,8 +387,12 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
                     model.pools.append(variants)
             elif _is_node_pool_runtime(rtype):
                 runtimes.append((resource, props))
-            elif rtype == CLUSTER_TYPE and props.get("kubernetesVersion"):
-                model.kubernetes_version = str(props["kubernetesVersion"])
+            elif rtype == CLUSTER_TYPE:
+                version = props.get("kubernetesVersion")
+                if not is_known(version):
+                    model.version_unknown = True
+                elif isinstance(version, str) and version:
+                    model.kubernetes_version = version
             elif rtype.startswith("kubernetes:"):
                 add_object(model, _kubernetes_object(rtype, props), urn)
         except (ManifestError, CatalogError) as exc:

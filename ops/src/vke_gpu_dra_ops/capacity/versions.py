@@ -67,3 +67,15 @@ def feature_gates(value: Any, where: str = "--kubernetes-version") -> FeatureGat
             f"{', '.join(GATES)} (major.minor, optionally with a patch or VKE suffix)"
         )
     return GATES[key]
+
+
+def nearest_gates(value: Any) -> FeatureGates:
+    """The gates of `value`, or of the nearest known version (the stack policy: the kubernetes-version
+    policy reports versions before 1.34; a newer one is planned with the newest table)."""
+    try:
+        return feature_gates(value)
+    except VersionError:
+        match = _VERSION_RE.match(str(value).strip())
+        if match and (int(match.group(1)), int(match.group(2))) > (1, 36):
+            return GATES["1.36"]
+        return GATES[DEFAULT_VERSION]
