@@ -1,4 +1,4 @@
-"""Capacity-check benchmark: 1,000 nodes x 8 GPUs against 20 claim templates.
+"""Capacity-check benchmark: 1,000 nodes x 8 GPUs against 20 claim templates; 5 pools x 100 templates.
 
 Every figure printed is counted or timed, none is derived:
 
@@ -10,22 +10,32 @@ Every figure printed is counted or timed, none is derived:
 * raw CEL: every selector against every device, no cache.
 
 For each phase: wall time, CEL evaluations run, selector-cache lookups, allocate() calls, nodes searched
-(allocators that ran) and search steps. Run: `python bench/capacity_bench.py [--nodes N] [--gpus N]`.
+(allocators that ran) and search steps.
+
+* stack: 5 pools of different products (H20, A100, A10, L20, L4; `--pool-nodes` nodes each) and 100
+  claim templates, one Deployment each: the whole plan (admission, every workload alone, then the
+  scheduler simulation: 7 placement runs), with wall time and memory (tracemalloc peak of the plan,
+  of a second, untimed run, and the process's ru_maxrss).
+
+Run: `python bench/capacity_bench.py [--nodes N] [--gpus N] [--pool-nodes N]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
+import tracemalloc
 from typing import Any
 
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.celenv import DeviceContext, compile_selector
-from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, parse_claim_template
+from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, PodClaimRef, parse_claim_template
 from vke_gpu_dra_ops.capacity.inventory import GpuPool
 from vke_gpu_dra_ops.capacity.planner import Planner
+from vke_gpu_dra_ops.capacity.policy import plan_model
 from vke_gpu_dra_ops.capacity.selection import SelectionStats, SelectorCache
-from vke_gpu_dra_ops.capacity.stack import default_classes
+from vke_gpu_dra_ops.capacity.stack import StackModel, Workload, default_classes
 
 ATTR = "device.attributes['gpu.nvidia.com']"
 MEM = "device.capacity['gpu.nvidia.com'].memory"
@@ -183,6 +193,59 @@ def measure(nodes: int = 1000, gpus: int = 8) -> dict[str, Any]:
     }
 
 
+#: (instance type, product, GPUs per node) of the stack phase's pools
+STACK_POOLS = (
+    ("ecs.hpcpni3ln.45xlarge", "NVIDIA H20", 8),
+    ("ecs.pni2.28xlarge", "NVIDIA A100-SXM4-80GB", 8),
+    ("ecs.gni2.3xlarge", "NVIDIA A10", 1),
+    ("ecs.gni3cl.11xlarge", "NVIDIA L20", 1),
+    ("ecs.gni3.xlarge", "NVIDIA L4", 1),
+)
+
+
+def stack_model(pool_nodes: int = 200, templates_count: int = 100) -> StackModel:
+    """5 pools of different products and `templates_count` templates, one 3-replica Deployment each."""
+    model = StackModel(classes=default_classes())
+    for n, (instance_type, product, gpus) in enumerate(STACK_POOLS):
+        model.pools.append([GpuPool(f"pool-{n}", instance_type, product, gpus, 0, pool_nodes)])
+    base = templates()
+    for i in range(templates_count):
+        shape = base[i % len(base)]
+        name = f"t{i:03d}"
+        model.templates[f"default/{name}"] = ClaimTemplate(name, "default", shape.spec)
+        model.workloads.append(
+            Workload("Deployment", f"app{i:03d}", "default", 3, (PodClaimRef("gpu", template=name),))
+        )
+    return model
+
+
+def measure_stack(pool_nodes: int = 200, templates_count: int = 100) -> dict[str, Any]:
+    model = stack_model(pool_nodes, templates_count)
+    started = time.perf_counter()
+    plan = plan_model(model)
+    seconds = time.perf_counter() - started
+    # memory from a second run under tracemalloc (which slows Python down: not timed)
+    tracemalloc.start()
+    plan_model(stack_model(pool_nodes, templates_count))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    figures = _counted(plan.planner.cache.stats, seconds)
+    statuses: dict[str, int] = {}
+    for w in plan.workloads:
+        statuses[w.status] = statuses.get(w.status, 0) + 1
+    figures.update(
+        pools=len(model.pools),
+        nodes=sum(v[0].max_nodes for v in model.pools),
+        templates=len(model.templates),
+        pods_wanted=sum(w.wanted for w in plan.workloads),
+        pods_placed=sum(w.placed for w in plan.workloads),
+        statuses=statuses,
+        peak_bytes=peak,
+        max_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    )
+    return figures
+
+
 def _phase(figures: dict[str, Any]) -> str:
     return (
         f"{figures['seconds']:.2f} s, {figures['cel_evaluations']:,} CEL evaluations, "
@@ -196,6 +259,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--pool-nodes", type=int, default=200)
     args = parser.parse_args()
     figures = measure(args.nodes, args.gpus)
     planning, placement, raw = figures["planning"], figures["placement"], figures["raw"]
@@ -222,6 +286,20 @@ def main() -> None:
     print(
         f"raw CEL, no cache:            {raw['seconds']:.2f} s for {raw['cel_evaluations']:,} evaluations "
         f"({raw['cel_evaluations'] / raw['seconds']:,.0f} evaluations/s, contexts included)"
+    )
+    stack = measure_stack(args.pool_nodes)
+    print(
+        f"stack: {stack['pools']} pools ({stack['nodes']:,} nodes), {stack['templates']} templates, "
+        f"one Deployment each"
+    )
+    print(f"planning the whole stack:     {_phase(stack)}")
+    print(
+        f"  pods placed / wanted:       {stack['pods_placed']:,} / {stack['pods_wanted']:,}; "
+        f"workloads: {', '.join(f'{k} {v}' for k, v in sorted(stack['statuses'].items()))}"
+    )
+    print(
+        f"  memory:                     {stack['peak_bytes'] / 2**20:.1f} MiB traced peak while planning, "
+        f"{stack['max_rss_kib'] / 1024:.0f} MiB max RSS of the process"
     )
 
 

@@ -43,3 +43,13 @@ def test_bench_reports_measured_figures_and_places_many_replicas():
     assert placement["replicas"] == placement["placed"] == planning["at_max"]
     assert planning["fits_at_capacity"] == planning["fitting"]
     assert planning["fits_over_capacity"] == 0
+
+
+def test_bench_plans_a_stack_of_five_pools_and_reports_time_and_memory():
+    figures = _bench().measure_stack(pool_nodes=2, templates_count=10)
+    assert (figures["pools"], figures["nodes"], figures["templates"]) == (5, 10, 10)
+    assert figures["seconds"] > 0 and figures["peak_bytes"] > 0 and figures["max_rss_kib"] > 0
+    assert figures["allocate_calls"] > 0
+    # every workload has a status, and the placed pods never exceed the wanted ones
+    assert sum(figures["statuses"].values()) == 10
+    assert 0 < figures["pods_placed"] <= figures["pods_wanted"] == 30

@@ -56,7 +56,13 @@ def test_plan_of_the_program_sample_in_text(stack_dir, capsys):
     assert main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml")]) == 0
     out = capsys.readouterr().out
     assert "gpu-dra: ecs.hpcpni3ln.45xlarge = 8x NVIDIA H20, 1..2 nodes" in out
-    assert "default/single-gpu: FITS (1 replica(s) wanted; fit at min size: 8, at max size: 16)" in out
+    assert (
+        "Deployment default/gpu-test: FITS (wanted 1, placed 1, pending 0; guaranteed 1, best case 1)" in out
+    )
+    assert (
+        "default/single-gpu: fits alone (1 replica(s) wanted; alone on an empty pool: "
+        "8 at min size, 16 at max size)"
+    ) in out
     assert "first replica gets: gpu -> gpu-dra-node-0/gpu-0" in out
     assert out.endswith("Result: everything fits\n")
 
@@ -89,13 +95,14 @@ def test_plan_json_reports_fit_counts_devices_and_reasons(stack_dir, tmp_path, c
     assert rc == 1 and report["fits"] is False
     by_name = {t["name"]: t for t in report["templates"]}
     t = by_name["t"]
-    assert (t["fits"], t["replicasWanted"], t["replicasAtMin"], t["replicasAtMax"]) == (False, 9, 4, 8)
+    assert t["scope"] == "alone on an empty pool"
+    assert (t["fitsAlone"], t["replicasWanted"], t["replicasAtMin"], t["replicasAtMax"]) == (False, 9, 4, 8)
     assert t["devices"] == [
         {"request": "gpu", "device": "gpu-dra-node-0/gpu-0"},
         {"request": "gpu", "device": "gpu-dra-node-0/gpu-1"},
     ]
     big = by_name["big"]
-    assert big["replicasWanted"] is None and big["fits"] is False
+    assert big["replicasWanted"] is None and big["fitsAlone"] is False
     assert big["reasons"][0].endswith("memory 141Gi > 95.58Gi")
     assert report["violations"] == [
         "Deployment default/app (9 replica(s)) does not fit the GPU node pools: "
@@ -161,3 +168,88 @@ def test_plan_with_simulated_devices_counts_the_simulated_gpus(stack_dir, capsys
     out = capsys.readouterr().out
     assert "ecs.gni2.3xlarge = 4x NVIDIA A30, 1..1 nodes" in out
     assert "note: driver.deviceSource=simulated: every node publishes 4x NVIDIA A30" in out
+
+
+def plan_json(stack_dir, *extra):
+    return main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "--output", "json", *extra])
+
+
+def test_plan_json_has_one_line_per_workload_and_the_verdict_agrees(stack_dir, tmp_path, capsys):
+    """Two workloads on 2 x 8 H20: the first spreads 1-GPU pods 5 + 5 (default spreading), so no node
+    keeps 8 free GPUs for the second; the verdict says so, and the template table says 'alone'."""
+    manifests = write_manifests(
+        tmp_path / "m.yaml",
+        template(exactly("gpu", 1), name="one"),
+        template(exactly("gpu", 8), name="eight"),
+        deployment(10, claim="one"),
+        {**deployment(1, claim="eight"), "metadata": {"name": "whole"}},
+    )
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["kubernetesVersion"] == "1.34" and report["featureGates"]["DRAConsumableCapacity"] is False
+    app, whole = report["workloads"]
+    assert set(app) == {
+        "kind", "namespace", "name", "status", "wanted", "placed", "pending", "guaranteed", "bestCase",
+        "perPool", "instanceTypeMix", "reasons", "hints",
+    }  # fmt: skip
+    assert (app["status"], app["wanted"], app["placed"], app["pending"]) == ("fits", 10, 10, 0)
+    assert app["perPool"] == {"gpu-dra (ecs.hpcpni3ln.45xlarge: 8x NVIDIA H20)": 10}
+    assert (whole["status"], whole["placed"], whole["pending"], whole["bestCase"]) == ("pending", 0, 1, 1)
+    assert whole["reasons"][0].startswith("fits alone, but beside the workloads before it only 0 of 1")
+    assert {t["name"]: t["fitsAlone"] for t in report["templates"]} == {"one": True, "eight": True}
+    assert all(t["scope"] == "alone on an empty pool" for t in report["templates"])
+    assert report["fits"] is False and len(report["violations"]) == 1
+
+
+def admin_manifests(tmp_path, labels):
+    docs = [template(exactly("gpu", 1, admin=True), name="t"), deployment(1)]
+    if labels is not None:
+        docs.append(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": labels}}
+        )
+    return write_manifests(tmp_path / "admin.yaml", *docs)
+
+
+@pytest.mark.parametrize(
+    ("labels", "rc", "status"),
+    [({"resource.kubernetes.io/admin-access": "true"}, 0, "FITS"), ({}, 1, "REFUSED"), (None, 1, "UNKNOWN")],
+)
+def test_plan_reads_namespaces_from_the_manifests(stack_dir, tmp_path, capsys, labels, rc, status):  # noqa: PLR0917
+    """adminAccess is admitted only in a namespace labelled resource.kubernetes.io/admin-access=true;
+    without a Namespace object in the manifests its labels are unknown, and the plan says undecided."""
+    manifests = admin_manifests(tmp_path, labels)
+    assert (
+        main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "--manifests", str(manifests)])
+        == rc
+    )
+    out = capsys.readouterr().out
+    assert f"Deployment default/app: {status} (wanted 1" in out
+    if status == "REFUSED":
+        assert "default/t: REFUSED by the API server" in out
+        assert "label on the containing namespace" in out
+    if status == "UNKNOWN":
+        assert out.endswith(
+            "Result: UNDECIDED (admission depends on Namespaces outside the stack and the manifests)\n"
+        )
+
+
+def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp_path, capsys):
+    """distinctAttribute is refused before 1.36 (DRAConsumableCapacity off) and enforced from 1.36."""
+    tpl = template(exactly("gpu", 2), name="t")
+    tpl["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+    manifests = write_manifests(tmp_path / "d.yaml", tpl, deployment(2))
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 1
+    assert json.loads(capsys.readouterr().out)["workloads"][0]["status"] == "refused"
+    assert plan_json(stack_dir, "--manifests", str(manifests), "--kubernetes-version", "1.36") == 0
+    assert json.loads(capsys.readouterr().out)["workloads"][0]["status"] == "fits"
+    stack = stack_dir / "Pulumi.dev.yaml"
+    config = yaml.safe_load(stack.read_text())
+    config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.36"
+    stack.write_text(yaml.safe_dump(config))
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 0
+    capsys.readouterr()
+    assert plan_json(stack_dir, "--kubernetes-version", "1.33") == 2
+    assert capsys.readouterr().err == (
+        "error: --kubernetes-version: Kubernetes version '1.33' is not known to the planner; allowed: "
+        "1.34, 1.35, 1.36 (major.minor, optionally with a patch or VKE suffix)\n"
+    )

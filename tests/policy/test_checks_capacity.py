@@ -41,3 +41,26 @@ def test_catalog_rows_come_from_the_stack_config(dev: Any, monkeypatch: pytest.M
     monkeypatch.setattr(context.STACK, "config", {"vke-gpu-dra:gpuInstanceTypes": rows})
     monkeypatch.setattr(context.STACK, "project", "vke-gpu-dra")
     assert capacity.claims_fit(stack, {}) == []
+
+
+TEMPLATE = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
+CLUSTER = "volcengine:vke/cluster:Cluster"
+
+
+def test_the_cluster_version_selects_the_admission_rules(dev: Stack) -> None:
+    """distinctAttribute is refused by a 1.34 API server (DRAConsumableCapacity off) and accepted from
+    1.36 (beta, on): the program's cluster resource says which."""
+
+    def distinct(s: Stack) -> None:
+        devices = s.one(TEMPLATE).props["spec"]["spec"]["devices"]
+        devices["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+
+    stack = dev.mutated(distinct)
+    (violation,) = capacity.claims_fit(stack, {})
+    assert "spec.spec.devices.constraints[0].matchAttribute: Required value" in violation.message
+    assert "DRAConsumableCapacity is off by default in 1.34" in violation.message
+
+    def newer(s: Stack) -> None:
+        s.one(CLUSTER).props["kubernetesVersion"] = "v1.36.0-vke.1"
+
+    assert capacity.claims_fit(stack.mutated(newer), {}) == []

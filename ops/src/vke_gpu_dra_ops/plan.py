@@ -1,9 +1,12 @@
 """`vke-gpu-dra plan`: does every claim template fit the stack's GPU node pools? (no cloud access)
 
 Reads a stack config file (program defaults from the Pulumi.yaml beside it), the stack's DeviceClasses,
-ResourceClaimTemplates and workloads from manifests (or the program's sample workload), and prints per
-template whether it fits, how many replicas fit at the pool's minimum and maximum size, and which devices
-the first replica would get. Exit status: 0 everything fits, 1 something does not, 2 bad input.
+ResourceClaimTemplates, Namespaces and workloads from manifests (or the program's sample workload), and
+prints per workload how many pods are wanted, placed by the default kube-scheduler and left pending (and
+why), with the bounds other placements give; then per template what fits alone on an empty pool. Claims
+the API server refuses for the chosen Kubernetes version are reported as refused (see
+docs/capacity-planning.md). Exit status: 0 everything fits, 1 something does not or is undecided, 2 bad
+input.
 """
 
 from __future__ import annotations
@@ -17,11 +20,20 @@ from typing import Any, TextIO
 
 import yaml
 
+from .capacity.admission import REFUSED, UNKNOWN, Admission
 from .capacity.catalog import CatalogError
 from .capacity.claims import ClaimTemplate, ManifestError
-from .capacity.planner import FitResult, Planner, template_subject
-from .capacity.policy import check_model
-from .capacity.stack import StackModel, add_object, default_classes, pools_from_config, sample_objects
+from .capacity.planner import FitResult, template_subject
+from .capacity.policy import WorkloadPlan, plan_model, plan_violations
+from .capacity.stack import (
+    PROJECT,
+    StackModel,
+    add_object,
+    default_classes,
+    pools_from_config,
+    sample_objects,
+)
+from .capacity.versions import GATES, FeatureGates, VersionError, feature_gates
 
 
 class PlanInputError(ValueError):
@@ -44,6 +56,12 @@ def register(subparsers: Any) -> None:
         "(default: the program's sample workload)",
     )
     parser.add_argument("--output", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--kubernetes-version",
+        default=None,
+        help=f"feature-gate defaults of this version ({', '.join(GATES)}; default: the stack's "
+        "cluster.kubernetesVersion)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -51,10 +69,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         model = load_model(args.stack_config, args.manifests)
-    except (PlanInputError, ManifestError, CatalogError) as exc:
+        version = getattr(args, "kubernetes_version", None)
+        where = "--kubernetes-version"
+        if version is None:
+            version, where = model.kubernetes_version, f"config {PROJECT}:cluster.kubernetesVersion"
+        gates = feature_gates(version, where)
+    except (PlanInputError, ManifestError, CatalogError, VersionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = build_report(model)
+    report = build_report(model, gates)
     if args.output == "json":
         json.dump(report, out, indent=2)
         out.write("\n")
@@ -89,6 +112,9 @@ def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel
     defaults = _defaults(stack_file)
     model = StackModel(classes=default_classes())
     model.pools = [pools_from_config(config, defaults)]
+    merged = {**defaults, **config}
+    version = merged.get(f"{PROJECT}:cluster.kubernetesVersion", merged.get("cluster.kubernetesVersion"))
+    model.kubernetes_version = None if version is None else str(version)
     objects: list[Mapping[str, Any]]
     if manifests is None:
         objects = list(sample_objects(config, defaults))
@@ -126,8 +152,10 @@ def _wanted(model: StackModel, template: ClaimTemplate) -> int | None:
     return total if used else None
 
 
-def build_report(model: StackModel) -> dict[str, Any]:
-    planner = Planner(model.classes)
+def build_report(model: StackModel, gates: FeatureGates | None = None) -> dict[str, Any]:
+    """The plan as JSON-ready data: workloads first (the verdict), then templates alone."""
+    plan = plan_model(model, gates)
+    planner = plan.planner
     templates = []
     for template in model.templates.values():
         wanted = _wanted(model, template)
@@ -137,9 +165,20 @@ def build_report(model: StackModel) -> dict[str, Any]:
             model.pools,
             wanted if wanted is not None else 1,
         )
-        templates.append(_template_report(template, wanted, result))
-    violations = [v.message for v in check_model(model)]
+        templates.append(_template_report(template, wanted, result, plan.admissions[template.key]))
+    violations = [v.message for v in plan_violations(plan)]
+    workloads = [_workload_report(w) for w in plan.workloads]
+    undecided = [w for w in workloads if w["status"] == UNKNOWN]
+    fits = not violations and all(w["status"] == "fits" for w in workloads)
     return {
+        "kubernetesVersion": plan.gates.version,
+        "featureGates": {
+            "DRAAdminAccess": plan.gates.admin_access,
+            "DRAPrioritizedList": plan.gates.prioritized_list,
+            "DRAConsumableCapacity": plan.gates.consumable_capacity,
+            "DRAPartitionableDevices": plan.gates.partitionable_devices,
+            "DRADeviceTaints": plan.gates.device_taints,
+        },
         "pools": [
             {
                 "name": p.name,
@@ -153,56 +192,134 @@ def build_report(model: StackModel) -> dict[str, Any]:
             for variants in model.pools
             for p in variants
         ],
+        "workloads": workloads,
         "templates": templates,
         "violations": violations,
-        "fits": not violations and all(t["fits"] for t in templates),
+        "fits": fits,
+        "undecided": bool(undecided)
+        and not violations
+        and all(w["status"] in ("fits", UNKNOWN) for w in workloads),
         "selectorChecks": planner.cache.stats.checks,
     }
 
 
-def _template_report(template: ClaimTemplate, wanted: int | None, result: FitResult) -> dict[str, Any]:
+def _workload_report(plan: WorkloadPlan) -> dict[str, Any]:
+    w = plan.workload
+    return {
+        "kind": w.kind,
+        "namespace": w.namespace,
+        "name": w.name,
+        "status": plan.status,
+        "wanted": plan.wanted,
+        "placed": plan.placed,
+        "pending": plan.pending,
+        "guaranteed": plan.guaranteed,
+        "bestCase": plan.best,
+        "perPool": plan.per_pool,
+        "instanceTypeMix": plan.mix,
+        "reasons": plan.reasons,
+        "hints": plan.hints,
+    }
+
+
+def _template_report(
+    template: ClaimTemplate, wanted: int | None, result: FitResult, admission: Admission
+) -> dict[str, Any]:
     first = next((p for p in result.pools if p.chosen), None)
+    refused = admission.status == REFUSED
     return {
         "name": template.name,
         "namespace": template.namespace,
         "kind": "ResourceClaim" if template.shared else "ResourceClaimTemplate",
+        "scope": ALONE,
+        "admission": admission.status,
+        "admissionMessage": admission.message or None,
         "replicasWanted": wanted,
-        "fits": result.fits,
-        "replicasAtMin": result.at_min,
-        "replicasAtMax": result.at_max,
+        "fitsAlone": result.fits and not refused,
+        "replicasAtMin": 0 if refused else result.at_min,
+        "replicasAtMax": 0 if refused else result.at_max,
         "perNode": {p.pool.label: p.per_node for p in result.pools},
-        "devices": [{"request": r, "device": d} for _, r, d in (first.chosen if first else ())],
-        "reasons": result.reasons(),
-        "error": result.error,
+        "devices": []
+        if refused
+        else [{"request": r, "device": d} for _, r, d in (first.chosen if first else ())],
+        "reasons": [] if refused else result.reasons(),
+        "error": None if refused else result.error,
     }
 
 
+ALONE = "alone on an empty pool"
+_STATUS = {
+    "fits": "FITS",
+    "pending": "PENDING",
+    REFUSED: "REFUSED",
+    UNKNOWN: "UNKNOWN",
+    "missing": "MISSING",
+}
+
+
+def _workload_lines(report: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    lines.append("Workloads (pods placed as the default kube-scheduler places them, pools at maximum size):")
+    if not report["workloads"]:
+        lines.append("  (none)")
+    for w in report["workloads"]:
+        lines.append(
+            f"  {w['kind']} {w['namespace']}/{w['name']}: {_STATUS[w['status']]} (wanted {w['wanted']}, "
+            f"placed {w['placed']}, pending {w['pending']}; guaranteed {w['guaranteed']}, "
+            f"best case {w['bestCase']})"
+        )
+        if w["perPool"] and w["placed"]:
+            lines.append("    placed on: " + ", ".join(f"{k}: {v}" for k, v in w["perPool"].items()))
+        if w["instanceTypeMix"]:
+            lines.append(
+                "    instance-type mix, placed with every node of: "
+                + ", ".join(f"{k}: {v}" for k, v in w["instanceTypeMix"].items())
+            )
+        lines.extend(f"    why: {r}" for r in w["reasons"])
+        lines.extend(f"    note: {h}" for h in w["hints"])
+    return lines
+
+
 def render_text(report: Mapping[str, Any]) -> str:
-    lines = ["GPU node pools:"]
+    gates = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in report["featureGates"].items())
+    lines = [f"Kubernetes {report['kubernetesVersion']} ({gates})", "GPU node pools:"]
     for p in report["pools"]:
         lines.append(
             f"  {p['name']}: {p['instanceType']} = {p['gpusPerNode']}x {p['product']}, "
             f"{p['minNodes']}..{p['maxNodes']} nodes"
         )
         lines.extend(f"    note: {n}" for n in p["notes"])
-    lines.append("Claim templates:")
+    lines.extend(_workload_lines(report))
+    lines.append(f"Claim templates, each {ALONE}:")
     if not report["templates"]:
         lines.append("  (none)")
     for t in report["templates"]:
-        status = "FITS" if t["fits"] else "DOES NOT FIT"
         wanted = "unused" if t["replicasWanted"] is None else f"{t['replicasWanted']} replica(s) wanted"
+        if t["admission"] == REFUSED:
+            lines.append(f"  {t['namespace']}/{t['name']}: REFUSED by the API server ({wanted})")
+            lines.append(f"    reason: {t['admissionMessage']}")
+            continue
+        status = "fits alone" if t["fitsAlone"] else "does not fit alone"
         lines.append(
-            f"  {t['namespace']}/{t['name']}: {status} ({wanted}; fit at min size: "
-            f"{t['replicasAtMin']}, at max size: {t['replicasAtMax']})"
+            f"  {t['namespace']}/{t['name']}: {status} ({wanted}; {ALONE}: "
+            f"{t['replicasAtMin']} at min size, {t['replicasAtMax']} at max size)"
         )
         if t["devices"]:
             lines.append(
                 "    first replica gets: "
                 + ", ".join(f"{d['request']} -> {d['device']}" for d in t["devices"])
             )
+        if t["admission"] == UNKNOWN:
+            lines.append(f"    admission unknown: {t['admissionMessage']}")
         lines.extend(f"    reason: {r}" for r in t["reasons"])
     if report["violations"]:
         lines.append("Violations:")
         lines.extend(f"  - {v}" for v in report["violations"])
-    lines.append("Result: " + ("everything fits" if report["fits"] else "NOT everything fits"))
+    if report["fits"]:
+        result = "everything fits"
+    elif report["undecided"]:
+        result = "UNDECIDED (admission depends on Namespaces outside the stack and the manifests)"
+    else:
+        result = "NOT everything fits"
+    lines.append("Result: " + result)
     return "\n".join(lines) + "\n"

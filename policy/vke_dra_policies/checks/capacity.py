@@ -3,7 +3,10 @@
 The check lives in the operator tools (`vke_gpu_dra_ops.capacity.check_stack`); this module hands it the
 stack's resources and the stack config's GPU catalog rows (`<project>:gpuInstanceTypes`). It reports
 nothing it cannot decide: unknown values in preview, stacks without a DRA node pool, and references to
-missing templates or DeviceClasses (claim-references reports those).
+missing templates or DeviceClasses (claim-references reports those), and claims whose admission depends
+on a Namespace outside the stack. Claims the API server refuses for the cluster's Kubernetes version
+(adminAccess without the namespace label, distinctAttribute before 1.36) and pods the default scheduler
+leaves pending are violations.
 """
 
 from __future__ import annotations
@@ -25,4 +28,8 @@ DESCRIPTION: Final = (
 
 def claims_fit(resources: Sequence[r.Res], _config: Mapping[str, Any]) -> list[Violation]:
     rows = context.STACK.config_value("gpuInstanceTypes")
-    return [Violation(v.message, v.urn or None) for v in check_stack(resources, rows)]
+    # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
+    version = context.STACK.config_value("cluster.kubernetesVersion")
+    return [
+        Violation(v.message, v.urn or None) for v in check_stack(resources, rows, kubernetes_version=version)
+    ]

@@ -38,6 +38,10 @@ class GpuPool:
     #: Node labels the pool sets, and its taints as (key, value, effect).
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[tuple[str, str, str], ...] = ()
+    #: vCPUs and memory of the instance type (catalog; None when unknown): what the scheduler's
+    #: resource scores divide by
+    vcpus: int | None = None
+    memory_gib: int | None = None
 
     @property
     def label(self) -> str:

@@ -87,7 +87,7 @@ def _expression_matches(labels: Mapping[str, str], key: str, operator: str, valu
     return checks.get(operator, lambda: True)()
 
 
-def _tolerated(taint: tuple[str, str, str], tolerations: Sequence[tuple[str, str, str, str]]) -> bool:
+def tolerated(taint: tuple[str, str, str], tolerations: Sequence[tuple[str, str, str, str]]) -> bool:
     key, value, effect = taint
     for t_key, operator, t_value, t_effect in tolerations:
         if t_effect and t_effect != effect:
@@ -111,7 +111,7 @@ def excluded(pool: GpuPool, placement: Placement) -> str | None:
     ):
         return "required node affinity matches none of the pool's labels"
     for taint in pool.taints:
-        if taint[2] in _BLOCKING_EFFECTS and not _tolerated(taint, placement.tolerations):
+        if taint[2] in _BLOCKING_EFFECTS and not tolerated(taint, placement.tolerations):
             key, value, effect = taint
             shown = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
             return f"the pods do not tolerate the pool's taint {shown}"

@@ -122,7 +122,7 @@ class Planner:
     cache: SelectorCache = field(default_factory=SelectorCache)
     #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
     consumable_capacity: bool = False
-    _classes: dict[tuple[str, str], object] = field(default_factory=dict, repr=False)
+    _classes: dict[tuple[str, str], tuple[object, object]] = field(default_factory=dict, repr=False)
 
     def fit(
         self,
@@ -208,6 +208,9 @@ class Planner:
             pool, per_node, sum(counts[: pool.min_nodes]), sum(counts[: pool.max_nodes]), chosen, reasons
         )
 
+    def uuid_blind(self, specs: Sequence[ClaimSpec]) -> bool:
+        return self._uuid_blind(specs)
+
     def _uuid_blind(self, specs: Sequence[ClaimSpec]) -> bool:
         """True when no selector or constraint of `specs` can tell devices apart by UUID alone."""
         expressions, attributes = self._inputs(specs)
@@ -220,9 +223,10 @@ class Planner:
     def _node_class(self, node: Node) -> object:
         """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
         key = (node.pool, node.name)
-        found = self._classes.get(key)
-        if found is None:
-            found = tuple(
+        stored = self._classes.get(key)
+        # variants of one pool (several instance types) share node names: the devices tell them apart
+        if stored is None or stored[0] is not node.devices:
+            found: object = tuple(
                 (
                     d.name,
                     tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
@@ -230,8 +234,9 @@ class Planner:
                 )
                 for d in node.devices
             )
-            self._classes[key] = found
-        return found
+            stored = (node.devices, found)
+            self._classes[key] = stored
+        return stored[1]
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)

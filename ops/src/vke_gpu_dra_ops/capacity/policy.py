@@ -1,23 +1,26 @@
 """The capacity policy: every claim template a workload uses fits the stack's GPU pools for its replicas.
 
 `check_stack(resources)` takes what a Pulumi stack policy sees (objects with `resource_type` or `type`,
-`props`, `urn`, `name`) and returns one `Violation` per problem. Each workload is checked alone, then
-all workloads together in stack order (they share the pools): a workload that fits alone but not beside
-the ones before it is reported as such.
+`props`, `urn`, `name`) and returns one `Violation` per problem. Claim templates go through the API
+server's admission rules of the cluster's Kubernetes version (`admission`); every workload is checked
+alone (for the reasons), then all workloads' pods are placed the way the default kube-scheduler places
+them (`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .allocator import AllocationError, NodeAllocator
-from .claims import ClaimSpec
+from .admission import REFUSED, UNKNOWN, Admission, admit
+from .claims import ClaimSpec, ClaimTemplate
 from .inventory import GpuPool
 from .placement import excluded
-from .planner import Planner
+from .planner import FitResult, Planner
+from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
 from .stack import StackModel, Workload, model_from_resources
+from .versions import FeatureGates, feature_gates, nearest_gates
 
 POLICY_NAME: Final = "gpu-claims-fit-node-pools"
 POLICY_DESCRIPTION: Final = (
@@ -78,133 +81,285 @@ def missing_classes(model: StackModel, pod: PodClaims) -> list[str]:
     )
 
 
-def check_model(model: StackModel, *, report_references: bool = True) -> list[Violation]:
+@dataclass
+class WorkloadPlan:
+    """What happens to one workload's pods: the default scheduler's answer and the bounds around it."""
+
+    workload: Workload
+    #: fits | pending | refused | unknown | missing
+    status: str
+    wanted: int
+    placed: int
+    guaranteed: int
+    best: int
+    reasons: list[str]
+    #: pods per pool (worst instance-type variant), and placed per variant when a pool mixes types
+    per_pool: dict[str, int]
+    mix: dict[str, int]
+    hints: list[str]
+    alone: FitResult | None = None
+
+    @property
+    def pending(self) -> int:
+        return max(self.wanted - self.placed, 0)
+
+
+@dataclass
+class StackPlan:
+    gates: FeatureGates
+    workloads: list[WorkloadPlan]
+    admissions: dict[str, Admission]
+    violations: list[Violation]
+    planner: Planner
+    #: keys of the templates and claims some workload uses
+    used: set[str]
+
+
+def _wanted(workload: Workload, pools: Sequence[GpuPool]) -> int:
+    if workload.replicas is not None:
+        return workload.replicas
+    return sum(p.max_nodes for p in pools if excluded(p, workload.placement) is None)
+
+
+def _group(workload: Workload, pod: PodClaims) -> PodGroup:
+    return PodGroup(
+        workload.label,
+        workload.kind,
+        tuple(spec for _, spec in pod.claims),
+        tuple((key, spec) for key, _, spec in pod.shared),
+        workload.replicas,
+        workload.placement,
+        workload.requests,
+        workload.nonzero,
+    )
+
+
+DEFAULT_EMPTIEST_TIES: Final = "default-emptiest-ties"
+_RUNS: Final = (
+    (DEFAULT, False, "the default profile, stack order"),
+    (DEFAULT_EMPTIEST_TIES, False, "the default profile, ties to the emptiest node"),
+    (PACKING, False, "bin-packing (most devices in use first)"),
+    (EMPTIEST, False, "emptiest node first"),
+    (DEFAULT, True, "the default profile, workloads in reverse order"),
+    (PACKING, True, "bin-packing, workloads in reverse order"),
+    (EMPTIEST, True, "emptiest node first, workloads in reverse order"),
+)
+_PACKING_PROFILE: Final = (
+    "a scheduler profile with NodeResourcesFit scoringStrategy MostAllocated and PodTopologySpread "
+    "defaultingType List without default constraints"
+)
+
+
+def plan_model(
+    model: StackModel, gates: FeatureGates | None = None, *, report_references: bool = True
+) -> StackPlan:
+    """Every workload of `model` through the API server's admission and the scheduler's placement."""
+    gates = gates or feature_gates(model.kubernetes_version, "the cluster's kubernetesVersion")
+    planner = Planner(model.classes, consumable_capacity=gates.consumable_capacity)
+    violations = [Violation(message, urn) for urn, message in model.problems]
+    admissions = {key: admit(t, model.namespaces, gates) for key, t in model.templates.items()}
+    plans: list[WorkloadPlan] = []
+    simulated: list[tuple[WorkloadPlan, PodGroup]] = []
+    first_variant = [v[0] for v in model.pools]
+    for workload in model.workloads:
+        pod, missing = workload_claims(model, workload)
+        classes = missing_classes(model, pod)
+        wanted = _wanted(workload, first_variant)
+        plan = WorkloadPlan(workload, "pending", wanted, 0, 0, 0, [], {}, {}, [])
+        if missing or classes:
+            if not report_references:
+                continue
+            plan.status = "missing"
+            plan.reasons = missing or [
+                f"request names DeviceClass {c}: could not retrieve device class {c}: "
+                f"deviceclass.resource.k8s.io {c!r} not found"
+                for c in classes
+            ]
+            plans.append(plan)
+            continue
+        refused = [
+            admissions[t.key] for t in _templates(model, workload) if admissions[t.key].status == REFUSED
+        ]
+        if refused:
+            plan.status = REFUSED
+            plan.reasons = [f"the API server refuses it: {a.message}" for a in refused]
+            plans.append(plan)
+            continue
+        if model.pools:
+            plan.alone = planner.fit(
+                workload.label,
+                pod.claims,
+                model.pools,
+                workload.replicas,
+                shared=[(n, s) for _, n, s in pod.shared],
+                placement=workload.placement,
+            )
+        unknown = [
+            a.message for t in _templates(model, workload) if (a := admissions[t.key]).status == UNKNOWN
+        ]
+        plan.reasons.extend(unknown)
+        plans.append(plan)
+        simulated.append((plan, _group(workload, pod)))
+    if model.pools and simulated:
+        _simulate(model, planner, simulated)
+    used = {t.key for w in model.workloads for t in _templates(model, w)}
+    return StackPlan(gates, plans, admissions, violations, planner, used)
+
+
+def _templates(model: StackModel, workload: Workload) -> list[ClaimTemplate]:
+    found = (model.template_for(workload, ref) for ref in workload.claims)
+    return [t for t in found if t is not None]
+
+
+_Runs = tuple[list[Outcome], list[list[GpuPool]], list[list[tuple[int, str]]]]
+
+
+def _runs(model: StackModel, planner: Planner, groups: list[PodGroup]) -> _Runs:
+    """Per pool variant the default run (worse of both tie-breaks), and per group every run's count."""
+    variants = max(len(v) for v in model.pools)
+    default_runs: list[Outcome] = []
+    per_variant_pools: list[list[GpuPool]] = []
+    bounds: list[list[tuple[int, str]]] = [[] for _ in groups]
+    for index in range(variants):
+        pools = [v[min(index, len(v) - 1)] for v in model.pools]
+        per_variant_pools.append(pools)
+        memo = Memo()
+        for strategy, reverse, name in _RUNS:
+            order = groups[::-1] if reverse else groups
+            if strategy == DEFAULT_EMPTIEST_TIES:
+                outcome = simulate(planner, pools, order, DEFAULT, ties=EMPTIEST, memo=memo)
+            else:
+                outcome = simulate(planner, pools, order, strategy, memo=memo)
+            placed = outcome.placed[::-1] if reverse else outcome.placed
+            if strategy == DEFAULT and not reverse:
+                default_runs.append(outcome)
+            elif strategy == DEFAULT_EMPTIEST_TIES:
+                # the scheduler breaks ties at random: fit only when both tie-breaks fit
+                default_runs[-1] = _worse(default_runs[-1], outcome)
+            for gi, count in enumerate(placed):
+                bounds[gi].append((count, name))
+    return default_runs, per_variant_pools, bounds
+
+
+def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[WorkloadPlan, PodGroup]]) -> None:
+    default_runs, per_variant_pools, bounds = _runs(model, planner, [g for _, g in simulated])
+    variants = len(default_runs)
+    for gi, (plan, _) in enumerate(simulated):
+        # a pool of several instance types: the verdict takes the variant that places fewest
+        worst = min(range(variants), key=lambda i: default_runs[i].placed[gi])
+        outcome, pools = default_runs[worst], per_variant_pools[worst]
+        plan.wanted, plan.placed = outcome.wanted[gi], outcome.placed[gi]
+        plan.per_pool = {p.label: n for p, n in zip(pools, outcome.per_pool[gi], strict=True)}
+        if variants > 1:
+            plan.mix = {
+                " + ".join(p.instance_type for p in per_variant_pools[i]): default_runs[i].placed[gi]
+                for i in range(variants)
+            }
+        low = min(bounds[gi])
+        high = max(bounds[gi], key=lambda b: (b[0], "bin-packing" in b[1]))
+        plan.guaranteed, plan.best = min(low[0], plan.placed), max(high[0], plan.placed)
+        if plan.guaranteed < plan.placed:
+            plan.hints.append(
+                f"only {plan.guaranteed} placed with {low[1]}: the count depends on the scheduler's "
+                "choices (the order the pods are created in, ties between equal nodes, its profile)"
+            )
+        if plan.best > plan.placed:
+            how = _PACKING_PROFILE if "bin-packing" in high[1] else "creating the workloads in another order"
+            plan.hints.append(f"{plan.best} would be placed with {high[1]}: {how}")
+        if plan.placed >= plan.wanted:
+            plan.status = UNKNOWN if plan.reasons else "fits"
+            continue
+        plan.status = "pending"
+        alone = plan.alone
+        if alone is not None and not alone.fits:
+            plan.reasons = [*(alone.reasons() or ["does not fit"]), *plan.reasons]
+        else:
+            names = ", ".join(p.label for p in pools)
+            plan.reasons.insert(
+                0,
+                f"fits alone, but beside the workloads before it only {plan.placed} of {plan.wanted} "
+                f"replica(s) find devices on {names} at maximum size",
+            )
+
+
+def _worse(first: Outcome, second: Outcome) -> Outcome:
+    """Per workload, the run that placed fewer of its pods."""
+    pairs = list(zip(first.placed, second.placed, strict=True))
+    pick = [a <= b for a, b in pairs]
+    return Outcome(
+        tuple(min(p) for p in pairs),
+        tuple(a if k else b for a, b, k in zip(first.per_pool, second.per_pool, pick, strict=True)),
+        first.wanted,
+    )
+
+
+def check_model(
+    model: StackModel, *, report_references: bool = True, gates: FeatureGates | None = None
+) -> list[Violation]:
     """Violations for `model`.
 
     With `report_references` False (the policy pack, where the claim-references policy owns them),
     workloads naming templates or DeviceClasses that do not exist are skipped instead of reported.
     Nothing is decided while relevant values are unknown (preview), or for stacks without a DRA pool
-    (e.g. target=existing-cluster: the cluster's capacity is not part of the stack).
+    (e.g. target=existing-cluster: the cluster's capacity is not part of the stack). A workload whose
+    admission cannot be decided (a Namespace outside the stack) is not a violation.
     """
     if model.undecided:
         return []
-    violations = [Violation(message, urn) for urn, message in model.problems]
     if not model.workloads or not model.pools:
-        return violations
-    planner = Planner(model.classes)
-    fitting_alone: list[tuple[Workload, PodClaims]] = []
-    for workload in model.workloads:
-        pod, missing = workload_claims(model, workload)
-        classes = missing_classes(model, pod)
-        if (missing or classes) and not report_references:
-            continue
-        if missing:
-            violations.extend(Violation(f"{workload.label}: {m}", workload.urn) for m in missing)
-            continue
-        result = planner.fit(
-            workload.label,
-            pod.claims,
-            model.pools,
-            workload.replicas,
-            shared=[(n, s) for _, n, s in pod.shared],
-            placement=workload.placement,
-        )
-        if not result.fits:
-            wanted = (
-                "one pod per GPU node" if workload.replicas is None else f"{workload.replicas} replica(s)"
-            )
-            detail = "; ".join(result.reasons()) or "does not fit"
+        return [Violation(message, urn) for urn, message in model.problems]
+    gated = any(
+        c.distinct_attribute is not None for t in model.templates.values() for c in t.spec.constraints
+    )
+    if model.version_unknown and gated:
+        return [Violation(message, urn) for urn, message in model.problems]
+    # versions before 1.34 are the kubernetes-version policy's to report
+    gates = gates or nearest_gates(model.kubernetes_version)
+    return plan_violations(plan_model(model, gates, report_references=report_references))
+
+
+def plan_violations(plan: StackPlan) -> list[Violation]:
+    """The policy's violations of a plan: refused templates and workloads, and pods left pending."""
+    violations = list(plan.violations)
+    for key, admission in plan.admissions.items():
+        if admission.status == REFUSED and key not in plan.used:
             violations.append(
-                Violation(
-                    f"{workload.label} ({wanted}) does not fit the GPU node pools: {detail}", workload.urn
+                Violation(f"claim template {key}: the API server refuses it: {admission.message}")
+            )
+    for wp in plan.workloads:
+        workload = wp.workload
+        if wp.status in ("missing", REFUSED):
+            violations.extend(Violation(f"{workload.label}: {m}", workload.urn) for m in wp.reasons)
+        elif wp.status == "pending":
+            alone = wp.alone
+            if alone is not None and not alone.fits:
+                wanted = (
+                    "one pod per GPU node" if workload.replicas is None else f"{workload.replicas} replica(s)"
                 )
-            )
-        else:
-            fitting_alone.append((workload, pod))
-    violations.extend(_together(model, planner, fitting_alone))
-    return violations
-
-
-def _together(
-    model: StackModel, planner: Planner, workloads: list[tuple[Workload, PodClaims]]
-) -> list[Violation]:
-    """Place every workload's pods in stack order on each pool variant's maximum nodes, sharing devices."""
-    if len(workloads) < 2:
-        return []
-    violations: list[Violation] = []
-    # pools listing several instance types: try the i-th type of every pool in turn (not every combination)
-    for index in range(max(len(v) for v in model.pools)):
-        pools = [v[min(index, len(v) - 1)] for v in model.pools]
-        placed = _place_all(planner, pools, workloads)
-        for workload, got in placed:
-            wanted = (
-                workload.replicas
-                if workload.replicas is not None
-                # a DaemonSet wants one pod on each node of the pools it may run on
-                else sum(p.max_nodes for p in pools if excluded(p, workload.placement) is None)
-            )
-            if got < wanted:
-                names = ", ".join(p.label for p in pools)
+                detail = "; ".join(alone.reasons()) or "does not fit"
                 violations.append(
                     Violation(
-                        f"{workload.label}: fits alone, but beside the workloads before it only {got} of "
-                        f"{wanted} replica(s) find devices on {names} at maximum size",
-                        workload.urn,
+                        f"{workload.label} ({wanted}) does not fit the GPU node pools: {detail}", workload.urn
                     )
                 )
-        if violations:
-            break
-    return violations
-
-
-def _place_all(
-    planner: Planner, pools: list[GpuPool], workloads: list[tuple[Workload, PodClaims]]
-) -> list[tuple[Workload, int]]:
-    """First fit of every pod, in stack order; a shared ResourceClaim pins its pods to its node."""
-    nodes = [(pool, i) for pool in pools for i in range(pool.max_nodes)]
-    allocators = [NodeAllocator(pool.node(i), planner.classes, planner.cache) for pool, i in nodes]
-    shared_at: dict[str, int] = {}
-    placed: list[tuple[Workload, int]] = []
-    for workload, pod in workloads:
-        specs = [spec for _, spec in pod.claims]
-        pending = [(key, spec) for key, _, spec in pod.shared if key not in shared_at]
-        pinned = {shared_at[key] for key, _, _ in pod.shared if key in shared_at}
-        if len(pinned) > 1:  # its shared claims sit on different nodes
-            placed.append((workload, 0))
-            continue
-        allowed = [n for n, (pool, _) in enumerate(nodes) if excluded(pool, workload.placement) is None]
-        candidates = sorted(pinned & set(allowed)) if pinned else allowed
-        wanted = len(candidates) if workload.replicas is None else workload.replicas
-        got, position = 0, 0
-        while got < wanted and position < len(candidates):
-            node = candidates[position]
-            extra = [spec for _, spec in pending]
-            if _try(allocators[node], specs + extra):
-                got += 1
-                shared_at.update({key: node for key, _ in pending})
-                if pending:
-                    candidates, position, pending = [node], 0, []
-                if workload.replicas is None:
-                    position += 1  # one pod per node
             else:
-                position += 1  # a node that no longer fits this pod never fits it again
-        placed.append((workload, got))
-    return placed
-
-
-def _try(allocator: NodeAllocator, specs: list[ClaimSpec]) -> int:
-    try:
-        return int(allocator.allocate(specs) is not None)
-    except AllocationError:
-        return 0
+                violations.append(Violation(f"{workload.label}: {wp.reasons[0]}", workload.urn))
+    return violations
 
 
 def check_stack(
-    resources: Iterable[Any], catalog_config: Any = None, *, report_references: bool = False
+    resources: Iterable[Any],
+    catalog_config: Any = None,
+    *,
+    report_references: bool = False,
+    kubernetes_version: Any = None,
 ) -> list[Violation]:
     """Violations of the capacity policy for a stack's resources (see the module docstring).
 
     `resources`: objects with `resource_type` (or `type`), `props` (inputs, camelCase), `urn` and `name`.
     `catalog_config`: the value of `vke-gpu-dra:gpuInstanceTypes`, if the stack sets it.
     """
-    return check_model(model_from_resources(resources, catalog_config), report_references=report_references)
+    model = model_from_resources(resources, catalog_config)
+    if model.kubernetes_version is None and kubernetes_version is not None:
+        model.kubernetes_version = str(kubernetes_version)
+    return check_model(model, report_references=report_references)

@@ -110,7 +110,7 @@ class SelectorCache:
     def __init__(self) -> None:
         self._results: dict[tuple[object, ...], bool | SelectorRuntimeError] = {}
         self._observed: dict[str, Observed | None] = {}
-        self._views: dict[tuple[str, str], list[DeviceView]] = {}
+        self._views: dict[tuple[str, str, int], tuple[object, list[DeviceView]]] = {}
         self.stats = SelectionStats()
 
     def compiled(self, expression: str) -> CompiledSelector:
@@ -118,12 +118,16 @@ class SelectorCache:
 
     def views(self, node: Node) -> list[DeviceView]:
         """The node's devices as selectors see them (shared by every allocator of this run)."""
-        key = (node.pool, node.name)
-        views = self._views.get(key)
-        if views is None:
-            views = [DeviceView(node.driver, d, f"{node.name}/{d.name}") for d in node.devices]
-            self._views[key] = views
-        return views
+        # variants of one pool (several instance types) share node names: the devices tell them apart
+        key = (node.pool, node.name, len(node.devices))
+        stored = self._views.get(key)
+        if stored is None or stored[0] is not node.devices:
+            stored = (
+                node.devices,
+                [DeviceView(node.driver, d, f"{node.name}/{d.name}") for d in node.devices],
+            )
+            self._views[key] = stored
+        return stored[1]
 
     def cache_key(self, expression: str, view: DeviceView) -> tuple[object, ...]:
         key = view._keys.get(expression)

@@ -27,8 +27,10 @@ from .claims import (
 )
 from .inventory import GpuPool
 from .placement import Placement, parse_placement
+from .quantity import QuantityError, parse_quantity
 
 NODE_POOL_TYPE: Final = "volcengine:vke/nodePool:NodePool"
+CLUSTER_TYPE: Final = "volcengine:vke/cluster:Cluster"
 _RESOURCE_GROUP: Final = "kubernetes:resource.k8s.io/"
 #: kind -> how many pods run at once
 WORKLOAD_KINDS: Final = ("Pod", "Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob", "DaemonSet")
@@ -44,6 +46,10 @@ class Workload:
     claims: tuple[PodClaimRef, ...]
     urn: str = ""
     placement: Placement = field(default_factory=Placement)
+    #: the pod's (milli-CPU, memory bytes) requests, as set and as the scheduler counts them (a
+    #: container without a request counts 100m CPU / 200Mi memory)
+    requests: tuple[int, int] = (0, 0)
+    nonzero: tuple[int, int] = (100, 200 * 1024 * 1024)
 
     @property
     def label(self) -> str:
@@ -62,6 +68,12 @@ class StackModel:
     notes: list[str] = field(default_factory=list)
     #: URNs of resources whose relevant values are unknown (preview): the stack cannot be decided yet
     undecided: list[str] = field(default_factory=list)
+    #: labels of the Namespaces the stack (or the manifests) define
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: the cluster's Kubernetes version as the stack states it (None: not stated)
+    kubernetes_version: str | None = None
+    #: the cluster's version is unknown (preview): version-gated answers cannot be decided
+    version_unknown: bool = False
 
     def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
         name = ref.template or ref.claim or ""
@@ -120,7 +132,40 @@ def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
     except ValueError as exc:
         raise ManifestError(f"{where}: replica count {exc.args[0]!r} is not a whole number >= 0") from None
     namespace = str(meta.get("namespace") or "default")
-    return Workload(kind, name, namespace, replicas, claims, urn, parse_placement(pod_spec))
+    requests, nonzero = pod_requests(pod_spec, where, field_path)
+    return Workload(
+        kind, name, namespace, replicas, claims, urn, parse_placement(pod_spec), requests, nonzero
+    )
+
+
+#: pkg/scheduler/util: what the scheduler counts for a container without a CPU / memory request
+DEFAULT_NONZERO: Final = (100, 200 * 1024 * 1024)
+
+
+def pod_requests(
+    pod_spec: Mapping[str, Any], where: str, field: str
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(milli-CPU, memory) the containers request, and the scheduler's non-zero count of them."""
+    containers = pod_spec.get("containers") or [{}]
+    asked, nonzero = [0, 0], [0, 0]
+    for i, container in enumerate(containers if isinstance(containers, list) else [{}]):
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        raw = (resources or {}).get("requests") if isinstance(resources, Mapping) else None
+        raw = raw if isinstance(raw, Mapping) else {}
+        for slot, (name, scale) in enumerate((("cpu", 1000), ("memory", 1))):
+            if name not in raw:
+                nonzero[slot] += DEFAULT_NONZERO[slot]
+                continue
+            try:
+                amount = int(parse_quantity(str(raw[name])) * scale)
+            except QuantityError:
+                raise ManifestError(
+                    f"{where}: field {field}.containers[{i}].resources.requests.{name} is "
+                    f"{raw[name]!r}; allowed: a Kubernetes quantity such as 500m or 2Gi"
+                ) from None
+            asked[slot] += amount
+            nonzero[slot] += amount
+    return (asked[0], asked[1]), (nonzero[0], nonzero[1])
 
 
 def _labels(props: Mapping[str, Any]) -> dict[str, str]:
@@ -216,7 +261,17 @@ def _pool(
             "confirm with ecs.get_instance_types"
         ]
     )
-    return GpuPool(name, instance_type, row.product, row.gpus, low, high, (*notes, *extra))
+    return GpuPool(
+        name,
+        instance_type,
+        row.product,
+        row.gpus,
+        low,
+        high,
+        (*notes, *extra),
+        vcpus=row.vcpus,
+        memory_gib=row.memory_gib,
+    )
 
 
 def _resource_type(resource: Any) -> str:
@@ -245,7 +300,7 @@ def is_known(value: Any) -> bool:
     return isinstance(value, _JSON_SCALARS)
 
 
-def _relevant_known(resource_type: str, props: Any) -> bool:
+def _relevant_known(resource_type: str, props: Any) -> bool:  # noqa: PLR0911 (one answer per type)
     """Whether the values the capacity check reads are known (other props may stay unknown)."""
     if not isinstance(props, Mapping):
         return is_known(props)
@@ -256,6 +311,8 @@ def _relevant_known(resource_type: str, props: Any) -> bool:
     if resource_type.startswith(_RESOURCE_GROUP):
         return is_known(props)
     kind = resource_type.rsplit(":", 1)[-1]
+    if resource_type == "kubernetes:core/v1:Namespace":
+        return is_known(props.get("metadata"))
     if resource_type.startswith("kubernetes:") and kind in WORKLOAD_KINDS:
         return _workload_known(kind, props)
     return True
@@ -294,7 +351,14 @@ def _workload_known(kind: str, props: Mapping[str, Any]) -> bool:
         and all(
             is_known(pod_spec.get(k)) for k in ("resourceClaims", "nodeSelector", "affinity", "tolerations")
         )
+        and _requests_known(pod_spec.get("containers"))
     )
+
+
+def _requests_known(containers: Any) -> bool:
+    if not isinstance(containers, list | tuple):
+        return is_known(containers)
+    return all(not isinstance(c, Mapping) or is_known(c.get("resources")) for c in containers)
 
 
 def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -> StackModel:
@@ -323,6 +387,12 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
                     model.pools.append(variants)
             elif _is_node_pool_runtime(rtype):
                 runtimes.append((resource, props))
+            elif rtype == CLUSTER_TYPE:
+                version = props.get("kubernetesVersion")
+                if not is_known(version):
+                    model.version_unknown = True
+                elif isinstance(version, str) and version:
+                    model.kubernetes_version = version
             elif rtype.startswith("kubernetes:"):
                 add_object(model, _kubernetes_object(rtype, props), urn)
         except (ManifestError, CatalogError) as exc:
@@ -380,6 +450,15 @@ def add_object(model: StackModel, obj: Mapping[str, Any], urn: str = "") -> None
         elif kind in ("ResourceClaimTemplate", "ResourceClaim"):
             template = parse_claim_template(obj)
             model.templates[template.key] = template
+        return
+    if kind == "Namespace" and api_version in ("v1", ""):
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        if isinstance(name, str) and name:
+            model.namespaces[name] = {
+                str(k): str(v) for k, v in (labels.items() if isinstance(labels, Mapping) else ())
+            }
         return
     workload = parse_workload(obj, urn)
     if workload is not None:

@@ -1,0 +1,81 @@
+"""Feature-gate defaults of the Kubernetes versions the planner knows, where they change allocation.
+
+From kubernetes `pkg/features/kube_features.go` (versioned specs): the default of each gate in the
+version the control plane runs (VKE does not change DRA gates).
+
+| gate | 1.34 | 1.35 | 1.36 |
+|---|---|---|---|
+| DRAAdminAccess (adminAccess, namespace label admission) | beta, on | beta, on | GA |
+| DRAPrioritizedList (firstAvailable) | beta, on | beta, on | GA |
+| DRAConsumableCapacity (distinctAttribute, capacity requests) | alpha, off | alpha, off | beta, on |
+| DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on |
+| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on |
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+DEFAULT_VERSION: Final = "1.34"
+
+
+@dataclass(frozen=True)
+class FeatureGates:
+    version: str
+    admin_access: bool
+    prioritized_list: bool
+    consumable_capacity: bool
+    partitionable_devices: bool
+    device_taints: bool
+
+    def state(self, gate: str) -> str:
+        return f"{gate} is {'on' if getattr(self, _FIELDS[gate]) else 'off'} by default in {self.version}"
+
+
+_FIELDS: Final = {
+    "DRAAdminAccess": "admin_access",
+    "DRAPrioritizedList": "prioritized_list",
+    "DRAConsumableCapacity": "consumable_capacity",
+    "DRAPartitionableDevices": "partitionable_devices",
+    "DRADeviceTaints": "device_taints",
+}
+
+GATES: Final = {
+    "1.34": FeatureGates("1.34", True, True, False, False, False),
+    "1.35": FeatureGates("1.35", True, True, False, False, False),
+    "1.36": FeatureGates("1.36", True, True, True, True, True),
+}
+
+_VERSION_RE: Final = re.compile(r"^v?(\d+)\.(\d+)(?:[.\-+].*)?$")
+
+
+class VersionError(ValueError):
+    """A Kubernetes version the planner has no feature-gate table for."""
+
+
+def feature_gates(value: Any, where: str = "--kubernetes-version") -> FeatureGates:
+    """The gates of `value` (`1.34`, `v1.35.2`, `1.36.1-vke.3`; None: the default version)."""
+    if value is None or value == "":
+        return GATES[DEFAULT_VERSION]
+    match = _VERSION_RE.match(str(value).strip())
+    key = f"{match.group(1)}.{match.group(2)}" if match else None
+    if key not in GATES:
+        raise VersionError(
+            f"{where}: Kubernetes version {value!r} is not known to the planner; allowed: "
+            f"{', '.join(GATES)} (major.minor, optionally with a patch or VKE suffix)"
+        )
+    return GATES[key]
+
+
+def nearest_gates(value: Any) -> FeatureGates:
+    """The gates of `value`, or of the nearest known version (the stack policy: the kubernetes-version
+    policy reports versions before 1.34; a newer one is planned with the newest table)."""
+    try:
+        return feature_gates(value)
+    except VersionError:
+        match = _VERSION_RE.match(str(value).strip())
+        if match and (int(match.group(1)), int(match.group(2))) > (1, 36):
+            return GATES["1.36"]
+        return GATES[DEFAULT_VERSION]
