@@ -43,6 +43,10 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--simulated-product": "SIMULATED_PRODUCT",
         "--nvidia-driver-root": "NVIDIA_DRIVER_ROOT",
         "--healthcheck-port": "HEALTHCHECK_PORT",
+        "--feature-gates": "FEATURE_GATES",
+        "--namespace": "NAMESPACE",
+        "--image-name": "IMAGE_NAME",
+        "--host-driver-root": "HOST_DRIVER_ROOT",
         "--metrics-port": "METRICS_PORT",
         "--log-format": "LOG_FORMAT",
     }

@@ -82,10 +82,24 @@ def _device_edits(device: Device) -> dict[str, Any]:
     return {"deviceNodes": [{"path": node} for node in device.device_nodes]}
 
 
+def _merged_edits(device: Device, extra: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    edits = _device_edits(device)
+    for key, values in ((extra or {}).get(device.name) or {}).items():
+        edits[key] = [*edits.get(key, []), *values]
+    return edits
+
+
 def build_claim_spec(
-    claim_uid: str, devices: Sequence[Device], *, optional_nodes: Iterable[str] = ()
+    claim_uid: str,
+    devices: Sequence[Device],
+    *,
+    optional_nodes: Iterable[str] = (),
+    extra_device_edits: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The claim's CDI spec; `optional_nodes` are the OPTIONAL_CONTROL_NODES present on the host."""
+    """The claim's CDI spec; `optional_nodes` are the OPTIONAL_CONTROL_NODES present on the host.
+
+    `extra_device_edits` (device name -> env/mounts) are per-claim edits such as MPS's pipe and shm.
+    """
     if not devices:
         raise CdiSpecError(f"claim {claim_uid}: a CDI spec needs at least one device")
     uuids = ",".join(d.uuid for d in devices)
@@ -97,7 +111,7 @@ def build_claim_spec(
         "cdiVersion": "",
         "kind": CLAIM_KIND,
         "devices": [
-            {"name": claim_device_name(claim_uid, d.name), "containerEdits": _device_edits(d)}
+            {"name": claim_device_name(claim_uid, d.name), "containerEdits": _merged_edits(d, extra_device_edits)}
             for d in devices
         ],
         "containerEdits": common,

@@ -11,11 +11,11 @@ import argparse
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from . import __version__, facts, profiles
+from . import __version__, facts, featuregates, profiles
 from .discovery.simulated import MAX_SIMULATED_GPUS
 from .dra_service import DRA_SOCKET_NAME
 from .registration import registration_socket_name
@@ -46,6 +46,11 @@ class Config:
     healthcheck_port: int
     metrics_port: int
     log_format: Literal["json", "text"]
+    # --- GPU sharing (NVIDIA's --feature-gates, --namespace, --image-name) ---
+    feature_gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
+    namespace: str = "default"
+    image_name: str | None = None
+    host_driver_root: Path = Path("/")
 
     @property
     def dra_socket(self) -> Path:
@@ -80,6 +85,12 @@ def _path(value: str) -> Path:
     return Path(value)
 
 
+def _nonempty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value.strip()
+
+
 def _int_range(low: int, high: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
         try:
@@ -100,6 +111,13 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def _feature_gates(value: str) -> featuregates.FeatureGates:
+    try:
+        return featuregates.parse(value)
+    except featuregates.FeatureGateError as err:
+        raise ValueError(str(err)) from None
 
 
 def _product(value: str) -> str:
@@ -173,6 +191,23 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("healthcheck_port", "HEALTHCHECK_PORT", _PORT, "51516", "gRPC health port (0 disables)"),
     _Option("metrics_port", "METRICS_PORT", _PORT, "8080", "Prometheus metrics port (0 disables)"),
     _Option("log_format", "LOG_FORMAT", _choice(LOG_FORMATS), "json", "log format"),
+    # --- GPU sharing ---
+    _Option(
+        "feature_gates",
+        "FEATURE_GATES",
+        _feature_gates,
+        "",
+        "feature gates Name=true,... (" + ", ".join(sorted(featuregates.DEFAULTS)) + ")",
+    ),
+    _Option("namespace", "NAMESPACE", _dns_subdomain(63), "default", "namespace of the MPS control daemons"),
+    _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS control daemons (the plugin's own)"),
+    _Option(
+        "host_driver_root",
+        "HOST_DRIVER_ROOT",
+        _abs_path,
+        "/",
+        "the NVIDIA driver root as a host path (mounted into the MPS control daemons)",
+    ),
 )
 
 
@@ -225,6 +260,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
 
 
 def _check_combination(config: Config) -> None:
+    if config.feature_gates.mps and config.image_name is None:
+        raise ConfigError(
+            "--image-name (env IMAGE_NAME) is required when feature gate MPSSupport is enabled: "
+            "the image the MPS control daemons run (the plugin's own)"
+        )
     if config.healthcheck_port and config.healthcheck_port == config.metrics_port:
         raise ConfigError(
             f"--healthcheck-port (env HEALTHCHECK_PORT) and --metrics-port (env METRICS_PORT) "

@@ -36,6 +36,7 @@ from .registration import (
 from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .slice_controller import SliceController
 from .sockets import remove_socket, unix_server
+from .sharing import NvidiaSmi, SharingManager
 from .state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,8 @@ class Plugin:
             devices=self.devices,
             cdi_root=cfg.cdi_root,
             plugin_data_dir=cfg.plugin_data_dir,
+            gates=cfg.feature_gates,
+            sharing_manager=self._sharing_manager(),
         )
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
@@ -186,6 +189,24 @@ class Plugin:
                     "metrics_port": cfg.metrics_port,
                 }
             },
+        )
+
+    def _sharing_manager(self) -> SharingManager | None:
+        """GPU sharing (time-slicing, MPS) when a sharing feature gate is on."""
+        cfg = self.config
+        if not (cfg.feature_gates.time_slicing or cfg.feature_gates.mps):
+            return None
+        if cfg.feature_gates.mps and self._api is None:
+            self._api = KubeAPI.from_kubeconfig(cfg.kubeconfig)
+        return SharingManager(
+            gates=cfg.feature_gates,
+            smi=NvidiaSmi(cfg.nvidia_driver_root),
+            plugin_data_dir=cfg.plugin_data_dir,
+            node_name=cfg.node_name,
+            namespace=cfg.namespace,
+            image=cfg.image_name,
+            host_driver_root=cfg.host_driver_root,
+            api=self._api,
         )
 
     def stop(self, grace: float | None = None) -> None:

@@ -12,17 +12,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cdi
+from . import cdi, sharing
 from .allocation import allocated_devices
+from .featuregates import FeatureGates
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from .model import ClaimError, ClaimRef, Device, PreparedDevice
 
 log = logging.getLogger(__name__)
+
+#: Time allowed for prepare/unprepare sharing work when the caller passes no deadline.
+DEFAULT_DEADLINE_SECONDS = 40.0
 
 
 @dataclass
@@ -53,6 +58,8 @@ class DeviceState:
         cdi_root: Path,
         plugin_data_dir: Path,
         dev_root: Path = Path("/"),
+        gates: FeatureGates | None = None,
+        sharing_manager: sharing.SharingManager | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -64,6 +71,8 @@ class DeviceState:
         self._by_name = {d.name: d for d in devices}
         self._cdi_root = cdi_root
         self._dev_root = dev_root
+        self._gates = gates or FeatureGates()
+        self._sharing = sharing_manager
         self._store = CheckpointStore(plugin_data_dir)
         self._entries_lock = threading.Lock()
         self._writer_lock = threading.Lock()  # held while the checkpoint file is being written
@@ -80,19 +89,38 @@ class DeviceState:
     def devices(self) -> Sequence[Device]:
         return self._devices
 
-    def prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> list[PreparedDevice]:
-        """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError."""
+    def prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], deadline: float | None = None
+    ) -> list[PreparedDevice]:
+        """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError.
+
+        `deadline` (time.monotonic()) bounds the sharing work (nvidia-smi, MPS readiness).
+        """
+        deadline = time.monotonic() + DEFAULT_DEADLINE_SECONDS if deadline is None else deadline
         with self._claim_lock(ref.uid):
             entry = self._entry(ref.uid)
             if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
                 self._ensure_spec(ref, entry)
                 return list(entry.devices)
             allocated = allocated_devices(
-                ref, claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
+                ref, claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name,
+                gates=self._gates,
             )
-            self._save_entry(ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED), ref)
+            # --- sharing (begin): plan, refuse conflicts, record before changing anything ---
+            plan = sharing.plan_for(allocated)
+            record = self._sharing_record(ref, plan)
+            # --- sharing (end) ---
+            started = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=record)
+            self._save_entry(started, ref)
             unique = list({a.device.name: a.device for a in allocated}.values())
-            self._write_spec(ref, unique)
+            try:
+                if record:
+                    self._apply_sharing(ref, plan, deadline)
+                self._write_spec(ref, unique, self._mps_edits(record))
+            except ClaimError:
+                if record:
+                    self._roll_back(ref, record, deadline)
+                raise
             prepared = [
                 PreparedDevice(
                     request_names=(a.request_name,),
@@ -102,13 +130,22 @@ class DeviceState:
                 )
                 for a in allocated
             ]
-            done = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, tuple(prepared))
+            done = ClaimEntry(
+                ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, tuple(prepared), record
+            )
             self._save_entry(done, ref)
             return prepared
 
-    def unprepare(self, ref: ClaimRef) -> None:
-        """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
+    def unprepare(self, ref: ClaimRef, deadline: float | None = None) -> None:
+        """Undo the claim's sharing changes, remove its CDI spec and checkpoint entry (either state).
+
+        An unknown claim is a success; a failed undo keeps the entry so that a retry undoes it.
+        """
+        deadline = time.monotonic() + DEFAULT_DEADLINE_SECONDS if deadline is None else deadline
         with self._claim_lock(ref.uid):
+            entry = self._entry(ref.uid)
+            if entry is not None and entry.sharing:
+                self._undo_sharing(ref, entry.sharing, deadline)
             try:
                 cdi.delete_claim_spec(self._cdi_root, ref.uid)
             except OSError as exc:
@@ -225,9 +262,13 @@ class DeviceState:
     def _optional_nodes(self) -> list[str]:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
 
-    def _write_spec(self, ref: ClaimRef, devices: Sequence[Device]) -> None:
+    def _write_spec(
+        self, ref: ClaimRef, devices: Sequence[Device], extra: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
         try:
-            spec = cdi.build_claim_spec(ref.uid, devices, optional_nodes=self._optional_nodes())
+            spec = cdi.build_claim_spec(
+                ref.uid, devices, optional_nodes=self._optional_nodes(), extra_device_edits=extra
+            )
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot write its CDI spec: {exc}") from None
@@ -244,4 +285,60 @@ class DeviceState:
                 "which this node no longer publishes"
             )
         log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
-        self._write_spec(ref, [self._by_name[n] for n in names])
+        self._write_spec(ref, [self._by_name[n] for n in names], self._mps_edits(entry.sharing))
+
+    # ---------------------------------------------------------------- sharing hooks (sharing.py does the work)
+
+    def _sharing_record(self, ref: ClaimRef, plan: sharing.Plan) -> sharing.SharingRecord:
+        if not plan.timeslice and not plan.mps:
+            return sharing.SharingRecord()
+        label = f"{ref.namespace}/{ref.name}"
+        if self._sharing is None:
+            raise ClaimError(f"claim {label}: GPU sharing is not available on this node")
+        with self._entries_lock:
+            others = [e.sharing for uid, e in self._entries.items() if uid != ref.uid]
+        try:
+            self._sharing.check_conflicts(plan, others, label)
+        except sharing.SharingError as exc:
+            raise ClaimError(str(exc)) from None
+        return self._sharing.record_for(ref.uid, plan)
+
+    def _apply_sharing(self, ref: ClaimRef, plan: sharing.Plan, deadline: float) -> None:
+        assert self._sharing is not None
+        try:
+            self._sharing.apply(ref.uid, plan, self._by_name, deadline)
+        except sharing.SharingError as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+
+    def _in_use_by_others(self, uid: str) -> set[str]:
+        with self._entries_lock:
+            used: set[str] = set()
+            for other, e in self._entries.items():
+                if other != uid:
+                    used.update(d.device_name for d in e.devices)
+                    used.update(e.sharing.timeslice)
+                    used.update(n for m in e.sharing.mps for n in m.devices)
+            return used
+
+    def _undo_sharing(self, ref: ClaimRef, record: sharing.SharingRecord, deadline: float) -> None:
+        if self._sharing is None:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot undo its GPU sharing settings here")
+        try:
+            self._sharing.undo(record, self._by_name, self._in_use_by_others(ref.uid), deadline)
+        except (sharing.SharingError, OSError) as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot undo GPU sharing: {exc}") from None
+
+    def _roll_back(self, ref: ClaimRef, record: sharing.SharingRecord, deadline: float) -> None:
+        """After a failed prepare: undo what was applied and drop the entry; keep it if the undo fails."""
+        try:
+            self._undo_sharing(ref, record, deadline)
+            cdi.delete_claim_spec(self._cdi_root, ref.uid)
+            self._commit(_Change(ref.uid, None), ref)
+        except (ClaimError, OSError) as exc:
+            log.warning("claim %s: rollback incomplete (%s); unprepare will retry", ref, exc)
+
+    def _mps_edits(self, record: sharing.SharingRecord) -> dict[str, dict[str, Any]]:
+        if not record.mps or self._sharing is None:
+            return {}
+        data_dir = self._sharing.plugin_data_dir
+        return {name: sharing.mps_cdi_edits(data_dir, m.daemon_id) for m in record.mps for name in m.devices}
