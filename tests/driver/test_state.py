@@ -84,8 +84,8 @@ def test_same_device_in_two_results_is_one_cdi_device(dirs):
     (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
     (claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}), "result 0 of gpu.nvidia.com needs request"),
     (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
-     r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: unknown GPU sharing strategy: MPS; "
-     "feature gate MPSSupport is off"),
+     r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: "
+     "unknown GPU sharing strategy: MPS; feature gate MPSSupport is off"),
     (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(bogus=1))]),
      r"claim default/c: config\[0\] \(FromClaim\) \(GpuConfig\): unknown field\(s\) bogus"),
     (claim("uid-1", result("gpu-0"), config=[opaque(mig_config(), requests=["gpu"])]),

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .model import ClaimError, ClaimRef, Device
 from .featuregates import FeatureGates
+from .model import ClaimError, ClaimRef, Device
 from .opaque_config import (
     NO_SHARING,
     ConfigError,

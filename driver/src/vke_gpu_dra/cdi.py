@@ -111,7 +111,10 @@ def build_claim_spec(
         "cdiVersion": "",
         "kind": CLAIM_KIND,
         "devices": [
-            {"name": claim_device_name(claim_uid, d.name), "containerEdits": _merged_edits(d, extra_device_edits)}
+            {
+                "name": claim_device_name(claim_uid, d.name),
+                "containerEdits": _merged_edits(d, extra_device_edits),
+            }
             for d in devices
         ],
         "containerEdits": common,

@@ -19,7 +19,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,7 +46,7 @@ class ClaimEntry:
     devices: tuple[PreparedDevice, ...] = ()
     #: What the claim changed on the node's GPUs (time-slice, MPS daemons); written only when non-empty,
     #: so files of claims without sharing keep the original shape.
-    sharing: SharingRecord = SharingRecord()
+    sharing: SharingRecord = field(default_factory=SharingRecord)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -200,7 +200,7 @@ OPTIONS: tuple[_Option, ...] = (
         "feature gates Name=true,... (" + ", ".join(sorted(featuregates.DEFAULTS)) + ")",
     ),
     _Option("namespace", "NAMESPACE", _dns_subdomain(63), "default", "namespace of the MPS control daemons"),
-    _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS control daemons (the plugin's own)"),
+    _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS daemons (the plugin's own)"),
     _Option(
         "host_driver_root",
         "HOST_DRIVER_ROOT",

@@ -313,12 +313,12 @@ def mps_limits(settings: MpsSettings, uuids: Sequence[str], label: str) -> dict[
             except ValueError:
                 raise ConfigError(
                     f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: unable to parse key as an "
-                    f"integer: {key} (use a UUID of the claim's devices or an index from 0 to {len(uuids) - 1})"
+                    f"integer: {key} (use a UUID of the claim's devices or an index 0-{len(uuids) - 1})"
                 ) from None
             if not 0 <= index < len(uuids):
                 raise ConfigError(
-                    f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: invalid device index: {index} "
-                    f"(the config applies to {len(uuids)} device(s))"
+                    f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: invalid device index: "
+                    f"{index} (the config applies to {len(uuids)} device(s))"
                 )
             uuid = uuids[index]
         value = _megabyte(raw, f"{base}.defaultPerDevicePinnedMemoryLimit[{key!r}]")

@@ -34,9 +34,9 @@ from .registration import (
     add_registration_servicer,
 )
 from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
+from .sharing import NvidiaSmi, SharingManager
 from .slice_controller import SliceController
 from .sockets import remove_socket, unix_server
-from .sharing import NvidiaSmi, SharingManager
 from .state import DeviceState
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,12 @@ log = logging.getLogger(__name__)
 
 NVIDIA_SMI_DIRS: Final = ("/usr/bin", "/usr/sbin", "/bin", "/sbin")
 LIBRARY_DIRS: Final = (
-    "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-    "/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
 )
 NVIDIA_SMI_TIMEOUT: Final = 10.0
 MPS_DIR_NAME: Final = "mps"
@@ -69,7 +73,9 @@ class NvidiaSmi:
             raise ValueError("nvidia-smi must be called for one GPU (-i <uuid>)")
         binary = self._find("nvidia-smi", NVIDIA_SMI_DIRS)
         if binary is None:
-            raise SharingError(f"nvidia-smi not found under driver root {self._root} ({', '.join(NVIDIA_SMI_DIRS)})")
+            raise SharingError(
+                f"nvidia-smi not found under driver root {self._root} ({', '.join(NVIDIA_SMI_DIRS)})"
+            )
         env = dict(os.environ)
         library = self._find("libnvidia-ml.so.1", LIBRARY_DIRS)
         if library is not None:  # as NVIDIA's plugin: preload the driver root's NVML
@@ -79,7 +85,9 @@ class NvidiaSmi:
         if timeout <= 0:
             raise SharingError(f"no time left for {' '.join(args)} (kubelet's deadline passed)")
         try:
-            done = self._runner(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            done = self._runner(
+                command, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
         except subprocess.TimeoutExpired:
             raise SharingError(f"nvidia-smi {' '.join(args)} did not finish within {timeout:.1f}s") from None
         except OSError as exc:
@@ -138,9 +146,12 @@ class SharingRecord:
             raise ValueError(f"sharing.timeslice must map device names to integers, got {ts!r}")
         mps = []
         for raw in data.get("mps", []):
-            if not (isinstance(raw, Mapping) and isinstance(raw.get("daemonId"), str)
-                    and isinstance(raw.get("devices"), list)
-                    and all(isinstance(d, str) for d in raw["devices"])):
+            if not (
+                isinstance(raw, Mapping)
+                and isinstance(raw.get("daemonId"), str)
+                and isinstance(raw.get("devices"), list)
+                and all(isinstance(d, str) for d in raw["devices"])
+            ):
                 raise ValueError(f"sharing.mps entries need daemonId and devices, got {raw!r}")
             mps.append(MpsRecord(raw["daemonId"], tuple(raw["devices"])))
         return cls(dict(ts), tuple(mps))
@@ -207,11 +218,17 @@ def mps_deployment(
     dirs = mps_dirs(plugin_data_dir, ident)
     lines = ["set -e", "rm -f /var/log/nvidia-mps/startup.log", "", "nvidia-cuda-mps-control -d"]
     if active_thread_percentage:  # NVIDIA's template skips an empty (and so also a zero) value
-        lines.append(f"echo set_default_active_thread_percentage {active_thread_percentage} | nvidia-cuda-mps-control")
+        lines.append(
+            f"echo set_default_active_thread_percentage {active_thread_percentage} | nvidia-cuda-mps-control"
+        )
     for uuid, limit in sorted(limits.items()):
         lines.append(f"echo set_default_device_pinned_mem_limit {uuid} {limit} | nvidia-cuda-mps-control")
-    lines += ["", 'echo "startup complete" > /var/log/nvidia-mps/startup.log', "",
-              "tail -n +1 -f /var/log/nvidia-mps/control.log"]
+    lines += [
+        "",
+        'echo "startup complete" > /var/log/nvidia-mps/startup.log',
+        "",
+        "tail -n +1 -f /var/log/nvidia-mps/control.log",
+    ]
     labels = {"app": name}
     env = [{"name": "CUDA_VISIBLE_DEVICES", "value": ",".join(uuids)}]
     env.append({"name": "FEATURE_GATES", "value": gates.render()})
@@ -227,25 +244,41 @@ def mps_deployment(
                 "spec": {
                     "nodeName": node_name,
                     "hostPID": True,
-                    "containers": [{
-                        "name": "mps-control-daemon",
-                        "image": image,
-                        "securityContext": {"privileged": True},
-                        "command": ["chroot", CONTAINER_DRIVER_ROOT, "sh", "-c"],
-                        "args": ["\n".join(lines)],
-                        "startupProbe": {
-                            "exec": {"command": ["cat", f"{CONTAINER_DRIVER_ROOT}/var/log/nvidia-mps/startup.log"]},
-                            "initialDelaySeconds": 1,
-                            "periodSeconds": 1,
-                        },
-                        "env": env,
-                        "volumeMounts": [
-                            {"name": "driver-root", "mountPath": CONTAINER_DRIVER_ROOT},
-                            {"name": "mps-shm-directory", "mountPath": f"{CONTAINER_DRIVER_ROOT}/dev/shm"},
-                            {"name": "mps-pipe-directory", "mountPath": f"{CONTAINER_DRIVER_ROOT}/tmp/nvidia-mps"},
-                            {"name": "mps-log-directory", "mountPath": f"{CONTAINER_DRIVER_ROOT}/var/log/nvidia-mps"},
-                        ],
-                    }],
+                    "containers": [
+                        {
+                            "name": "mps-control-daemon",
+                            "image": image,
+                            "securityContext": {"privileged": True},
+                            "command": ["chroot", CONTAINER_DRIVER_ROOT, "sh", "-c"],
+                            "args": ["\n".join(lines)],
+                            "startupProbe": {
+                                "exec": {
+                                    "command": [
+                                        "cat",
+                                        f"{CONTAINER_DRIVER_ROOT}/var/log/nvidia-mps/startup.log",
+                                    ]
+                                },
+                                "initialDelaySeconds": 1,
+                                "periodSeconds": 1,
+                            },
+                            "env": env,
+                            "volumeMounts": [
+                                {"name": "driver-root", "mountPath": CONTAINER_DRIVER_ROOT},
+                                {
+                                    "name": "mps-shm-directory",
+                                    "mountPath": f"{CONTAINER_DRIVER_ROOT}/dev/shm",
+                                },
+                                {
+                                    "name": "mps-pipe-directory",
+                                    "mountPath": f"{CONTAINER_DRIVER_ROOT}/tmp/nvidia-mps",
+                                },
+                                {
+                                    "name": "mps-log-directory",
+                                    "mountPath": f"{CONTAINER_DRIVER_ROOT}/var/log/nvidia-mps",
+                                },
+                            ],
+                        }
+                    ],
                     "volumes": [
                         {"name": "driver-root", "hostPath": {"path": str(host_driver_root)}},
                         {"name": "mps-shm-directory", "hostPath": {"path": str(dirs["shm"])}},
@@ -299,7 +332,9 @@ class SharingManager:
                         f"time-slice {theirs}; this claim asks for {value} (one setting per GPU)"
                     )
                 if any(name in m.devices for m in other.mps):
-                    raise SharingError(f"claim {label}: device {name} is in use by another claim's MPS daemon")
+                    raise SharingError(
+                        f"claim {label}: device {name} is in use by another claim's MPS daemon"
+                    )
             for group in plan.mps:
                 for device in group.devices:
                     if device.name in other.timeslice or any(device.name in m.devices for m in other.mps):
@@ -312,8 +347,10 @@ class SharingManager:
         """The record of `plan`, written before anything is changed (so a crash can still undo it)."""
         return SharingRecord(
             dict(plan.timeslice),
-            tuple(MpsRecord(daemon_id(claim_uid, [d.uuid for d in g.devices]), tuple(d.name for d in g.devices))
-                  for g in plan.mps),
+            tuple(
+                MpsRecord(daemon_id(claim_uid, [d.uuid for d in g.devices]), tuple(d.name for d in g.devices))
+                for g in plan.mps
+            ),
         )
 
     def apply(self, claim_uid: str, plan: Plan, devices: Mapping[str, Device], deadline: float) -> None:
@@ -346,9 +383,16 @@ class SharingManager:
             for uuid in uuids:
                 self.smi.set_compute_mode(uuid, "EXCLUSIVE_PROCESS", deadline)
             obj = mps_deployment(
-                ident=ident, node_name=self.node_name, namespace=self.namespace, image=self.image,
-                host_driver_root=self.host_driver_root, plugin_data_dir=self.plugin_data_dir, uuids=uuids,
-                active_thread_percentage=group.settings.active_thread_percentage, limits=limits, gates=self.gates,
+                ident=ident,
+                node_name=self.node_name,
+                namespace=self.namespace,
+                image=self.image,
+                host_driver_root=self.host_driver_root,
+                plugin_data_dir=self.plugin_data_dir,
+                uuids=uuids,
+                active_thread_percentage=group.settings.active_thread_percentage,
+                limits=limits,
+                gates=self.gates,
             )
             self.api.create_deployment(self.namespace, obj)
             log.info("started MPS control daemon", extra={"fields": {"daemon": name}})
@@ -369,7 +413,9 @@ class SharingManager:
                 raise SharingError(f"MPS control daemon {self.namespace}/{name} is not yet ready: {why}")
             self.sleep(READY_POLL_SECONDS)
 
-    def undo(self, record: SharingRecord, devices: Mapping[str, Device], in_use: set[str], deadline: float) -> None:
+    def undo(
+        self, record: SharingRecord, devices: Mapping[str, Device], in_use: set[str], deadline: float
+    ) -> None:
         """Reverse `record`; GPUs in `in_use` (other prepared claims) keep their setting."""
         for mps in record.mps:
             name = MPS_DAEMON_NAME_FMT.format(mps.daemon_id)
@@ -378,7 +424,9 @@ class SharingManager:
             try:
                 self.api.delete_deployment(self.namespace, name)
             except KubeError as exc:
-                raise SharingError(f"cannot delete MPS control daemon {self.namespace}/{name}: {exc}") from None
+                raise SharingError(
+                    f"cannot delete MPS control daemon {self.namespace}/{name}: {exc}"
+                ) from None
             shutil.rmtree(mps_dirs(self.plugin_data_dir, mps.daemon_id)["root"], ignore_errors=True)
             for dev in mps.devices:
                 if dev in devices and dev not in in_use:

@@ -20,8 +20,8 @@ from typing import Any
 
 from . import cdi, sharing
 from .allocation import allocated_devices
-from .featuregates import FeatureGates
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from .featuregates import FeatureGates
 from .model import ClaimError, ClaimRef, Device, PreparedDevice
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ class DeviceState:
         log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
         self._write_spec(ref, [self._by_name[n] for n in names], self._mps_edits(entry.sharing))
 
-    # ---------------------------------------------------------------- sharing hooks (sharing.py does the work)
+    # ------------------------------------------------------ sharing hooks (sharing.py does the work)
 
     def _sharing_record(self, ref: ClaimRef, plan: sharing.Plan) -> sharing.SharingRecord:
         if not plan.timeslice and not plan.mps:
