@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 
 import yaml
 from pulumi.runtime import config as runtime_config
-from vke_gpu_dra import facts
+from vke_gpu_dra import facts, featuregates
 
 PROJECT: Final = "vke-gpu-dra"
 
@@ -144,6 +144,10 @@ KEYS: Final[tuple[Key, ...]] = (
         "vke.node.gpu.schedule=nvidia-dra (demo clusters)."),
     Key("driver.nvidiaChartVersion", "string", "25.8.1", "nvidia: version of NVIDIA's chart."),
     Key("driver.timeoutSeconds", "integer", 600, "How long Helm waits for the driver release."),
+    # --- driver feature gates (GPU sharing) ---
+    Key("driver.featureGates", "string", "",
+        "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
+        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default). Passed as the chart's featureGates."),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),
     Key("sample.namespace", "string", "default", "Namespace of the sample (created unless 'default')."),
@@ -321,6 +325,8 @@ class DriverConfig:
     kubelet_plugin_on_all_nodes: bool
     nvidia_chart_version: str
     timeout_seconds: int
+    #: Feature gates set explicitly (name -> enabled), from driver.featureGates.
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -730,6 +736,7 @@ def _driver(r: _Reader) -> DriverConfig:
         kubelet_plugin_on_all_nodes=r.get("driver.kubeletPluginOnAllNodes"),
         nvidia_chart_version=r.get("driver.nvidiaChartVersion"),
         timeout_seconds=r.get("driver.timeoutSeconds"),
+        feature_gates=_feature_gates(r, r.get("driver.featureGates")),
     )
     _choice(r, "driver.implementation", cfg.implementation, (IMPLEMENTATION_PYTHON, IMPLEMENTATION_NVIDIA))
     _choice(r, "driver.imagePullPolicy", cfg.image_pull_policy, PULL_POLICIES)
@@ -748,6 +755,14 @@ def _driver(r: _Reader) -> DriverConfig:
         if not _VERSION_RE.match(cfg.nvidia_chart_version) or cfg.nvidia_chart_version.startswith("v"):
             r.fail("driver.nvidiaChartVersion", cfg.nvidia_chart_version, "a chart version such as 25.8.1")
     return cfg
+
+
+def _feature_gates(r: _Reader, text: str) -> dict[str, bool]:
+    try:
+        return featuregates.parse_explicit(text)
+    except featuregates.FeatureGateError as exc:
+        r.fail("driver.featureGates", text, f"Name=true|false,... with known gates ({exc})")
+        return {}
 
 
 def _sample(r: _Reader) -> SampleConfig:

@@ -379,3 +379,26 @@ def test_main_reports_config_errors_as_one_message(monkeypatch: pytest.MonkeyPat
         stack.main()
     assert len(logged) == 1
     assert f"{P}:nodePool.minReplicas = 5: allowed: at most nodePool.maxReplicas (1)" in logged[0]
+
+
+# --- driver.featureGates ---
+
+
+def test_driver_feature_gates_default_off_and_parse() -> None:
+    assert config.load(raw({})).driver.feature_gates == {}
+    cfg = config.load(raw({"driver.featureGates": "TimeSlicingSettings=true,MPSSupport=false"}))
+    assert cfg.driver.feature_gates == {"TimeSlicingSettings": True, "MPSSupport": False}
+
+
+def test_driver_feature_gates_unknown_gate_is_one_issue() -> None:
+    issue = only_issue({"driver.featureGates": "Sharing=true"}, "driver.featureGates")
+    assert "unrecognized feature gate: Sharing" in str(issue)
+
+
+def test_driver_feature_gates_reach_both_charts() -> None:
+    from components import driver
+
+    for implementation in ("python", "nvidia"):
+        cfg = config.load(raw({"driver.featureGates": "MPSSupport=true", "driver.implementation": implementation}))
+        assert driver.chart_values(cfg.driver).values["featureGates"] == {"MPSSupport": True}
+    assert "featureGates" not in driver.chart_values(config.load(raw({})).driver).values

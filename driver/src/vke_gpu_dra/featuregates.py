@@ -60,7 +60,12 @@ class FeatureGates:
 
 def parse(text: str) -> FeatureGates:
     """Parse `Name=bool,...`; raise FeatureGateError naming the first bad entry."""
-    values = dict(DEFAULTS)
+    return FeatureGates({**DEFAULTS, **parse_explicit(text)})
+
+
+def parse_explicit(text: str) -> dict[str, bool]:
+    """Only the gates `text` sets (what a chart's `featureGates` value carries)."""
+    values: dict[str, bool] = {}
     for raw in text.split(","):
         entry = raw.strip()
         if not entry:
@@ -79,4 +84,4 @@ def parse(text: str) -> FeatureGates:
             values[name] = False
         else:
             raise FeatureGateError(f"invalid value of {name}={value}: must be true or false")
-    return FeatureGates(values)
+    return values
