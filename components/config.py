@@ -147,7 +147,7 @@ KEYS: Final[tuple[Key, ...]] = (
     # --- driver feature gates (GPU sharing) ---
     Key("driver.featureGates", "string", "",
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
-        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default). Passed as the chart's featureGates."),
+        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates."),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),
     Key("sample.namespace", "string", "default", "Namespace of the sample (created unless 'default')."),

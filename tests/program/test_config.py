@@ -399,6 +399,7 @@ def test_driver_feature_gates_reach_both_charts() -> None:
     from components import driver
 
     for implementation in ("python", "nvidia"):
-        cfg = config.load(raw({"driver.featureGates": "MPSSupport=true", "driver.implementation": implementation}))
+        values = {"driver.featureGates": "MPSSupport=true", "driver.implementation": implementation}
+        cfg = config.load(raw(values))
         assert driver.chart_values(cfg.driver).values["featureGates"] == {"MPSSupport": True}
     assert "featureGates" not in driver.chart_values(config.load(raw({})).driver).values
