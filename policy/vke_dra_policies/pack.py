@@ -36,6 +36,7 @@ from .checks import (
     nodepools,
     protection,
     secrets,
+    sharing,
 )
 
 PACK_NAME: Final = "vke-gpu-dra"
@@ -267,6 +268,7 @@ POLICIES: Final[list[Policy]] = [
         severity=Severity.LOW,
     ),
     stack_policy(capacity.NAME, capacity.DESCRIPTION, capacity.claims_fit),
+    stack_policy(sharing.NAME, sharing.DESCRIPTION, sharing.sharing_gates),
 ]
 
 

@@ -25,6 +25,7 @@ MANDATORY_POLICIES = {
     "claim-references",
     "secrets",
     "production-protection",
+    "gpu-sharing-feature-gates",
 }
 ADVISORY_POLICIES = {"api-server-public-access", "node-pool-auto-scaling"}
 
