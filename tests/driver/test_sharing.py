@@ -288,3 +288,38 @@ def test_mps_gate_off_fails_with_nvidias_message(env, kube, fake_api):
     with pytest.raises(ClaimError, match="unknown GPU sharing strategy: MPS"):
         state.prepare(ref(), claim("uid-1", result("gpu-0"), config=[opaque(MPS_EXAMPLE)]))
     assert fake_api.deployments == {}
+
+
+def test_claim_prepared_with_the_gate_on_is_undone_after_it_was_turned_off(env):
+    make_state(env).prepare(ref(), claim("uid-1", result("gpu-0"), config=[opaque(LONG)]))
+    env[0].clear()
+    make_state(env, gates=parse("")).unprepare(ref())
+    assert env[0].calls() == [f"-i {U0} -c DEFAULT", f"compute-policy -i {U0} --set-timeslice 0"]
+
+
+def test_plugin_builds_the_sharing_manager_from_its_flags(tmp_path):
+    from vke_gpu_dra.config import parse_config
+    from vke_gpu_dra.plugin import Plugin
+
+    argv = [
+        "--node-name",
+        "n",
+        "--feature-gates",
+        "MPSSupport=true",
+        "--image-name",
+        "img:2",
+        "--namespace",
+        "gpu-dra",
+        "--host-driver-root",
+        "/run/nvidia/driver",
+        "--nvidia-driver-root",
+        str(tmp_path),
+        "--plugin-data-dir",
+        str(tmp_path / "data"),
+    ]
+    manager = Plugin(parse_config(argv, {}))._sharing_manager()
+    assert manager.gates.mps and not manager.gates.time_slicing
+    assert (manager.image, manager.namespace, manager.node_name) == ("img:2", "gpu-dra", "n")
+    assert (
+        str(manager.host_driver_root) == "/run/nvidia/driver" and manager.plugin_data_dir == tmp_path / "data"
+    )

@@ -144,6 +144,7 @@ class Plugin:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
         api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
         self._api = api
+        self.state.set_sharing_api(api)
         # 3. DRA socket (v1 + v1beta1 + resource health)
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
@@ -191,13 +192,10 @@ class Plugin:
             },
         )
 
-    def _sharing_manager(self) -> SharingManager | None:
-        """GPU sharing (time-slicing, MPS) when a sharing feature gate is on."""
+    def _sharing_manager(self) -> SharingManager:
+        """GPU sharing (time-slicing, MPS). Built whatever the gates say: the gates decide what a new
+        claim may ask, and a claim prepared while they were on is still undone after they went off."""
         cfg = self.config
-        if not (cfg.feature_gates.time_slicing or cfg.feature_gates.mps):
-            return None
-        if cfg.feature_gates.mps and self._api is None:
-            self._api = KubeAPI.from_kubeconfig(cfg.kubeconfig)
         return SharingManager(
             gates=cfg.feature_gates,
             smi=NvidiaSmi(cfg.nvidia_driver_root),

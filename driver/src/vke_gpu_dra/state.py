@@ -289,6 +289,11 @@ class DeviceState:
 
     # ------------------------------------------------------ sharing hooks (sharing.py does the work)
 
+    def set_sharing_api(self, api: sharing.DeploymentAPI) -> None:
+        """The API the MPS daemons are managed through (known once the plugin has connected)."""
+        if self._sharing is not None:
+            self._sharing.api = api
+
     def _sharing_record(self, ref: ClaimRef, plan: sharing.Plan) -> sharing.SharingRecord:
         if not plan.timeslice and not plan.mps:
             return sharing.SharingRecord()
