@@ -7,7 +7,7 @@ from vke_gpu_dra import cdi, facts
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.featuregates import parse
 from vke_gpu_dra.model import ClaimError, ClaimRef
-from vke_gpu_dra.sharing import NvidiaSmi, SharingManager
+from vke_gpu_dra.sharing import Mounter, NvidiaSmi, SharingManager, default_shm_size
 from vke_gpu_dra.state import DeviceState
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
@@ -173,6 +173,22 @@ def test_claims_without_sharing_keep_the_original_checkpoint_shape(env):
 # ------------------------------------------------------------------------------------------------ MPS
 
 MPS_GATES = parse("MPSSupport=true")
+
+
+class _Mounts:
+    """Records mount commands instead of mounting (tests do not mount tmpfs on the host)."""
+
+    def __init__(self):
+        self.commands = []
+
+    def record(self, command, **kwargs):
+        import subprocess
+
+        self.commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+
+MOUNTS = _Mounts()
 MPS_EXAMPLE = gpu_config(
     sharing={
         "strategy": "MPS",
@@ -184,6 +200,7 @@ MPS_EXAMPLE = gpu_config(
 def mps_state(env, kube, fake_api, *, ready=True, sleeps=None):
     fake_api.deployments_become_ready = ready
     state = make_state(env, gates=MPS_GATES, api=kube)
+    state._sharing.mounter = Mounter(runner=MOUNTS.record, shm_size=lambda: "1000k")
     if sleeps is not None:
         state._sharing.sleep = sleeps.append  # no real waiting: the deadline decides
     return state
@@ -216,6 +233,15 @@ def test_nvidias_mps_example_starts_a_daemon_pinned_to_the_node(env, kube, fake_
         "mps-log-directory": str(mps_root / "log"),
     }
     assert all((mps_root / d).is_dir() for d in ("shm", "pipe", "log"))
+    assert MOUNTS.commands[-1] == [
+        "mount",
+        "-t",
+        "tmpfs",
+        "-o",
+        "rw,nosuid,nodev,noexec,relatime,size=1000k",
+        "shm",
+        str(mps_root / "shm"),
+    ]
     assert env[0].calls() == [f"-i {U0} -c EXCLUSIVE_PROCESS"]
     # the workload's CDI device gets the pipe and shm
     spec = cdi.load_spec(cdi.claim_spec_path(env[1], "uid-1"))
@@ -229,7 +255,9 @@ def test_nvidias_mps_example_starts_a_daemon_pinned_to_the_node(env, kube, fake_
     assert stored(env)["uid-1"]["sharing"]["mps"] == [{"daemonId": ident, "devices": ["gpu-0"]}]
     # unprepare, after a restart: the daemon goes, the compute mode comes back
     env[0].clear()
-    make_state(env, gates=MPS_GATES, api=kube).unprepare(ref())
+    after_restart = make_state(env, gates=MPS_GATES, api=kube)
+    after_restart._sharing.mounter = Mounter(runner=MOUNTS.record)
+    after_restart.unprepare(ref())
     assert fake_api.deployments == {}
     assert not mps_root.exists()
     assert env[0].calls() == [f"-i {U0} -c DEFAULT"]
@@ -323,3 +351,10 @@ def test_plugin_builds_the_sharing_manager_from_its_flags(tmp_path):
     assert (
         str(manager.host_driver_root) == "/run/nvidia/driver" and manager.plugin_data_dir == tmp_path / "data"
     )
+
+
+def test_shm_size_is_half_the_memory_as_nvidia(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16318480 kB\nMemFree: 1 kB\n")
+    assert default_shm_size(meminfo) == "8159240k"
+    assert default_shm_size(tmp_path / "absent") == "65536k"

@@ -103,6 +103,47 @@ class NvidiaSmi:
         self.run(["compute-policy", "-i", uuid, "--set-timeslice", str(value)], deadline)
 
 
+def default_shm_size(meminfo: Path = Path("/proc/meminfo")) -> str:
+    """Half the node's memory, as NVIDIA sizes the MPS shm tmpfs (fallback 65536k)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                parts = line.split(":", 1)[1].split()
+                return f"{int(parts[0]) // 2}{parts[1][0] if len(parts) > 1 else ''}"
+    except (OSError, ValueError, IndexError):
+        pass
+    return "65536k"
+
+
+class Mounter:
+    """`mount`/`umount` of the MPS shm tmpfs (NVIDIA's options), bounded by a timeout."""
+
+    def __init__(
+        self, *, runner: Runner = subprocess.run, shm_size: Callable[[], str] = default_shm_size
+    ) -> None:
+        self._runner = runner
+        self._shm_size = shm_size
+
+    def _run(self, command: list[str]) -> None:
+        try:
+            done = self._runner(
+                command, capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SharingError(f"{' '.join(command)} failed: {exc}") from None
+        if done.returncode != 0:
+            output = " ".join((done.stdout + done.stderr).split())[:300]
+            raise SharingError(f"{' '.join(command)} failed (exit {done.returncode}): {output}")
+
+    def mount_shm(self, path: Path) -> None:
+        options = f"rw,nosuid,nodev,noexec,relatime,size={self._shm_size()}"
+        self._run(["mount", "-t", "tmpfs", "-o", options, "shm", str(path)])
+
+    def unmount(self, path: Path) -> None:
+        if path.is_mount():
+            self._run(["umount", str(path)])
+
+
 class DeploymentAPI(Protocol):
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def create_deployment(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]: ...
@@ -320,6 +361,7 @@ class SharingManager:
     host_driver_root: Path = Path("/")
     api: DeploymentAPI | None = None
     sleep: Callable[[float], None] = time.sleep
+    mounter: Mounter = field(default_factory=Mounter)
 
     def check_conflicts(self, plan: Plan, others: Sequence[SharingRecord], label: str) -> None:
         """A GPU shared with another prepared claim keeps one setting: refuse a different one."""
@@ -378,8 +420,11 @@ class SharingManager:
             raise SharingError(str(exc)) from None
         name = MPS_DAEMON_NAME_FMT.format(ident)
         if self.api.get_deployment(self.namespace, name) is None:
-            for d in mps_dirs(self.plugin_data_dir, ident).values():
+            dirs = mps_dirs(self.plugin_data_dir, ident)
+            for d in dirs.values():
                 d.mkdir(parents=True, exist_ok=True, mode=0o755)
+            if not dirs["shm"].is_mount():
+                self.mounter.mount_shm(dirs["shm"])
             for uuid in uuids:
                 self.smi.set_compute_mode(uuid, "EXCLUSIVE_PROCESS", deadline)
             obj = mps_deployment(
@@ -427,7 +472,10 @@ class SharingManager:
                 raise SharingError(
                     f"cannot delete MPS control daemon {self.namespace}/{name}: {exc}"
                 ) from None
-            shutil.rmtree(mps_dirs(self.plugin_data_dir, mps.daemon_id)["root"], ignore_errors=True)
+            dirs = mps_dirs(self.plugin_data_dir, mps.daemon_id)
+            if dirs["shm"].exists():
+                self.mounter.unmount(dirs["shm"])
+            shutil.rmtree(dirs["root"], ignore_errors=True)
             for dev in mps.devices:
                 if dev in devices and dev not in in_use:
                     self.smi.set_compute_mode(devices[dev].uuid, "DEFAULT", deadline)

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: Time allowed for prepare/unprepare sharing work when the caller passes no deadline.
 DEFAULT_DEADLINE_SECONDS = 40.0
+#: Time allowed to undo a failed prepare's sharing changes.
+ROLLBACK_SECONDS = 10.0
 
 
 @dataclass
@@ -118,8 +120,8 @@ class DeviceState:
                     self._apply_sharing(ref, plan, deadline)
                 self._write_spec(ref, unique, self._mps_edits(record))
             except ClaimError:
-                if record:
-                    self._roll_back(ref, record, deadline)
+                if record:  # kubelet's deadline may be spent: the rollback gets its own short bound
+                    self._roll_back(ref, record, time.monotonic() + ROLLBACK_SECONDS)
                 raise
             prepared = [
                 PreparedDevice(
