@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 
 import yaml
 from pulumi.runtime import config as runtime_config
-from vke_gpu_dra import facts, imageref
+from vke_gpu_dra import facts, featuregates, imageref
 
 PROJECT: Final = "vke-gpu-dra"
 
@@ -167,6 +167,10 @@ KEYS: Final[tuple[Key, ...]] = (
         "build=cr: CR namespace the stack creates for the image."),
     Key("driver.registry.repository", "string", "dra-gpu-kubelet-plugin",
         "build=cr: CR repository the stack creates in that namespace."),
+    # --- driver feature gates (GPU sharing) ---
+    Key("driver.featureGates", "string", "",
+        "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
+        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates."),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),
     Key("sample.namespace", "string", "default", "Namespace of the sample (created unless 'default')."),
@@ -343,6 +347,8 @@ class DriverConfig:
     nvidia_chart_version: str
     timeout_seconds: int
     nvidia_driver_root: str = "/"
+    #: Feature gates set explicitly (name -> enabled), from driver.featureGates.
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
 
 
 BUILD_CR: Final = "cr"
@@ -803,6 +809,7 @@ def _driver(r: _Reader) -> DriverConfig:
         nvidia_chart_version=r.get("driver.nvidiaChartVersion"),
         timeout_seconds=r.get("driver.timeoutSeconds"),
         nvidia_driver_root=r.get("driver.nvidiaDriverRoot"),
+        feature_gates=_feature_gates(r, r.get("driver.featureGates")),
     )
     if not cfg.nvidia_driver_root.startswith("/") or "\n" in cfg.nvidia_driver_root:
         r.fail("driver.nvidiaDriverRoot", cfg.nvidia_driver_root,
@@ -899,6 +906,14 @@ def _driver_image(r: _Reader, target: str, implementation: str) -> DriverImageCo
         r.fail("driver.image.build", build, "kind:<cluster> with a kind cluster name (a-z, 0-9, '-')")
         return cfg
     return replace(cfg, build=BUILD_KIND, kind_cluster=cluster)
+
+
+def _feature_gates(r: _Reader, text: str) -> dict[str, bool]:
+    try:
+        return featuregates.parse_explicit(text)
+    except featuregates.FeatureGateError as exc:
+        r.fail("driver.featureGates", text, f"Name=true|false,... with known gates ({exc})")
+        return {}
 
 
 def _sample(r: _Reader) -> SampleConfig:

@@ -78,7 +78,10 @@ def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValue
 
 
 def chart_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValues:
-    return nvidia_values() if cfg.implementation == IMPLEMENTATION_NVIDIA else python_values(cfg, taints)
+    chart = nvidia_values() if cfg.implementation == IMPLEMENTATION_NVIDIA else python_values(cfg, taints)
+    if cfg.feature_gates:  # both charts take featureGates {Name: bool}
+        chart.values["featureGates"] = dict(cfg.feature_gates)
+    return chart
 
 
 def with_image(chart: ChartValues, image: ChartImage) -> ChartValues:

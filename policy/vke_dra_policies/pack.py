@@ -37,6 +37,7 @@ from .checks import (
     nodepools,
     protection,
     secrets,
+    sharing,
 )
 
 PACK_NAME: Final = "vke-gpu-dra"
@@ -292,6 +293,7 @@ POLICIES: Final[list[Policy]] = [
         severity=Severity.LOW,
         config_schema=_PRODUCTION,
     ),
+    stack_policy(sharing.NAME, sharing.DESCRIPTION, sharing.sharing_gates),
 ]
 
 

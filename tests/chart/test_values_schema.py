@@ -40,6 +40,7 @@ def test_schema_is_draft_07_and_closed_at_every_level() -> None:
         "/image",
         "/imagePullSecrets/items",
         "/deviceSource",
+        "/featureGates",
         "/kubeletPlugin",
         "/kubeletPlugin/resources",
         "/kubeletPlugin/updateStrategy",

@@ -324,6 +324,10 @@ class FakeAPIServer:
         self._thread: threading.Thread | None = None
         self._gc_thread: threading.Thread | None = None
         self.collected: list[str] = []  # names of slices the garbage collector deleted
+        #: apps/v1 Deployments by (namespace, name); `status.readyReplicas` is set by `set_ready`.
+        self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
+        #: When True, a created Deployment is ready at once (its pod started and passed its probe).
+        self.deployments_become_ready = False
 
     # --- lifecycle ---
 
@@ -538,7 +542,59 @@ class FakeAPIServer:
                 self.cond.wait(0.02)
         return predicate()
 
+    def set_ready(self, namespace: str, name: str, ready: int = 1) -> None:
+        """What the Deployment controller and kubelet report once the pod's probe passed."""
+        with self.cond:
+            self.deployments[(namespace, name)]["status"] = {"replicas": 1, "readyReplicas": ready}
+
     # --- resource logic (callers hold self.cond) ---
+
+    def _create_deployment(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        md = obj.setdefault("metadata", {})
+        if md.get("namespace", namespace) != namespace:
+            message = "the namespace of the provided object does not match the namespace sent on the request"
+            raise ApiError(400, "BadRequest", message)
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            raise _invalid(obj, [str(getattr(err, "message", err))]) from err
+        spec = obj["spec"]
+        labels = spec["template"].get("metadata", {}).get("labels", {})
+        if any(labels.get(k) != v for k, v in spec["selector"].get("matchLabels", {}).items()):
+            message = "spec.template.metadata.labels: Invalid value: selector does not match template labels"
+            raise _invalid(obj, [message])
+        name = md.get("name", "")
+        if not _dns_subdomain(name):
+            raise _invalid(obj, [f"metadata.name: Invalid value: {name!r}: must be a DNS subdomain"])
+        if (namespace, name) in self.deployments:
+            raise ApiError(409, "AlreadyExists", f'deployments.apps "{name}" already exists',
+                           {"name": name, "group": "apps", "kind": "deployments"})
+        md.update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_rv(), generation=1)
+        obj["status"] = {"replicas": 1, "readyReplicas": 1} if self.deployments_become_ready else {}
+        self.deployments[(namespace, name)] = obj
+        return obj
+
+    def _route_deployments(
+        self, method: str, parts: list[str], body: dict[str, Any]
+    ) -> tuple[int, Any] | None:
+        if parts[:4] != ["apis", "apps", "v1", "namespaces"] or len(parts) < 6 or parts[5] != "deployments":
+            return None
+        namespace = parts[4]
+        if len(parts) == 6 and method == "POST":
+            return 201, copy.deepcopy(self._create_deployment(namespace, body))
+        if len(parts) == 7:
+            key = (namespace, parts[6])
+            if key not in self.deployments:
+                raise ApiError(404, "NotFound", f'deployments.apps "{parts[6]}" not found',
+                               {"name": parts[6], "group": "apps", "kind": "deployments"})
+            if method == "GET":
+                return 200, copy.deepcopy(self.deployments[key])
+            if method == "DELETE":
+                if body.get("propagationPolicy") not in (None, "Foreground", "Background", "Orphan"):
+                    policy = body.get("propagationPolicy")
+                    raise ApiError(400, "BadRequest", f"invalid propagationPolicy {policy}")
+                return 200, self.deployments.pop(key)
+        return None
 
     @staticmethod
     def _as_stored(obj: dict[str, Any]) -> None:
@@ -762,6 +818,9 @@ class _Handler(BaseHTTPRequestHandler):
                         {"name": parts[6], "group": "resource.k8s.io", "kind": "resourceclaims"},
                     )
                 return 200, copy.deepcopy(claim)
+            routed = api._route_deployments(method, parts, body)
+            if routed is not None:
+                return routed
             return self._route_slices(method, path, query, body)
 
     def _route_slices(

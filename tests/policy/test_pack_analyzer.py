@@ -27,6 +27,7 @@ MANDATORY_POLICIES = {
     "production-protection",
     "driver-image-registry",
     "driver-image-digest",
+    "gpu-sharing-feature-gates",
 }
 ADVISORY_POLICIES = {"api-server-public-access", "node-pool-auto-scaling", "driver-image-digest-advisory"}
 

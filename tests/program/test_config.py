@@ -462,3 +462,25 @@ def test_parse_bool_is_the_one_boolean_reader() -> None:
         True, True, False, False, True, False,
     ]
     assert [config.parse_bool(v) for v in ("TRUE", "yes", "1", 1, 0, None, "treu")] == [None] * 7
+# --- driver.featureGates ---
+
+
+def test_driver_feature_gates_default_off_and_parse() -> None:
+    assert config.load(raw({})).driver.feature_gates == {}
+    cfg = config.load(raw({"driver.featureGates": "TimeSlicingSettings=true,MPSSupport=false"}))
+    assert cfg.driver.feature_gates == {"TimeSlicingSettings": True, "MPSSupport": False}
+
+
+def test_driver_feature_gates_unknown_gate_is_one_issue() -> None:
+    issue = only_issue({"driver.featureGates": "Sharing=true"}, "driver.featureGates")
+    assert "unrecognized feature gate: Sharing" in str(issue)
+
+
+def test_driver_feature_gates_reach_both_charts() -> None:
+    from components import driver
+
+    for implementation in ("python", "nvidia"):
+        values = {"driver.featureGates": "MPSSupport=true", "driver.implementation": implementation}
+        cfg = config.load(raw(values))
+        assert driver.chart_values(cfg.driver).values["featureGates"] == {"MPSSupport": True}
+    assert "featureGates" not in driver.chart_values(config.load(raw({})).driver).values

@@ -6,8 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .featuregates import FeatureGates
 from .model import ClaimError, ClaimRef, Device
-from .opaque_config import ConfigError, DeviceConfig, check_supported, config_for, decode_configs
+from .opaque_config import (
+    NO_SHARING,
+    ConfigError,
+    DeviceConfig,
+    Sharing,
+    config_for,
+    decode_configs,
+    resolve_sharing,
+)
 
 
 @dataclass(frozen=True)
@@ -17,6 +26,8 @@ class AllocatedDevice:
     request: str
     device: Device
     config: DeviceConfig | None
+    #: What the config asks for this device (normalised and validated for the enabled gates).
+    sharing: Sharing = NO_SHARING
 
     @property
     def request_name(self) -> str:
@@ -43,6 +54,7 @@ def allocated_devices(
     driver_name: str,
     pool_name: str,
     devices: Mapping[str, Device],
+    gates: FeatureGates | None = None,
 ) -> list[AllocatedDevice]:
     """This node's devices allocated to `claim` (API JSON); raises ClaimError with one clear message."""
     label = _label(ref)
@@ -61,8 +73,16 @@ def allocated_devices(
         raise ClaimError(f"claim {label}: {exc}") from None
 
     allocated = [
-        _one_result(label, i, result, driver_name=driver_name, pool_name=pool_name, devices=devices,
-                    configs=configs)
+        _one_result(
+            label,
+            i,
+            result,
+            driver_name=driver_name,
+            pool_name=pool_name,
+            devices=devices,
+            configs=configs,
+            gates=gates or FeatureGates(),
+        )
         for i, result in enumerate(results)
         if isinstance(result, Mapping) and result.get("driver") == driver_name
     ]
@@ -80,10 +100,17 @@ def _one_result(
     pool_name: str,
     devices: Mapping[str, Device],
     configs: list[DeviceConfig],
+    gates: FeatureGates,
 ) -> AllocatedDevice:
     request, pool, name = result.get("request"), result.get("pool"), result.get("device")
-    if not (isinstance(request, str) and isinstance(pool, str) and isinstance(name, str)
-            and request and pool and name):
+    if not (
+        isinstance(request, str)
+        and isinstance(pool, str)
+        and isinstance(name, str)
+        and request
+        and pool
+        and name
+    ):
         raise ClaimError(f"claim {label}: result {index} of {driver_name} needs request, pool and device")
     if pool != pool_name:
         raise ClaimError(
@@ -95,8 +122,7 @@ def _one_result(
         raise ClaimError(f"device {name} of claim {label} is not published by this node (known: {known})")
     try:
         config = config_for(request, device.device_type, name, configs)
-        if config is not None:
-            check_supported(config)
+        sharing = resolve_sharing(config, device.device_type, gates)
     except ConfigError as exc:
         raise ClaimError(f"claim {label}: {exc}") from None
-    return AllocatedDevice(request, device, config)
+    return AllocatedDevice(request, device, config, sharing)

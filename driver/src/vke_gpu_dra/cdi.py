@@ -101,12 +101,22 @@ def _common_edits(
     return legacy
 
 
+def _merged_edits(
+    device: Device, driver: DriverEdits | None, extra: Mapping[str, Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    edits = _device_edits(device, driver)
+    for key, values in ((extra or {}).get(device.name) or {}).items():
+        edits[key] = [*edits.get(key, []), *values]
+    return edits
+
+
 def build_claim_spec(
     claim_uid: str,
     devices: Sequence[Device],
     *,
     optional_nodes: Iterable[str] = (),
     driver: DriverEdits | None = None,
+    extra_device_edits: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The claim's CDI spec.
 
@@ -114,6 +124,8 @@ def build_claim_spec(
     are the spec-level edits and device nodes carry host paths. Without it (simulated mode with no
     fake driver root) the spec sets environment variables and the bare device nodes only, with
     `optional_nodes` the OPTIONAL_CONTROL_NODES present on the host.
+
+    `extra_device_edits` (device name -> env/mounts) are per-claim edits such as MPS's pipe and shm.
     """
     if not devices:
         raise CdiSpecError(f"claim {claim_uid}: a CDI spec needs at least one device")
@@ -121,7 +133,10 @@ def build_claim_spec(
         "cdiVersion": "",
         "kind": CLAIM_KIND,
         "devices": [
-            {"name": claim_device_name(claim_uid, d.name), "containerEdits": _device_edits(d, driver)}
+            {
+                "name": claim_device_name(claim_uid, d.name),
+                "containerEdits": _merged_edits(d, driver, extra_device_edits),
+            }
             for d in devices
         ],
         "containerEdits": _common_edits(claim_uid, devices, optional_nodes, driver),

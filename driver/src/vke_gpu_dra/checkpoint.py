@@ -4,7 +4,8 @@ Format (JSON, version 1):
 
     {"format": "vke-gpu-dra-checkpoint", "version": 1, "checksum": "sha256:<hex>",
      "claims": [{"uid", "namespace", "name", "state": "PrepareStarted"|"PrepareCompleted",
-                 "devices": [PreparedDevice JSON, ...]}, ...]}
+                 "devices": [PreparedDevice JSON, ...],
+                 "sharing": {"timeslice": {device: 0-3}, "mps": [{"daemonId", "devices"}]}  (optional)}, ...]}
 
 The checksum covers the canonical JSON (sorted keys, no spaces) of `{"claims": ..., "version": ...}`.
 NVIDIA's `checkpoint.json` in the same directory is never written, so a rollback to NVIDIA's plugin
@@ -18,12 +19,13 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from .fsutil import atomic_write, fsync_dir
 from .model import PreparedDevice
+from .sharing import SharingRecord
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
 FORMAT: Final = "vke-gpu-dra-checkpoint"
@@ -42,21 +44,28 @@ class ClaimEntry:
     name: str
     state: ClaimState
     devices: tuple[PreparedDevice, ...] = ()
+    #: What the claim changed on the node's GPUs (time-slice, MPS daemons); written only when non-empty,
+    #: so files of claims without sharing keep the original shape.
+    sharing: SharingRecord = field(default_factory=SharingRecord)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "uid": self.uid,
             "namespace": self.namespace,
             "name": self.name,
             "state": self.state.value,
             "devices": [d.to_json() for d in self.devices],
         }
+        if self.sharing:
+            data["sharing"] = self.sharing.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> ClaimEntry:
         if not isinstance(data, Mapping):
             raise CheckpointError(f"{where} must be an object, got {type(data).__name__}")
-        _exact_fields(data, {"uid", "namespace", "name", "state", "devices"}, where)
+        base = {"uid", "namespace", "name", "state", "devices"}
+        _exact_fields(data, base | ({"sharing"} & set(data)), where)
         for key in ("uid", "namespace", "name"):
             if not isinstance(data[key], str):
                 raise CheckpointError(f"{where}.{key} must be a string, got {data[key]!r}")
@@ -77,7 +86,13 @@ class ClaimEntry:
                 devices.append(PreparedDevice.from_json(raw))
             except ValueError as exc:
                 raise CheckpointError(f"{where}.devices[{i}]: {exc}") from None
-        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices))
+        sharing = SharingRecord()
+        if "sharing" in data:
+            try:
+                sharing = SharingRecord.from_json(data["sharing"])
+            except ValueError as exc:
+                raise CheckpointError(f"{where}.{exc}") from None
+        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices), sharing)
 
 
 class CheckpointError(ValueError):

@@ -11,11 +11,11 @@ import argparse
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from . import __version__, facts, profiles
+from . import __version__, facts, featuregates, profiles
 from .discovery.simulated import MAX_SIMULATED_GPUS
 from .registration import dra_socket_name, registration_socket_name
 from .sockets import MAX_SOCKET_PATH_BYTES
@@ -59,6 +59,10 @@ class Config:
     def driver_root_path(self) -> Path:
         """The driver root as this process reads it."""
         return self.container_driver_root or self.nvidia_driver_root
+    # --- GPU sharing (NVIDIA's --feature-gates, --namespace, --image-name) ---
+    feature_gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
+    namespace: str = "default"
+    image_name: str | None = None
 
     @property
     def dra_socket(self) -> Path:
@@ -93,6 +97,12 @@ def _path(value: str) -> Path:
     return Path(value)
 
 
+def _nonempty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value.strip()
+
+
 def _int_range(low: int, high: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
         try:
@@ -122,6 +132,13 @@ def _rolling_update_id(value: str) -> str:
             "with a letter or digit"
         )
     return value
+
+
+def _feature_gates(value: str) -> featuregates.FeatureGates:
+    try:
+        return featuregates.parse(value)
+    except featuregates.FeatureGateError as err:
+        raise ValueError(str(err)) from None
 
 
 def _product(value: str) -> str:
@@ -218,7 +235,16 @@ OPTIONS: tuple[_Option, ...] = (
         None,
         "seamless upgrades: a per-pod id (the pod UID) in the socket names, so two plugin pods can run on "
         "one node (kubelet 1.33+); unset keeps the fixed socket names",
+    # --- GPU sharing ---
+    _Option(
+        "feature_gates",
+        "FEATURE_GATES",
+        _feature_gates,
+        "",
+        "feature gates Name=true,... (" + ", ".join(sorted(featuregates.DEFAULTS)) + ")",
     ),
+    _Option("namespace", "NAMESPACE", _dns_subdomain(63), "default", "namespace of the MPS control daemons"),
+    _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS daemons (the plugin's own)"),
 )
 
 
@@ -271,6 +297,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
 
 
 def _check_combination(config: Config) -> None:
+    if config.feature_gates.mps and config.image_name is None:
+        raise ConfigError(
+            "--image-name (env IMAGE_NAME) is required when feature gate MPSSupport is enabled: "
+            "the image the MPS control daemons run (the plugin's own)"
+        )
     if config.healthcheck_port and config.healthcheck_port == config.metrics_port:
         raise ConfigError(
             f"--healthcheck-port (env HEALTHCHECK_PORT) and --metrics-port (env METRICS_PORT) "

@@ -326,6 +326,32 @@ class KubeAPI:
             raise _error_from(response.status, str(response.reason or ""), response.read())
         return Watch(response.response)
 
+    # --- apps/v1 Deployments (MPS control daemons, driver namespace only) ---
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._json("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+        except KubeError as err:
+            if err.not_found:
+                return None
+            raise
+
+    def create_deployment(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._json("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", body=obj)
+        except KubeError as err:
+            if err.status == 409:  # already exists: NVIDIA's plugin treats it as started
+                return obj
+            raise
+
+    def delete_deployment(self, namespace: str, name: str) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
+        try:
+            self._json("DELETE", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}", body=body)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+
 
 def _transport_error(method: str, path: str, timeout: Any, err: Exception) -> KubeError:
     """A KubeError (status 0) for a request that got no answer; timeouts have reason "Timeout"."""

@@ -2,18 +2,22 @@
 
 Claims and DeviceClasses written for NVIDIA's driver may carry `GpuConfig` / `MigDeviceConfig`
 parameters. They are decoded with NVIDIA's rules (unknown fields are errors; class configs first,
-then claim configs, later wins). Sharing strategies (time-slicing, MPS) are not implemented by this
-driver yet, so a config that asks for one is rejected with an error naming the kind and field.
+then claim configs, later wins). A default GpuConfig and MigDeviceConfig come first; the last
+config that names the result's request exactly, or names no requests and has the device's type,
+wins. Sharing strategies are valid only with their feature gate (TimeSlicingSettings, MPSSupport).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from . import facts
+from .featuregates import FeatureGates
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
 KIND_GPU: Final = "GpuConfig"
@@ -26,11 +30,35 @@ COMPUTE_DOMAIN_KINDS: Final = frozenset(
 KIND_DEVICE_TYPE: Final = {KIND_GPU: facts.DEVICE_TYPE_GPU, KIND_MIG: facts.DEVICE_TYPE_MIG}
 
 STRATEGIES: Final = ("TimeSlicing", "MPS")
-INTERVALS: Final = ("Default", "Short", "Medium", "Long")
+#: Time-slice interval -> the number `nvidia-smi compute-policy --set-timeslice` takes.
+INTERVALS: Final = {"Default": 0, "Short": 1, "Medium": 2, "Long": 3}
 _MPS_FIELDS: Final = {
-    "defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit",
+    "defaultActiveThreadPercentage",
+    "defaultPinnedDeviceMemoryLimit",
+    "defaultPerDevicePinnedMemoryLimit",
 }
-_QUANTITY_RE: Final = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[mkMGTPE])?$")
+#: A Kubernetes resource.Quantity (apimachinery's grammar: sign, digits, optional fraction, one suffix).
+_QUANTITY_RE: Final = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+_SUFFIX: Final = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
 
 
 class ConfigError(ValueError):
@@ -49,8 +77,8 @@ class DeviceConfig:
     label: str
 
     def applies_to_request(self, request: str) -> bool:
-        main = request.split("/", 1)[0]
-        return request in self.requests or main in self.requests
+        """NVIDIA's rule: the result's request name (`req` or `req/sub`) must be listed exactly."""
+        return request in self.requests
 
 
 def _fields(obj: Any, allowed: set[str], where: str) -> Mapping[str, Any]:
@@ -63,48 +91,55 @@ def _fields(obj: Any, allowed: set[str], where: str) -> Mapping[str, Any]:
     return obj
 
 
-def _check_quantity(value: Any, where: str) -> None:
-    if not isinstance(value, str) or not _QUANTITY_RE.match(value):
+def quantity_bytes(value: Any, where: str) -> int:
+    """A resource.Quantity (JSON string or number) as an integer, rounded up like Quantity.Value()."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
+    text = str(value).strip()
+    match = _QUANTITY_RE.match(text)
+    if not match:
+        raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if suffix[:1] in ("e", "E") and len(suffix) > 1:
+            amount = Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+        else:
+            amount = Decimal(number) * _SUFFIX[suffix]
+    except (InvalidOperation, OverflowError):
+        raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}") from None
+    return math.ceil(amount)
 
 
 def _check_mps(obj: Any, where: str) -> None:
     mps = _fields(obj, _MPS_FIELDS, where)
     pct = mps.get("defaultActiveThreadPercentage")
-    if pct is not None and (not isinstance(pct, int) or isinstance(pct, bool) or not 0 <= pct <= 100):
-        raise ConfigError(f"{where}.defaultActiveThreadPercentage must be an integer 0-100, got {pct!r}")
+    if pct is not None and (not isinstance(pct, int) or isinstance(pct, bool)):
+        raise ConfigError(f"{where}.defaultActiveThreadPercentage must be an integer, got {pct!r}")
     if mps.get("defaultPinnedDeviceMemoryLimit") is not None:
-        _check_quantity(mps["defaultPinnedDeviceMemoryLimit"], f"{where}.defaultPinnedDeviceMemoryLimit")
+        quantity_bytes(mps["defaultPinnedDeviceMemoryLimit"], f"{where}.defaultPinnedDeviceMemoryLimit")
     per_device = mps.get("defaultPerDevicePinnedMemoryLimit")
     if per_device is not None:
         if not isinstance(per_device, Mapping):
             raise ConfigError(f"{where}.defaultPerDevicePinnedMemoryLimit must be a map, got {per_device!r}")
         for key, value in per_device.items():
-            _check_quantity(value, f"{where}.defaultPerDevicePinnedMemoryLimit[{key!r}]")
+            quantity_bytes(value, f"{where}.defaultPerDevicePinnedMemoryLimit[{key!r}]")
 
 
 def _check_sharing(kind: str, obj: Any, where: str) -> Mapping[str, Any] | None:
+    """Strict decoding only (fields and types); which strategies are valid depends on the gates."""
     if obj is None:
         return None
     allowed = {"strategy", "mpsConfig"} | ({"timeSlicingConfig"} if kind == KIND_GPU else set())
     sharing = _fields(obj, allowed, where)
-    strategy = sharing.get("strategy")
-    if strategy not in STRATEGIES:
-        raise ConfigError(
-            f"{where}.strategy: unknown GPU sharing strategy {strategy!r} (allowed: {', '.join(STRATEGIES)})"
-        )
+    strategy = sharing.get("strategy", "")
+    if not isinstance(strategy, str):
+        raise ConfigError(f"{where}.strategy must be a string, got {strategy!r}")
     ts = sharing.get("timeSlicingConfig")
     if ts is not None:
-        if strategy != "TimeSlicing":
-            raise ConfigError(f"{where}.timeSlicingConfig needs strategy TimeSlicing, got {strategy}")
         interval = _fields(ts, {"interval"}, f"{where}.timeSlicingConfig").get("interval")
-        if interval is not None and interval not in INTERVALS:
-            raise ConfigError(
-                f"{where}.timeSlicingConfig.interval must be one of {', '.join(INTERVALS)}, got {interval!r}"
-            )
+        if interval is not None and not isinstance(interval, str):
+            raise ConfigError(f"{where}.timeSlicingConfig.interval must be a string, got {interval!r}")
     if sharing.get("mpsConfig") is not None:
-        if strategy != "MPS":
-            raise ConfigError(f"{where}.mpsConfig needs strategy MPS, got {strategy}")
         _check_mps(sharing["mpsConfig"], f"{where}.mpsConfig")
     return sharing
 
@@ -135,12 +170,14 @@ def decode_configs(configs: Any, driver_name: str) -> list[DeviceConfig]:
         where = f"config[{i}]"
         if not isinstance(entry, Mapping):
             raise ConfigError(f"{where} must be an object, got {type(entry).__name__}")
-        opaque = entry.get("opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
-            continue  # another driver's config (or a non-opaque kind this driver does not read)
         source = entry.get("source")
         if source not in decoded:
             raise ConfigError(f"{where}.source must be FromClass or FromClaim, got {source!r}")
+        opaque = entry.get("opaque")
+        if not isinstance(opaque, Mapping):
+            raise ConfigError(f"{where}: only opaque parameters are supported by this driver")
+        if opaque.get("driver") != driver_name:
+            continue  # another driver's config: a request may be satisfied by several drivers
         requests = entry.get("requests") or []
         if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
             raise ConfigError(f"{where}.requests must be a list of request names, got {requests!r}")
@@ -153,25 +190,142 @@ def decode_configs(configs: Any, driver_name: str) -> list[DeviceConfig]:
 def config_for(
     request: str, device_type: str, device_name: str, configs: Sequence[DeviceConfig]
 ) -> DeviceConfig | None:
-    """The config that applies to one allocated device (NVIDIA's selection rule), or None for the defaults."""
+    """The config that applies to one allocated device, by NVIDIA's selection rule.
+
+    Walk the configs from the last one back: the first that names the request exactly wins (a
+    config of the wrong device type is then an error); a request-less config of the device's type
+    wins as well, so a later general config beats an earlier request-specific one. None: defaults.
+    """
     for config in reversed(configs):
-        if config.requests and config.applies_to_request(request):
+        if config.requests:
+            if not config.applies_to_request(request):
+                continue
             if KIND_DEVICE_TYPE[config.kind] != device_type:
+                what = "GPU" if config.kind == KIND_GPU else "MIG device"
                 raise ConfigError(
-                    f"cannot apply {config.kind} from {config.label} to request {request}: "
-                    f"device {device_name} is of type {device_type}"
+                    f"cannot apply {what} config to request: {request} ({config.kind} from {config.label}; "
+                    f"device {device_name} is of type {device_type})"
                 )
             return config
-    for config in reversed(configs):
-        if not config.requests and KIND_DEVICE_TYPE[config.kind] == device_type:
+        if KIND_DEVICE_TYPE[config.kind] == device_type:
             return config
     return None
 
 
-def check_supported(config: DeviceConfig) -> None:
-    """Reject settings this driver cannot apply yet (any sharing strategy)."""
-    if config.sharing is not None:
-        raise ConfigError(
-            f"{config.label} field sharing: GPU sharing strategy {config.sharing.get('strategy')} "
-            "is not supported by this driver yet (leave sharing unset or null)"
-        )
+@dataclass(frozen=True)
+class MpsSettings:
+    """The MPS settings of one config (decoded; limits are normalised per daemon in `mps_limits`)."""
+
+    active_thread_percentage: int | None = None
+    pinned_memory_limit: Any = None
+    per_device_pinned_memory_limit: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What a config asks of its devices once normalised and validated (NVIDIA's Normalize + Validate)."""
+
+    #: None (no sharing), "TimeSlicing" or "MPS".
+    strategy: str | None = None
+    #: `--set-timeslice` value for TimeSlicing on full GPUs; None on MIG devices (nothing to set).
+    timeslice: int | None = None
+    mps: MpsSettings | None = None
+
+
+NO_SHARING: Final = Sharing()
+
+
+def resolve_sharing(config: DeviceConfig | None, device_type: str, gates: FeatureGates) -> Sharing:
+    """Normalise and validate a config as NVIDIA's 25.8.1 plugin does for the enabled gates.
+
+    `config` None means the defaults: with TimeSlicingSettings on, NVIDIA's default configs are
+    TimeSlicing (interval Default on full GPUs). Messages carry NVIDIA's wording.
+    """
+    raw = dict(config.sharing) if config is not None and config.sharing is not None else None
+    label = config.label if config is not None else f"default {device_type} config"
+    if raw is None:
+        if not gates.time_slicing:
+            return NO_SHARING
+        raw = {"strategy": "TimeSlicing"}
+    strategy = raw.get("strategy", "")
+    if not ((gates.time_slicing and strategy == "TimeSlicing") or (gates.mps and strategy == "MPS")):
+        gate = {"TimeSlicing": "TimeSlicingSettings", "MPS": "MPSSupport"}.get(strategy)
+        hint = f"; feature gate {gate} is off" if gate else f" (allowed: {', '.join(STRATEGIES)})"
+        raise ConfigError(f"{label} field sharing: unknown GPU sharing strategy: {strategy}{hint}")
+    if strategy == "TimeSlicing":
+        if raw.get("mpsConfig") is not None:
+            raise ConfigError(f"{label} field sharing: cannot use MpsConfig with the 'TimeSlicing' strategy")
+        if device_type != facts.DEVICE_TYPE_GPU:
+            return Sharing("TimeSlicing")  # NVIDIA accepts it on MIG devices and sets nothing
+        ts = raw.get("timeSlicingConfig")
+        interval = "Default" if ts is None else ts.get("interval")
+        if interval is None:
+            raise ConfigError(
+                f"{label} field sharing.timeSlicingConfig.interval: must be set "
+                f"(allowed: {', '.join(INTERVALS)})"
+            )
+        if interval not in INTERVALS:
+            raise ConfigError(
+                f"{label} field sharing.timeSlicingConfig.interval: unknown time-slice interval: {interval} "
+                f"(allowed: {', '.join(INTERVALS)})"
+            )
+        return Sharing("TimeSlicing", timeslice=INTERVALS[interval])
+    if raw.get("timeSlicingConfig") is not None:
+        raise ConfigError(f"{label} field sharing: cannot use TimeSlicingConfig with the 'MPS' strategy")
+    mps = raw.get("mpsConfig") or {}
+    pct = mps.get("defaultActiveThreadPercentage")
+    where = f"{label} field sharing.mpsConfig.defaultActiveThreadPercentage"
+    if pct is not None and pct < 0:
+        raise ConfigError(f"{where}: active thread percentage must not be negative, got {pct}")
+    if pct is not None and pct > 100:
+        raise ConfigError(f"{where}: active thread percentage must not be greater than 100, got {pct}")
+    return Sharing(
+        "MPS",
+        mps=MpsSettings(
+            pct, mps.get("defaultPinnedDeviceMemoryLimit"), mps.get("defaultPerDevicePinnedMemoryLimit")
+        ),
+    )
+
+
+def _megabyte(value: Any, where: str) -> str | None:
+    mib = quantity_bytes(value, where) // 1024 // 1024
+    return f"{mib}M" if mib > 0 else None
+
+
+def mps_limits(settings: MpsSettings, uuids: Sequence[str], label: str) -> dict[str, str]:
+    """Pinned-memory limit per device UUID as NVIDIA passes them (`<MiB>M`), keys uuid or index."""
+    limits: dict[str, str] = {}
+    base = f"{label} field sharing.mpsConfig"
+    if settings.pinned_memory_limit is not None and uuids:
+        value = _megabyte(settings.pinned_memory_limit, f"{base}.defaultPinnedDeviceMemoryLimit")
+        if value is None:
+            raise ConfigError(
+                f"{base}.defaultPinnedDeviceMemoryLimit: invalid limit: default value set too low: "
+                f"{settings.pinned_memory_limit} (at least 1Mi)"
+            )
+        limits = dict.fromkeys(uuids, value)
+    for key, raw in (settings.per_device_pinned_memory_limit or {}).items():
+        if key in uuids:
+            uuid = key
+        else:
+            try:
+                index = int(key)
+            except ValueError:
+                raise ConfigError(
+                    f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: unable to parse key as an "
+                    f"integer: {key} (use a UUID of the claim's devices or an index 0-{len(uuids) - 1})"
+                ) from None
+            if not 0 <= index < len(uuids):
+                raise ConfigError(
+                    f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: invalid device index: "
+                    f"{index} (the config applies to {len(uuids)} device(s))"
+                )
+            uuid = uuids[index]
+        value = _megabyte(raw, f"{base}.defaultPerDevicePinnedMemoryLimit[{key!r}]")
+        if value is None:
+            raise ConfigError(
+                f"{base}.defaultPerDevicePinnedMemoryLimit: invalid limit: value set too low: {key}: {raw} "
+                "(at least 1Mi)"
+            )
+        limits[uuid] = value
+    return limits

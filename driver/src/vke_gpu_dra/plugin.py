@@ -40,6 +40,7 @@ from .registration import (
     add_registration_servicer,
 )
 from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
+from .sharing import NvidiaSmi, SharingManager
 from .slice_controller import SliceController
 from .sockets import remove_socket, unix_server
 from .state import DeviceState, StateLockTimeout
@@ -157,6 +158,8 @@ class Plugin:
                 cdi_root=cfg.cdi_root,
                 plugin_data_dir=cfg.plugin_data_dir,
                 driver_edits=self.driver_edits,
+                gates=cfg.feature_gates,
+                sharing_manager=self._sharing_manager(),
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -164,6 +167,7 @@ class Plugin:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
         api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
         self._api = api
+        self.state.set_sharing_api(api)
         # 3. DRA socket (v1 + v1beta1 + resource health)
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
@@ -209,6 +213,21 @@ class Plugin:
                     "metrics_port": cfg.metrics_port,
                 }
             },
+        )
+
+    def _sharing_manager(self) -> SharingManager:
+        """GPU sharing (time-slicing, MPS). Built whatever the gates say: the gates decide what a new
+        claim may ask, and a claim prepared while they were on is still undone after they went off."""
+        cfg = self.config
+        return SharingManager(
+            gates=cfg.feature_gates,
+            smi=NvidiaSmi(cfg.driver_root_path),
+            plugin_data_dir=cfg.plugin_data_dir,
+            node_name=cfg.node_name,
+            namespace=cfg.namespace,
+            image=cfg.image_name,
+            host_driver_root=cfg.nvidia_driver_root,
+            api=self._api,
         )
 
     def stop(self, grace: float | None = None) -> None:

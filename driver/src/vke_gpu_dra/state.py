@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from . import cdi
+from . import cdi, sharing
 from .allocation import allocated_devices
 from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
+from .featuregates import FeatureGates
 from .fsutil import remove_temp_leftovers
 from .model import ClaimError, ClaimRef, Device, PreparedDevice
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 #: kubelet's own call timeout.
 DEFAULT_LOCK_WAIT_SECONDS: Final = 45.0
 
+
+#: Time allowed to undo a failed prepare's sharing changes (kubelet's deadline may be spent by then).
+ROLLBACK_SECONDS: Final = 10.0
 
 #: Threads writing the CDI specs of one batch in parallel.
 SPEC_WRITERS: Final = 8
@@ -62,6 +66,9 @@ class _Op:
     error: BaseException | None = None
     devices: list[Device] = field(default_factory=list)  # a prepare's devices, once checked
     prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
+    plan: sharing.Plan | None = None  # a prepare's GPU sharing, once checked
+    record: sharing.SharingRecord = field(default_factory=sharing.SharingRecord)  # what it changes
+    record_kept: bool = False  # a failed prepare whose sharing undo failed: its entry stays for unprepare
 
 
 class StateLockTimeout(Exception):
@@ -82,6 +89,8 @@ class DeviceState:
         dev_root: Path = Path("/"),
         lock_wait: float = DEFAULT_LOCK_WAIT_SECONDS,
         driver_edits: DriverEdits | None = None,
+        gates: FeatureGates | None = None,
+        sharing_manager: sharing.SharingManager | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -97,6 +106,8 @@ class DeviceState:
         self._lock_wait = lock_wait
         plugin_data_dir.mkdir(parents=True, exist_ok=True)
         self._driver_edits = driver_edits
+        self._gates = gates or FeatureGates()
+        self._sharing = sharing_manager
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._queue: list[_Op] = []
@@ -216,8 +227,12 @@ class DeviceState:
             # 1. PrepareStarted entries (and removals) before any CDI spec is written
             self._save_batch(entries, [*starting, *removed])
             starting = [op for op in starting if op.error is None]
-            # 2. the CDI specs, in parallel
-            self._write_specs(starting)
+            # 2. GPU sharing settings and the CDI specs, in parallel
+            self._write_specs(starting, entries)
+            rolled_back = [op for op in starting if op.error is not None and op.record and not op.record_kept]
+            for op in rolled_back:
+                entries.pop(op.ref.uid, None)
+            self._save_batch(entries, rolled_back)
             # 3. PrepareCompleted entries of the claims whose spec was written
             written = [op for op in starting if op.error is None]
             for op in written:
@@ -227,6 +242,7 @@ class DeviceState:
                     op.ref.name,
                     ClaimState.PREPARE_COMPLETED,
                     tuple(op.prepared),
+                    op.record,
                 )
             self._save_batch(entries, written)
             for op in written:
@@ -248,6 +264,9 @@ class DeviceState:
         ref = op.ref
         try:
             if op.kind == "unprepare":
+                entry = entries.get(ref.uid)
+                if entry is not None and entry.sharing:  # a failed undo keeps the entry for a retry
+                    self._undo_sharing(ref, entry.sharing, op.deadline, entries)
                 try:
                     cdi.delete_claim_spec(self._cdi_root, ref.uid)
                 except OSError as exc:
@@ -264,8 +283,16 @@ class DeviceState:
                 return
             assert op.claim is not None
             allocated = allocated_devices(
-                ref, op.claim, driver_name=self._driver_name, pool_name=self._pool_name, devices=self._by_name
+                ref,
+                op.claim,
+                driver_name=self._driver_name,
+                pool_name=self._pool_name,
+                devices=self._by_name,
+                gates=self._gates,
             )
+            # GPU sharing: plan, refuse conflicts with the node's other claims, record before changing anything
+            op.plan = sharing.plan_for(allocated)
+            op.record = self._sharing_record(ref, op.plan, entries)
             op.devices = list({a.device.name: a.device for a in allocated}.values())
             op.prepared = [
                 PreparedDevice(
@@ -276,7 +303,9 @@ class DeviceState:
                 )
                 for a in allocated
             ]
-            entries[ref.uid] = ClaimEntry(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED)
+            entries[ref.uid] = ClaimEntry(
+                ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=op.record
+            )
             starting.append(op)
         except ClaimError as exc:
             op.error = exc
@@ -295,12 +324,17 @@ class DeviceState:
                 label = f"{op.ref.namespace}/{op.ref.name}"
                 op.error = ClaimError(f"claim {label}: cannot write checkpoint {self._store.path}: {exc}")
 
-    def _write_specs(self, ops: Sequence[_Op]) -> None:
+    def _write_specs(self, ops: Sequence[_Op], entries: Mapping[str, ClaimEntry]) -> None:
         def write(op: _Op) -> None:
             try:
-                self._write_spec(op.ref, op.devices)
+                if op.record:
+                    assert op.plan is not None
+                    self._apply_sharing(op.ref, op.plan, op.deadline)
+                self._write_spec(op.ref, op.devices, self._mps_edits(op.record))
             except ClaimError as exc:
                 op.error = exc
+                if op.record:
+                    op.record_kept = not self._roll_back(op.ref, op.record, entries)
 
         if len(ops) <= 1:
             for op in ops:
@@ -371,10 +405,16 @@ class DeviceState:
     def _optional_nodes(self) -> list[str]:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
 
-    def _write_spec(self, ref: ClaimRef, devices: Sequence[Device]) -> None:
+    def _write_spec(
+        self, ref: ClaimRef, devices: Sequence[Device], extra: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
         try:
             spec = cdi.build_claim_spec(
-                ref.uid, devices, optional_nodes=self._optional_nodes(), driver=self._driver_edits
+                ref.uid,
+                devices,
+                optional_nodes=self._optional_nodes(),
+                driver=self._driver_edits,
+                extra_device_edits=extra,
             )
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:
@@ -392,4 +432,71 @@ class DeviceState:
                 "which this node no longer publishes"
             )
         log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
-        self._write_spec(ref, [self._by_name[n] for n in names])
+        self._write_spec(ref, [self._by_name[n] for n in names], self._mps_edits(entry.sharing))
+
+    # ------------------------------------------------------ sharing hooks (sharing.py does the work)
+
+    def set_sharing_api(self, api: sharing.DeploymentAPI) -> None:
+        """The API the MPS daemons are managed through (known once the plugin has connected)."""
+        if self._sharing is not None:
+            self._sharing.api = api
+
+    def _sharing_record(
+        self, ref: ClaimRef, plan: sharing.Plan, entries: Mapping[str, ClaimEntry]
+    ) -> sharing.SharingRecord:
+        if not plan.timeslice and not plan.mps:
+            return sharing.SharingRecord()
+        label = f"{ref.namespace}/{ref.name}"
+        if self._sharing is None:
+            raise ClaimError(f"claim {label}: GPU sharing is not available on this node")
+        others = [e.sharing for uid, e in entries.items() if uid != ref.uid]
+        try:
+            self._sharing.check_conflicts(plan, others, label)
+        except sharing.SharingError as exc:
+            raise ClaimError(str(exc)) from None
+        return self._sharing.record_for(ref.uid, plan)
+
+    def _apply_sharing(self, ref: ClaimRef, plan: sharing.Plan, deadline: float) -> None:
+        assert self._sharing is not None
+        try:
+            self._sharing.apply(ref.uid, plan, self._by_name, deadline)
+        except sharing.SharingError as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+
+    @staticmethod
+    def _in_use_by_others(uid: str, entries: Mapping[str, ClaimEntry]) -> set[str]:
+        used: set[str] = set()
+        for other, e in entries.items():
+            if other != uid:
+                used.update(d.device_name for d in e.devices)
+                used.update(e.sharing.timeslice)
+                used.update(n for m in e.sharing.mps for n in m.devices)
+        return used
+
+    def _undo_sharing(
+        self, ref: ClaimRef, record: sharing.SharingRecord, deadline: float, entries: Mapping[str, ClaimEntry]
+    ) -> None:
+        if self._sharing is None:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot undo its GPU sharing settings here")
+        try:
+            self._sharing.undo(record, self._by_name, self._in_use_by_others(ref.uid, entries), deadline)
+        except (sharing.SharingError, OSError) as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot undo GPU sharing: {exc}") from None
+
+    def _roll_back(
+        self, ref: ClaimRef, record: sharing.SharingRecord, entries: Mapping[str, ClaimEntry]
+    ) -> bool:
+        """After a failed prepare: undo what was applied and remove the spec; False (entry kept) if that fails."""
+        try:
+            self._undo_sharing(ref, record, time.monotonic() + ROLLBACK_SECONDS, entries)
+            cdi.delete_claim_spec(self._cdi_root, ref.uid)
+        except (ClaimError, OSError) as exc:
+            log.warning("claim %s: rollback incomplete (%s); unprepare will retry", ref, exc)
+            return False
+        return True
+
+    def _mps_edits(self, record: sharing.SharingRecord) -> dict[str, dict[str, Any]]:
+        if not record.mps or self._sharing is None:
+            return {}
+        data_dir = self._sharing.plugin_data_dir
+        return {name: sharing.mps_cdi_edits(data_dir, m.daemon_id) for m in record.mps for name in m.devices}

@@ -1,0 +1,87 @@
+"""Feature gates, spelled and parsed as NVIDIA's plugin (and every Kubernetes component) does.
+
+`--feature-gates` / `FEATURE_GATES` takes `Name=true,Other=false`; empty entries (the chart renders a
+trailing comma) are ignored, values are Go booleans (`true`, `1`, `T`, `false`, ...). Unknown names
+are one error that lists the known gates. The gates NVIDIA's 25.8.1 plugin knows are all accepted so
+that values written for it work here; only the two sharing gates change this driver's behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
+MPS_SUPPORT: Final = "MPSSupport"
+
+#: Gate -> default, as in NVIDIA's pkg/featuregates (project gates plus the Kubernetes logging gates it
+#: registers, ContextualLogging switched on by NVIDIA). Only the first two have an effect here.
+DEFAULTS: Final[Mapping[str, bool]] = {
+    TIME_SLICING_SETTINGS: False,
+    MPS_SUPPORT: False,
+    "IMEXDaemonsWithDNSNames": True,
+    "ContextualLogging": True,
+    "LoggingAlphaOptions": False,
+    "LoggingBetaOptions": True,
+}
+
+_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+class FeatureGateError(ValueError):
+    """A feature-gate string that cannot be parsed; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class FeatureGates:
+    """The enabled state of every known gate (defaults unless set)."""
+
+    values: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULTS))
+
+    def enabled(self, name: str) -> bool:
+        if name not in DEFAULTS:
+            raise KeyError(f"unknown feature gate {name}")
+        return bool(self.values.get(name, DEFAULTS[name]))
+
+    @property
+    def time_slicing(self) -> bool:
+        return self.enabled(TIME_SLICING_SETTINGS)
+
+    @property
+    def mps(self) -> bool:
+        return self.enabled(MPS_SUPPORT)
+
+    def render(self) -> str:
+        """Every gate as `Name=bool,...` (sorted), the form the MPS daemon's FEATURE_GATES gets."""
+        return ",".join(f"{k}={'true' if self.enabled(k) else 'false'}" for k in sorted(DEFAULTS))
+
+
+def parse(text: str) -> FeatureGates:
+    """Parse `Name=bool,...`; raise FeatureGateError naming the first bad entry."""
+    return FeatureGates({**DEFAULTS, **parse_explicit(text)})
+
+
+def parse_explicit(text: str) -> dict[str, bool]:
+    """Only the gates `text` sets (what a chart's `featureGates` value carries)."""
+    values: dict[str, bool] = {}
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, value = entry.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep:
+            raise FeatureGateError(f"missing bool value for {name} (write {name}=true or {name}=false)")
+        if name not in DEFAULTS:
+            raise FeatureGateError(
+                f"unrecognized feature gate: {name} (known: {', '.join(sorted(DEFAULTS))})"
+            )
+        if value in _TRUE:
+            values[name] = True
+        elif value in _FALSE:
+            values[name] = False
+        else:
+            raise FeatureGateError(f"invalid value of {name}={value}: must be true or false")
+    return values
