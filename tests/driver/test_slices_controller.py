@@ -344,12 +344,12 @@ def test_refused_watch_list_falls_back_to_list_then_watch(
         # After an expired watch it lists and watches again, without asking for watch-list again.
         lists = slice_lists(fake_api)
         fake_api.compact()
-        assert fake_api.wait_for(lambda: len(watch_requests(fake_api)) == 3 and fake_api.watching == 1)
+        # (>= 3: a loaded machine may see a watch end and start again in between)
+        assert fake_api.wait_for(lambda: len(watch_requests(fake_api)) >= 3 and fake_api.watching == 1)
         assert slice_lists(fake_api) > lists
-        third = watch_requests(fake_api)[2]
-        assert "sendInitialEvents" not in third and int(third["resourceVersion"]) >= int(
-            plain["resourceVersion"]
-        )
+        for later in watch_requests(fake_api)[2:]:
+            assert "sendInitialEvents" not in later
+            assert int(later["resourceVersion"]) >= int(plain["resourceVersion"])
         [published] = fake_api.slices_of(NODE)
         fake_api.delete_slice(published["metadata"]["name"])
         assert fake_api.wait_for(lambda: pool_state(fake_api) == [(3, 1, 8)], timeout=5)

@@ -412,6 +412,7 @@ def _bool_field(cfg: config.StackConfig, key: str) -> bool:
         "cluster.apiServerPublicAccess": cfg.cluster.api_server_public_access,
         "cluster.deleteProtection": cfg.cluster.delete_protection,
         "driver.kubeletPluginOnAllNodes": cfg.driver.kubelet_plugin_on_all_nodes,
+        "driver.registry.create": cfg.driver_image.registry_create,
         "sample.enabled": cfg.sample.enabled,
     }
     return fields[key]
@@ -420,7 +421,7 @@ def _bool_field(cfg: config.StackConfig, key: str) -> bool:
 def test_boolean_keys_are_the_ones_this_test_reads() -> None:
     assert sorted(BOOLEAN_KEYS) == sorted(
         ["production", "cluster.apiServerPublicAccess", "cluster.deleteProtection",
-         "driver.kubeletPluginOnAllNodes", "sample.enabled"]
+         "driver.kubeletPluginOnAllNodes", "driver.registry.create", "sample.enabled"]
     )
 
 
@@ -450,7 +451,7 @@ def test_production_typo_is_reported_with_the_other_problems(value: str) -> None
 def test_production_typo_is_an_error_with_an_existing_cluster_too(value: str) -> None:
     issue = only_issue(
         {"target": "existing-cluster", "kubeconfigPath": "/tmp/kc", "nodePool.keyPairName": None,
-         "production": value},
+         "driver.image": "registry.k8s.io/vke-gpu-dra/plugin:1", "production": value},
         "production",
         region=False,
     )

@@ -235,6 +235,7 @@ OPTIONS: tuple[_Option, ...] = (
         None,
         "seamless upgrades: a per-pod id (the pod UID) in the socket names, so two plugin pods can run on "
         "one node (kubelet 1.33+); unset keeps the fixed socket names",
+    ),
     # --- GPU sharing ---
     _Option(
         "feature_gates",
