@@ -54,39 +54,92 @@ DEFAULT_SAMPLE_IMAGE: Final = "doc-cn-beijing.cr.volces.com/vke/gpu-burn:1.0"
 
 KEYS: Final[tuple[Key, ...]] = (
     # --- stack-wide ---
-    Key("target", "string", TARGET_VKE,
+    Key(
+        "target",
+        "string",
+        TARGET_VKE,
         "What the stack deploys into: 'vke' creates network, VKE cluster and GPU node pool; "
-        "'existing-cluster' creates no Volcengine resources and uses the kubeconfig below."),
-    Key("production", "boolean", False,
-        "Marks a production stack: cluster and node pool are protected (pulumi protect)."),
-    Key("gpuInstanceTypes", "string", "",
+        "'existing-cluster' creates no Volcengine resources and uses the kubeconfig below.",
+    ),
+    Key(
+        "production",
+        "boolean",
+        False,
+        "Marks a production stack: cluster and node pool are protected (pulumi protect).",
+    ),
+    Key(
+        "gpuInstanceTypes",
+        "string",
+        "",
         "Extra GPU instance types for the capacity check and the policy pack, a JSON or YAML map shaped like "
-        "the catalog's instanceTypes (ops/src/vke_gpu_dra_ops/capacity/gpu_catalog.yaml); validated there."),
-    Key("namePrefix", "string", "vke-gpu-dra",
-        "Prefix of the names of the Volcengine resources (VPC, subnets, NAT, EIP, security group)."),
-    Key("kubeconfig", "string", "",
-        "target=existing-cluster: kubeconfig text of the cluster (set it with --secret).", secret=True),
-    Key("kubeconfigPath", "string", "",
-        "target=existing-cluster: path of a kubeconfig file (alternative to kubeconfig)."),
-    Key("kubeconfigContext", "string", "",
-        "target=existing-cluster: kubeconfig context to use (empty: the current context)."),
+        "the catalog's instanceTypes (ops/src/vke_gpu_dra_ops/capacity/gpu_catalog.yaml); validated there.",
+    ),
+    Key(
+        "namePrefix",
+        "string",
+        "vke-gpu-dra",
+        "Prefix of the names of the Volcengine resources (VPC, subnets, NAT, EIP, security group).",
+    ),
+    Key(
+        "kubeconfig",
+        "string",
+        "",
+        "target=existing-cluster: kubeconfig text of the cluster (set it with --secret).",
+        secret=True,
+    ),
+    Key(
+        "kubeconfigPath",
+        "string",
+        "",
+        "target=existing-cluster: path of a kubeconfig file (alternative to kubeconfig).",
+    ),
+    Key(
+        "kubeconfigContext",
+        "string",
+        "",
+        "target=existing-cluster: kubeconfig context to use (empty: the current context).",
+    ),
     # --- network ---
-    Key("network.existingVpcId", "string", "",
-        "Use this VPC instead of creating one (set with existingSubnetIds and existingSecurityGroupId)."),
-    Key("network.existingSubnetIds", "array", [],
-        "Use these subnets (node and control-plane subnets) instead of creating them."),
-    Key("network.existingSecurityGroupId", "string", "",
-        "Use this security group for the nodes instead of creating one."),
+    Key(
+        "network.existingVpcId",
+        "string",
+        "",
+        "Use this VPC instead of creating one (set with existingSubnetIds and existingSecurityGroupId).",
+    ),
+    Key(
+        "network.existingSubnetIds",
+        "array",
+        [],
+        "Use these subnets (node and control-plane subnets) instead of creating them.",
+    ),
+    Key(
+        "network.existingSecurityGroupId",
+        "string",
+        "",
+        "Use this security group for the nodes instead of creating one.",
+    ),
     Key("network.vpcCidr", "string", "192.168.0.0/16", "CIDR of the VPC that is created."),
-    Key("network.zoneIds", "array", ["cn-beijing-a"],
-        "Availability zones, one subnet per zone (same order as subnetCidrs)."),
-    Key("network.subnetCidrs", "array", ["192.168.0.0/20"],
-        "Subnet CIDRs inside vpcCidr, one per zone in zoneIds."),
+    Key(
+        "network.zoneIds",
+        "array",
+        ["cn-beijing-a"],
+        "Availability zones, one subnet per zone (same order as subnetCidrs).",
+    ),
+    Key(
+        "network.subnetCidrs",
+        "array",
+        ["192.168.0.0/20"],
+        "Subnet CIDRs inside vpcCidr, one per zone in zoneIds.",
+    ),
     Key("network.natSpec", "string", "Small", "NAT gateway specification."),
     Key("network.eipBandwidth", "integer", 10, "Bandwidth of the NAT gateway's EIP in Mbit/s."),
     Key("network.eipBillingType", "string", "PostPaidByTraffic", "Billing type of the NAT gateway's EIP."),
-    Key("network.sshIngressCidrs", "array", [],
-        "CIDRs allowed to reach the nodes on TCP 22 (empty: no SSH rule)."),
+    Key(
+        "network.sshIngressCidrs",
+        "array",
+        [],
+        "CIDRs allowed to reach the nodes on TCP 22 (empty: no SSH rule).",
+    ),
     # --- cluster ---
     Key("cluster.name", "string", "vke-gpu-dra", "Name of the VKE cluster."),
     Key("cluster.kubernetesVersion", "string", "1.34", "Kubernetes version (major.minor), 1.34 or later."),
@@ -94,83 +147,158 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("cluster.podCidrs", "array", ["172.20.0.0/16"], "Flannel only: pod CIDRs."),
     Key("cluster.maxPodsPerNode", "integer", 64, "Flannel only: pods per node (16, 32, 64, 128 or 256)."),
     Key("cluster.serviceCidr", "string", "172.30.0.0/18", "Service CIDR of the cluster."),
-    Key("cluster.apiServerPublicAccess", "boolean", True,
-        "Give the API server a public endpoint (the kubeconfig is then of type Public)."),
+    Key(
+        "cluster.apiServerPublicAccess",
+        "boolean",
+        True,
+        "Give the API server a public endpoint (the kubeconfig is then of type Public).",
+    ),
     Key("cluster.apiServerBandwidth", "integer", 10, "Bandwidth of the API server's public EIP in Mbit/s."),
-    Key("cluster.apiServerBillingType", "string", "PostPaidByTraffic",
-        "Billing type of the API server's public EIP: PostPaidByTraffic or PostPaidByBandwidth."),
+    Key(
+        "cluster.apiServerBillingType",
+        "string",
+        "PostPaidByTraffic",
+        "Billing type of the API server's public EIP: PostPaidByTraffic or PostPaidByBandwidth.",
+    ),
     Key("cluster.deleteProtection", "boolean", False, "Turn on VKE delete protection for the cluster."),
     Key("cluster.kubeconfigValidHours", "integer", 8760, "Validity of the generated kubeconfig in hours."),
     # --- GPU node pool ---
-    Key("nodePool.name", "string", "gpu-dra",
-        "Name of the GPU node pool (2-63 ASCII letters, digits or '-'; the nodes carry it as a "
-        "label value)."),
+    Key(
+        "nodePool.name",
+        "string",
+        "gpu-dra",
+        "Name of the GPU node pool (2-63 ASCII letters, digits or '-'; the nodes carry it as a label value).",
+    ),
     Key("nodePool.instanceTypes", "array", ["ecs.gni2.3xlarge"], "GPU ECS instance types of the pool."),
-    Key("nodePool.containerdVersion", "string", "2.1",
-        "containerd version pinned on the pool, 2.1 or later."),
+    Key(
+        "nodePool.containerdVersion", "string", "2.1", "containerd version pinned on the pool, 2.1 or later."
+    ),
     Key("nodePool.keyPairName", "string", "", "Log in to nodes with this ECS key pair (or set password)."),
-    Key("nodePool.password", "string", "",
+    Key(
+        "nodePool.password",
+        "string",
+        "",
         "Log in to nodes with this password (set it with --secret; alternative to keyPairName).",
-        secret=True),
+        secret=True,
+    ),
     Key("nodePool.imageId", "string", "", "Node image ID (empty: VKE's default image)."),
     Key("nodePool.instanceChargeType", "string", "PostPaid", "PostPaid or PrePaid."),
     Key("nodePool.systemVolumeType", "string", "ESSD_PL0", "System disk type."),
     Key("nodePool.systemVolumeSize", "integer", 100, "System disk size in GiB (20-2048)."),
     Key("nodePool.dataVolumeType", "string", "ESSD_PL0", "Data disk type."),
-    Key("nodePool.dataVolumeSize", "integer", 200,
-        "Data disk size in GiB (0: none; else 20-32768); it holds /var/lib/containerd."),
+    Key(
+        "nodePool.dataVolumeSize",
+        "integer",
+        200,
+        "Data disk size in GiB (0: none; else 20-32768); it holds /var/lib/containerd.",
+    ),
     Key("nodePool.minReplicas", "integer", 1, "Auto-scaling minimum number of nodes."),
     Key("nodePool.maxReplicas", "integer", 1, "Auto-scaling maximum number of nodes."),
     Key("nodePool.desiredReplicas", "integer", 1, "Desired number of nodes (between min and max)."),
-    Key("nodePool.labels", "array", [],
-        "Extra node labels as key=value (the DRA labels are always set)."),
+    Key("nodePool.labels", "array", [], "Extra node labels as key=value (the DRA labels are always set)."),
     Key("nodePool.taints", "array", [], "Node taints as key=value:Effect or key:Effect."),
     Key("nodePool.hpcClusterId", "string", "", "HPC cluster ID (needed by ecs.hpcpni* types)."),
-    Key("nodePool.readinessTimeoutMinutes", "integer", 30,
-        "How long to wait for the pool's nodes to be Ready with containerd 2.1+."),
+    Key(
+        "nodePool.readinessTimeoutMinutes",
+        "integer",
+        30,
+        "How long to wait for the pool's nodes to be Ready with containerd 2.1+.",
+    ),
     # --- DRA driver ---
-    Key("driver.implementation", "string", IMPLEMENTATION_PYTHON,
-        "DRA driver: 'python' (this repository's chart driver/chart) or 'nvidia' (NVIDIA's chart)."),
+    Key(
+        "driver.implementation",
+        "string",
+        IMPLEMENTATION_PYTHON,
+        "DRA driver: 'python' (this repository's chart driver/chart) or 'nvidia' (NVIDIA's chart).",
+    ),
     Key("driver.imagePullPolicy", "string", "IfNotPresent", "python: Always, IfNotPresent or Never."),
     Key("driver.imagePullSecrets", "array", [], "python: names of image pull secrets."),
     Key("driver.deviceSource", "string", "nvml", "python: 'nvml' (real GPUs) or 'simulated'."),
     Key("driver.simulatedGpus", "integer", 8, "python, simulated: number of simulated GPUs per node."),
-    Key("driver.simulatedProduct", "string", "NVIDIA A30",
-        "python, simulated: product name of simulated GPUs."),
-    Key("driver.kubeletPluginOnAllNodes", "boolean", False,
+    Key(
+        "driver.simulatedProduct",
+        "string",
+        "NVIDIA A30",
+        "python, simulated: product name of simulated GPUs.",
+    ),
+    Key(
+        "driver.kubeletPluginOnAllNodes",
+        "boolean",
+        False,
         "python: run the kubelet plugin on every node instead of nodes labelled "
-        "vke.node.gpu.schedule=nvidia-dra (demo clusters)."),
-    Key("driver.nvidiaDriverRoot", "string", "/",
+        "vke.node.gpu.schedule=nvidia-dra (demo clusters).",
+    ),
+    Key(
+        "driver.nvidiaDriverRoot",
+        "string",
+        "/",
         "Host root of the NVIDIA driver ('/', or '/run/nvidia/driver' for a driver container); "
-        "its libraries and nvidia-smi go into GPU containers through CDI."),
+        "its libraries and nvidia-smi go into GPU containers through CDI.",
+    ),
     Key("driver.nvidiaChartVersion", "string", "25.8.1", "nvidia: version of NVIDIA's chart."),
     Key("driver.timeoutSeconds", "integer", 600, "How long Helm waits for the driver release."),
     # --- driver image supply chain (components/driver_image.py, docs/image-supply-chain.md) ---
-    Key("driver.image", "string", "",
+    Key(
+        "driver.image",
+        "string",
+        "",
         "python: deploy this image (registry/path:tag or registry/path@sha256:<64 hex>) and build "
-        "nothing (empty: build driver/Dockerfile, see driver.image.build)."),
-    Key("driver.image.build", "string", "",
+        "nothing (empty: build driver/Dockerfile, see driver.image.build).",
+    ),
+    Key(
+        "driver.image.build",
+        "string",
+        "",
         "python: where the program builds the image: 'cr' (push to the Volcengine CR instance "
         "driver.registry.name; the default with target=vke) or 'kind:<cluster>' (local Docker "
-        "daemon, then kind load docker-image)."),
-    Key("driver.registry.name", "string", "",
+        "daemon, then kind load docker-image).",
+    ),
+    Key(
+        "driver.registry.name",
+        "string",
+        "",
         "build=cr: name of the Volcengine CR instance the image is pushed to (an existing one, or "
-        "the one created with driver.registry.create)."),
-    Key("driver.registry.create", "boolean", False,
-        "build=cr: create the CR instance driver.registry.name (it is billed; off: use an existing one)."),
-    Key("driver.registry.edition", "string", "Enterprise",
-        "build=cr, create: CR edition of the new instance: Enterprise or Micro."),
-    Key("driver.registry.project", "string", "default",
+        "the one created with driver.registry.create).",
+    ),
+    Key(
+        "driver.registry.create",
+        "boolean",
+        False,
+        "build=cr: create the CR instance driver.registry.name (it is billed; off: use an existing one).",
+    ),
+    Key(
+        "driver.registry.edition",
+        "string",
+        "Enterprise",
+        "build=cr, create: CR edition of the new instance: Enterprise or Micro.",
+    ),
+    Key(
+        "driver.registry.project",
+        "string",
+        "default",
         "build=cr, create: Volcengine project of the new instance (pulumi-volcengine 0.0.47 takes no "
-        "charge type: the instance's chargeType is an output)."),
-    Key("driver.registry.namespace", "string", "vke-gpu-dra",
-        "build=cr: CR namespace the stack creates for the image."),
-    Key("driver.registry.repository", "string", "dra-gpu-kubelet-plugin",
-        "build=cr: CR repository the stack creates in that namespace."),
+        "charge type: the instance's chargeType is an output).",
+    ),
+    Key(
+        "driver.registry.namespace",
+        "string",
+        "vke-gpu-dra",
+        "build=cr: CR namespace the stack creates for the image.",
+    ),
+    Key(
+        "driver.registry.repository",
+        "string",
+        "dra-gpu-kubelet-plugin",
+        "build=cr: CR repository the stack creates in that namespace.",
+    ),
     # --- driver feature gates (GPU sharing) ---
-    Key("driver.featureGates", "string", "",
+    Key(
+        "driver.featureGates",
+        "string",
+        "",
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
-        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates."),
+        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates.",
+    ),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),
     Key("sample.namespace", "string", "default", "Namespace of the sample (created unless 'default')."),
@@ -487,13 +615,11 @@ class _Reader:
         for full in sorted(self.raw.values):
             if not full.startswith(prefix):
                 continue
-            name = full[len(prefix):]
+            name = full[len(prefix) :]
             if name in REPLACED_KEYS:
                 self.issues.append(Issue(name, "(set)", f"unset: replaced by {REPLACED_KEYS[name]}"))
             elif name not in KEYS_BY_NAME:
-                self.issues.append(
-                    Issue(name, "(set)", "one of the keys declared in Pulumi.yaml")
-                )
+                self.issues.append(Issue(name, "(set)", "one of the keys declared in Pulumi.yaml"))
 
     def get(self, name: str) -> Any:
         key = KEYS_BY_NAME[name]
@@ -658,8 +784,11 @@ def _network(r: _Reader, target: str) -> NetworkConfig:  # noqa: PLR0912 (a flat
     if not zones:
         r.fail("network.zoneIds", [], "at least one availability zone ID, e.g. cn-beijing-a")
     if len(subnets) != len(zones):
-        r.fail("network.subnetCidrs", list(subnets),
-               f"exactly one CIDR per zone in network.zoneIds ({len(zones)})")
+        r.fail(
+            "network.subnetCidrs",
+            list(subnets),
+            f"exactly one CIDR per zone in network.zoneIds ({len(zones)})",
+        )
     nets: list[ipaddress.IPv4Network] = []
     for s in subnets:
         net = _private_cidr(r, "network.subnetCidrs", s)
@@ -697,8 +826,11 @@ def _cluster(r: _Reader, target: str, network: NetworkConfig) -> ClusterConfig: 
     minimum = facts.MIN_KUBERNETES_VERSION
     version = _version(cfg.kubernetes_version)
     if version is None or version < minimum or not re.fullmatch(r"\d+\.\d+", cfg.kubernetes_version):
-        r.fail("cluster.kubernetesVersion", cfg.kubernetes_version,
-               f"a Kubernetes version major.minor, {_fmt_version(minimum)} or later (e.g. 1.34)")
+        r.fail(
+            "cluster.kubernetesVersion",
+            cfg.kubernetes_version,
+            f"a Kubernetes version major.minor, {_fmt_version(minimum)} or later (e.g. 1.34)",
+        )
     if not _NAME_RE.match(cfg.name):
         r.fail("cluster.name", cfg.name, "2-64 letters, digits or '-', not starting with '-'")
     _choice(r, "cluster.podNetworkMode", cfg.pod_network_mode, POD_NETWORK_MODES)
@@ -767,11 +899,17 @@ def _node_pool(r: _Reader, target: str) -> NodePoolConfig:  # noqa: PLR0912 (a f
     minimum = facts.MIN_CONTAINERD_VERSION
     version = _version(cfg.containerd_version)
     if version is None or version < minimum or cfg.containerd_version.startswith("v"):
-        r.fail("nodePool.containerdVersion", cfg.containerd_version,
-               f"a containerd version {_fmt_version(minimum)} or later (e.g. 2.1)")
+        r.fail(
+            "nodePool.containerdVersion",
+            cfg.containerd_version,
+            f"a containerd version {_fmt_version(minimum)} or later (e.g. 2.1)",
+        )
     if bool(cfg.key_pair_name) == bool(cfg.password):
-        r.fail("nodePool.keyPairName", cfg.key_pair_name,
-               "exactly one of nodePool.keyPairName and nodePool.password (secret)")
+        r.fail(
+            "nodePool.keyPairName",
+            cfg.key_pair_name,
+            "exactly one of nodePool.keyPairName and nodePool.password (secret)",
+        )
     _choice(r, "nodePool.instanceChargeType", cfg.instance_charge_type, CHARGE_TYPES)
     _choice(r, "nodePool.systemVolumeType", cfg.system_volume_type, VOLUME_TYPES)
     _int_range(r, "nodePool.systemVolumeSize", cfg.system_volume_size, 20, 2048)
@@ -782,17 +920,20 @@ def _node_pool(r: _Reader, target: str) -> NodePoolConfig:  # noqa: PLR0912 (a f
         r.fail("nodePool.minReplicas", cfg.min_replicas, "an integer >= 0")
     _int_range(r, "nodePool.maxReplicas", cfg.max_replicas, 1, 2000)
     if cfg.min_replicas > cfg.max_replicas:
-        r.fail("nodePool.minReplicas", cfg.min_replicas,
-               f"at most nodePool.maxReplicas ({cfg.max_replicas})")
+        r.fail("nodePool.minReplicas", cfg.min_replicas, f"at most nodePool.maxReplicas ({cfg.max_replicas})")
     elif not cfg.min_replicas <= cfg.desired_replicas <= cfg.max_replicas:
-        r.fail("nodePool.desiredReplicas", cfg.desired_replicas,
-               f"between nodePool.minReplicas ({cfg.min_replicas}) and nodePool.maxReplicas "
-               f"({cfg.max_replicas})")
+        r.fail(
+            "nodePool.desiredReplicas",
+            cfg.desired_replicas,
+            f"between nodePool.minReplicas ({cfg.min_replicas}) and nodePool.maxReplicas "
+            f"({cfg.max_replicas})",
+        )
     if cfg.instance_charge_type == "PrePaid":
         r.fail("nodePool.instanceChargeType", "PrePaid", "PostPaid (VKE rejects PrePaid with auto-scaling)")
     if any(t.startswith("ecs.hpc") for t in cfg.instance_types) and not cfg.hpc_cluster_id:
-        r.fail("nodePool.hpcClusterId", "",
-               "an HPC cluster ID when nodePool.instanceTypes has ecs.hpc* types")
+        r.fail(
+            "nodePool.hpcClusterId", "", "an HPC cluster ID when nodePool.instanceTypes has ecs.hpc* types"
+        )
     _int_range(r, "nodePool.readinessTimeoutMinutes", cfg.readiness_timeout_minutes, 1, 240)
     return cfg
 
@@ -812,8 +953,11 @@ def _driver(r: _Reader) -> DriverConfig:
         feature_gates=_feature_gates(r, r.get("driver.featureGates")),
     )
     if not cfg.nvidia_driver_root.startswith("/") or "\n" in cfg.nvidia_driver_root:
-        r.fail("driver.nvidiaDriverRoot", cfg.nvidia_driver_root,
-               "an absolute host path such as / or /run/nvidia/driver")
+        r.fail(
+            "driver.nvidiaDriverRoot",
+            cfg.nvidia_driver_root,
+            "an absolute host path such as / or /run/nvidia/driver",
+        )
     _choice(r, "driver.implementation", cfg.implementation, (IMPLEMENTATION_PYTHON, IMPLEMENTATION_NVIDIA))
     _choice(r, "driver.imagePullPolicy", cfg.image_pull_policy, PULL_POLICIES)
     _choice(r, "driver.deviceSource", cfg.device_source, DEVICE_SOURCES)
@@ -826,8 +970,11 @@ def _driver(r: _Reader) -> DriverConfig:
         if cfg.device_source != "nvml":
             r.fail("driver.deviceSource", cfg.device_source, "nvml with driver.implementation=nvidia")
         if cfg.kubelet_plugin_on_all_nodes:
-            r.fail("driver.kubeletPluginOnAllNodes", True,
-                   "false with driver.implementation=nvidia (the procedure's node affinity)")
+            r.fail(
+                "driver.kubeletPluginOnAllNodes",
+                True,
+                "false with driver.implementation=nvidia (the procedure's node affinity)",
+            )
         if not _VERSION_RE.match(cfg.nvidia_chart_version) or cfg.nvidia_chart_version.startswith("v"):
             r.fail("driver.nvidiaChartVersion", cfg.nvidia_chart_version, "a chart version such as 25.8.1")
     return cfg
@@ -851,8 +998,9 @@ def _driver_image(r: _Reader, target: str, implementation: str) -> DriverImageCo
     if implementation != IMPLEMENTATION_PYTHON:
         for key, value in (("driver.image", text), ("driver.image.build", build)):
             if value:
-                r.fail(key, value,
-                       "empty with driver.implementation=nvidia (NVIDIA's chart brings its image)")
+                r.fail(
+                    key, value, "empty with driver.implementation=nvidia (NVIDIA's chart brings its image)"
+                )
         return cfg
     if text:
         if build:
@@ -868,25 +1016,37 @@ def _driver_image(r: _Reader, target: str, implementation: str) -> DriverImageCo
         return replace(cfg, image=image)
     if not build:
         if target != TARGET_VKE:
-            r.fail("driver.image", "",
-                   "the python driver's image: set driver.image (registry/path:tag or "
-                   "registry/path@sha256:<digest>) or driver.image.build=kind:<cluster> "
-                   "(scripts/kind-up creates the kind cluster vke-gpu-dra)")
+            r.fail(
+                "driver.image",
+                "",
+                "the python driver's image: set driver.image (registry/path:tag or "
+                "registry/path@sha256:<digest>) or driver.image.build=kind:<cluster> "
+                "(scripts/kind-up creates the kind cluster vke-gpu-dra)",
+            )
             return cfg
         build = BUILD_CR
     if build == BUILD_CR:
         if target != TARGET_VKE:
-            r.fail("driver.image.build", build,
-                   "kind:<cluster> with target=existing-cluster (a CR build needs target=vke)")
+            r.fail(
+                "driver.image.build",
+                build,
+                "kind:<cluster> with target=existing-cluster (a CR build needs target=vke)",
+            )
             return cfg
         if not cfg.registry_name:
-            r.fail("driver.registry.name", "",
-                   "the Volcengine CR instance the driver image is pushed to: pulumi config set "
-                   "driver.registry.name <instance> (and driver.registry.create true to create it), "
-                   "or set driver.image to an image the nodes can pull")
+            r.fail(
+                "driver.registry.name",
+                "",
+                "the Volcengine CR instance the driver image is pushed to: pulumi config set "
+                "driver.registry.name <instance> (and driver.registry.create true to create it), "
+                "or set driver.image to an image the nodes can pull",
+            )
         elif not _CR_INSTANCE_RE.match(cfg.registry_name):
-            r.fail("driver.registry.name", cfg.registry_name,
-                   "3-30 lower-case letters, digits or '-', starting with a letter (a CR instance name)")
+            r.fail(
+                "driver.registry.name",
+                cfg.registry_name,
+                "3-30 lower-case letters, digits or '-', starting with a letter (a CR instance name)",
+            )
         _choice(r, "driver.registry.edition", cfg.registry_edition, REGISTRY_EDITIONS)
         if cfg.registry_create and not cfg.registry_project:
             r.fail("driver.registry.project", "", "a Volcengine project name, e.g. default")
@@ -930,7 +1090,7 @@ def _sample(r: _Reader) -> SampleConfig:
         if not cfg.image or any(c.isspace() for c in cfg.image):
             r.fail("sample.image", cfg.image, "a non-empty image reference without spaces")
         if not cfg.command:
-            r.fail("sample.command", [], "a non-empty command, e.g. [\"sh\"]")
+            r.fail("sample.command", [], 'a non-empty command, e.g. ["sh"]')
     return cfg
 
 
@@ -943,9 +1103,13 @@ def _volcengine(r: _Reader) -> VolcengineAccess:
 
     region = values.get("volcengine:region") or env.get("VOLCENGINE_REGION", "")
     if not region:
-        r.issues.append(Issue("(volcengine:region)", "''",
-                              "a region: pulumi config set volcengine:region cn-beijing "
-                              "(or VOLCENGINE_REGION)"))
+        r.issues.append(
+            Issue(
+                "(volcengine:region)",
+                "''",
+                "a region: pulumi config set volcengine:region cn-beijing (or VOLCENGINE_REGION)",
+            )
+        )
     for key in ("accessKey", "secretKey"):
         full = f"volcengine:{key}"
         if values.get(full) and full not in r.raw.secret_keys:
@@ -979,15 +1143,24 @@ def load(raw: RawConfig | None = None) -> StackConfig:
     if target == TARGET_VKE:
         volcengine = _volcengine(r)
         if kubeconfig or kubeconfig_path:
-            r.fail("kubeconfig" if kubeconfig else "kubeconfigPath", kubeconfig_path or "[secret]",
-                   "empty with target=vke (the program reads the new cluster's kubeconfig)")
+            r.fail(
+                "kubeconfig" if kubeconfig else "kubeconfigPath",
+                kubeconfig_path or "[secret]",
+                "empty with target=vke (the program reads the new cluster's kubeconfig)",
+            )
         if node_pool.taints and driver.implementation == IMPLEMENTATION_NVIDIA:
-            r.fail("nodePool.taints", [f"{t.key}:{t.effect}" for t in node_pool.taints],
-                   "no taints with driver.implementation=nvidia (the procedure's values have no "
-                   "kubelet-plugin tolerations)")
+            r.fail(
+                "nodePool.taints",
+                [f"{t.key}:{t.effect}" for t in node_pool.taints],
+                "no taints with driver.implementation=nvidia (the procedure's values have no "
+                "kubelet-plugin tolerations)",
+            )
     elif target == TARGET_EXISTING and bool(kubeconfig) == bool(kubeconfig_path):
-        r.fail("kubeconfig", "[secret]" if kubeconfig else "",
-               "exactly one of kubeconfig (secret) and kubeconfigPath with target=existing-cluster")
+        r.fail(
+            "kubeconfig",
+            "[secret]" if kubeconfig else "",
+            "exactly one of kubeconfig (secret) and kubeconfigPath with target=existing-cluster",
+        )
     name_prefix = r.get("namePrefix")
     if not _DNS_LABEL_RE.match(name_prefix) or len(name_prefix) > 40:
         r.fail("namePrefix", name_prefix, "1-40 characters a-z, 0-9 and '-'")

@@ -109,9 +109,7 @@ class GpuNodePool(pulumi.ComponentResource):
             auto_scaling=vke.NodePoolAutoScalingArgs(
                 enabled=True, min_replicas=0, desired_replicas=0, max_replicas=cfg.max_replicas
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self, protect=protect, ignore_changes=list(SCALED_BY_RUNTIME)
-            ),
+            opts=pulumi.ResourceOptions(parent=self, protect=protect, ignore_changes=list(SCALED_BY_RUNTIME)),
         )
         secret = ["access_key", "secret_key", "session_token"]
         runtime = NodePoolRuntime(

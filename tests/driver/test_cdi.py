@@ -11,16 +11,31 @@ UID = "6f1c2e3a-1111-4222-8333-944455556666"
 
 
 def real_gpu(minor: int, uuid: str = "GPU-aaaa") -> Device:
-    return Device(name=f"gpu-{minor}", device_type=facts.DEVICE_TYPE_GPU, uuid=uuid,
-                  attributes={facts.ATTR_TYPE: "gpu"}, capacity={}, minor=minor,
-                  device_nodes=(f"/dev/nvidia{minor}",))
+    return Device(
+        name=f"gpu-{minor}",
+        device_type=facts.DEVICE_TYPE_GPU,
+        uuid=uuid,
+        attributes={facts.ATTR_TYPE: "gpu"},
+        capacity={},
+        minor=minor,
+        device_nodes=(f"/dev/nvidia{minor}",),
+    )
 
 
 def mig(parent_minor: int) -> Device:
-    return Device(name=f"gpu-{parent_minor}-mig-19-0-1", device_type=facts.DEVICE_TYPE_MIG, uuid="MIG-bbbb",
-                  attributes={facts.ATTR_TYPE: "mig"}, capacity={}, minor=parent_minor,
-                  device_nodes=(f"/dev/nvidia{parent_minor}", "/dev/nvidia-caps/nvidia-cap12",
-                                "/dev/nvidia-caps/nvidia-cap13"))
+    return Device(
+        name=f"gpu-{parent_minor}-mig-19-0-1",
+        device_type=facts.DEVICE_TYPE_MIG,
+        uuid="MIG-bbbb",
+        attributes={facts.ATTR_TYPE: "mig"},
+        capacity={},
+        minor=parent_minor,
+        device_nodes=(
+            f"/dev/nvidia{parent_minor}",
+            "/dev/nvidia-caps/nvidia-cap12",
+            "/dev/nvidia-caps/nvidia-cap13",
+        ),
+    )
 
 
 def test_names_and_ids(tmp_path):
@@ -33,8 +48,9 @@ def test_names_and_ids(tmp_path):
 
 
 def test_real_gpu_spec_has_device_nodes_and_visible_devices():
-    spec = cdi.build_claim_spec(UID, [real_gpu(0, "GPU-a"), real_gpu(3, "GPU-b")],
-                                optional_nodes=["/dev/nvidia-uvm"])
+    spec = cdi.build_claim_spec(
+        UID, [real_gpu(0, "GPU-a"), real_gpu(3, "GPU-b")], optional_nodes=["/dev/nvidia-uvm"]
+    )
     assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
     assert spec["cdiVersion"] == "0.5.0"  # the claim UID starts with a digit
     assert [d["name"] for d in spec["devices"]] == [f"{UID}-gpu-0", f"{UID}-gpu-3"]
@@ -48,7 +64,8 @@ def test_real_gpu_spec_has_device_nodes_and_visible_devices():
 def test_mig_spec_includes_parent_and_caps_nodes():
     spec = cdi.build_claim_spec(UID, [mig(1)])
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
-        {"path": "/dev/nvidia1"}, {"path": "/dev/nvidia-caps/nvidia-cap12"},
+        {"path": "/dev/nvidia1"},
+        {"path": "/dev/nvidia-caps/nvidia-cap12"},
         {"path": "/dev/nvidia-caps/nvidia-cap13"},
     ]
 
@@ -60,7 +77,8 @@ def test_simulated_spec_is_env_only():
     assert spec["devices"][1]["containerEdits"] == {"env": ["GPU_DEVICE_1=gpu-1"]}
     assert "deviceNodes" not in spec["containerEdits"]
     assert spec["containerEdits"]["env"] == [
-        f"NVIDIA_VISIBLE_DEVICES={devices[0].uuid},{devices[1].uuid}", "DRA_RESOURCE_CLAIM_UID=abc-uid",
+        f"NVIDIA_VISIBLE_DEVICES={devices[0].uuid},{devices[1].uuid}",
+        "DRA_RESOURCE_CLAIM_UID=abc-uid",
     ]
 
 
@@ -130,45 +148,57 @@ def edits(**fields):
     return lambda s: s["devices"][0]["containerEdits"].update(**fields)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda s: s.update(cdiVersion="0.9.0"), "cdiVersion: must be one of"),
-    (lambda s: s.pop("cdiVersion"), "cdiVersion: must be one of"),
-    (lambda s: s.update(kind="noslash"), "kind: must be <vendor>/<class>"),
-    (lambda s: s.update(kind="vendor.com/-class"), "kind: must be"),
-    (lambda s: s.update(kind="vendor.com/cl.ass"), "needs at least 0.6.0"),
-    (lambda s: s.update(extra=1), r"top level: unknown field\(s\) extra"),
-    (lambda s: s["devices"][0].update(foo=1), r"devices\[0\]: unknown field\(s\) foo"),
-    (edits(envs=[]), r"unknown field\(s\) envs"),
-    (lambda s: s["devices"][0].update(name="-bad"), r"devices\[0\]\.name: must be alphanumeric"),
-    (lambda s: s["devices"][0].update(name="0dev"), "0.3.0 is too old for the fields used"),
-    (lambda s: s["devices"].append(copy.deepcopy(s["devices"][0])), "duplicate device name 'dev0'"),
-    (lambda s: s["devices"][0].pop("containerEdits"), "containerEdits is required"),
-    (edits(env=["NOEQUALS"]), r"env\[0\]: must be NAME=value"),
-    (edits(deviceNodes=[{"hostPath": "/dev/x"}]), "path is required and must be absolute"),
-    (edits(deviceNodes=[{"path": "/dev/x", "permissions": "rwx"}]), "permissions must be a subset of 'rwm'"),
-    (edits(deviceNodes=[{"path": "/dev/x", "hostPath": "/dev/y"}]), "needs at least 0.5.0"),
-    (edits(mounts=[{"hostPath": "/a", "containerPath": "/b", "type": "bind"}]), "needs at least 0.4.0"),
-    (edits(mounts=[{"hostPath": "/a"}]), "containerPath is required"),
-    (edits(hooks=[{"hookName": "boot", "path": "/bin/x"}]), "hookName must be one of"),
-    (edits(hooks=[{"hookName": "poststop", "path": "/x", "timeout": 0}]), "timeout: must be an integer >= 1"),
-    (lambda s: s.update(annotations={"a": "b"}), "needs at least 0.6.0"),
-    (edits(additionalGids=[5]), "needs at least 0.7.0"),
-    (edits(netDevices=[{"hostInterfaceName": "eth1", "name": "n"}]), "needs at least 1.1.0"),
-    (edits(netDevices=[{"name": "n"}]), "hostInterfaceName and name are required"),
-    (lambda s: s.update(devices=[]), "at least one device"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.update(cdiVersion="0.9.0"), "cdiVersion: must be one of"),
+        (lambda s: s.pop("cdiVersion"), "cdiVersion: must be one of"),
+        (lambda s: s.update(kind="noslash"), "kind: must be <vendor>/<class>"),
+        (lambda s: s.update(kind="vendor.com/-class"), "kind: must be"),
+        (lambda s: s.update(kind="vendor.com/cl.ass"), "needs at least 0.6.0"),
+        (lambda s: s.update(extra=1), r"top level: unknown field\(s\) extra"),
+        (lambda s: s["devices"][0].update(foo=1), r"devices\[0\]: unknown field\(s\) foo"),
+        (edits(envs=[]), r"unknown field\(s\) envs"),
+        (lambda s: s["devices"][0].update(name="-bad"), r"devices\[0\]\.name: must be alphanumeric"),
+        (lambda s: s["devices"][0].update(name="0dev"), "0.3.0 is too old for the fields used"),
+        (lambda s: s["devices"].append(copy.deepcopy(s["devices"][0])), "duplicate device name 'dev0'"),
+        (lambda s: s["devices"][0].pop("containerEdits"), "containerEdits is required"),
+        (edits(env=["NOEQUALS"]), r"env\[0\]: must be NAME=value"),
+        (edits(deviceNodes=[{"hostPath": "/dev/x"}]), "path is required and must be absolute"),
+        (
+            edits(deviceNodes=[{"path": "/dev/x", "permissions": "rwx"}]),
+            "permissions must be a subset of 'rwm'",
+        ),
+        (edits(deviceNodes=[{"path": "/dev/x", "hostPath": "/dev/y"}]), "needs at least 0.5.0"),
+        (edits(mounts=[{"hostPath": "/a", "containerPath": "/b", "type": "bind"}]), "needs at least 0.4.0"),
+        (edits(mounts=[{"hostPath": "/a"}]), "containerPath is required"),
+        (edits(hooks=[{"hookName": "boot", "path": "/bin/x"}]), "hookName must be one of"),
+        (
+            edits(hooks=[{"hookName": "poststop", "path": "/x", "timeout": 0}]),
+            "timeout: must be an integer >= 1",
+        ),
+        (lambda s: s.update(annotations={"a": "b"}), "needs at least 0.6.0"),
+        (edits(additionalGids=[5]), "needs at least 0.7.0"),
+        (edits(netDevices=[{"hostInterfaceName": "eth1", "name": "n"}]), "needs at least 1.1.0"),
+        (edits(netDevices=[{"name": "n"}]), "hostInterfaceName and name are required"),
+        (lambda s: s.update(devices=[]), "at least one device"),
+    ],
+)
 def test_validator_rejects_with_a_clear_message(change, message):
     with pytest.raises(cdi.CdiSpecError, match=message):
         cdi.validate_spec(mutated(change))
 
 
-@pytest.mark.parametrize(("change", "version"), [
-    (lambda s: None, "0.3.0"),
-    (lambda s: s["devices"][0].update(name="0dev"), "0.5.0"),
-    (lambda s: s.update(annotations={"a": "b"}), "0.6.0"),
-    (edits(intelRdt={"closID": "x"}), "0.7.0"),
-    (edits(netDevices=[{"hostInterfaceName": "e", "name": "n"}]), "1.1.0"),
-])
+@pytest.mark.parametrize(
+    ("change", "version"),
+    [
+        (lambda s: None, "0.3.0"),
+        (lambda s: s["devices"][0].update(name="0dev"), "0.5.0"),
+        (lambda s: s.update(annotations={"a": "b"}), "0.6.0"),
+        (edits(intelRdt={"closID": "x"}), "0.7.0"),
+        (edits(netDevices=[{"hostInterfaceName": "e", "name": "n"}]), "1.1.0"),
+    ],
+)
 def test_minimum_version_per_field(change, version):
     spec = mutated(change)
     assert cdi.minimum_version(spec) == version

@@ -35,9 +35,18 @@ def test_document_shape(tmp_path):
     assert doc["format"] == "vke-gpu-dra-checkpoint" and doc["version"] == 1
     assert doc["checksum"].startswith("sha256:") and len(doc["checksum"]) == 7 + 64
     assert doc["claims"][0] == {
-        "uid": "u1", "namespace": "ns", "name": "a", "state": "PrepareCompleted",
-        "devices": [{"requestNames": ["gpu"], "poolName": "node-a", "deviceName": "gpu-0",
-                     "cdiDeviceIDs": ["k8s.gpu.nvidia.com/claim=u1-gpu-0"]}],
+        "uid": "u1",
+        "namespace": "ns",
+        "name": "a",
+        "state": "PrepareCompleted",
+        "devices": [
+            {
+                "requestNames": ["gpu"],
+                "poolName": "node-a",
+                "deviceName": "gpu-0",
+                "cdiDeviceIDs": ["k8s.gpu.nvidia.com/claim=u1-gpu-0"],
+            }
+        ],
     }
 
 
@@ -71,19 +80,22 @@ def duplicate(doc):
     resign(doc)
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (b"{not json", "not valid JSON"),
-    (b"\xff\xfe", "not valid JSON"),
-    (b"[]", "top level must be an object"),
-    (tamper(lambda d: d.update(format="other")), "format must be 'vke-gpu-dra-checkpoint'"),
-    (tamper(lambda d: d.update(version=2)), "version must be 1"),
-    (tamper(lambda d: d["claims"][0].update(name="changed")), "checksum mismatch"),
-    (tamper(lambda d: d.pop("checksum")), "must have exactly the fields"),
-    (tamper(bad_state), r"claims\[0\]\.state must be one of PrepareStarted, PrepareCompleted"),
-    (tamper(extra_field), r"claims\[0\] must have exactly the fields"),
-    (tamper(bad_device), r"claims\[0\]\.devices\[0\]: prepared device needs string"),
-    (tamper(duplicate), r"claims\[1\]: duplicate uid u1"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[]", "top level must be an object"),
+        (tamper(lambda d: d.update(format="other")), "format must be 'vke-gpu-dra-checkpoint'"),
+        (tamper(lambda d: d.update(version=2)), "version must be 1"),
+        (tamper(lambda d: d["claims"][0].update(name="changed")), "checksum mismatch"),
+        (tamper(lambda d: d.pop("checksum")), "must have exactly the fields"),
+        (tamper(bad_state), r"claims\[0\]\.state must be one of PrepareStarted, PrepareCompleted"),
+        (tamper(extra_field), r"claims\[0\] must have exactly the fields"),
+        (tamper(bad_device), r"claims\[0\]\.devices\[0\]: prepared device needs string"),
+        (tamper(duplicate), r"claims\[1\]: duplicate uid u1"),
+    ],
+)
 def test_decode_rejects_with_a_clear_message(data, message):
     with pytest.raises(CheckpointError, match=message):
         cp.decode(data)

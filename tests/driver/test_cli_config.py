@@ -74,14 +74,21 @@ def test_every_flag_has_its_environment_variable() -> None:
 
 
 def test_driver_root_as_the_chart_sets_it() -> None:
-    env = {"NODE_NAME": "n", "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
-           "DRIVER_ROOT_CTR_PATH": "/driver-root", "NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook"}
+    env = {
+        "NODE_NAME": "n",
+        "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
+        "DRIVER_ROOT_CTR_PATH": "/driver-root",
+        "NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook",
+    }
     config = parse_config([], environ=env)
     assert config.nvidia_driver_root == Path("/run/nvidia/driver")
     assert config.driver_root_path == Path("/driver-root")
     assert config.nvidia_cdi_hook_path == Path("/usr/bin/nvidia-cdi-hook")
-    with pytest.raises(ConfigError, match="invalid value 'bin/hook' for --nvidia-cdi-hook-path from env "
-                       "NVIDIA_CDI_HOOK_PATH: must be an absolute path"):
+    with pytest.raises(
+        ConfigError,
+        match="invalid value 'bin/hook' for --nvidia-cdi-hook-path from env "
+        "NVIDIA_CDI_HOOK_PATH: must be an absolute path",
+    ):
         parse_config([], environ={"NODE_NAME": "n", "NVIDIA_CDI_HOOK_PATH": "bin/hook"})
 
 

@@ -56,9 +56,11 @@ def host(tmp_path):
 @pytest.fixture
 def discover(fake_lib, host, tmp_path, monkeypatch):
     """discover(settings): configure the fake and run an NvmlSource over the fake host roots."""
+
     def run(settings):
         configure(monkeypatch, tmp_path, settings)
         return NvmlSource(library_path=fake_lib, sysfs_root=host[0], proc_root=host[1]).discover()
+
     return run
 
 
@@ -72,6 +74,7 @@ def configure(monkeypatch, tmp_path, settings):
 
 def counts(lib):
     import ctypes
+
     handle = ctypes.CDLL(str(lib))
     return handle.fakeNvmlInitCount(), handle.fakeNvmlShutdownCount()
 
@@ -80,12 +83,24 @@ def test_full_gpus_match_the_vke_sample(fake_lib, host, tmp_path, monkeypatch):
     sysfs, proc = host
     pci_link(sysfs, "0000:65:01.0", "pci0000:64")
     pci_link(sysfs, "0000:3b:00.0", "pci0000:3a")
-    configure(monkeypatch, tmp_path, {
-        "device_count": 2, "driver_version": "535.129.03", "cuda_driver_version": 12020,
-        "gpu.0.bus_id": "00000000:65:01.0", "gpu.0.uuid": "GPU-4b0e1a8c-aaaa-bbbb-cccc-000000000001",
-        "gpu.1.bus_id": "00000000:3B:00.0", "gpu.1.minor": 4, "gpu.1.name": "Tesla T4", "gpu.1.arch": 6,
-        "gpu.1.cc": "7.5", "gpu.1.memory": 15360 * 2**20, "gpu.1.brand": 2,
-    })
+    configure(
+        monkeypatch,
+        tmp_path,
+        {
+            "device_count": 2,
+            "driver_version": "535.129.03",
+            "cuda_driver_version": 12020,
+            "gpu.0.bus_id": "00000000:65:01.0",
+            "gpu.0.uuid": "GPU-4b0e1a8c-aaaa-bbbb-cccc-000000000001",
+            "gpu.1.bus_id": "00000000:3B:00.0",
+            "gpu.1.minor": 4,
+            "gpu.1.name": "Tesla T4",
+            "gpu.1.arch": 6,
+            "gpu.1.cc": "7.5",
+            "gpu.1.memory": 15360 * 2**20,
+            "gpu.1.brand": 2,
+        },
+    )
     source = NvmlSource(library_path=fake_lib, sysfs_root=sysfs, proc_root=proc)
     assert isinstance(source, DeviceSource)
     before = counts(fake_lib)
@@ -118,8 +133,12 @@ def test_full_gpus_match_the_vke_sample(fake_lib, host, tmp_path, monkeypatch):
 
 def mig_settings(**extra):
     settings = {
-        "device_count": 1, "gpu.0.name": "NVIDIA A100-SXM4-40GB", "gpu.0.memory": A100_40GB,
-        "gpu.0.mig_mode": 1, "gpu.0.mig_max": 7, "gpu.0.uuid": "GPU-parent",
+        "device_count": 1,
+        "gpu.0.name": "NVIDIA A100-SXM4-40GB",
+        "gpu.0.memory": A100_40GB,
+        "gpu.0.mig_mode": 1,
+        "gpu.0.mig_max": 7,
+        "gpu.0.uuid": "GPU-parent",
         **{f"gpu.0.profile.{i}": row for i, row in A100_PROFILES.items()},
         # slot: uuid, GI id, CI id, profile index, placement start, placement size, CI slices
         "gpu.0.mig.0": "MIG-a,1,0,2,4,4,3",
@@ -151,13 +170,22 @@ def test_mig_gpu_publishes_only_its_mig_devices(fake_lib, host, tmp_path, monkey
     assert big.attributes[facts.ATTR_PRODUCT_NAME] == "NVIDIA A100-SXM4-40GB"
     assert big.attributes[facts.ATTR_PCIE_ROOT] == "pci0000:3a"
     assert big.slice_entry()["capacity"] == {
-        "copyEngines": {"value": "3"}, "decoders": {"value": "2"}, "encoders": {"value": "0"},
-        "jpegEngines": {"value": "0"}, "memory": {"value": "19968Mi"}, "multiprocessors": {"value": "42"},
-        "ofaEngines": {"value": "0"}, "memorySlice4": {"value": "1"}, "memorySlice5": {"value": "1"},
-        "memorySlice6": {"value": "1"}, "memorySlice7": {"value": "1"},
+        "copyEngines": {"value": "3"},
+        "decoders": {"value": "2"},
+        "encoders": {"value": "0"},
+        "jpegEngines": {"value": "0"},
+        "memory": {"value": "19968Mi"},
+        "multiprocessors": {"value": "42"},
+        "ofaEngines": {"value": "0"},
+        "memorySlice4": {"value": "1"},
+        "memorySlice5": {"value": "1"},
+        "memorySlice6": {"value": "1"},
+        "memorySlice7": {"value": "1"},
     }
     assert big.device_nodes == (
-        "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13",
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap12",
+        "/dev/nvidia-caps/nvidia-cap13",
     )
     assert by_name["gpu-0-mig-14-0-2"].attributes[facts.ATTR_PROFILE] == "2g.10gb"
     assert by_name["gpu-0-mig-19-2-1"].attributes[facts.ATTR_PROFILE] == "1g.5gb"
@@ -185,18 +213,27 @@ def test_mig_enabled_without_mig_devices_is_reported(discover):
     ]
 
 
-@pytest.mark.parametrize(("fail", "problem"), [
-    ("nvmlDeviceGetUUID:999", "GPU index 1: nvmlDeviceGetUUID failed: Unknown Error; GPU left out"),
-    ("nvmlDeviceGetHandleByIndex_v2:15",
-     "GPU index 1: nvmlDeviceGetHandleByIndex failed: GPU is lost; GPU left out"),
-    ("nvmlDeviceGetMemoryInfo:15",
-     "GPU index 1 (GPU-00000000-0000-4000-8000-000000000001): nvmlDeviceGetMemoryInfo failed: GPU is lost; "
-     "GPU left out"),
-    ("nvmlDeviceGetPciInfo_v3:3",
-     "GPU index 1 (GPU-00000000-0000-4000-8000-000000000001): nvmlDeviceGetPciInfo failed: Not Supported; "
-     "GPU left out"),
-    ("nvmlDeviceGetMigMode:999", "nvmlDeviceGetMigMode failed: Unknown Error; GPU left out"),
-])
+@pytest.mark.parametrize(
+    ("fail", "problem"),
+    [
+        ("nvmlDeviceGetUUID:999", "GPU index 1: nvmlDeviceGetUUID failed: Unknown Error; GPU left out"),
+        (
+            "nvmlDeviceGetHandleByIndex_v2:15",
+            "GPU index 1: nvmlDeviceGetHandleByIndex failed: GPU is lost; GPU left out",
+        ),
+        (
+            "nvmlDeviceGetMemoryInfo:15",
+            "GPU index 1 (GPU-00000000-0000-4000-8000-000000000001): "
+            "nvmlDeviceGetMemoryInfo failed: GPU is lost; GPU left out",
+        ),
+        (
+            "nvmlDeviceGetPciInfo_v3:3",
+            "GPU index 1 (GPU-00000000-0000-4000-8000-000000000001): "
+            "nvmlDeviceGetPciInfo failed: Not Supported; GPU left out",
+        ),
+        ("nvmlDeviceGetMigMode:999", "nvmlDeviceGetMigMode failed: Unknown Error; GPU left out"),
+    ],
+)
 def test_a_failing_gpu_is_reported_and_left_out(discover, fail, problem):
     result = discover({"device_count": 3, "gpu.1.fail": fail})
     assert [d.name for d in result.devices] == ["gpu-0", "gpu-2"]
@@ -206,8 +243,9 @@ def test_a_failing_gpu_is_reported_and_left_out(discover, fail, problem):
 def test_unknown_enum_values_leave_the_gpu_out(discover):
     result = discover({"device_count": 2, "gpu.0.arch": 42, "gpu.1.brand": 99})
     assert result.devices == []
-    assert result.problems[0].startswith("GPU index 0 (GPU-00000000-0000-4000-8000-000000000000): "
-                                         "unknown architecture value 42 (known: ")
+    assert result.problems[0].startswith(
+        "GPU index 0 (GPU-00000000-0000-4000-8000-000000000000): unknown architecture value 42 (known: "
+    )
     assert "unknown brand value 99" in result.problems[1]
 
 

@@ -19,7 +19,9 @@ def test_attributes_render_in_v1_shape():
 
 def test_slice_entry_renders_attributes_and_capacity():
     dev = Device(
-        name="gpu-0", device_type="gpu", uuid="GPU-1",
+        name="gpu-0",
+        device_type="gpu",
+        uuid="GPU-1",
         attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_CUDA_COMPUTE_CAPABILITY: Version("8.0.0")},
         capacity={facts.CAPACITY_MEMORY: 24 * 2**30},
     )

@@ -3,8 +3,17 @@ from vke_gpu_dra import profiles
 from vke_gpu_dra.profiles import UnknownProductError, get_profile
 
 REQUIRED = [
-    "NVIDIA A30", "NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
-    "NVIDIA H20", "NVIDIA H200", "NVIDIA L20", "NVIDIA L4", "Tesla T4", "Tesla V100-SXM2-32GB",
+    "NVIDIA A30",
+    "NVIDIA A10",
+    "NVIDIA A100-SXM4-40GB",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H20",
+    "NVIDIA H200",
+    "NVIDIA L20",
+    "NVIDIA L4",
+    "Tesla T4",
+    "Tesla V100-SXM2-32GB",
 ]
 
 
@@ -20,7 +29,10 @@ def test_required_products_have_complete_rows(name):
 def test_default_is_a30_with_24gi():
     p = get_profile(profiles.DEFAULT_PRODUCT)
     assert (p.product_name, p.memory_bytes, p.compute_capability, p.architecture) == (
-        "NVIDIA A30", 24 * 2**30, (8, 0), "Ampere",
+        "NVIDIA A30",
+        24 * 2**30,
+        (8, 0),
+        "Ampere",
     )
     assert p.mig_capable
 

@@ -8,9 +8,16 @@ from vke_gpu_dra.profiles import UnknownProductError
 from tests.driver.slice_check import assert_publishable
 
 FULL_GPU_ATTRIBUTES = {
-    facts.ATTR_TYPE, facts.ATTR_UUID, facts.ATTR_PRODUCT_NAME, facts.ATTR_BRAND, facts.ATTR_ARCHITECTURE,
-    facts.ATTR_CUDA_COMPUTE_CAPABILITY, facts.ATTR_DRIVER_VERSION, facts.ATTR_CUDA_DRIVER_VERSION,
-    facts.ATTR_PCIE_BUS_ID, facts.ATTR_PCIE_ROOT,
+    facts.ATTR_TYPE,
+    facts.ATTR_UUID,
+    facts.ATTR_PRODUCT_NAME,
+    facts.ATTR_BRAND,
+    facts.ATTR_ARCHITECTURE,
+    facts.ATTR_CUDA_COMPUTE_CAPABILITY,
+    facts.ATTR_DRIVER_VERSION,
+    facts.ATTR_CUDA_DRIVER_VERSION,
+    facts.ATTR_PCIE_BUS_ID,
+    facts.ATTR_PCIE_ROOT,
 }
 
 
@@ -50,10 +57,21 @@ def test_uuid_is_stable_across_processes():
     # sha256-seeded: a fixed node name always yields the same first UUID (not Python's randomised hash()).
     import subprocess
     import sys
-    code = ("from vke_gpu_dra.discovery.simulated import SimulatedSource;"
-            "print(SimulatedSource(1, 'NVIDIA A30', 'node-a').discover().devices[0].uuid)")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+
+    code = (
+        "from vke_gpu_dra.discovery.simulated import SimulatedSource;"
+        "print(SimulatedSource(1, 'NVIDIA A30', 'node-a').discover().devices[0].uuid)"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(outs) == 1
 
 

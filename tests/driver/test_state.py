@@ -84,25 +84,44 @@ def test_same_device_in_two_results_is_one_cdi_device(dirs):
     assert len(cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"]) == 1
 
 
-@pytest.mark.parametrize(("obj", "message"), [
-    (claim("other-uid", result("gpu-0")), "claim default/c got replaced: uid other-uid, expected uid-1"),
-    (claim("uid-1", allocated=False), "claim default/c is not allocated"),
-    (claim("uid-1", result("gpu-9")),
-     r"device gpu-9 of claim default/c is not published by this node \(known: gpu-0, gpu-1, gpu-2, gpu-3\)"),
-    (claim("uid-1", result("gpu-0", pool="node-b")),
-     "device gpu-0 of claim default/c is in pool node-b, but this node's pool is node-a"),
-    (claim("uid-1", result("nic-0", driver="net.example.com")),
-     "claim default/c has no devices allocated by driver gpu.nvidia.com"),
-    (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
-    (claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}), "result 0 of gpu.nvidia.com needs request"),
-    (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
-     r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: "
-     "unknown GPU sharing strategy: MPS; feature gate MPSSupport is off"),
-    (claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(bogus=1))]),
-     r"claim default/c: config\[0\] \(FromClaim\) \(GpuConfig\): unknown field\(s\) bogus"),
-    (claim("uid-1", result("gpu-0"), config=[opaque(mig_config(), requests=["gpu"])]),
-     "cannot apply MIG device config to request: gpu .*device gpu-0 is of type gpu"),
-])
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (claim("other-uid", result("gpu-0")), "claim default/c got replaced: uid other-uid, expected uid-1"),
+        (claim("uid-1", allocated=False), "claim default/c is not allocated"),
+        (
+            claim("uid-1", result("gpu-9")),
+            r"device gpu-9 of claim default/c is not published by this node "
+            r"\(known: gpu-0, gpu-1, gpu-2, gpu-3\)",
+        ),
+        (
+            claim("uid-1", result("gpu-0", pool="node-b")),
+            "device gpu-0 of claim default/c is in pool node-b, but this node's pool is node-a",
+        ),
+        (
+            claim("uid-1", result("nic-0", driver="net.example.com")),
+            "claim default/c has no devices allocated by driver gpu.nvidia.com",
+        ),
+        (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
+        (
+            claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}),
+            "result 0 of gpu.nvidia.com needs request",
+        ),
+        (
+            claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
+            r"claim default/c: config\[0\] \(FromClaim, GpuConfig\) field sharing: "
+            "unknown GPU sharing strategy: MPS; feature gate MPSSupport is off",
+        ),
+        (
+            claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(bogus=1))]),
+            r"claim default/c: config\[0\] \(FromClaim\) \(GpuConfig\): unknown field\(s\) bogus",
+        ),
+        (
+            claim("uid-1", result("gpu-0"), config=[opaque(mig_config(), requests=["gpu"])]),
+            "cannot apply MIG device config to request: gpu .*device gpu-0 is of type gpu",
+        ),
+    ],
+)
 def test_bad_claims_fail_with_one_clear_message_and_leave_nothing(dirs, obj, message):
     state = make_state(dirs)
     with pytest.raises(ClaimError, match=message):

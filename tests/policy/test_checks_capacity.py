@@ -47,7 +47,8 @@ TEMPLATE = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
 CLUSTER = "volcengine:vke/cluster:Cluster"
 
 
-def test_the_cluster_version_selects_the_admission_rules(dev: Stack) -> None:
+# Untyped like its siblings: a Stack holds SimRes, which claims_fit reads like the analyzer's resources.
+def test_the_cluster_version_selects_the_admission_rules(dev):
     """distinctAttribute is refused by a 1.34 API server (DRAConsumableCapacity off) and accepted from
     1.36 (beta, on): the program's cluster resource says which."""
 

@@ -63,6 +63,7 @@ def fake_digest(tags: Any) -> str:
     """The digest the mocked build reports: a function of its tags, so a new tag is a new digest."""
     return "sha256:" + hashlib.sha256(json.dumps(tags, sort_keys=True).encode()).hexdigest()
 
+
 FAKE_KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
@@ -196,8 +197,13 @@ class ProgramMocks(pulumi.runtime.Mocks):
             return {
                 "ids": ids,
                 "kubeconfigs": [
-                    {"kubeconfig": encoded, "id": ids[0], "kubeconfigId": ids[0],
-                     "clusterId": "vke-cluster-id", "type": "Public"}
+                    {
+                        "kubeconfig": encoded,
+                        "id": ids[0],
+                        "kubeconfigId": ids[0],
+                        "clusterId": "vke-cluster-id",
+                        "type": "Public",
+                    }
                 ],
                 "totalCount": 1,
             }
@@ -237,7 +243,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 urn=response.urn,
                 id=response.id,
                 custom=bool(request.custom),
-                inputs=_unwrap_secrets(copy.deepcopy(dict(pulumi.runtime.rpc.deserialize_properties(request.object)))),
+                inputs=_unwrap_secrets(
+                    copy.deepcopy(dict(pulumi.runtime.rpc.deserialize_properties(request.object)))
+                ),
                 provider=request.provider,
                 parent=request.parent,
                 dependencies=tuple(request.dependencies),
@@ -385,7 +393,9 @@ def to_policy_resources(run: ProgramRun) -> list[Any]:
 def dumps(run: ProgramRun) -> str:
     """A readable JSON summary (for debugging a failing test)."""
     return json.dumps(
-        [{"type": r.type, "name": r.name, "provider": r.provider_urn, "deps": r.dependencies}
-         for r in run.resources],
+        [
+            {"type": r.type, "name": r.name, "provider": r.provider_urn, "deps": r.dependencies}
+            for r in run.resources
+        ],
         indent=1,
     )

@@ -401,12 +401,19 @@ def test_main_reports_config_errors_as_one_message(monkeypatch: pytest.MonkeyPat
 BOOLEAN_KEYS = [k.name for k in config.KEYS if k.type == "boolean"]
 #: Exactly what pulumi.Config.get_bool accepts (the Python SDK compares with "true"/"True" and
 #: "false"/"False" and raises ConfigTypeError otherwise); YAML booleans arrive as "true"/"false".
-BOOLEAN_ACCEPTED = [("true", True), ("True", True), ("false", False), ("False", False), (True, True),
-                    (False, False)]
+BOOLEAN_ACCEPTED = [
+    ("true", True),
+    ("True", True),
+    ("false", False),
+    ("False", False),
+    (True, True),
+    (False, False),
+]
 BOOLEAN_REJECTED = ["yes", "no", "1", "0", "on", "off", "treu", "TRUE", "FALSE", "tRuE", "y", "", " true"]
 
 
 def _bool_field(cfg: config.StackConfig, key: str) -> bool:
+    assert cfg.driver_image is not None
     fields = {
         "production": cfg.production,
         "cluster.apiServerPublicAccess": cfg.cluster.api_server_public_access,
@@ -420,8 +427,14 @@ def _bool_field(cfg: config.StackConfig, key: str) -> bool:
 
 def test_boolean_keys_are_the_ones_this_test_reads() -> None:
     assert sorted(BOOLEAN_KEYS) == sorted(
-        ["production", "cluster.apiServerPublicAccess", "cluster.deleteProtection",
-         "driver.kubeletPluginOnAllNodes", "driver.registry.create", "sample.enabled"]
+        [
+            "production",
+            "cluster.apiServerPublicAccess",
+            "cluster.deleteProtection",
+            "driver.kubeletPluginOnAllNodes",
+            "driver.registry.create",
+            "sample.enabled",
+        ]
     )
 
 
@@ -450,8 +463,13 @@ def test_production_typo_is_reported_with_the_other_problems(value: str) -> None
 @pytest.mark.parametrize("value", ["yes", "1", "on", "treu"])
 def test_production_typo_is_an_error_with_an_existing_cluster_too(value: str) -> None:
     issue = only_issue(
-        {"target": "existing-cluster", "kubeconfigPath": "/tmp/kc", "nodePool.keyPairName": None,
-         "driver.image": "registry.k8s.io/vke-gpu-dra/plugin:1", "production": value},
+        {
+            "target": "existing-cluster",
+            "kubeconfigPath": "/tmp/kc",
+            "nodePool.keyPairName": None,
+            "driver.image": "registry.k8s.io/vke-gpu-dra/plugin:1",
+            "production": value,
+        },
         "production",
         region=False,
     )
@@ -460,9 +478,16 @@ def test_production_typo_is_an_error_with_an_existing_cluster_too(value: str) ->
 
 def test_parse_bool_is_the_one_boolean_reader() -> None:
     assert [config.parse_bool(v) for v in ("true", "True", "false", "False", True, False)] == [
-        True, True, False, False, True, False,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
     ]
     assert [config.parse_bool(v) for v in ("TRUE", "yes", "1", 1, 0, None, "treu")] == [None] * 7
+
+
 # --- driver.featureGates ---
 
 

@@ -25,9 +25,16 @@ def node(
         "status": {
             "conditions": [{"type": "Ready", "status": ready, "reason": reason}],
             "nodeInfo": {
-                "architecture": "amd64", "bootID": "b", "containerRuntimeVersion": runtime,
-                "kernelVersion": "5.15", "kubeProxyVersion": "v1.34.1", "kubeletVersion": "v1.34.1",
-                "machineID": "m", "operatingSystem": "linux", "osImage": "veLinux 2.0", "systemUUID": "u",
+                "architecture": "amd64",
+                "bootID": "b",
+                "containerRuntimeVersion": runtime,
+                "kernelVersion": "5.15",
+                "kubeProxyVersion": "v1.34.1",
+                "kubeletVersion": "v1.34.1",
+                "machineID": "m",
+                "operatingSystem": "linux",
+                "osImage": "veLinux 2.0",
+                "systemUUID": "u",
             },
         },
     }
@@ -49,19 +56,28 @@ class FakeApiServer:
 
 
 def kubeconfig(url: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "ctx",
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": url}}],
+            "users": [{"name": "u", "user": {"token": "t0ken"}}],
+            "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "ctx",
+        }
+    )
 
 
 def props(url: str, expected: int = 1, timeout: float = 0.4) -> dict[str, Any]:
     return {
-        "kubeconfig": kubeconfig(url), "context": "", "node_pool_id": "np-1", "label_selector": SELECTOR,
-        "expected_nodes": expected, "min_containerd": "2.1", "timeout_seconds": timeout, "poll_seconds": 0.05,
+        "kubeconfig": kubeconfig(url),
+        "context": "",
+        "node_pool_id": "np-1",
+        "label_selector": SELECTOR,
+        "expected_nodes": expected,
+        "min_containerd": "2.1",
+        "timeout_seconds": timeout,
+        "poll_seconds": 0.05,
     }
 
 
@@ -158,8 +174,15 @@ def test_diff_only_for_watched_inputs() -> None:
 
 @pytest.mark.parametrize(
     ("runtime", "ok"),
-    [("containerd://2.1.0", True), ("containerd://2.2.1", True), ("containerd://3.0.0", True),
-     ("containerd://2.0.9", False), ("containerd://1.7.27", False), ("docker://2.1", False), ("", False)],
+    [
+        ("containerd://2.1.0", True),
+        ("containerd://2.2.1", True),
+        ("containerd://3.0.0", True),
+        ("containerd://2.0.9", False),
+        ("containerd://1.7.27", False),
+        ("docker://2.1", False),
+        ("", False),
+    ],
 )
 def test_runtime_ok(runtime: str, ok: bool) -> None:
     assert runtime_ok(runtime, (2, 1)) is ok

@@ -63,7 +63,7 @@ def device_name_from_cdi(claim_uid: str, cdi_device_name: str) -> str:
     prefix = f"{claim_uid}-"
     if not cdi_device_name.startswith(prefix):
         raise CdiSpecError(f"CDI device {cdi_device_name!r} does not belong to claim {claim_uid}")
-    return cdi_device_name[len(prefix):]
+    return cdi_device_name[len(prefix) :]
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -160,7 +160,12 @@ _HOOK_FIELDS: Final = {"hookName", "path", "args", "env", "timeout"}
 _RDT_FIELDS: Final = {"closID", "l3CacheSchema", "memBwSchema", "schemata", "enableMonitoring"}
 _NETDEV_FIELDS: Final = {"hostInterfaceName", "name"}
 _HOOK_NAMES: Final = {
-    "prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop",
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
 }
 
 _VENDOR_RE: Final = re.compile(r"^[A-Za-z]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
@@ -387,7 +392,7 @@ def list_claim_specs(cdi_root: Path) -> dict[str, Path]:
         return {}
     found = {}
     for path in sorted(cdi_root.glob(f"{_SPEC_PREFIX}*{SPEC_SUFFIX}")):
-        uid = path.name[len(_SPEC_PREFIX):-len(SPEC_SUFFIX)]
+        uid = path.name[len(_SPEC_PREFIX) : -len(SPEC_SUFFIX)]
         if uid:
             found[uid] = path
     return found

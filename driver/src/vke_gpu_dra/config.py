@@ -59,6 +59,7 @@ class Config:
     def driver_root_path(self) -> Path:
         """The driver root as this process reads it."""
         return self.container_driver_root or self.nvidia_driver_root
+
     # --- GPU sharing (NVIDIA's --feature-gates, --namespace, --image-name) ---
     feature_gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
     namespace: str = "default"

@@ -91,10 +91,7 @@ class DeviceClassSpec:
 
 def device_type_selector(device_type: str, driver: str = DRIVER_NAME) -> str:
     """CEL selecting `driver`'s devices whose `type` attribute equals `device_type` (NVIDIA's exact form)."""
-    return (
-        f"device.driver == '{driver}' && "
-        f"device.attributes['{driver}'].{ATTR_TYPE} == '{device_type}'"
-    )
+    return f"device.driver == '{driver}' && device.attributes['{driver}'].{ATTR_TYPE} == '{device_type}'"
 
 
 #: The DeviceClasses of NVIDIA's chart for GPUs (compute domains are not part of this project).

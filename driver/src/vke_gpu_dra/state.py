@@ -290,7 +290,7 @@ class DeviceState:
                 devices=self._by_name,
                 gates=self._gates,
             )
-            # GPU sharing: plan, refuse conflicts with the node's other claims, record before changing anything
+            # GPU sharing: plan, refuse conflicts with other claims, record it before changing anything
             op.plan = sharing.plan_for(allocated)
             op.record = self._sharing_record(ref, op.plan, entries)
             op.devices = list({a.device.name: a.device for a in allocated}.values())
@@ -486,7 +486,7 @@ class DeviceState:
     def _roll_back(
         self, ref: ClaimRef, record: sharing.SharingRecord, entries: Mapping[str, ClaimEntry]
     ) -> bool:
-        """After a failed prepare: undo what was applied and remove the spec; False (entry kept) if that fails."""
+        """After a failed prepare: undo what was applied, remove the spec; False (entry kept) on failure."""
         try:
             self._undo_sharing(ref, record, time.monotonic() + ROLLBACK_SECONDS, entries)
             cdi.delete_claim_spec(self._cdi_root, ref.uid)

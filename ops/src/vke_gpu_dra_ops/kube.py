@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-
 from vke_gpu_dra import kubeconfig
+
 from vke_gpu_dra_ops import checks
 
 #: Seconds a single API request may take.

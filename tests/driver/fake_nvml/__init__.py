@@ -18,9 +18,22 @@ def build(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIBRARY_NAME
     subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", f"-Wl,-soname,{LIBRARY_NAME}",
-         "-o", str(target), str(SOURCE)],
-        check=True, capture_output=True, text=True,
+        [
+            gcc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-Wl,-soname,{LIBRARY_NAME}",
+            "-o",
+            str(target),
+            str(SOURCE),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return target
 

@@ -97,8 +97,12 @@ class NvmlSource:
         if self.driver_root is not None:
             found = find_library(self.driver_root)
             if found is None:
-                log.warning("%s not found under %s (%s); trying the default loader",
-                            LIBRARY_NAME, self.driver_root, ", ".join(LIBRARY_DIRS))
+                log.warning(
+                    "%s not found under %s (%s); trying the default loader",
+                    LIBRARY_NAME,
+                    self.driver_root,
+                    ", ".join(LIBRARY_DIRS),
+                )
             return found
         return None
 
@@ -253,8 +257,10 @@ class NvmlSource:
             except pynvml.NVMLError_NotFound:
                 continue  # an empty slot
             except pynvml.NVMLError as exc:
-                problems.append(f"GPU {label}: nvmlDeviceGetMigDeviceHandleByIndex({slot}) failed: {exc}; "
-                                "MIG device left out")
+                problems.append(
+                    f"GPU {label}: nvmlDeviceGetMigDeviceHandleByIndex({slot}) failed: {exc}; "
+                    "MIG device left out"
+                )
                 continue
             try:
                 devices.append(_mig(f"{label} MIG slot {slot}", mig_handle, context))
@@ -279,8 +285,9 @@ def _mig(label: str, handle: Any, ctx: _MigContext) -> Device:
     ci_id = int(_call(label, "nvmlDeviceGetComputeInstanceId", handle))
     gi = _call(label, "nvmlDeviceGetGpuInstanceById", ctx.parent, gi_id)
     gi_info = _call(label, "nvmlGpuInstanceGetInfo", gi)
-    ci_info = _call(label, "nvmlComputeInstanceGetInfo",
-                    _call(label, "nvmlGpuInstanceGetComputeInstanceById", gi, ci_id))
+    ci_info = _call(
+        label, "nvmlComputeInstanceGetInfo", _call(label, "nvmlGpuInstanceGetComputeInstanceById", gi, ci_id)
+    )
     profile = ctx.profiles.get(int(gi_info.profileId))
     if profile is None:
         raise _GpuFailed(f"GPU {label}: GPU-instance profile {gi_info.profileId} is not a profile of the GPU")
@@ -288,8 +295,12 @@ def _mig(label: str, handle: Any, ctx: _MigContext) -> Device:
     start, size = int(gi_info.placement.start), int(gi_info.placement.size)
     caps = mig_caps_nodes(ctx.minors, gpu.minor, gi_id, ci_id) if ctx.minors is not None else None
     if caps is None:
-        log.warning("GPU %s: MIG capability nodes for gi %d / ci %d not found; publishing without them",
-                    label, gi_id, ci_id)
+        log.warning(
+            "GPU %s: MIG capability nodes for gi %d / ci %d not found; publishing without them",
+            label,
+            gi_id,
+            ci_id,
+        )
     return mig_device(
         gpu,
         name=norm.mig_device_name(gpu.minor, int(gi_info.profileId), start, size),
