@@ -263,6 +263,29 @@ def test_stop_lets_in_flight_calls_finish(short_tmp: Path, fake_api: FakeAPIServ
     assert not stopper.is_alive() and not p.dra_socket.exists()
 
 
+def claim_readers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("claim-read")}
+
+
+def test_stop_shuts_the_claim_reader_pool_down(short_tmp: Path, fake_api: FakeAPIServer, node: dict) -> None:
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    before = claim_readers()
+    p = Plugin(plugin_config(short_tmp), stop_grace=5)
+    p.start()
+    k = Kubelet(p.registration_socket)
+    try:
+        k.register()
+        assert k.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+        started = claim_readers() - before
+        assert started  # the prepare call read its claim on the pool
+    finally:
+        k.close()
+        p.stop()
+    for thread in started:
+        thread.join(20)
+    assert not any(t.is_alive() for t in started)
+
+
 def test_kubeconfig_from_environment_when_not_in_a_cluster(
     short_tmp: Path, fake_api: FakeAPIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,17 @@ from vke_gpu_dra.driver_userspace import UserSpaceSettings, setup
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.model import ClaimRef, Device
 from vke_gpu_dra.state import DeviceState
-from vke_gpu_dra.userspace import DriverRoot, UserSpaceError, discover, elf, find_binary, ldcache, node_source
+from vke_gpu_dra.userspace import (
+    NVML_SONAME,
+    DriverRoot,
+    UserSpaceError,
+    discover,
+    elf,
+    find_binary,
+    ldcache,
+    node_source,
+)
+from vke_gpu_dra.userspace import find_library as find_soname
 
 from tests.driver import fake_driver
 from tests.driver.claims import claim, result
@@ -241,6 +251,21 @@ def test_directories_and_dangling_links_named_like_libraries_are_skipped(make_ro
     assert f"libnvidia-gpucomp.so.{VERSION}" not in names and f"libnvidia-cfg.so.{VERSION}" not in names
     assert len(names) == 4
     assert find_library(fake.path) == fake.local(f"{DEB}/libnvidia-ml.so.1")
+
+
+def test_a_library_is_found_through_the_ld_cache_before_the_standard_directories(make_root):
+    fake = make_root()
+    decoy = fake.local(f"/usr/lib64/{NVML_SONAME}")  # first of LIBRARY_DIRS, not in the cache
+    decoy.parent.mkdir(parents=True)
+    decoy.write_bytes(b"\0")
+    root = DriverRoot(fake.path, "/host")
+    assert find_soname(root, NVML_SONAME) == f"{DEB}/libnvidia-ml.so.{VERSION}"
+    fake.local("/etc/ld.so.cache").unlink()
+    assert find_soname(root, NVML_SONAME) == f"/usr/lib64/{NVML_SONAME}"
+    decoy.unlink()
+    decoy.mkdir()  # a directory named like the library is skipped
+    assert find_soname(root, NVML_SONAME) == f"{DEB}/libnvidia-ml.so.{VERSION}"
+    assert find_soname(root, "libnvidia-absent.so.1") is None
 
 
 def test_absolute_links_resolve_inside_the_root(make_root):

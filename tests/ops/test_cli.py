@@ -67,3 +67,23 @@ def test_quiet_libraries_keeps_other_warnings() -> None:
         warnings.warn("ours", UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["ours"]
     assert logging.getLogger("vke_gpu_dra_ops").getEffectiveLevel() <= logging.WARNING
+
+
+def test_a_reader_that_closes_early_ends_the_command_quietly() -> None:
+    # `vke-gpu-dra plan --output json | head`: the reader is gone before the command writes.
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "vke_gpu_dra_ops"]
+    with subprocess.Popen(
+        [*command, "plan", "--stack-config", "Pulumi.dev.yaml", "--output", "json"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        stderr = proc.stderr.read()
+        status = proc.wait(timeout=120)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+    assert stderr == ""
+    assert status == 141  # 128 + SIGPIPE, what a shell reports for kubectl in the same pipe

@@ -9,15 +9,13 @@ wins. Sharing strategies are valid only with their feature gate (TimeSlicingSett
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from . import facts
 from .featuregates import FeatureGates
+from .quantity import QuantityError, quantity_value
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
 KIND_GPU: Final = "GpuConfig"
@@ -36,28 +34,6 @@ _MPS_FIELDS: Final = {
     "defaultActiveThreadPercentage",
     "defaultPinnedDeviceMemoryLimit",
     "defaultPerDevicePinnedMemoryLimit",
-}
-#: A Kubernetes resource.Quantity (apimachinery's grammar: sign, digits, optional fraction, one suffix).
-_QUANTITY_RE: Final = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
-)
-_SUFFIX: Final = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
 }
 
 
@@ -95,19 +71,10 @@ def quantity_bytes(value: Any, where: str) -> int:
     """A resource.Quantity (JSON string or number) as an integer, rounded up like Quantity.Value()."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
-    text = str(value).strip()
-    match = _QUANTITY_RE.match(text)
-    if not match:
-        raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
-    number, suffix = match.group(1), match.group(2) or ""
     try:
-        if suffix[:1] in ("e", "E") and len(suffix) > 1:
-            amount = Decimal(number) * (Decimal(10) ** int(suffix[1:]))
-        else:
-            amount = Decimal(number) * _SUFFIX[suffix]
-    except (InvalidOperation, OverflowError):
+        return quantity_value(str(value).strip())
+    except QuantityError:
         raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}") from None
-    return math.ceil(amount)
 
 
 def _check_mps(obj: Any, where: str) -> None:

@@ -96,6 +96,7 @@ class Plugin:
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
         self._dra: grpc.Server | None = None
+        self._dra_servicer: DRAServicer | None = None
         self._reg: grpc.Server | None = None
         self._health: grpc.Server | None = None
         self._metrics_server: Any = None
@@ -172,7 +173,8 @@ class Plugin:
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
         self._dra = unix_server(cfg.dra_socket, max_workers=DRA_WORKERS, name="dra")
-        add_dra_servicer(self._dra, DRAServicer(claims=api, state=self.state, metrics=self.metrics))
+        self._dra_servicer = DRAServicer(claims=api, state=self.state, metrics=self.metrics)
+        add_dra_servicer(self._dra, self._dra_servicer)
         add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
         self._dra.start()
         # 4. ResourceSlices
@@ -245,6 +247,8 @@ class Plugin:
         if self._dra is not None:
             self._dra.stop(grace).wait()
         remove_socket(cfg.dra_socket)
+        if self._dra_servicer is not None:
+            self._dra_servicer.close()  # its claim-reader pool, once no call can use it
         if self.slices is not None:
             self.slices.stop()
         if self._health is not None:

@@ -25,18 +25,10 @@ from .featuregates import FeatureGates
 from .kubeapi import KubeError
 from .model import Device
 from .opaque_config import ConfigError, MpsSettings, mps_limits
+from .userspace import BINARY_DIRS, NVML_SONAME, SMI_BINARY, DriverRoot, find_binary, find_library
 
 log = logging.getLogger(__name__)
 
-NVIDIA_SMI_DIRS: Final = ("/usr/bin", "/usr/sbin", "/bin", "/sbin")
-LIBRARY_DIRS: Final = (
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-)
 NVIDIA_SMI_TIMEOUT: Final = 10.0
 MPS_DIR_NAME: Final = "mps"
 MPS_DAEMON_NAME_FMT: Final = "mps-control-daemon-{}"
@@ -61,25 +53,22 @@ class NvidiaSmi:
         self._root = driver_root
         self._runner = runner
 
-    def _find(self, name: str, dirs: Sequence[str]) -> Path | None:
-        for d in dirs:
-            candidate = self._root / d.lstrip("/") / name
-            if candidate.exists():
-                return candidate
-        return None
-
     def run(self, args: Sequence[str], deadline: float) -> None:
         if "-i" not in args:
             raise ValueError("nvidia-smi must be called for one GPU (-i <uuid>)")
-        binary = self._find("nvidia-smi", NVIDIA_SMI_DIRS)
-        if binary is None:
+        root = DriverRoot(self._root)
+        found = find_binary(root, SMI_BINARY)
+        if found is None:
             raise SharingError(
-                f"nvidia-smi not found under driver root {self._root} ({', '.join(NVIDIA_SMI_DIRS)})"
+                f"nvidia-smi not found under driver root {self._root} ({', '.join(BINARY_DIRS)})"
             )
+        binary = root.local(found.resolved)
         env = dict(os.environ)
-        library = self._find("libnvidia-ml.so.1", LIBRARY_DIRS)
+        library = find_library(root, NVML_SONAME)
         if library is not None:  # as NVIDIA's plugin: preload the driver root's NVML
-            env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+            env["LD_PRELOAD"] = ":".join(
+                p for p in (str(root.local(library)), env.get("LD_PRELOAD", "")) if p
+            )
         timeout = min(NVIDIA_SMI_TIMEOUT, deadline - time.monotonic())
         command = [str(binary), *args]
         if timeout <= 0:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from .kubeapi import KubeError, Watch
+from .kubeapi import KubeAPI, KubeError, Watch
 from .metrics import Metrics
 from .slices import SyncPlan, canonical, plan_sync
 
@@ -31,34 +31,12 @@ class NodeNotFoundError(Exception):
     """This node's Node object does not exist (yet): slices cannot be owned by it."""
 
 
-class SliceAPI(Protocol):
-    def get_node(self, name: str) -> dict[str, Any]: ...
-
-    def list_slices(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]: ...
-
-    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]: ...
-
-    def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]: ...
-
-    def delete_slice(self, name: str, uid: str | None = None) -> None: ...
-
-    def watch_slices(
-        self,
-        driver: str,
-        node_name: str,
-        resource_version: str,
-        timeout_seconds: int,
-        *,
-        send_initial_events: bool = False,
-    ) -> Watch: ...
-
-
 class SliceController:
     """Publishes `entries` (ResourceSlice device entries) as the node's pool and keeps them there."""
 
     def __init__(
         self,
-        api: SliceAPI,
+        api: KubeAPI,
         *,
         driver: str,
         node_name: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -19,6 +20,9 @@ from urllib3.exceptions import InsecureRequestWarning
 #: Subcommand modules, each exposing `register(subparsers)`.
 SUBCOMMANDS: tuple[str, ...] = ("verify", "demo", "plan")
 DISTRIBUTION = "vke-gpu-dra-ops"
+#: The exit status when stdout is closed early (`... | head`): 128 + SIGPIPE, as a shell reports
+#: kubectl or any other program that SIGPIPE ends.
+EXIT_BROKEN_PIPE = 141
 
 DESCRIPTION = "GPU dynamic resource allocation (DRA) on Volcengine Kubernetes Engine: operator tools."
 EPILOG = """\
@@ -68,9 +72,27 @@ def quiet_libraries() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    quiet_libraries()
-    return int(args.func(args))
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+            quiet_libraries()
+            return int(args.func(args))
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        return stdout_closed()
+
+
+def stdout_closed() -> int:
+    """The reader of stdout went away (`vke-gpu-dra plan --output json | head`): stop quietly, as kubectl.
+
+    Python ignores SIGPIPE, so a write raises BrokenPipeError instead of ending the process; stdout
+    is pointed at /dev/null so that the interpreter's final flush does not report it again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ from __future__ import annotations
 from .devnodes import CONTROL_NODES, DeviceNode, drm_nodes, existing_nodes, node_source
 from .discover import (
     BINARIES,
+    BINARY_DIRS,
     HOOK_BINARY,
     LIBRARY_DIRS,
     NVML_SONAME,
+    SMI_BINARY,
     DriverRoot,
     File,
     Library,
@@ -15,14 +17,17 @@ from .discover import (
     UserSpaceError,
     discover,
     find_binary,
+    find_library,
 )
 
 __all__ = [
     "BINARIES",
+    "BINARY_DIRS",
     "CONTROL_NODES",
     "HOOK_BINARY",
     "LIBRARY_DIRS",
     "NVML_SONAME",
+    "SMI_BINARY",
     "DeviceNode",
     "DriverRoot",
     "File",
@@ -33,5 +38,6 @@ __all__ = [
     "drm_nodes",
     "existing_nodes",
     "find_binary",
+    "find_library",
     "node_source",
 ]

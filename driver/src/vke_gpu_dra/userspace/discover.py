@@ -221,6 +221,17 @@ def find_libcuda_dir(root: DriverRoot, version: str, machine: str | None = None)
     return None
 
 
+def find_library(root: DriverRoot, soname: str, machine: str | None = None) -> str | None:
+    """The resolved container path of the regular file `soname` (e.g. `libnvidia-ml.so.1`):
+    the root's ld.so.cache (64-bit entries of this machine) first, then LIBRARY_DIRS; else None."""
+    cached = [e.value for e in read_ld_cache(root) if e.key == soname and e.is_native_64bit(machine)]
+    for path in dict.fromkeys([*cached, *(f"{d}/{soname}" for d in LIBRARY_DIRS)]):
+        resolved = root.regular_file(path)
+        if resolved is not None:
+            return resolved
+    return None
+
+
 def _so_link(name: str) -> str:
     """`libfoo.so.1.2` -> `libfoo.so` (the development link name)."""
     while True:

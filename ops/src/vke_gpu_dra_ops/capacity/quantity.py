@@ -1,86 +1,51 @@
 """Kubernetes `resource.Quantity` and strict semver 2.0.0 values, as the DRA CEL environment sees them.
 
-Quantities are kept exact (`fractions.Fraction`), so `quantity("200M").compareTo(quantity("0.2G")) == 0`
-and `quantity("50M")` is less than `quantity("50Mi")`, as in `k8s.io/apimachinery/pkg/api/resource`.
+Quantities are parsed exactly by the driver package's `vke_gpu_dra.quantity` (one grammar for the driver
+and these tools), so `quantity("200M").compareTo(quantity("0.2G")) == 0` and `quantity("50M")` is less
+than `quantity("50Mi")`, as in `k8s.io/apimachinery/pkg/api/resource`; this module adds the apiserver's
+conversions (`AsInt64`), readable formatting and semver.
 Semantic versions follow `github.com/blang/semver/v4` `Parse` (the parser behind `semver()` and `version`
 attributes): exactly MAJOR.MINOR.PATCH, no leading zeros, optional `-prerelease` and `+build`.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 from typing import Final
 
-_BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL: Final = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-# sign, digits with an optional fraction (at least one digit), then a suffix or a decimal exponent.
-_QUANTITY_RE: Final = re.compile(
-    r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+from vke_gpu_dra.quantity import (
+    ALLOWED_QUANTITY_FORMS,
+    BINARY_SUFFIXES,
+    NANO,
+    QuantityError,
+    parse_quantity,
+    round_to_nano,
 )
-#: Quantities are stored with nano precision; finer values are rounded up (away from zero).
-_NANO: Final = Fraction(1, 10**9)
+
+__all__ = [
+    "ALLOWED_QUANTITY_FORMS",
+    "QuantityError",
+    "Semver",
+    "SemverError",
+    "format_bytes",
+    "format_quantity",
+    "is_quantity",
+    "is_semver",
+    "parse_quantity",
+    "parse_semver",
+    "quantity_as_int64",
+    "round_to_nano",
+]
+
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
-ALLOWED_QUANTITY_FORMS: Final = (
-    "a decimal number with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei (binary), n, u, m, k, M, G, T, P, E "
-    "(decimal) or a decimal exponent e<N>/E<N>, e.g. 40Gi, 1.5G, 500m, 1e3"
-)
-
-
-class QuantityError(ValueError):
-    """A string that is not a Kubernetes quantity."""
 
 
 class SemverError(ValueError):
     """A string that is not a strict semver 2.0.0 version."""
-
-
-@lru_cache(maxsize=4096)
-def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity string (`resource.ParseQuantity`)."""
-    match = _QUANTITY_RE.match(text)
-    if match is None:
-        raise QuantityError(
-            f"quantities must match the regular expression of resource.Quantity: {text!r} is not "
-            f"{ALLOWED_QUANTITY_FORMS}"
-        )
-    sign, number, exponent, suffix = match.groups()
-    value = Fraction(number)
-    if exponent is not None:
-        power = int(exponent[1:])
-        if abs(power) > 10_000:
-            raise QuantityError(f"quantity {text!r}: exponent {power} is out of range")
-        value *= Fraction(10) ** power
-    elif suffix in _BINARY:
-        value *= _BINARY[suffix]
-    else:
-        value *= _DECIMAL[suffix or ""]
-    if sign == "-":
-        value = -value
-    return round_to_nano(value)
-
-
-def round_to_nano(value: Fraction) -> Fraction:
-    """Round away from zero to a multiple of 1n, as Quantity does with values below its precision."""
-    steps = value / _NANO
-    if steps.denominator == 1:
-        return value
-    return (math.ceil(steps) if value > 0 else math.floor(steps)) * _NANO
 
 
 def is_quantity(text: str) -> bool:
@@ -103,14 +68,14 @@ def format_quantity(value: Fraction | int) -> str:
     value = Fraction(value)
     if value.denominator == 1:
         number = value.numerator
-        for suffix, size in reversed(_BINARY.items()):
+        for suffix, size in reversed(BINARY_SUFFIXES.items()):
             if number and number % size == 0:
                 return f"{number // size}{suffix}"
         return str(number)
     milli = value * 1000
     if milli.denominator == 1:
         return f"{milli.numerator}m"
-    return f"{(value / _NANO).numerator}n"
+    return f"{(value / NANO).numerator}n"
 
 
 def format_bytes(value: Fraction | int) -> str:
