@@ -253,3 +253,10 @@ def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp
         "error: --kubernetes-version: Kubernetes version '1.33' is not known to the planner; allowed: "
         "1.34, 1.35, 1.36 (major.minor, optionally with a patch or VKE suffix)\n"
     )
+
+
+def test_plan_yaml_is_the_json_report_and_o_is_short_for_output(stack_dir, capsys):
+    assert plan_json(stack_dir) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json

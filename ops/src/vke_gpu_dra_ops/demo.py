@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from vke_gpu_dra import facts
 
 from vke_gpu_dra_ops import checks, demo_stacks, verify
+from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render
 from vke_gpu_dra_ops.pulumi_workspace import (
     PASSPHRASE_VARS,
     AutomationWorkspace,
@@ -102,7 +103,7 @@ def register(subparsers: Any) -> None:
     down.set_defaults(func=main, needs_passphrase=True)
 
     listing = sub.add_parser("list", parents=[common], help="list demo stacks with their expiry")
-    listing.add_argument("-o", "--output", choices=verify.OUTPUT_FORMATS, default="text", help="list format")
+    listing.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help="list format")
     listing.set_defaults(func=main, needs_passphrase=False)
 
     reap = sub.add_parser("reap", parents=[common], help="destroy and remove expired demo stacks")
@@ -186,7 +187,7 @@ def run(
         if command == "list":
             demos, now = demo.demos(), demo.now()
             if args.output != "text":
-                out.write(verify.render(args.output, [d.as_json(now) for d in demos]))
+                out.write(render(args.output, [d.as_json(now) for d in demos]))
             else:
                 out.write(demo_stacks.render_list(demos, now))
             return 0

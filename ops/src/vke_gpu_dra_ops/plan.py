@@ -12,7 +12,6 @@ input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ from .capacity.stack import (
     sample_objects,
 )
 from .capacity.versions import GATES, FeatureGates, VersionError, feature_gates
+from .output import OUTPUT_FORMATS, render
 
 
 class PlanInputError(ValueError):
@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
         help="YAML files or directories with DeviceClasses, ResourceClaimTemplates and workloads "
         "(default: the program's sample workload)",
     )
-    parser.add_argument("--output", choices=("text", "json"), default="text")
+    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help="report format")
     parser.add_argument(
         "--kubernetes-version",
         default=None,
@@ -78,9 +78,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     report = build_report(model, gates)
-    if args.output == "json":
-        json.dump(report, out, indent=2)
-        out.write("\n")
+    if args.output != "text":
+        out.write(render(args.output, report))
     else:
         out.write(render_text(report))
     return 0 if report["fits"] else 1

@@ -15,15 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-import yaml
 from vke_gpu_dra import facts
 
 from vke_gpu_dra_ops import checks, kube
+from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT = 300
 DEFAULT_INTERVAL = 5.0
-OUTPUT_FORMATS = ("text", "json", "yaml")
 
 
 # argparse prefixes these messages with "argument --flag:", so they name the value and what is allowed.
@@ -189,13 +188,6 @@ def render_text(results: Sequence[checks.StepResult]) -> str:
 
 def render_json(results: Sequence[checks.StepResult], context: dict[str, Any]) -> str:
     return json.dumps(result_document(results, context), indent=2) + "\n"
-
-
-def render(output: str, doc: Any) -> str:
-    """A machine-readable document as JSON or YAML (the same keys)."""
-    if output == "yaml":
-        return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
-    return json.dumps(doc, indent=2) + "\n"
 
 
 def result_document(results: Sequence[checks.StepResult], context: dict[str, Any]) -> dict[str, Any]:
