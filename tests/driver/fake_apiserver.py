@@ -309,6 +309,8 @@ class FakeAPIServer:
         self.slices: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[int, str, dict[str, Any]]] = []
         self.compacted_rv = 0
+        #: How often compact() ran: it ends every open watch with 410 Gone, caught up or not.
+        self.compactions = 0
         self.requests: list[tuple[str, str]] = []
         self.faults: list[Fault] = []
         self.holds: list[Hold] = []
@@ -476,9 +478,10 @@ class FakeAPIServer:
             self._update_slice(name, obj)
 
     def compact(self) -> None:
-        """Forget history: watches from an older resourceVersion get 410 Gone."""
+        """Forget history: open watches and watches from an older resourceVersion get 410 Gone."""
         with self.cond:
             self.compacted_rv = self.current_rv
+            self.compactions += 1
             self.events.clear()
             self.cond.notify_all()
 
@@ -921,6 +924,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         opened = False
+        with api.cond:
+            compactions = api.compactions
         try:
             pending, last = self._watch_start(
                 rv_param, selector, send_initial=send_initial, bookmarks=bookmarks
@@ -938,12 +943,13 @@ class _Handler(BaseHTTPRequestHandler):
                 with api.cond:
                     while not api.closing and not any(rv > last for rv, _, _ in api.events):
                         remaining = deadline - time.monotonic()
-                        if remaining <= 0 or api.compacted_rv > last:
+                        if remaining <= 0 or api.compacted_rv > last or api.compactions != compactions:
                             break
                         api.cond.wait(min(remaining, 0.5))
                     if api.closing or time.monotonic() >= deadline:
                         break
-                    if api.compacted_rv > last and not any(rv > last for rv, _, _ in api.events):
+                    expired_now = api.compacted_rv > last or api.compactions != compactions
+                    if expired_now and not any(rv > last for rv, _, _ in api.events):
                         expired = ApiError(410, "Expired", "too old resource version")
                         pending, last = [{"type": "ERROR", "object": expired.status()}], None
                         continue
