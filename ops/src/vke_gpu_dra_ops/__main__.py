@@ -29,11 +29,12 @@ EPILOG = """\
 examples:
   vke-gpu-dra verify                         # the cluster of $KUBECONFIG or ~/.kube/config
   vke-gpu-dra verify --kubeconfig kc.yaml -o json
+  vke-gpu-dra plan --stack-config Pulumi.dev.yaml --manifests my-workloads/
   vke-gpu-dra demo up --base-stack dev --ttl 4h
   vke-gpu-dra demo down demo-alice-202611301041-1a2b
 
 Run `vke-gpu-dra <command> --help` for a command's flags. Exit codes: 0 success, 1 a check or
-command failed, 2 usage, configuration or connection error.
+command failed, 2 usage, configuration or connection error, 141 output closed early (as by `| head`).
 """
 
 
