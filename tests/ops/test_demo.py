@@ -185,7 +185,8 @@ def test_up_creates_a_tagged_stack_from_the_base_runs_up_with_the_policy_pack_an
     assert len(created) == 1
     name = created[0]
     assert re.fullmatch(r"demo-alice-b-202611301041-[0-9a-f]{4}", name)
-    assert ws.files[name] == StackFile(config=BASE["config"], encryption_salt=SALT, secrets_provider=None)
+    config = {**BASE["config"], "vke-gpu-dra:driver.registry.namespace": name}  # its own CR namespace
+    assert ws.files[name] == StackFile(config=config, encryption_salt=SALT, secrets_provider=None)
     assert ws.tags[name] == {
         "vke-gpu-dra:demo": "true",
         "vke-gpu-dra:expires-at": "2026-11-30T14:41:07Z",
@@ -597,3 +598,34 @@ def test_list_yaml_is_the_json_document(project: Path) -> None:
     _, as_json, _ = run_demo(_fleet(), project, "list", "-o", "json")
     code, as_yaml, _ = run_demo(_fleet(), project, "list", "-o", "yaml")
     assert code == 0 and yaml.safe_load(as_yaml) == json.loads(as_json)
+
+
+@pytest.mark.parametrize(
+    ("base", "expected"),
+    [
+        # the dev stack creates its CR instance: a demo reuses it and pushes into its own namespace
+        (
+            {"vke-gpu-dra:driver.registry.name": "acme-cr", "vke-gpu-dra:driver.registry.create": True},
+            {
+                "vke-gpu-dra:driver.registry.name": "acme-cr",
+                "vke-gpu-dra:driver.registry.create": False,
+                "vke-gpu-dra:driver.registry.namespace": "demo-a-1",
+            },
+        ),
+        # an existing instance: only the namespace is the demo's
+        (
+            {"vke-gpu-dra:driver.registry.name": "acme-cr"},
+            {
+                "vke-gpu-dra:driver.registry.name": "acme-cr",
+                "vke-gpu-dra:driver.registry.namespace": "demo-a-1",
+            },
+        ),
+        # a given image or a kind build: nothing to share
+        ({"vke-gpu-dra:driver.image": "r.io/x/p:1"}, {"vke-gpu-dra:driver.image": "r.io/x/p:1"}),
+        ({"vke-gpu-dra:driver.image.build": "kind:k"}, {"vke-gpu-dra:driver.image.build": "kind:k"}),
+    ],
+)
+def test_a_demo_shares_the_base_stacks_cr_instance_in_a_namespace_of_its_own(
+    base: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert demo_stacks.demo_config(base, "demo-a-1") == expected

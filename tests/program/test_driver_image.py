@@ -272,3 +272,15 @@ def test_build_and_command_sdks_are_pinned_and_setup_needs_no_docker() -> None:
         assert f"{package.replace('-', '_')}=={version}" in constraints
     setup = (harness.ROOT / "scripts" / "setup").read_text()
     assert "docker" not in setup.lower() and "kind " not in setup
+
+
+def test_a_demo_of_the_dev_stack_reuses_its_cr_instance_in_a_namespace_of_its_own() -> None:
+    """`vke-gpu-dra demo up --base-stack dev` must not create dev's CR instance a second time."""
+    from vke_gpu_dra_ops import demo_stacks
+
+    base = {**harness.stack_file_config("dev"), "vke-gpu-dra:driver.registry.name": "vke-gpu-dra-dev"}
+    assert base["vke-gpu-dra:driver.registry.create"] is True  # the dev stack creates its CR instance
+    run = harness.run_program(config_mod.raw_from_stack_file(demo_stacks.demo_config(base, "demo-a-1")))
+    assert run.by_type(REGISTRY) == []
+    assert run.one(CR_NAMESPACE).inputs["name"] == "demo-a-1"
+    assert run.one(REPOSITORY).inputs["namespace"] == "demo-a-1"

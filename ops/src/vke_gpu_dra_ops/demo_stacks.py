@@ -13,7 +13,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,6 +34,11 @@ TAG_EXPIRES_AT = "vke-gpu-dra:expires-at"
 TAG_BASE_STACK = "vke-gpu-dra:base-stack"
 TAG_OWNER = "vke-gpu-dra:owner"
 POLICY_PACK_DIR = "policy"
+#: Stack keys of the driver image's Volcengine CR registry (components/config.py declares them).
+KEY_IMAGE = "vke-gpu-dra:driver.image"
+KEY_IMAGE_BUILD = "vke-gpu-dra:driver.image.build"
+KEY_REGISTRY_CREATE = "vke-gpu-dra:driver.registry.create"
+KEY_REGISTRY_NAMESPACE = "vke-gpu-dra:driver.registry.namespace"
 DEMO_PREFIX = "demo-"
 
 _TTL = re.compile(r"^(\d+)([mhd])$")
@@ -193,6 +198,7 @@ class Demo:
         stack_file = read_stack_file(self.project_dir, base_stack)
         now = self.now()
         name = stack_name(user, now, suffix)
+        stack_file = replace(stack_file, config=demo_config(stack_file.config, name))
         expires = format_time(now + ttl)
         self.workspace.write_stack_file(name, stack_file)
         stack = self.workspace.create_stack(name)
@@ -282,6 +288,22 @@ class Demo:
         if not expired:
             self.out.write("no expired demo stacks\n")
         return 1 if failed else 0
+
+
+def demo_config(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The base stack's config for demo stack `name`.
+
+    A base stack that builds the driver image into Volcengine CR shares its CR instance with its
+    demos: a demo never creates the instance again (its name is taken by the base stack's) and pushes
+    into a CR namespace of its own, the demo's name, which `demo down` deletes with the stack.
+    """
+    out = dict(config)
+    builds_into_cr = not out.get(KEY_IMAGE) and not str(out.get(KEY_IMAGE_BUILD, "")).startswith("kind:")
+    if builds_into_cr:
+        if KEY_REGISTRY_CREATE in out:
+            out[KEY_REGISTRY_CREATE] = False
+        out[KEY_REGISTRY_NAMESPACE] = name
+    return out
 
 
 def _demo_info(info: StackInfo, tags: Mapping[str, str]) -> DemoInfo:
