@@ -5,8 +5,9 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from vke_gpu_dra import facts
 from vke_gpu_dra.model import Device
+
+from .devices import full_gpu, mig_device
 
 STUB = """#!/bin/sh
 # Stub nvidia-smi: one line per call, then fail when the arguments contain the text in fail-on.
@@ -40,24 +41,8 @@ class FakeDriverRoot:
 
 
 def gpu(index: int) -> Device:
-    return Device(
-        name=f"gpu-{index}",
-        device_type=facts.DEVICE_TYPE_GPU,
-        uuid=f"GPU-{index:08d}-aaaa",
-        attributes={},
-        capacity={},
-        minor=index,
-        device_nodes=(f"/dev/nvidia{index}",),
-    )
+    return full_gpu(index, f"GPU-{index:08d}-aaaa")
 
 
 def mig(index: int) -> Device:
-    return Device(
-        name=f"gpu-{index}-mig-19-0-1",
-        device_type=facts.DEVICE_TYPE_MIG,
-        uuid=f"MIG-{index:08d}-bbbb",
-        attributes={},
-        capacity={},
-        minor=index,
-        device_nodes=(f"/dev/nvidia{index}",),
-    )
+    return mig_device(index, f"MIG-{index:08d}-bbbb")

@@ -7,35 +7,18 @@ from vke_gpu_dra import cdi, facts
 from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.model import Device
 
+from .devices import full_gpu, mig_device
+
 UID = "6f1c2e3a-1111-4222-8333-944455556666"
 
 
 def real_gpu(minor: int, uuid: str = "GPU-aaaa") -> Device:
-    return Device(
-        name=f"gpu-{minor}",
-        device_type=facts.DEVICE_TYPE_GPU,
-        uuid=uuid,
-        attributes={facts.ATTR_TYPE: "gpu"},
-        capacity={},
-        minor=minor,
-        device_nodes=(f"/dev/nvidia{minor}",),
-    )
+    return full_gpu(minor, uuid, {facts.ATTR_TYPE: "gpu"})
 
 
 def mig(parent_minor: int) -> Device:
-    return Device(
-        name=f"gpu-{parent_minor}-mig-19-0-1",
-        device_type=facts.DEVICE_TYPE_MIG,
-        uuid="MIG-bbbb",
-        attributes={facts.ATTR_TYPE: "mig"},
-        capacity={},
-        minor=parent_minor,
-        device_nodes=(
-            f"/dev/nvidia{parent_minor}",
-            "/dev/nvidia-caps/nvidia-cap12",
-            "/dev/nvidia-caps/nvidia-cap13",
-        ),
-    )
+    caps = ("/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")
+    return mig_device(parent_minor, "MIG-bbbb", {facts.ATTR_TYPE: "mig"}, caps)
 
 
 def test_names_and_ids(tmp_path):

@@ -30,6 +30,7 @@ from vke_gpu_dra.userspace import find_library as find_soname
 
 from tests.driver import fake_driver
 from tests.driver.claims import claim, result
+from tests.driver.devices import full_gpu
 from tests.driver.fake_driver import BUS_ID, VERSION
 
 #: Cases that need device nodes made with mknod (root; CI runs as root).
@@ -52,15 +53,7 @@ def make_root(tmp_path, nvml_dir):
 
 
 def gpu(minor=0, uuid="GPU-0b5c3f4e-1111-2222-3333-444455556666"):
-    return Device(
-        name=f"gpu-{minor}",
-        device_type=facts.DEVICE_TYPE_GPU,
-        uuid=uuid,
-        attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID},
-        capacity={},
-        minor=minor,
-        device_nodes=(f"/dev/nvidia{minor}",),
-    )
+    return full_gpu(minor, uuid, {facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID})
 
 
 def edits_for(fake, *, host=None, hook="/var/lib/kubelet/plugins/gpu.nvidia.com/nvidia-cdi-hook", **kwargs):
