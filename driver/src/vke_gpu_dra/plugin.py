@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import gc
 import logging
-import signal
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import grpc
@@ -41,6 +39,7 @@ from .registration import (
 )
 from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .sharing import NvidiaSmi, SharingManager
+from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .sockets import remove_socket, unix_server
 from .state import DeviceState, StateLockTimeout
@@ -262,26 +261,16 @@ class Plugin:
 
     def run(self) -> int:
         """Start, serve until SIGTERM or SIGINT, stop; the exit code."""
-        wake = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            log.info(
-                "signal received, shutting down", extra={"fields": {"signal": signal.Signals(signum).name}}
-            )
-            wake.set()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            self.start()
-            # What imports and start-up created lives as long as the process: keep it out of the
-            # garbage collector's full passes, which otherwise stall a kubelet call for milliseconds.
-            gc.freeze()
-            while not wake.wait(3600):
-                pass
-        finally:
-            self.stop()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        with StopSignals() as stop_signals:
+            try:
+                self.start()
+                # What imports and start-up created lives as long as the process: keep it out of the
+                # garbage collector's full passes, which otherwise stall a kubelet call for milliseconds.
+                gc.freeze()
+                received = stop_signals.wait()
+                log.info("signal received, shutting down", extra={"fields": {"signal": received.name}})
+            finally:
+                self.stop()
         return 0
 
     # --- callbacks ---
