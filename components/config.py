@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 
 import yaml
 from pulumi.runtime import config as runtime_config
-from vke_gpu_dra import facts, featuregates, imageref
+from vke_gpu_dra_core import facts, featuregates, imageref
 
 PROJECT: Final = "vke-gpu-dra"
 
@@ -72,7 +72,7 @@ KEYS: Final[tuple[Key, ...]] = (
         "string",
         "",
         "Extra GPU instance types for the capacity check and the policy pack, a JSON or YAML map shaped like "
-        "the catalog's instanceTypes (ops/src/vke_gpu_dra_ops/capacity/gpu_catalog.yaml); validated there.",
+        "the catalog's instanceTypes (core/src/vke_gpu_dra_core/gpu_catalog.yaml); validated there.",
     ),
     Key(
         "namePrefix",

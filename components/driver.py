@@ -16,7 +16,7 @@ from typing import Any, Final
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from . import manifests
 from .config import IMPLEMENTATION_NVIDIA, DriverConfig, Taint

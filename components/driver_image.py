@@ -32,7 +32,7 @@ import pulumi_command as command
 import pulumi_docker_build as docker_build
 import pulumi_volcengine as volcengine
 import yaml
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .config import BUILD_CR, BUILD_KIND, DriverImageConfig
 

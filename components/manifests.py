@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .config import SampleConfig, Taint
 

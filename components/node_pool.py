@@ -8,7 +8,7 @@ from typing import Final
 
 import pulumi
 from pulumi_volcengine import vke
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .config import NodePoolConfig, VolcengineAccess
 from .readiness import NodeReadinessGate

@@ -20,7 +20,7 @@ import pulumi
 import yaml
 from kubernetes import client, config
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 _RUNTIME_RE: Final = re.compile(r"^containerd://v?(\d+)\.(\d+)")
 WATCHED_KEYS: Final = ("label_selector", "expected_nodes", "min_containerd", "node_pool_id")

@@ -7,7 +7,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_volcengine as volcengine
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from . import config as config_mod
 from . import manifests

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Final
 
-from vke_gpu_dra import facts
-from vke_gpu_dra.discovery.devices import GpuFacts, mig_device
-from vke_gpu_dra.discovery.simulated import SimulatedSource
-from vke_gpu_dra.model import Device, Version
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery.devices import GpuFacts, mig_device
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.model import Device, Version
 from vke_gpu_dra_ops.capacity.celenv import (
     DeviceContext,
     SelectorCompileError,

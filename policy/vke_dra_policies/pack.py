@@ -21,7 +21,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 from pulumi_policy.policy import Policy, _PolicyAnalyzerServicer
-from vke_gpu_dra_ops.capacity.catalog import CatalogError, GpuTypes, gpu_types
+from vke_gpu_dra_core.catalog import CatalogError, GpuTypes, gpu_types
 
 from . import context, wire
 from . import resources as r

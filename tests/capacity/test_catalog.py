@@ -1,6 +1,5 @@
 import pytest
-from vke_gpu_dra.profiles import get_profile
-from vke_gpu_dra_ops.capacity.catalog import (
+from vke_gpu_dra_core.catalog import (
     CatalogError,
     builtin_catalog,
     builtin_families,
@@ -12,6 +11,7 @@ from vke_gpu_dra_ops.capacity.catalog import (
     lookup,
     parse_families,
 )
+from vke_gpu_dra_core.profiles import get_profile
 
 
 def test_builtin_rows_match_profiles_and_carry_confidence():

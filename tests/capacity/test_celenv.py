@@ -1,5 +1,5 @@
 import pytest
-from vke_gpu_dra.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_ops.capacity.celenv import (
     SelectorCompileError,
     SelectorRuntimeError,

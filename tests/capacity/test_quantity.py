@@ -2,15 +2,14 @@ import itertools
 from fractions import Fraction
 
 import pytest
-from vke_gpu_dra_ops.capacity.quantity import (
+from vke_gpu_dra_core.quantity import (
     QuantityError,
-    SemverError,
     format_quantity,
     is_quantity,
     parse_quantity,
-    parse_semver,
     quantity_as_int64,
 )
+from vke_gpu_dra_core.semver import SemverError, parse_semver
 
 
 @pytest.mark.parametrize(

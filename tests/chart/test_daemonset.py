@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import RELEASE, SIMULATED, chart_metadata, default_values, find, plugin_container
 

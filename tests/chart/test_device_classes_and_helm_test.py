@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from cel_expr_python import cel
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import (
     NAMESPACE,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_gpu_dra import featuregates
 from vke_gpu_dra.config import parse_config
+from vke_gpu_dra_core import featuregates
 
 from tests.chart.chartlib import NAMESPACE, find, find_all, plugin_container
 

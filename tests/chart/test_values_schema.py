@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import CHART_DIR, Helm, default_values
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 REQUEST = {"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name}}
 

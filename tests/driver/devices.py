@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vke_gpu_dra import facts
-from vke_gpu_dra.model import Device
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.model import Device
 
 
 def full_gpu(minor: int, uuid: str, attributes: Mapping[str, Any] | None = None) -> Device:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vke_gpu_dra import facts
 from vke_gpu_dra.config import Config
+from vke_gpu_dra_core import facts
 
 NODE = "node-a"
 

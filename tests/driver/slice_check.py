@@ -6,8 +6,8 @@ import re
 from collections.abc import Sequence
 
 import kubernetes_validate
-from vke_gpu_dra import facts
-from vke_gpu_dra.model import Device, Version
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.model import Device, Version
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SEMVER = re.compile(

@@ -3,9 +3,10 @@ import os
 
 import pytest
 import yaml
-from vke_gpu_dra import cdi, facts
-from vke_gpu_dra.discovery.simulated import SimulatedSource
-from vke_gpu_dra.model import Device
+from vke_gpu_dra import cdi
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.model import Device
 
 from .devices import full_gpu, mig_device
 

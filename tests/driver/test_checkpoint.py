@@ -3,7 +3,7 @@ import json
 import pytest
 from vke_gpu_dra import checkpoint as cp
 from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
-from vke_gpu_dra.model import PreparedDevice
+from vke_gpu_dra_core.model import PreparedDevice
 
 DEV = PreparedDevice(("gpu",), "node-a", "gpu-0", ("k8s.gpu.nvidia.com/claim=u1-gpu-0",))
 ENTRIES = {

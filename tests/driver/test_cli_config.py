@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra import facts
 from vke_gpu_dra.config import OPTIONS, ConfigError, parse_config
 from vke_gpu_dra.logs import setup_logging
+from vke_gpu_dra_core import facts
 
 
 def test_defaults_match_the_chart_contract() -> None:

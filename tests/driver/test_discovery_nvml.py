@@ -7,10 +7,10 @@ import textwrap
 
 import pynvml
 import pytest
-from vke_gpu_dra import facts
-from vke_gpu_dra.discovery import DeviceSource, DiscoveryError
 from vke_gpu_dra.discovery.nvml import LIBRARY_DIRS, NvmlSource, NvmlUnavailableError, find_library
-from vke_gpu_dra.model import Version
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
+from vke_gpu_dra_core.model import Version
 
 from tests.driver.fake_nvml import build, write_config
 from tests.driver.slice_check import assert_publishable

@@ -1,6 +1,6 @@
 import pytest
 from vke_gpu_dra.config import ConfigError, parse_config
-from vke_gpu_dra.featuregates import FeatureGateError, FeatureGates, parse
+from vke_gpu_dra_core.featuregates import FeatureGateError, FeatureGates, parse
 
 
 def test_defaults_are_off_for_the_sharing_gates():

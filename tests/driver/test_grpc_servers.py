@@ -10,10 +10,8 @@ from typing import Any
 
 import grpc
 import pytest
-from vke_gpu_dra import facts
 from vke_gpu_dra.dra_service import DRAServicer, add_dra_servicer, check_claim, request_names
 from vke_gpu_dra.metrics import Metrics
-from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra.registration import (
     RegistrationServicer,
     RegistrationStatus,
@@ -26,6 +24,8 @@ from vke_gpu_dra.resource_health import (
     add_resource_health_servicer,
 )
 from vke_gpu_dra.sockets import SocketError, prepare_socket_path, unix_server
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from .kubelet_client import TIMEOUT as KUBELET_TIMEOUT
 from .kubelet_client import Kubelet

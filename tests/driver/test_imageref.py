@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from vke_gpu_dra import imageref
+from vke_gpu_dra_core import imageref
 
 DIGEST = "sha256:" + "0" * 64
 

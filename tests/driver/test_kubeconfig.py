@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra import kubeconfig
 from vke_gpu_dra.kubeapi import KubeConfigError, load_api_client
+from vke_gpu_dra_core import kubeconfig
 
 from .plugin_env import plugin_args
 

@@ -1,6 +1,4 @@
 import pytest
-from vke_gpu_dra import facts
-from vke_gpu_dra.featuregates import FeatureGates, parse
 from vke_gpu_dra.opaque_config import (
     NO_SHARING,
     ConfigError,
@@ -13,6 +11,8 @@ from vke_gpu_dra.opaque_config import (
     quantity_bytes,
     resolve_sharing,
 )
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.featuregates import FeatureGates, parse
 
 from tests.driver.claims import gpu_config, mig_config, opaque
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from vke_gpu_dra import facts
 from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra_core import facts
 
 from .fake_apiserver import FakeAPIServer
 from .kubelet_client import Kubelet

@@ -9,8 +9,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from vke_gpu_dra import cdi
 from vke_gpu_dra.config import parse_config
-from vke_gpu_dra.discovery.simulated import SIMULATED_DRIVER_VERSION
 from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra_core.discovery.simulated import SIMULATED_DRIVER_VERSION
 
 from tests.driver import fake_driver
 

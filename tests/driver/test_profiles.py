@@ -1,6 +1,6 @@
 import pytest
-from vke_gpu_dra import profiles
-from vke_gpu_dra.profiles import UnknownProductError, get_profile
+from vke_gpu_dra_core import profiles
+from vke_gpu_dra_core.profiles import UnknownProductError, get_profile
 
 REQUIRED = [
     "NVIDIA A30",

@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra import cdi, facts
+from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE
+from vke_gpu_dra_core import facts
 
 from .fake_apiserver import FakeAPIServer
 from .kubelet_client import Kubelet

@@ -1,9 +1,9 @@
 import pytest
-from vke_gpu_dra import facts
-from vke_gpu_dra.discovery import DeviceSource
-from vke_gpu_dra.discovery.simulated import SimulatedSource
-from vke_gpu_dra.model import Version
-from vke_gpu_dra.profiles import UnknownProductError
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery import DeviceSource
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.model import Version
+from vke_gpu_dra_core.profiles import UnknownProductError
 
 from tests.driver.slice_check import assert_publishable
 
@@ -59,7 +59,7 @@ def test_uuid_is_stable_across_processes():
     import sys
 
     code = (
-        "from vke_gpu_dra.discovery.simulated import SimulatedSource;"
+        "from vke_gpu_dra_core.discovery.simulated import SimulatedSource;"
         "print(SimulatedSource(1, 'NVIDIA A30', 'node-a').discover().devices[0].uuid)"
     )
     outs = {

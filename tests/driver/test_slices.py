@@ -5,8 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-from vke_gpu_dra import facts
-from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.slices import (
     MAX_DEVICES_PER_SLICE,
     chunk_devices,
@@ -15,6 +13,8 @@ from vke_gpu_dra.slices import (
     owner_reference,
     plan_sync,
 )
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 
 from .fake_apiserver import slice_rule_errors, validate_slice
 

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from vke_gpu_dra import facts
-from vke_gpu_dra.discovery.simulated import SimulatedSource
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.slice_controller import CONTESTED_FREE_ROUNDS, SliceController
 from vke_gpu_dra.slices import new_slice, slice_spec
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 
 from .fake_apiserver import FakeAPIServer
 

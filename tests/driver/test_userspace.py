@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client import generate_latest
-from vke_gpu_dra import cdi, facts
+from vke_gpu_dra import cdi
 from vke_gpu_dra.cdi_edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra.checkpoint import ClaimState
 from vke_gpu_dra.discovery.nvml import find_library
 from vke_gpu_dra.driver_userspace import UserSpaceSettings, setup
 from vke_gpu_dra.metrics import Metrics
-from vke_gpu_dra.model import ClaimRef, Device
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra.userspace import (
     NVML_SONAME,
@@ -27,6 +26,8 @@ from vke_gpu_dra.userspace import (
     node_source,
 )
 from vke_gpu_dra.userspace import find_library as find_soname
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.model import ClaimRef, Device
 
 from tests.driver import fake_driver
 from tests.driver.claims import claim, result

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import yaml
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 JSON = dict[str, Any]
 TOKEN = "fake-token-must-never-be-printed"

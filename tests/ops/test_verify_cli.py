@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_ops import checks, verify
 from vke_gpu_dra_ops.__main__ import main
 

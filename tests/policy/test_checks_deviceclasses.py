@@ -6,7 +6,7 @@ import pytest
 from vke_dra_policies import celsel
 from vke_dra_policies import resources as r
 from vke_dra_policies.checks import deviceclasses
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .helpers import pool, res
 

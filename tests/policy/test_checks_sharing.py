@@ -4,7 +4,7 @@ from typing import Any
 
 from vke_dra_policies import resources as r
 from vke_dra_policies.checks import sharing
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .helpers import res
 

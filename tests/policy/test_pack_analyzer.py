@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from pulumi.runtime.proto import analyzer_pb2
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .analyzer_client import Diagnostic, PackProcess
 from .stacks import KUBECONFIG_TEXT, PROJECT, SimRes, Stack, after_up, example_stacks, program_stack, secret

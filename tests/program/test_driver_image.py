@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from components import config as config_mod
 from components import driver_image

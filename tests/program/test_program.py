@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from components import driver as driver_mod
 from components import manifests

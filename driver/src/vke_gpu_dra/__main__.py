@@ -6,7 +6,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import kubeconfig
+from vke_gpu_dra_core import kubeconfig
+
 from .config import PROG, ConfigError, parse_config
 from .logs import setup_logging
 
@@ -30,7 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
     setup_logging(config.log_format, level=logging.getLevelNamesMapping()[config.log_level.upper()])
     # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
-    from .discovery import DiscoveryError  # noqa: PLC0415
+    from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
+
     from .kubeapi import KubeConfigError  # noqa: PLC0415
     from .plugin import Plugin, StartupError  # noqa: PLC0415
     from .sockets import SocketError  # noqa: PLC0415

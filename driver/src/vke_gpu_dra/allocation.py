@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .featuregates import FeatureGates
-from .model import ClaimError, ClaimRef, Device
+from vke_gpu_dra_core.featuregates import FeatureGates
+from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device
+
 from .opaque_config import (
     NO_SHARING,
     ConfigError,

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import yaml
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.model import Device
 
-from . import facts
 from .fsutil import atomic_write, remove_durably
-from .model import Device
 
 if TYPE_CHECKING:
     from .cdi_edits import DriverEdits

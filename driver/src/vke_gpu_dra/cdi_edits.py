@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import facts
-from .model import Device
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.model import Device
+
 from .userspace import CONTROL_NODES, HOOK_BINARY, DriverRoot, UserSpace, drm_nodes, existing_nodes
 
 MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind", "rprivate")

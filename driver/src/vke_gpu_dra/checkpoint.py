@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from vke_gpu_dra_core.model import PreparedDevice
+
 from .fsutil import atomic_write, fsync_dir
-from .model import PreparedDevice
 from .sharing import SharingRecord
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from . import __version__, facts, featuregates, profiles
-from .discovery.simulated import MAX_SIMULATED_GPUS
+from vke_gpu_dra_core import facts, featuregates, profiles
+from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
+
+from . import __version__
 from .registration import dra_socket_name, registration_socket_name
 from .sockets import MAX_SOCKET_PATH_BYTES
 

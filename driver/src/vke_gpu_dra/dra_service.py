@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 import grpc
+from vke_gpu_dra_core.model import ClaimError, ClaimRef, PreparedDevice
 
 from ._proto.dra.v1 import api_pb2 as v1_pb2
 from ._proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -27,7 +28,6 @@ from ._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from ._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
 from .metrics import Metrics
-from .model import ClaimError, ClaimRef, PreparedDevice
 
 log = logging.getLogger(__name__)
 

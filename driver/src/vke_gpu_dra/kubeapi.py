@@ -27,8 +27,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-
-from . import kubeconfig as kubeconfig_file
+from vke_gpu_dra_core import kubeconfig as kubeconfig_file
 
 log = logging.getLogger(__name__)
 

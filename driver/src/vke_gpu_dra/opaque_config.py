@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import facts
-from .featuregates import FeatureGates
-from .quantity import QuantityError, quantity_value
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.featuregates import FeatureGates
+from vke_gpu_dra_core.quantity import QuantityError, quantity_value
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
 KIND_GPU: Final = "GpuConfig"

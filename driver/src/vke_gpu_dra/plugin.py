@@ -21,16 +21,16 @@ from typing import Any
 
 import grpc
 from prometheus_client import start_http_server
+from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
+from vke_gpu_dra_core.model import Device
 
 from . import __version__, driver_userspace
 from .cdi_edits import DriverEdits
 from .config import Config
-from .discovery import DeviceSource, DiscoveryError
 from .dra_service import DRAServicer, add_dra_servicer
 from .healthcheck import PluginHealthServicer, start_health_server
 from .kubeapi import KubeAPI
 from .metrics import Metrics
-from .model import Device
 from .registration import (
     RegistrationServicer,
     RegistrationSnapshot,
@@ -60,7 +60,7 @@ class StartupError(Exception):
 
 def make_source(config: Config) -> DeviceSource:
     if config.device_source == "simulated":
-        from .discovery.simulated import SimulatedSource  # noqa: PLC0415  (only the chosen source is loaded)
+        from vke_gpu_dra_core.discovery.simulated import SimulatedSource  # noqa: PLC0415  (only the chosen source is loaded)
 
         return SimulatedSource(config.simulated_gpus, config.simulated_product, config.node_name)
     from .discovery import nvml  # noqa: PLC0415  (NVML bindings load only in nvml mode)

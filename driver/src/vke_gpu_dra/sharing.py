@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from .featuregates import FeatureGates
+from vke_gpu_dra_core.featuregates import FeatureGates
+from vke_gpu_dra_core.model import Device
+
 from .kubeapi import KubeError
-from .model import Device
 from .opaque_config import ConfigError, MpsSettings, mps_limits
 from .userspace import BINARY_DIRS, NVML_SONAME, SMI_BINARY, DriverRoot, find_binary, find_library
 

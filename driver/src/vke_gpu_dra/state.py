@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from vke_gpu_dra_core.featuregates import FeatureGates
+from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
+
 from . import cdi, sharing
 from .allocation import allocated_devices
 from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
-from .featuregates import FeatureGates
 from .fsutil import remove_temp_leftovers
-from .model import ClaimError, ClaimRef, Device, PreparedDevice
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 
 if TYPE_CHECKING:

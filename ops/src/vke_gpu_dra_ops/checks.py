@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 #: The resource.k8s.io group version and the resources the procedure expects it to serve.
 RESOURCE_GROUP = "resource.k8s.io"

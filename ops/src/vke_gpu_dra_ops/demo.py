@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from vke_gpu_dra_ops import checks, demo_stacks, verify
 from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from vke_gpu_dra import kubeconfig
+from vke_gpu_dra_core import kubeconfig
 
 from vke_gpu_dra_ops import checks
 
@@ -51,7 +51,8 @@ def default_kubeconfig(environ: Mapping[str, str] | None = None) -> str:
 def load_kubeconfig_dict(path: str | Path) -> dict[str, Any]:
     """The kubeconfig file at `path` as a map; KubeconfigError naming the file and the problem otherwise.
 
-    The checks are the driver's (`vke_gpu_dra.kubeconfig`): one reader of kubeconfig files for both tools.
+    The checks are the shared contract's (`vke_gpu_dra_core.kubeconfig`): one reader of kubeconfig files
+    for the driver and these tools.
     """
     file = Path(path).expanduser()
     try:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from vke_gpu_dra_core.catalog import CatalogError
 
 from .capacity.admission import REFUSED, UNKNOWN, Admission
-from .capacity.catalog import CatalogError
 from .capacity.claims import ClaimTemplate, ManifestError
 from .capacity.planner import FitResult, template_subject
 from .capacity.policy import WorkloadPlan, plan_model, plan_violations

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from vke_gpu_dra_ops import checks, kube
 from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render

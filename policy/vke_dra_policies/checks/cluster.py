@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .. import resources as r
 from ..versions import at_least, format_version

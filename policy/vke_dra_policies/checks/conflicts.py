@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .. import resources as r
 from . import Violation

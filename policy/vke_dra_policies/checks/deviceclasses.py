@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .. import celsel
 from .. import resources as r

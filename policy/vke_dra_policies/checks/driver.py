@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .. import resources as r
 from . import Violation

@@ -3,7 +3,7 @@
 The image is read from the release of the project's chart as Helm merges its values
 (`driver/chart/values.yaml` defaults, values files, `values`), so a release that sets no image
 gets the chart's placeholder default and is caught. Reference grammar and placeholder domains
-come from `vke_gpu_dra.imageref` (the program's config validation uses the same module).
+come from `vke_gpu_dra_core.imageref` (the program's config validation uses the same module).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vke_gpu_dra import imageref
+from vke_gpu_dra_core import imageref
 
 from .. import resources as r
 from . import Violation

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 from typing import Any, Final
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .. import resources as r
 from ..versions import at_least, format_version
@@ -18,7 +18,7 @@ RUNTIME_VERSION_KEYS = ("runtime_version", "runtimeVersion")
 RUNTIME_TYPE_KEYS = ("runtime_type", "runtimeType")
 RUNTIME_POOL_KEYS = ("node_pool_id", "nodePoolId")
 #: The one GPU instance-type catalog (rows and families), in the operator tools.
-CATALOG_FILE: Final = "ops/src/vke_gpu_dra_ops/capacity/gpu_catalog.yaml"
+CATALOG_FILE: Final = "core/src/vke_gpu_dra_core/gpu_catalog.yaml"
 
 
 def pool_labels(pool: r.Res) -> Mapping[str, Any] | r.Unknown:

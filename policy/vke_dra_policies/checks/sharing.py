@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from vke_gpu_dra import facts
+from vke_gpu_dra_core import facts
 
 from .. import resources as r
 from . import Violation

@@ -1,10 +1,5 @@
-"""Device discovery: where this node's allocatable devices come from (NVML or simulation).
+"""Device discovery on a node: the NVML source and the sysfs/procfs readings it needs.
 
-Every source returns the same `Device` model, so publishing, prepare and CDI are one code path.
+The pure half (the `Device` model each source returns, normalisation, the simulated source) is the
+shared contract's, `vke_gpu_dra_core.discovery`.
 """
-
-from __future__ import annotations
-
-from .base import DeviceSource, DiscoveryError, DiscoveryResult
-
-__all__ = ["DeviceSource", "DiscoveryError", "DiscoveryResult"]

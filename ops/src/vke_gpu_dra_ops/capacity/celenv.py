@@ -26,20 +26,17 @@ from typing import Any, Final
 
 import cel
 from cel_expr_python import cel as celcpp
-from vke_gpu_dra.model import Device, Version
-
-from .celbind import _arguments, _string_mask, rewrite_bind
-from .quantity import (
+from vke_gpu_dra_core.model import Device, Version
+from vke_gpu_dra_core.quantity import (
     QuantityError,
-    Semver,
-    SemverError,
     is_quantity,
-    is_semver,
     parse_quantity,
-    parse_semver,
     quantity_as_int64,
     round_to_nano,
 )
+from vke_gpu_dra_core.semver import Semver, SemverError, is_semver, parse_semver
+
+from .celbind import _arguments, _string_mask, rewrite_bind
 
 _Q_TAG: Final = "__kubernetes.Quantity"
 _S_TAG: Final = "__kubernetes.Semver"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from vke_gpu_dra import facts
-from vke_gpu_dra.discovery.simulated import SimulatedSource
-from vke_gpu_dra.model import Device
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.model import Device
 
 
 @dataclass(frozen=True)

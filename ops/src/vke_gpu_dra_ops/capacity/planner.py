@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Final
 
-from vke_gpu_dra.model import Version
+from vke_gpu_dra_core.model import Version
+from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantity
+from vke_gpu_dra_core.semver import SemverError, parse_semver
 
 from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
 from .celenv import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
 from .placement import Placement, excluded
-from .quantity import QuantityError, SemverError, format_bytes, parse_quantity, parse_semver
 from .selection import DeviceView, SelectorCache, observed_ids
 
 #: Attributes that only identify a device (a selector naming them sees every device differently).

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from vke_gpu_dra.model import Device
+from vke_gpu_dra_core.model import Device
 
 from .celenv import CompiledSelector, DeviceContext, SelectorRuntimeError, compile_selector, device_variable
 from .inventory import Node

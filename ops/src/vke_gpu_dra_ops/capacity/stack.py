@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from vke_gpu_dra import facts
-from vke_gpu_dra.profiles import DEFAULT_PRODUCT
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
+from vke_gpu_dra_core.profiles import DEFAULT_PRODUCT
+from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
 
-from .catalog import CatalogError, InstanceType, load_catalog, lookup
 from .claims import (
     ClaimTemplate,
     DeviceClass,
@@ -27,7 +28,6 @@ from .claims import (
 )
 from .inventory import GpuPool
 from .placement import Placement, parse_placement
-from .quantity import QuantityError, parse_quantity
 
 NODE_POOL_TYPE: Final = "volcengine:vke/nodePool:NodePool"
 CLUSTER_TYPE: Final = "volcengine:vke/cluster:Cluster"

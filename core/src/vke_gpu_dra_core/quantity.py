@@ -3,6 +3,7 @@
 The grammar and suffix tables of `resource.ParseQuantity`, kept exact with `fractions.Fraction`, so
 `parse_quantity("200M") == parse_quantity("0.2G")` and `parse_quantity("50M") < parse_quantity("50Mi")`.
 Values finer than the nano precision a Quantity keeps are rounded up (away from zero), as Quantity does.
+Also the apiserver's conversions (`AsInt64`) and a readable form for messages.
 Pure logic, standard library only: the driver's opaque configs and the operator tools' CEL values use it.
 """
 
@@ -83,3 +84,48 @@ def round_to_nano(value: Fraction) -> Fraction:
 def quantity_value(text: str) -> int:
     """`Quantity.Value()`: the quantity rounded up to a whole number."""
     return math.ceil(parse_quantity(text))
+
+
+# --- conversions and formatting (the apiserver's AsInt64, readable output) --------------------
+
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def is_quantity(text: str) -> bool:
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        return False
+    return True
+
+
+def quantity_as_int64(value: Fraction) -> int | None:
+    """`Quantity.AsInt64`: the value when it is a whole number within int64, else None."""
+    if value.denominator != 1 or not _INT64_MIN <= value.numerator <= _INT64_MAX:
+        return None
+    return value.numerator
+
+
+def format_quantity(value: Fraction | int) -> str:
+    """A readable canonical form: the largest binary suffix that divides a whole value, else decimal."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        number = value.numerator
+        for suffix, size in reversed(BINARY_SUFFIXES.items()):
+            if number and number % size == 0:
+                return f"{number // size}{suffix}"
+        return str(number)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{(value / NANO).numerator}n"
+
+
+def format_bytes(value: Fraction | int) -> str:
+    """Bytes for messages: exact binary form when possible, otherwise GiB with two decimals."""
+    exact = Fraction(value)
+    text = format_quantity(exact)
+    if exact.denominator == 1 and (text.endswith(("Gi", "Ti", "Pi", "Ei")) or exact < 2**30):
+        return text
+    return f"{float(exact) / 2**30:.2f}Gi"

@@ -2,7 +2,7 @@
 
 Rows live in `gpu_catalog.yaml` (data, with the source and confidence of each row); a stack adds or
 overrides rows with the config key `vke-gpu-dra:gpuInstanceTypes` (a JSON or YAML map of the same shape).
-GPU facts come from the driver's product profiles (`vke_gpu_dra.profiles`), so the planner and the
+GPU facts come from the GPU product profiles (`vke_gpu_dra_core.profiles`), so the planner and the
 simulated driver describe a product the same way; the catalog's copies of them are checked on load.
 
 The catalog also lists GPU families (`families:`, every size of e.g. `ecs.gni2` carries GPUs) with their
@@ -22,8 +22,8 @@ from importlib import resources
 from typing import Any, Final
 
 import yaml
-from vke_gpu_dra.profiles import GpuProfile, UnknownProductError, get_profile, known_products
 
+from .profiles import GpuProfile, UnknownProductError, get_profile, known_products
 from .quantity import QuantityError, format_quantity, parse_quantity
 
 CONFIG_KEY: Final = "vke-gpu-dra:gpuInstanceTypes"

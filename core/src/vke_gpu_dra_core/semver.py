@@ -1,9 +1,5 @@
-"""Kubernetes `resource.Quantity` and strict semver 2.0.0 values, as the DRA CEL environment sees them.
+"""Strict semver 2.0.0 values, as the DRA CEL environment's `semver()` and `version` attributes see them.
 
-Quantities are parsed exactly by the driver package's `vke_gpu_dra.quantity` (one grammar for the driver
-and these tools), so `quantity("200M").compareTo(quantity("0.2G")) == 0` and `quantity("50M")` is less
-than `quantity("50Mi")`, as in `k8s.io/apimachinery/pkg/api/resource`; this module adds the apiserver's
-conversions (`AsInt64`), readable formatting and semver.
 Semantic versions follow `github.com/blang/semver/v4` `Parse` (the parser behind `semver()` and `version`
 attributes): exactly MAJOR.MINOR.PATCH, no leading zeros, optional `-prerelease` and `+build`.
 """
@@ -12,82 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import lru_cache
 from typing import Final
 
-from vke_gpu_dra.quantity import (
-    ALLOWED_QUANTITY_FORMS,
-    BINARY_SUFFIXES,
-    NANO,
-    QuantityError,
-    parse_quantity,
-    round_to_nano,
-)
-
-__all__ = [
-    "ALLOWED_QUANTITY_FORMS",
-    "QuantityError",
-    "Semver",
-    "SemverError",
-    "format_bytes",
-    "format_quantity",
-    "is_quantity",
-    "is_semver",
-    "parse_quantity",
-    "parse_semver",
-    "quantity_as_int64",
-    "round_to_nano",
-]
-
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
+__all__ = ["Semver", "SemverError", "is_semver", "parse_semver"]
 
 
 class SemverError(ValueError):
     """A string that is not a strict semver 2.0.0 version."""
 
-
-def is_quantity(text: str) -> bool:
-    try:
-        parse_quantity(text)
-    except QuantityError:
-        return False
-    return True
-
-
-def quantity_as_int64(value: Fraction) -> int | None:
-    """`Quantity.AsInt64`: the value when it is a whole number within int64, else None."""
-    if value.denominator != 1 or not _INT64_MIN <= value.numerator <= _INT64_MAX:
-        return None
-    return value.numerator
-
-
-def format_quantity(value: Fraction | int) -> str:
-    """A readable canonical form: the largest binary suffix that divides a whole value, else decimal."""
-    value = Fraction(value)
-    if value.denominator == 1:
-        number = value.numerator
-        for suffix, size in reversed(BINARY_SUFFIXES.items()):
-            if number and number % size == 0:
-                return f"{number // size}{suffix}"
-        return str(number)
-    milli = value * 1000
-    if milli.denominator == 1:
-        return f"{milli.numerator}m"
-    return f"{(value / NANO).numerator}n"
-
-
-def format_bytes(value: Fraction | int) -> str:
-    """Bytes for messages: exact binary form when possible, otherwise GiB with two decimals."""
-    exact = Fraction(value)
-    text = format_quantity(exact)
-    if exact.denominator == 1 and (text.endswith(("Gi", "Ti", "Pi", "Ei")) or exact < 2**30):
-        return text
-    return f"{float(exact) / 2**30:.2f}Gi"
-
-
-# --- semver -----------------------------------------------------------------------------------
 
 _NUMERIC: Final = r"(?:0|[1-9]\d*)"
 _IDENT: Final = r"[0-9A-Za-z-]+"

@@ -1,0 +1,10 @@
+"""The shared contract of vke-gpu-dra: what the driver, the Pulumi program, the policy pack and the
+operator tools must agree on, as pure logic and data (standard library and PyYAML only).
+
+* `facts` — the driver name, attribute names, DeviceClasses and their CEL selectors, node labels;
+* `model`, `profiles` — the device model a ResourceSlice publishes, and the GPU product profiles;
+* `discovery` — the pure half of device discovery: normalisation and the simulated source;
+* `catalog` — the GPU ECS instance types (data in `gpu_catalog.yaml`);
+* `quantity`, `semver` — Kubernetes quantities and strict semantic versions, parsed exactly;
+* `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
+"""
