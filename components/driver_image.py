@@ -40,12 +40,15 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 DRIVER_DIR: Final = "driver"
 DOCKERFILE: Final = "driver/Dockerfile"
 CHART_FILE: Final = "driver/chart/Chart.yaml"
-#: What goes into the image (driver/Dockerfile copies these; `project` provides constraints.txt).
+#: What goes into the image (driver/Dockerfile copies these; `project` provides constraints.txt and core/).
 IMAGE_INPUTS: Final = (
     "driver/Dockerfile",
     "driver/pyproject.toml",
     "driver/README.md",
     "driver/src",
+    "core/pyproject.toml",
+    "core/README.md",
+    "core/src",
     "constraints.txt",
 )
 _SKIP_PARTS: Final = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})

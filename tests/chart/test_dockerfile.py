@@ -182,3 +182,23 @@ def test_dockerignore_sends_only_the_wheel_sources() -> None:
     assert patterns[0] == "*"
     assert {"!pyproject.toml", "!README.md", "!src/"} <= set(patterns)
     assert "src/**/__pycache__" in patterns
+
+
+def test_the_project_context_sends_only_what_the_builder_copies_and_the_tag_hashes(builder: Stage) -> None:
+    # The repository root is the named context `project`: its .dockerignore lets through exactly the
+    # files the builder copies from it, and the content-hash tag covers each of them.
+    from components.driver_image import IMAGE_INPUTS
+
+    copied = [c.split()[1] for c in builder.args("COPY") if c.startswith("--from=project ")]
+    assert sorted(copied) == ["constraints.txt", "core"]
+    patterns = [
+        line.strip()
+        for line in (DRIVER_DIR.parent / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert patterns[0] == "*"
+    let_through = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
+    outside_driver = {name for name in IMAGE_INPUTS if not name.startswith("driver/")}
+    assert let_through == outside_driver
+    assert all(name == "constraints.txt" or name.startswith("core/") for name in let_through)
+    assert {"core/src/**/__pycache__", "core/src/**/*.egg-info"} <= set(patterns)
