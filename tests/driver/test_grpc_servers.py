@@ -11,21 +11,21 @@ from typing import Any
 import grpc
 import pytest
 from vke_gpu_dra import facts
-from vke_gpu_dra.dra_service import DRAServicer, add_dra_servicer, check_claim, request_names
-from vke_gpu_dra.metrics import Metrics
-from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
-from vke_gpu_dra.registration import (
+from vke_gpu_dra.kubelet.dra_service import DRAServicer, add_dra_servicer, check_claim, request_names
+from vke_gpu_dra.kubelet.registration import (
     RegistrationServicer,
     RegistrationStatus,
     add_registration_servicer,
     registration_socket_name,
 )
-from vke_gpu_dra.resource_health import (
+from vke_gpu_dra.kubelet.resource_health import (
     DeviceHealthBoard,
     ResourceHealthServicer,
     add_resource_health_servicer,
 )
-from vke_gpu_dra.sockets import SocketError, prepare_socket_path, unix_server
+from vke_gpu_dra.kubelet.sockets import SocketError, prepare_socket_path, unix_server
+from vke_gpu_dra.metrics import Metrics
+from vke_gpu_dra.model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from .kubelet_client import TIMEOUT as KUBELET_TIMEOUT
 from .kubelet_client import Kubelet

@@ -32,8 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
     from .discovery import DiscoveryError  # noqa: PLC0415
     from .kubeapi import KubeConfigError  # noqa: PLC0415
+    from .kubelet.sockets import SocketError  # noqa: PLC0415
     from .plugin import Plugin, StartupError  # noqa: PLC0415
-    from .sockets import SocketError  # noqa: PLC0415
 
     try:
         return Plugin(config).run()

@@ -17,8 +17,8 @@ from typing import Any, Literal, NoReturn
 
 from . import __version__, facts, featuregates, profiles
 from .discovery.simulated import MAX_SIMULATED_GPUS
-from .registration import dra_socket_name, registration_socket_name
-from .sockets import MAX_SOCKET_PATH_BYTES
+from .kubelet.registration import dra_socket_name, registration_socket_name
+from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 
 PROG = "dra-gpu-kubelet-plugin"
 DEVICE_SOURCES = ("nvml", "simulated")

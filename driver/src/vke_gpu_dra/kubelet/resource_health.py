@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import grpc
 
+from ..model import Device
 from ._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
 from ._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
-from .model import Device
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 import grpc
 
+from ..metrics import Metrics
+from ..model import ClaimError, ClaimRef, PreparedDevice
 from ._proto.dra.v1 import api_pb2 as v1_pb2
 from ._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from ._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from ._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
-from .metrics import Metrics
-from .model import ClaimError, ClaimRef, PreparedDevice
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .kubeapi import KubeError
-from .model import ClaimError, ClaimRef
+from ..kubeapi import KubeError
+from ..model import ClaimError, ClaimRef
 
 #: Threads reading claims, shared by all calls (the API client's pool has room for them).
 FETCH_WORKERS = 32
