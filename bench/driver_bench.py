@@ -39,10 +39,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
-from vke_gpu_dra._proto.dra.v1 import api_pb2 as dra_pb2  # noqa: E402
-from vke_gpu_dra._proto.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
-from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2 as reg_pb2  # noqa: E402
-from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc  # noqa: E402
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as dra_pb2  # noqa: E402
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2  # noqa: E402
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc  # noqa: E402
 
 from tests.driver.fake_apiserver import TOKEN, FakeAPIServer  # noqa: E402
 from tests.driver.kubelet_client import Kubelet  # noqa: E402

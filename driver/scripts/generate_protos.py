@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Generate the gRPC stubs under src/vke_gpu_dra/_proto from the .proto files in src/vke_gpu_dra/proto.
+"""Generate the gRPC stubs in src/vke_gpu_dra/kubelet/_proto from the .proto files in kubelet/proto.
 
 Run from anywhere with the project's environment (grpcio-tools pinned in constraints.txt):
 
     python driver/scripts/generate_protos.py          # rewrite the checked-in stubs
     python driver/scripts/generate_protos.py --check  # exit 1 if the checked-in stubs are stale
 
-The .proto files are mapped to the virtual path ``vke_gpu_dra/_proto/...`` so the generated
-modules import each other as ``vke_gpu_dra._proto...`` and register unique file names in the
-protobuf descriptor pool. Wire names come only from each file's ``package``.
+The .proto files are mapped to the virtual path ``vke_gpu_dra/kubelet/_proto/...`` so the
+generated modules import each other as ``vke_gpu_dra.kubelet._proto...`` and register unique file
+names in the protobuf descriptor pool. Wire names come only from each file's ``package``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import tempfile
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-PROTO_DIR = SRC / "vke_gpu_dra" / "proto"
-OUT_PACKAGE = Path("vke_gpu_dra") / "_proto"
+PACKAGE = Path("vke_gpu_dra") / "kubelet"
+PROTO_DIR = SRC / PACKAGE / "proto"
+OUT_PACKAGE = PACKAGE / "_proto"
 INIT_TEXT = '"""Generated code; regenerate with driver/scripts/generate_protos.py."""\n'
 
 

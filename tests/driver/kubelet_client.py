@@ -8,14 +8,14 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-from vke_gpu_dra._proto.dra.v1 import api_pb2 as v1_pb2
-from vke_gpu_dra._proto.dra.v1 import api_pb2_grpc as v1_grpc
-from vke_gpu_dra._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
-from vke_gpu_dra._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from vke_gpu_dra._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
-from vke_gpu_dra._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
-from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2 as reg_pb2
-from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as v1_pb2
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2_grpc as v1_grpc
+from vke_gpu_dra.kubelet._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
+from vke_gpu_dra.kubelet._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
+from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
 KUBELET_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 VERSIONS: dict[str, tuple[ModuleType, type]] = {

@@ -18,11 +18,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from vke_gpu_dra.dra_service import DRAServicer, add_dra_servicer
 from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra.kubelet.dra_service import DRAServicer, add_dra_servicer
+from vke_gpu_dra.kubelet.registration import (
+    RegistrationServicer,
+    RegistrationStatus,
+    add_registration_servicer,
+)
+from vke_gpu_dra.kubelet.sockets import unix_server
 from vke_gpu_dra.metrics import Metrics
-from vke_gpu_dra.registration import RegistrationServicer, RegistrationStatus, add_registration_servicer
-from vke_gpu_dra.sockets import unix_server
 from vke_gpu_dra_core import facts
 
 from .fake_apiserver import FakeAPIServer, Hold

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vke_gpu_dra._proto.dra.v1 import api_pb2 as v1_pb2
-from vke_gpu_dra._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
-from vke_gpu_dra._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
-from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as v1_pb2
+from vke_gpu_dra.kubelet._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
+from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 
 SCRIPT = Path(__file__).resolve().parents[2] / "driver" / "scripts" / "generate_protos.py"
 

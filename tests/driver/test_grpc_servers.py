@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -10,20 +11,20 @@ from typing import Any
 
 import grpc
 import pytest
-from vke_gpu_dra.dra_service import DRAServicer, add_dra_servicer, check_claim, request_names
-from vke_gpu_dra.metrics import Metrics
-from vke_gpu_dra.registration import (
+from vke_gpu_dra.kubelet.dra_service import DRAServicer, add_dra_servicer, check_claim, request_names
+from vke_gpu_dra.kubelet.registration import (
     RegistrationServicer,
     RegistrationStatus,
     add_registration_servicer,
     registration_socket_name,
 )
-from vke_gpu_dra.resource_health import (
+from vke_gpu_dra.kubelet.resource_health import (
     DeviceHealthBoard,
     ResourceHealthServicer,
     add_resource_health_servicer,
 )
-from vke_gpu_dra.sockets import SocketError, prepare_socket_path, unix_server
+from vke_gpu_dra.kubelet.sockets import SocketError, prepare_socket_path, unix_server
+from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
 
@@ -74,6 +75,7 @@ class RecordingState:
         self.prepared: dict[str, list[PreparedDevice]] = {}
         self.barrier: threading.Barrier | None = None
         self.explode_on: set[str] = set()
+        self.unprepare_errors: dict[str, Exception] = {}  # claim name -> what unprepare raises
         self.deadlines: list[float | None] = []  # the deadline of each call, as time.monotonic() values
 
     def prepare(
@@ -96,6 +98,8 @@ class RecordingState:
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         self.deadlines.append(deadline)
+        if ref.name in self.unprepare_errors:
+            raise self.unprepare_errors[ref.name]
         with self.lock:
             self.prepared.pop(ref.uid, None)
 
@@ -226,6 +230,72 @@ def test_bad_claims_fail_alone_while_others_succeed(servers: Servers, kubelet: K
     registry = servers.metrics.registry
     errors = registry.get_sample_value("vke_gpu_dra_prepare_claims_total", {"result": "error"})
     assert errors == 3
+
+
+def claim_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str, str | None]]:
+    """(message, level, claim, error field) of each per-claim line the DRA service logged."""
+    return [
+        (r.getMessage(), r.levelno, r.fields["claim"], r.fields.get("error"))  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name.startswith("vke_gpu_dra") and "claim" in getattr(r, "fields", {})
+    ]
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_each_rpc_answers_and_logs_every_claim_by_itself(
+    servers: Servers, kubelet: Kubelet, caplog: pytest.LogCaptureFixture, version: str
+) -> None:
+    """Both RPCs: a ClaimError is the answer as is, anything else an internal error naming the claim."""
+    caplog.set_level(logging.INFO)
+    kubelet.register()
+    servers.claims.add(allocated_claim("ns", "good", "uid-good", ("gpu", "gpu-2")))
+    servers.claims.add(allocated_claim("ns", "explodes", "uid-boom", ("gpu", "gpu-4")))
+    servers.state.explode_on.add("explodes")
+    prepared = kubelet.prepare(
+        [("ns", "missing", "uid-missing"), ("ns", "explodes", "uid-boom"), ("ns", "good", "uid-good")],
+        version=version,
+    )
+    assert {uid: entry["error"] for uid, entry in prepared.items()} == {
+        "uid-missing": "claim ns/missing not found",
+        "uid-boom": "internal error preparing claim ns/explodes: boom",
+        "uid-good": "",
+    }
+    assert claim_lines(caplog) == [
+        ("prepare failed", logging.WARNING, "ns/missing", "claim ns/missing not found"),
+        ("unexpected error while preparing", logging.ERROR, "ns/explodes", None),
+        ("prepared claim", logging.INFO, "ns/good", None),
+    ]
+    caplog.clear()
+    servers.state.unprepare_errors = {
+        "held": ClaimError("claim ns/held: busy"),
+        "broken": OSError("disk gone"),
+    }
+    unprepared = kubelet.unprepare(
+        [("ns", "held", "uid-held"), ("ns", "broken", "uid-broken"), ("ns", "good", "uid-good")],
+        version=version,
+    )
+    assert unprepared == {
+        "uid-held": "claim ns/held: busy",
+        "uid-broken": "internal error unpreparing claim ns/broken: disk gone",
+        "uid-good": "",
+    }
+    assert claim_lines(caplog) == [
+        ("unprepare failed", logging.WARNING, "ns/held", "claim ns/held: busy"),
+        ("unexpected error while unpreparing", logging.ERROR, "ns/broken", None),
+        ("unprepared claim", logging.INFO, "ns/good", None),
+    ]
+    registry = servers.metrics.registry
+    counts = {
+        (family, result): registry.get_sample_value(f"vke_gpu_dra_{family}_claims_total", {"result": result})
+        for family in ("prepare", "unprepare")
+        for result in ("success", "error")
+    }
+    assert counts == {
+        ("prepare", "success"): 1,
+        ("prepare", "error"): 2,
+        ("unprepare", "success"): 1,
+        ("unprepare", "error"): 2,
+    }
 
 
 def test_a_claim_named_twice_in_one_call_is_answered_once(servers: Servers, kubelet: Kubelet) -> None:

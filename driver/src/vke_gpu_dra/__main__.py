@@ -34,8 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
 
     from .kubeapi import KubeConfigError  # noqa: PLC0415
+    from .kubelet.sockets import SocketError  # noqa: PLC0415
     from .plugin import Plugin, StartupError  # noqa: PLC0415
-    from .sockets import SocketError  # noqa: PLC0415
 
     try:
         return Plugin(config).run()

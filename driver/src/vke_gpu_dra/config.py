@@ -19,8 +19,8 @@ from vke_gpu_dra_core import facts, featuregates, profiles
 from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
 
 from . import __version__
-from .registration import dra_socket_name, registration_socket_name
-from .sockets import MAX_SOCKET_PATH_BYTES
+from .kubelet.registration import dra_socket_name, registration_socket_name
+from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 
 PROG = "dra-gpu-kubelet-plugin"
 DEVICE_SOURCES = ("nvml", "simulated")

@@ -27,21 +27,21 @@ from vke_gpu_dra_core.model import Device
 from . import __version__, driver_userspace
 from .cdi_edits import DriverEdits
 from .config import Config
-from .dra_service import DRAServicer, add_dra_servicer
-from .healthcheck import PluginHealthServicer, start_health_server
 from .kubeapi import KubeAPI
-from .metrics import Metrics
-from .registration import (
+from .kubelet.dra_service import DRAServicer, add_dra_servicer
+from .kubelet.healthcheck import PluginHealthServicer, start_health_server
+from .kubelet.registration import (
     RegistrationServicer,
     RegistrationSnapshot,
     RegistrationStatus,
     add_registration_servicer,
 )
-from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
+from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
+from .kubelet.sockets import remove_socket, unix_server
+from .metrics import Metrics
 from .sharing import NvidiaSmi, SharingManager
 from .shutdown import StopSignals
 from .slice_controller import SliceController
-from .sockets import remove_socket, unix_server
 from .state import DeviceState, StateLockTimeout
 from .userspace import DriverRoot
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from vke_gpu_dra._proto.pluginregistration.v1 import api_pb2 as vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.71.2'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + f' but the generated code in vke_gpu_dra/_proto/pluginregistration/v1/api_pb2_grpc.py depends on'
+        + f' but the generated code in vke_gpu_dra/kubelet/_proto/pluginregistration/v1/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,13 +37,13 @@ class RegistrationStub(object):
         """
         self.GetInfo = channel.unary_unary(
                 '/pluginregistration.Registration/GetInfo',
-                request_serializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.InfoRequest.SerializeToString,
-                response_deserializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.PluginInfo.FromString,
+                request_serializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.InfoRequest.SerializeToString,
+                response_deserializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.PluginInfo.FromString,
                 _registered_method=True)
         self.NotifyRegistrationStatus = channel.unary_unary(
                 '/pluginregistration.Registration/NotifyRegistrationStatus',
-                request_serializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatus.SerializeToString,
-                response_deserializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatusResponse.FromString,
+                request_serializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatus.SerializeToString,
+                response_deserializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatusResponse.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
-                    request_deserializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.InfoRequest.FromString,
-                    response_serializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.PluginInfo.SerializeToString,
+                    request_deserializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.InfoRequest.FromString,
+                    response_serializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.PluginInfo.SerializeToString,
             ),
             'NotifyRegistrationStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.NotifyRegistrationStatus,
-                    request_deserializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatus.FromString,
-                    response_serializer=vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatusResponse.SerializeToString,
+                    request_deserializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatus.FromString,
+                    response_serializer=vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -103,8 +103,8 @@ class Registration(object):
             request,
             target,
             '/pluginregistration.Registration/GetInfo',
-            vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.InfoRequest.SerializeToString,
-            vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.PluginInfo.FromString,
+            vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.InfoRequest.SerializeToString,
+            vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.PluginInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -130,8 +130,8 @@ class Registration(object):
             request,
             target,
             '/pluginregistration.Registration/NotifyRegistrationStatus',
-            vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatus.SerializeToString,
-            vke__gpu__dra_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatusResponse.FromString,
+            vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatus.SerializeToString,
+            vke__gpu__dra_dot_kubelet_dot___proto_dot_pluginregistration_dot_v1_dot_api__pb2.RegistrationStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,9 @@ kubelet gives each call a deadline (45 s). The claims of a Prepare call are read
 server concurrently (`claim_fetch.ClaimFetcher`), each request bounded by what is left of that
 deadline, so the answer always arrives in time: a claim whose read did not finish gets its own
 error saying so. A claim named twice in one call is answered once, as the Go helper does.
+
+Both RPCs answer their claims through one loop (`answer_each_claim`): each claim gets its own
+entry, its own error and its own log line, and is counted by result in the RPC's metric.
 """
 
 from __future__ import annotations
@@ -15,19 +18,21 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
+from prometheus_client import Counter
 from vke_gpu_dra_core.model import ClaimError, ClaimRef, PreparedDevice
 
+from ..metrics import Metrics
 from ._proto.dra.v1 import api_pb2 as v1_pb2
 from ._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from ._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from ._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
-from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,7 @@ _PB_BY_PACKAGE: dict[str, ModuleType] = {
     v1beta1_pb2.DESCRIPTOR.package: v1beta1_pb2,
 }
 _call_ids = itertools.count(1)
+T = TypeVar("T")
 
 
 class ClaimPreparer(Protocol):
@@ -101,39 +107,19 @@ class DRAServicer:
         started = time.monotonic()
         refs = unique_claims(request.claims)
         fetched = self._fetcher.fetch(refs, deadline)
-        for ref in refs:
-            entry = response.claims[ref.uid]
-            fields: dict[str, object] = {
-                "call": call_id,
-                "claim": f"{ref.namespace}/{ref.name}",
-                "uid": ref.uid,
-            }
-            try:
-                devices = self._state.prepare(
-                    ref, check_claim(ref, fetched[ref.uid].result()), deadline=deadline.at
-                )
-            except ClaimError as err:
-                entry.error = str(err)
-                self._metrics.prepare_claims.labels(result="error").inc()
-                log.warning("prepare failed", extra={"fields": {**fields, "error": str(err)}})
-                continue
-            except Exception as err:
-                entry.error = f"internal error preparing claim {ref.namespace}/{ref.name}: {err}"
-                self._metrics.prepare_claims.labels(result="error").inc()
-                log.exception("unexpected error while preparing", extra={"fields": fields})
-                continue
-            for dev in devices:
-                entry.devices.add(
-                    request_names=list(request_names(dev.request_names)),
-                    pool_name=dev.pool_name,
-                    device_name=dev.device_name,
-                    cdi_device_ids=list(dev.cdi_device_ids),
-                )
-            self._metrics.prepare_claims.labels(result="success").inc()
-            log.info(
-                "prepared claim",
-                extra={"fields": {**fields, "devices": [d.device_name for d in devices]}},
-            )
+
+        def prepare(ref: ClaimRef) -> list[PreparedDevice]:
+            return self._state.prepare(ref, check_claim(ref, fetched[ref.uid].result()), deadline=deadline.at)
+
+        answer_each_claim(
+            refs,
+            response.claims,
+            call_id=call_id,
+            action=prepare,
+            answer=_answer_prepared,
+            results=self._metrics.prepare_claims,
+            wording=_PREPARE,
+        )
         self._metrics.prepare_seconds.observe(time.monotonic() - started)
         return response
 
@@ -145,29 +131,101 @@ class DRAServicer:
         deadline = Deadline.of(context)
         call_id = next(_call_ids)
         started = time.monotonic()
-        for ref in unique_claims(request.claims):
-            entry = response.claims[ref.uid]  # every claim gets an entry, even an empty one
-            fields: dict[str, object] = {
-                "call": call_id,
-                "claim": f"{ref.namespace}/{ref.name}",
-                "uid": ref.uid,
-            }
-            try:
-                self._state.unprepare(ref, deadline=deadline.at)
-            except ClaimError as err:
-                entry.error = str(err)
-                self._metrics.unprepare_claims.labels(result="error").inc()
-                log.warning("unprepare failed", extra={"fields": {**fields, "error": str(err)}})
-                continue
-            except Exception as err:
-                entry.error = f"internal error unpreparing claim {ref.namespace}/{ref.name}: {err}"
-                self._metrics.unprepare_claims.labels(result="error").inc()
-                log.exception("unexpected error while unpreparing", extra={"fields": fields})
-                continue
-            self._metrics.unprepare_claims.labels(result="success").inc()
-            log.info("unprepared claim", extra={"fields": fields})
+
+        def unprepare(ref: ClaimRef) -> None:
+            self._state.unprepare(ref, deadline=deadline.at)
+
+        answer_each_claim(
+            unique_claims(request.claims),
+            response.claims,
+            call_id=call_id,
+            action=unprepare,
+            answer=_answer_unprepared,
+            results=self._metrics.unprepare_claims,
+            wording=_UNPREPARE,
+        )
         self._metrics.unprepare_seconds.observe(time.monotonic() - started)
         return response
+
+
+@dataclass(frozen=True)
+class Wording:
+    """What one RPC logs and answers about each claim."""
+
+    done: str  #: info line of a claim that was handled
+    failed: str  #: warning line of a claim refused with a ClaimError (its text is the answer)
+    unexpected: str  #: error line (with the trace) of any other exception
+    internal: str  #: start of the answer to such an exception: "<internal> claim <ns>/<name>: <error>"
+
+
+_PREPARE = Wording(
+    done="prepared claim",
+    failed="prepare failed",
+    unexpected="unexpected error while preparing",
+    internal="internal error preparing",
+)
+_UNPREPARE = Wording(
+    done="unprepared claim",
+    failed="unprepare failed",
+    unexpected="unexpected error while unpreparing",
+    internal="internal error unpreparing",
+)
+
+
+def _answer_prepared(entry: Any, devices: list[PreparedDevice]) -> dict[str, object]:
+    for dev in devices:
+        entry.devices.add(
+            request_names=list(request_names(dev.request_names)),
+            pool_name=dev.pool_name,
+            device_name=dev.device_name,
+            cdi_device_ids=list(dev.cdi_device_ids),
+        )
+    return {"devices": [d.device_name for d in devices]}
+
+
+def _answer_unprepared(entry: Any, outcome: None) -> dict[str, object]:
+    return {}
+
+
+def answer_each_claim(
+    refs: Sequence[ClaimRef],
+    entries: Any,
+    *,
+    call_id: int,
+    action: Callable[[ClaimRef], T],
+    answer: Callable[[Any, T], Mapping[str, object]],
+    results: Counter,
+    wording: Wording,
+) -> None:
+    """Run `action` on each claim in turn and answer it in `entries` (the response's claims map).
+
+    Every claim gets an entry, even an empty one. A ClaimError becomes that claim's error as it
+    is; any other exception an "internal error" naming the claim; neither stops the other claims.
+    On success `answer` fills the entry from the action's outcome and returns the fields it adds
+    to the log line. `results` counts each claim by result ("success" or "error").
+    """
+    for ref in refs:
+        entry = entries[ref.uid]
+        fields: dict[str, object] = {
+            "call": call_id,
+            "claim": f"{ref.namespace}/{ref.name}",
+            "uid": ref.uid,
+        }
+        try:
+            outcome = action(ref)
+        except ClaimError as err:
+            entry.error = str(err)
+            results.labels(result="error").inc()
+            log.warning(wording.failed, extra={"fields": {**fields, "error": str(err)}})
+            continue
+        except Exception as err:
+            entry.error = f"{wording.internal} claim {ref.namespace}/{ref.name}: {err}"
+            results.labels(result="error").inc()
+            log.exception(wording.unexpected, extra={"fields": fields})
+            continue
+        logged = answer(entry, outcome)
+        results.labels(result="success").inc()
+        log.info(wording.done, extra={"fields": {**fields, **logged}})
 
 
 def add_dra_servicer(server: grpc.Server, servicer: DRAServicer) -> None:
