@@ -104,9 +104,9 @@ NVIDIA: Final = When(
     "driver.implementation=nvidia", lambda v: v["driver.implementation"] == IMPLEMENTATION_NVIDIA
 )
 SAMPLE: Final = When("sample.enabled", lambda v: bool(v["sample.enabled"]))
-CR_BUILD: Final = When("the driver image is built and pushed to CR (target=vke, no driver.image)", _cr_build)
+CR_BUILD: Final = When("a CR build (target=vke, no driver.image)", _cr_build)
 CR_CREATE: Final = When(
-    "the CR instance is created (driver.registry.create)",
+    "a CR build with driver.registry.create",
     lambda v: _cr_build(v) and bool(v["driver.registry.create"]),
 )
 
