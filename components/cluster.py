@@ -8,8 +8,7 @@ import os
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_volcengine import vke
-
-from .config import ClusterConfig, SecretStr
+from vke_gpu_dra_core.config import ClusterConfig, SecretStr
 
 KUBECONFIG_PUBLIC = "Public"
 KUBECONFIG_PRIVATE = "Private"

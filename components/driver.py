@@ -17,9 +17,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.config import IMPLEMENTATION_NVIDIA, DriverConfig, Taint
 
 from . import manifests
-from .config import IMPLEMENTATION_NVIDIA, DriverConfig, Taint
 from .driver_image import ChartImage
 
 RELEASE_NAME: Final = "nvidia-dra-driver-gpu"

@@ -33,8 +33,7 @@ import pulumi_docker_build as docker_build
 import pulumi_volcengine as volcengine
 import yaml
 from vke_gpu_dra_core import facts
-
-from .config import BUILD_CR, BUILD_KIND, DriverImageConfig
+from vke_gpu_dra_core.config import BUILD_CR, BUILD_KIND, DriverImageConfig
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 DRIVER_DIR: Final = "driver"

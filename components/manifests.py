@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
-
-from .config import SampleConfig, Taint
+from vke_gpu_dra_core.config import SampleConfig, Taint
 
 SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
 SAMPLE_DEPLOYMENT: Final = "gpu-test"

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 from pulumi_volcengine import eip, nat, vpc
-
-from .config import NetworkConfig
+from vke_gpu_dra_core.config import NetworkConfig
 
 ALL_IPV4: str = "0.0.0.0/0"
 

@@ -9,8 +9,8 @@ from typing import Final
 import pulumi
 from pulumi_volcengine import vke
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.config import NodePoolConfig, VolcengineAccess
 
-from .config import NodePoolConfig, VolcengineAccess
 from .readiness import NodeReadinessGate
 from .runtime import NodePoolRuntime
 

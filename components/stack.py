@@ -8,11 +8,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_volcengine as volcengine
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.config import IMPLEMENTATION_PYTHON, StackConfig
 
 from . import config as config_mod
 from . import manifests
 from .cluster import ExistingCluster, VkeCluster
-from .config import StackConfig
 from .device_classes import DeviceClasses
 from .driver import DraDriver, chart_creates_device_classes
 from .driver_image import DriverImage
@@ -50,10 +50,7 @@ def verify_commands(cfg: StackConfig) -> list[str]:
 def _volcengine_provider(cfg: StackConfig) -> pulumi.ProviderResource:
     access = cfg.volcengine
     assert access is not None  # load() guarantees it for target=vke
-
-    def secret(value: config_mod.SecretStr | None) -> pulumi.Input[str] | None:
-        return pulumi.Output.secret(value.reveal()) if value else None
-
+    secret = config_mod.secret
     return volcengine.Provider(
         "volcengine",
         region=access.region,
@@ -71,7 +68,7 @@ def build(cfg: StackConfig | None = None) -> dict[str, Any]:
     gate: list[pulumi.Resource] = []
     provider: k8s.Provider
     taints = cfg.node_pool.taints if cfg.provisions_vke else ()
-    python_driver = cfg.driver.implementation == config_mod.IMPLEMENTATION_PYTHON
+    python_driver = cfg.driver.implementation == IMPLEMENTATION_PYTHON
     image_cfg = cfg.driver_image
     image: DriverImage | None = None
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+from vke_gpu_dra_core.config import SampleConfig, Taint
 
 from . import manifests
-from .config import SampleConfig, Taint
 
 DEFAULT_NAMESPACE = "default"
 

@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import config as stack_config
+from vke_gpu_dra_core import config as stack_config
 
 from . import resources as r
 from . import wire
@@ -55,8 +55,8 @@ class Production:
 def production(policy_config: Mapping[str, Any]) -> Production:
     """Policy config `production` wins; else the stack config `<project>:production`.
 
-    Both are read with the program's own boolean parser (components/config.py), so the pack and the
-    program agree on every value: anything but true/false is a problem, and the stack counts as
+    Both are read with the program's own boolean parser (`vke_gpu_dra_core.config.parse_bool`), so the
+    pack and the program agree on every value: anything but true/false is a problem, and the stack counts as
     production meanwhile (a typo must not switch protection off).
     """
     if "production" in policy_config:

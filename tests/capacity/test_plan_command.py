@@ -260,3 +260,59 @@ def test_plan_yaml_is_the_json_report_and_o_is_short_for_output(stack_dir, capsy
     as_json = json.loads(capsys.readouterr().out)
     assert main(["plan", "--stack-config", str(stack_dir / "Pulumi.dev.yaml"), "-o", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == as_json
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        (
+            {"vke-gpu-dra:nodePool.minReplicas": 3},
+            "vke-gpu-dra:nodePool.minReplicas = 3: allowed: at most nodePool.maxReplicas (2)",
+        ),
+        (
+            {"vke-gpu-dra:nodePool.instanceType": "ecs.gni2.3xlarge"},
+            "vke-gpu-dra:nodePool.instanceType = (set): allowed: one of the keys declared in Pulumi.yaml",
+        ),
+        (
+            {"vke-gpu-dra:sample.enabled": "yes"},
+            "vke-gpu-dra:sample.enabled = 'yes': allowed: true or false",
+        ),
+        (
+            {"vke-gpu-dra:nodePool.labels": ["vke.node.gpu.schedule=nvidia"]},
+            "vke-gpu-dra:nodePool.labels = 'vke.node.gpu.schedule=nvidia': allowed: "
+            "vke.node.gpu.schedule=nvidia-dra (the DRA procedure's value) or leave it out",
+        ),
+    ],
+)
+def test_plan_refuses_a_stack_the_program_refuses_naming_the_key(stack_dir, capsys, values, problem):
+    """The plan reads the stack through the program's loader: what the program refuses is bad input."""
+    stack = stack_dir / "Pulumi.dev.yaml"
+    config = yaml.safe_load(stack.read_text())
+    config["config"].update(values)
+    stack.write_text(yaml.safe_dump(config))
+    assert main(["plan", "--stack-config", str(stack)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: {stack}: invalid stack configuration (1 problem(s)):\n")
+    assert f"  - {problem}\n" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_plan_does_not_stop_at_keys_only_a_deployment_needs(stack_dir, capsys):
+    """No region, login, HPC cluster or CR instance in the file: the program asks for them at `pulumi up`."""
+    stack = stack_dir / "Pulumi.dev.yaml"
+    assert main(["plan", "--stack-config", str(stack)]) == 0
+    capsys.readouterr()
+    config = yaml.safe_load(stack.read_text())
+    config["config"]["vke-gpu-dra:driver.registry.name"] = "Bad_Name"
+    config["config"]["vke-gpu-dra:nodePool.password"] = "not-a-secret"
+    stack.write_text(yaml.safe_dump(config))
+    assert main(["plan", "--stack-config", str(stack)]) == 0
+    assert "not-a-secret" not in capsys.readouterr().err
+
+
+def test_the_deployment_only_keys_are_keys_of_the_table():
+    from vke_gpu_dra_core.config import ALL_KEYS
+    from vke_gpu_dra_ops.plan import DEPLOYMENT_ONLY_KEYS
+
+    assert not DEPLOYMENT_ONLY_KEYS - {k.name for k in ALL_KEYS}

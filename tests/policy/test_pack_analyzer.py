@@ -505,7 +505,7 @@ def test_production_from_policy_config_and_enforcement_levels(analyzer: PackProc
 def test_production_value_pulumi_does_not_read_as_a_boolean_is_a_violation(
     analyzer: PackProcess, value: str
 ) -> None:
-    # The program rejects these values (components/config.py); the pack reads them with the same parser
+    # The program rejects these values (vke_gpu_dra_core.config); the pack reads them with the same parser
     # instead of its own truthiness, which took "yes" for false and let an unprotected cluster through.
     dev = program_stack("dev", "python")
     dev.config[f"{PROJECT}:production"] = value

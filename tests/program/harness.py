@@ -40,8 +40,8 @@ import pulumi
 import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
+from vke_gpu_dra_core import config as config_mod
 
-from components import config as config_mod
 from components import stack as stack_mod
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_core import config
+from vke_gpu_dra_core.config import ConfigError, RawConfig
 
-from components import config
-from components.config import ConfigError, RawConfig
+from components import config as program_config
 from tests.program import harness
 
 P = config.PROJECT
@@ -378,7 +379,7 @@ def test_reads_config_the_way_the_engine_passes_it(monkeypatch: pytest.MonkeyPat
         ),
     )
     monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", json.dumps([f"{P}:nodePool.password"]))
-    cfg = config.load()
+    cfg = program_config.load()
     assert cfg.production is True
     assert cfg.volcengine is not None and cfg.volcengine.region == "cn-shanghai"
     assert cfg.node_pool.password is not None and cfg.node_pool.password.reveal() == "S3cret!pass"

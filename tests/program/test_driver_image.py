@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vke_gpu_dra_core import config as config_mod
 from vke_gpu_dra_core import facts
 
-from components import config as config_mod
 from components import driver_image
 from tests.program import harness
 from tests.program.test_chart_values import daemonset, render

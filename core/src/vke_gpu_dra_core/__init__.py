@@ -7,4 +7,5 @@ operator tools must agree on, as pure logic and data (standard library and PyYAM
 * `catalog` — the GPU ECS instance types (data in `gpu_catalog.yaml`);
 * `quantity`, `semver` — Kubernetes quantities and strict semantic versions, parsed exactly;
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
+* `config` — the stack configuration: the key table, its dataclasses, the loader, Pulumi.yaml.
 """

@@ -1,6 +1,6 @@
 """OCI image references: parsing, validation and the registry domains no cluster can pull from.
 
-One source of truth for the Pulumi program's config validation (`components/config.py`) and the
+One source of truth for the stack config validation (`vke_gpu_dra_core.config`) and the
 policy pack (`policy/vke_dra_policies/checks/image.py`). The grammar is the distribution
 reference grammar (github.com/distribution/reference): `[domain[:port]/]path[:tag][@digest]`,
 path components lower case, a tag of at most 128 word characters, `.` and `-`, and a digest

@@ -34,7 +34,7 @@ TAG_EXPIRES_AT = "vke-gpu-dra:expires-at"
 TAG_BASE_STACK = "vke-gpu-dra:base-stack"
 TAG_OWNER = "vke-gpu-dra:owner"
 POLICY_PACK_DIR = "policy"
-#: Stack keys of the driver image's Volcengine CR registry (components/config.py declares them).
+#: Stack keys of the driver image's Volcengine CR registry (declared in vke_gpu_dra_core.config).
 KEY_IMAGE = "vke-gpu-dra:driver.image"
 KEY_IMAGE_BUILD = "vke-gpu-dra:driver.image.build"
 KEY_REGISTRY_CREATE = "vke-gpu-dra:driver.registry.create"

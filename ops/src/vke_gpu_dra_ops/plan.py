@@ -1,6 +1,7 @@
 """`vke-gpu-dra plan`: does every claim template fit the stack's GPU node pools? (no cloud access)
 
-Reads a stack config file (program defaults from the Pulumi.yaml beside it), the stack's DeviceClasses,
+Reads a stack config file through the program's own loader (defaults from the Pulumi.yaml beside it, as
+the CLI passes them; a value the program refuses is bad input), the stack's DeviceClasses,
 ResourceClaimTemplates, Namespaces and workloads from manifests (or the program's sample workload), and
 prints per workload how many pods are wanted, placed by the default kube-scheduler and left pending (and
 why), with the bounds other placements give; then per template what fits alone on an empty pool. Claims
@@ -15,17 +16,24 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import yaml
 from vke_gpu_dra_core.catalog import CatalogError
+from vke_gpu_dra_core.config import (
+    PROJECT,
+    ConfigError,
+    StackConfig,
+    project_defaults,
+    raw_from_stack_file,
+)
+from vke_gpu_dra_core.config import read as read_config
 
 from .capacity.admission import REFUSED, UNKNOWN, Admission
 from .capacity.claims import ClaimTemplate, ManifestError
 from .capacity.planner import FitResult, template_subject
 from .capacity.policy import WorkloadPlan, plan_model, plan_violations
 from .capacity.stack import (
-    PROJECT,
     StackModel,
     add_object,
     default_classes,
@@ -94,29 +102,67 @@ def _read_yaml(path: Path) -> list[Any]:
         raise PlanInputError(f"{path}: not valid YAML ({exc})") from None
 
 
-def _defaults(stack_file: Path) -> dict[str, Any]:
+#: Keys only a deployment needs: cloud access, node login, the HPC cluster, the kubeconfig of an existing
+#: cluster and where the driver image comes from. A plan reads none of them, so it does not stop at a
+#: problem the program reports for one of them (a stack file often leaves them to `pulumi config set`).
+DEPLOYMENT_ONLY_KEYS: Final = frozenset(
+    {
+        "volcengine:region",
+        "volcengine:accessKey",
+        "volcengine:secretKey",
+        "volcengine:sessionToken",
+        "volcengine:endpoint",
+        "nodePool.keyPairName",
+        "nodePool.password",
+        "nodePool.hpcClusterId",
+        "kubeconfig",
+        "kubeconfigPath",
+        "kubeconfigContext",
+        "driver.image",
+        "driver.image.build",
+        "driver.registry.name",
+        "driver.registry.create",
+        "driver.registry.edition",
+        "driver.registry.project",
+        "driver.registry.namespace",
+        "driver.registry.repository",
+    }
+)
+
+
+def _project_defaults(stack_file: Path) -> dict[str, Any]:
+    """The defaults of the Pulumi.yaml beside the stack file, which the CLI passes to the program too."""
     project = stack_file.parent / "Pulumi.yaml"
     if not project.is_file():
         return {}
     docs = _read_yaml(project)
-    config = (docs[0] or {}).get("config") or {} if docs and isinstance(docs[0], Mapping) else {}
-    return {k: v.get("default") if isinstance(v, Mapping) else v for k, v in config.items()}
+    return project_defaults(docs[0]) if docs and isinstance(docs[0], Mapping) else {}
 
 
-def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel:
+def load_stack_config(stack_file: Path) -> StackConfig:
+    """The stack's config as the program loads it (its project defaults under the stack file's values).
+
+    A problem the program reports is an input error naming the key, unless the key is deployment-only.
+    """
     docs = _read_yaml(stack_file)
     if not docs or not isinstance(docs[0], Mapping) or not isinstance(docs[0].get("config", {}), Mapping):
         raise PlanInputError(f"{stack_file}: expected a Pulumi stack file with a 'config:' map")
-    config = docs[0].get("config") or {}
-    defaults = _defaults(stack_file)
+    values = {**_project_defaults(stack_file), **(docs[0].get("config") or {})}
+    cfg, issues = read_config(raw_from_stack_file(values))
+    blocking = [i for i in issues if i.key.strip("()") not in DEPLOYMENT_ONLY_KEYS]
+    if blocking:
+        raise PlanInputError(f"{stack_file}: {ConfigError(blocking)}")
+    return cfg
+
+
+def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel:
+    cfg = load_stack_config(stack_file)
     model = StackModel(classes=default_classes())
-    model.pools = [pools_from_config(config, defaults)]
-    merged = {**defaults, **config}
-    version = merged.get(f"{PROJECT}:cluster.kubernetesVersion", merged.get("cluster.kubernetesVersion"))
-    model.kubernetes_version = None if version is None else str(version)
+    model.pools = [pools_from_config(cfg)]
+    model.kubernetes_version = cfg.cluster.kubernetes_version
     objects: list[Mapping[str, Any]]
     if manifests is None:
-        objects = list(sample_objects(config, defaults))
+        objects = list(sample_objects(cfg))
     else:
         objects = []
         for path in _manifest_files(manifests):

@@ -7,14 +7,13 @@ config file plus Kubernetes manifests (the `plan` command). DeviceClasses defaul
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
-from vke_gpu_dra_core.profiles import DEFAULT_PRODUCT
+from vke_gpu_dra_core.config import PROJECT, StackConfig
 from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
 
 from .claims import (
@@ -180,21 +179,6 @@ def _taints(props: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
         for t in raw
         if isinstance(t, Mapping)
     )
-
-
-def _parse_config_labels(items: Sequence[Any]) -> tuple[tuple[str, str], ...]:
-    pairs = [str(item).split("=", 1) for item in items]
-    return tuple((p[0], p[1] if len(p) > 1 else "") for p in pairs)
-
-
-def _parse_config_taints(items: Sequence[Any]) -> tuple[tuple[str, str, str], ...]:
-    """`key=value:Effect` or `key:Effect` (the program's nodePool.taints format)."""
-    taints = []
-    for item in items:
-        head, _, effect = str(item).rpartition(":")
-        key, _, value = head.partition("=")
-        taints.append((key, value, effect or "NoSchedule"))
-    return tuple(taints)
 
 
 def _family(instance_type: str) -> str:
@@ -467,62 +451,34 @@ def add_object(model: StackModel, obj: Mapping[str, Any], urn: str = "") -> None
 
 # --- stack config (the plan command) ------------------------------------------------------------
 
-PROJECT: Final = "vke-gpu-dra"
 
-
-def _config_value(config: Mapping[str, Any], key: str, default: Any) -> Any:
-    value = config.get(f"{PROJECT}:{key}", config.get(key, default))
-    if isinstance(default, list | bool | int) and isinstance(value, str) and not isinstance(default, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise ManifestError(
-                f"config {PROJECT}:{key}: {value!r} is not valid; allowed: "
-                f"{type(default).__name__} like {json.dumps(default)}"
-            ) from None
-    return value
-
-
-def pools_from_config(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[GpuPool]:
-    """The stack's GPU pool variants from its config (program defaults filled in from `defaults`)."""
-    merged = {**defaults, **config}
-
-    def get(key: str, default: Any) -> Any:
-        return _config_value(merged, key, default)
-
-    catalog = load_catalog(get("gpuInstanceTypes", None))
-    name = str(get("nodePool.name", "gpu-dra"))
-    low, high = int(get("nodePool.minReplicas", 1)), int(get("nodePool.maxReplicas", 1))
-    types = get("nodePool.instanceTypes", ["ecs.gni2.3xlarge"])
-    if not isinstance(types, list) or not types:
+def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
+    """The stack's GPU pool variants, from its config as the program loads it."""
+    pool = cfg.node_pool
+    catalog = load_catalog(cfg.gpu_instance_types)
+    if not pool.instance_types:  # the program requires them with target=vke only
         raise ManifestError(
-            f"config {PROJECT}:nodePool.instanceTypes: {types!r}; allowed: a non-empty list of "
-            "ECS instance types"
+            f"config {PROJECT}:nodePool.instanceTypes: []; allowed: a non-empty list of ECS instance types"
         )
-    labels = dict(_parse_config_labels(get("nodePool.labels", [])))
+    labels = {lb.key: lb.value for lb in pool.labels}
     labels.update(facts.REQUIRED_NODE_LABELS)
     placement: dict[str, Any] = {
         "labels": tuple(sorted(labels.items())),
-        "taints": _parse_config_taints(get("nodePool.taints", [])),
+        "taints": tuple((t.key, t.value, t.effect) for t in pool.taints),
     }
-    if get("driver.deviceSource", "nvml") == "simulated":
-        product = str(get("driver.simulatedProduct", facts_default_product()))
-        gpus = int(get("driver.simulatedGpus", 8))
+    name, low, high = pool.name, pool.min_replicas, pool.max_replicas
+    if cfg.driver.device_source == "simulated":
+        product, gpus = cfg.driver.simulated_product, cfg.driver.simulated_gpus
         note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product}, whatever its type"
-        return [GpuPool(name, str(t), product, gpus, low, high, (note,), **placement) for t in types]
-    return [replace(_pool(name, str(t), low, high, catalog=catalog), **placement) for t in types]
+        return [GpuPool(name, t, product, gpus, low, high, (note,), **placement) for t in pool.instance_types]
+    return [replace(_pool(name, t, low, high, catalog=catalog), **placement) for t in pool.instance_types]
 
 
-def facts_default_product() -> str:
-    return DEFAULT_PRODUCT
-
-
-def sample_objects(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[dict[str, Any]]:
+def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:
     """The program's sample: ResourceClaimTemplate single-gpu and Deployment gpu-test (1 replica)."""
-    merged = {**defaults, **config}
-    if not _config_value(merged, "sample.enabled", True):
+    if not cfg.sample.enabled:
         return []
-    namespace = str(_config_value(merged, "sample.namespace", "default"))
+    namespace = cfg.sample.namespace
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

@@ -1,0 +1,99 @@
+"""Stack configuration: one typed, validated object, read before any resource is registered.
+
+* `keys` — the key table: every key once, with its type, default, description and constraints;
+* `model` — the frozen dataclasses the table fills (`StackConfig` and its sections), `SecretStr`,
+  `Issue` and `ConfigError`;
+* `raw` — raw values as the engine hands them over, `parse_bool`, stack and project files;
+* `reader` — `load(raw)` reads every key generically from the table, then the rules between keys;
+* `render` — Pulumi.yaml and docs/configuration.md's key tables, generated from the table
+  (`python -m vke_gpu_dra_core.config --write`).
+
+Secret values (node password, kubeconfig, cloud credentials) are wrapped in `SecretStr` and never
+appear in messages or reprs. Reading the running engine's config and making Pulumi secrets is the
+program's side (`components/config.py`).
+"""
+
+from .keys import (
+    ALL_KEYS,
+    DEFAULT_SAMPLE_IMAGE,
+    IMPLEMENTATION_NVIDIA,
+    IMPLEMENTATION_PYTHON,
+    KEYS,
+    KEYS_BY_NAME,
+    PROVIDER_KEYS,
+    REPLACED_KEYS,
+    Key,
+)
+from .model import (
+    BUILD_CR,
+    BUILD_KIND,
+    PROJECT,
+    TARGET_EXISTING,
+    TARGET_VKE,
+    ClusterConfig,
+    ConfigError,
+    DriverConfig,
+    DriverImageConfig,
+    Issue,
+    Label,
+    NetworkConfig,
+    NodePoolConfig,
+    SampleConfig,
+    SecretStr,
+    StackConfig,
+    Taint,
+    VolcengineAccess,
+)
+from .raw import (
+    BOOLEAN_ALLOWED,
+    BOOLEAN_FALSE,
+    BOOLEAN_TRUE,
+    RawConfig,
+    parse_bool,
+    project_defaults,
+    raw_from_stack_file,
+)
+from .reader import load, read
+from .render import pulumi_yaml_config, render_configuration_doc, render_pulumi_yaml
+
+__all__ = [
+    "ALL_KEYS",
+    "BOOLEAN_ALLOWED",
+    "BOOLEAN_FALSE",
+    "BOOLEAN_TRUE",
+    "BUILD_CR",
+    "BUILD_KIND",
+    "DEFAULT_SAMPLE_IMAGE",
+    "IMPLEMENTATION_NVIDIA",
+    "IMPLEMENTATION_PYTHON",
+    "KEYS",
+    "KEYS_BY_NAME",
+    "PROJECT",
+    "PROVIDER_KEYS",
+    "REPLACED_KEYS",
+    "TARGET_EXISTING",
+    "TARGET_VKE",
+    "ClusterConfig",
+    "ConfigError",
+    "DriverConfig",
+    "DriverImageConfig",
+    "Issue",
+    "Key",
+    "Label",
+    "NetworkConfig",
+    "NodePoolConfig",
+    "RawConfig",
+    "SampleConfig",
+    "SecretStr",
+    "StackConfig",
+    "Taint",
+    "VolcengineAccess",
+    "load",
+    "parse_bool",
+    "project_defaults",
+    "pulumi_yaml_config",
+    "raw_from_stack_file",
+    "read",
+    "render_configuration_doc",
+    "render_pulumi_yaml",
+]
