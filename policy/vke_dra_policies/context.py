@@ -12,6 +12,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from vke_gpu_dra_core import policy_names
+
 from components import config as stack_config
 
 from . import resources as r
@@ -60,7 +62,10 @@ def production(policy_config: Mapping[str, Any]) -> Production:
     production meanwhile (a typo must not switch protection off).
     """
     if "production" in policy_config:
-        raw, where = policy_config["production"], "policy config production-protection.production"
+        raw, where = (
+            policy_config["production"],
+            f"policy config {policy_names.PRODUCTION_PROTECTION}.production",
+        )
     else:
         raw = STACK.config_value("production")
         if raw is None:

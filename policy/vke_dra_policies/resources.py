@@ -11,34 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
-# --- resource type tokens (pulumi-volcengine 0.0.47, pulumi-kubernetes 4.34) ---
-CLUSTER: Final = "volcengine:vke/cluster:Cluster"
-NODE_POOL: Final = "volcengine:vke/nodePool:NodePool"
-ADDON: Final = "volcengine:vke/addon:Addon"
-KUBECONFIG: Final = "volcengine:vke/kubeconfig:Kubeconfig"
-SECURITY_GROUP_RULE: Final = "volcengine:vpc/securityGroupRule:SecurityGroupRule"
-K8S_PROVIDER: Final = "pulumi:providers:kubernetes"
-STACK: Final = "pulumi:pulumi:Stack"
-DEVICE_CLASS: Final = "kubernetes:resource.k8s.io/v1:DeviceClass"
-RESOURCE_CLAIM_TEMPLATE: Final = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
-RESOURCE_CLAIM: Final = "kubernetes:resource.k8s.io/v1:ResourceClaim"
-HELM_RELEASE: Final = "kubernetes:helm.sh/v3:Release"
-HELM_CHART_V3: Final = "kubernetes:helm.sh/v3:Chart"
-HELM_CHART_V4: Final = "kubernetes:helm.sh/v4:Chart"
-HELM_TYPES: Final = (HELM_RELEASE, HELM_CHART_V3, HELM_CHART_V4)
-DYNAMIC_PREFIX: Final = "pulumi-python:dynamic"
-NODE_POOL_RUNTIME_NAME: Final = "NodePoolRuntime"
-
-#: Workload kinds and where their pod spec sits.
-POD_SPEC_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
-    "kubernetes:core/v1:Pod": ("spec",),
-    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:DaemonSet": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
-    "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
-    "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
-}
+from vke_gpu_dra_core import pulumi_types
 
 
 class Unknown(Enum):
@@ -107,7 +80,7 @@ def of_type(resources: Iterable[Res], *types: str) -> list[Res]:
 
 def is_node_pool_runtime(res: Res) -> bool:
     """The program's dynamic resource that pins a node pool's container runtime."""
-    return res.type.startswith(DYNAMIC_PREFIX) and res.type.endswith(NODE_POOL_RUNTIME_NAME)
+    return pulumi_types.is_node_pool_runtime(res.type)
 
 
 def walk_strings(data: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:

@@ -7,13 +7,14 @@ from vke_dra_policies import celsel
 from vke_dra_policies import resources as r
 from vke_dra_policies.checks import deviceclasses
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
 
 from .helpers import pool, res
 
 
 def device_class(name: str, *expressions: Any) -> r.Res:
     return res(
-        r.DEVICE_CLASS,
+        pt.DEVICE_CLASS,
         f"dc-{name}",
         {
             "metadata": {"name": name},
@@ -100,7 +101,7 @@ def test_mig_class_with_a_missing_attribute_reports_the_evaluation_error() -> No
 
 
 def test_class_without_selectors_and_other_classes() -> None:
-    empty = res(r.DEVICE_CLASS, "dc-empty", {"metadata": {"name": "empty.example.com"}, "spec": {}})
+    empty = res(pt.DEVICE_CLASS, "dc-empty", {"metadata": {"name": "empty.example.com"}, "spec": {}})
     (v,) = deviceclasses.device_classes([*shipped(), empty])
     assert "has no CEL selector" in v.message
     other = device_class("fast.example.com", f"device.driver == '{facts.DRIVER_NAME}'")
@@ -114,13 +115,13 @@ def test_missing_classes_in_a_dra_stack() -> None:
 
 
 def test_nvidia_chart_provides_the_classes() -> None:
-    chart = res(r.HELM_RELEASE, "rel", {"chart": "nvidia-dra-driver-gpu", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": "nvidia-dra-driver-gpu", "values": {}})
     assert deviceclasses.device_classes([chart, pool()]) == []
     assert deviceclasses.class_names([chart]) == {dc.name for dc in facts.DEVICE_CLASSES}
 
 
 def test_unknown_names_or_expressions_are_not_judged() -> None:
-    unknown = res(r.DEVICE_CLASS, "dc", {"metadata": {"name": r.UNKNOWN}, "spec": {"selectors": []}})
+    unknown = res(pt.DEVICE_CLASS, "dc", {"metadata": {"name": r.UNKNOWN}, "spec": {"selectors": []}})
     assert deviceclasses.device_classes([unknown, pool()]) == []
     assert (
         deviceclasses.device_classes([device_class(facts.DEVICE_CLASS_GPU.name, r.UNKNOWN), shipped()[1]])
@@ -129,20 +130,20 @@ def test_unknown_names_or_expressions_are_not_judged() -> None:
 
 
 def test_project_chart_with_its_classes_on() -> None:
-    chart = res(r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
     assert deviceclasses.device_classes([chart, pool()]) == []
     renamed = res(
-        r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"driverName": "gpu.example.com"}}
+        pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"driverName": "gpu.example.com"}}
     )
     found = deviceclasses.device_classes([renamed, pool()])
     assert len(found) == 2 and all("do not select" in v.message for v in found)
 
 
 def test_a_class_rendered_by_the_chart_and_created_by_the_program() -> None:
-    chart = res(r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
     (v,) = deviceclasses.device_classes([chart, shipped()[0], pool()])
     assert "also rendered by" in v.message and "deviceClasses.enabled=false" in v.message
     off = res(
-        r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"deviceClasses": {"enabled": False}}}
+        pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"deviceClasses": {"enabled": False}}}
     )
     assert deviceclasses.device_classes([off, *shipped(), pool()]) == []

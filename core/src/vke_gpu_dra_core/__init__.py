@@ -7,4 +7,6 @@ operator tools must agree on, as pure logic and data (standard library and PyYAM
 * `catalog` — the GPU ECS instance types (data in `gpu_catalog.yaml`);
 * `quantity`, `semver` — Kubernetes quantities and strict semantic versions, parsed exactly;
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
+* `pulumi_types`, `policy_names` — the Pulumi type tokens of a stack's resources and where a workload's
+  pod spec sits; the names of the policy pack's policies.
 """

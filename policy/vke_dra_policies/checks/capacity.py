@@ -20,7 +20,6 @@ from .. import context
 from .. import resources as r
 from . import Violation
 
-NAME: Final = "gpu-claims-fit-node-pools"
 DESCRIPTION: Final = (
     "Every ResourceClaimTemplate a workload uses fits the DRA GPU node pools for the workload's replicas."
 )

@@ -10,11 +10,9 @@ The GPU catalog, quantities and semver are the shared contract's (`vke_gpu_dra_c
 * `policy` — the stack plan (`plan_model`) and the stack policy's violations.
 """
 
-from .policy import POLICY_DESCRIPTION, POLICY_NAME, Violation, check_stack
+from .policy import Violation, check_stack
 
 __all__ = [
-    "POLICY_DESCRIPTION",
-    "POLICY_NAME",
     "Violation",
     "check_stack",
 ]

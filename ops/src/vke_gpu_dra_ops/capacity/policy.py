@@ -22,12 +22,6 @@ from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simu
 from .stack import StackModel, Workload, model_from_resources
 from .versions import FeatureGates, feature_gates, nearest_gates
 
-POLICY_NAME: Final = "gpu-claims-fit-node-pools"
-POLICY_DESCRIPTION: Final = (
-    "Every ResourceClaimTemplate used by a workload fits the stack's DRA GPU node pools for the workload's "
-    "replicas (resource.k8s.io/v1 allocation against the devices the pools' instance types publish)."
-)
-
 
 @dataclass(frozen=True)
 class Violation:
