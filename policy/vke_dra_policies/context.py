@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vke_gpu_dra_core import policy_names
+from vke_gpu_dra_core import resources as r
 
 from components import config as stack_config
 
-from . import resources as r
 from . import wire
 
 #: URN -> decoded resource for the request being analyzed.

@@ -23,10 +23,10 @@ from pulumi_policy import (
 from pulumi_policy.policy import Policy, _PolicyAnalyzerServicer
 from vke_gpu_dra_core import policy_names as names
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.catalog import CatalogError, GpuTypes, gpu_types
 
 from . import context, wire
-from . import resources as r
 from .checks import (
     Violation,
     capacity,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_dra_policies import resources as r
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 DRA_LABELS = [{"key": k, "value": v} for k, v in facts.REQUIRED_NODE_LABELS.items()]
 

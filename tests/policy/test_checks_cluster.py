@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import cluster
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 

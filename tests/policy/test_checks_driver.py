@@ -4,10 +4,10 @@ from typing import Any
 
 import pulumi
 import yaml
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import driver
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import pool, res
 

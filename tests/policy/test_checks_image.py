@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import image
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 

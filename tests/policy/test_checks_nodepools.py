@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import nodepools
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.catalog import gpu_types
 
 from .helpers import DRA_LABELS, pool, res, runtime

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import sharing
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 

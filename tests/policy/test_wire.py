@@ -10,9 +10,9 @@ from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs, StackVa
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 from vke_dra_policies import context, pack, wire
-from vke_dra_policies import resources as r
 from vke_gpu_dra_core import policy_names as names
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .stacks import secret
 

@@ -9,4 +9,6 @@ operator tools must agree on, as pure logic and data (standard library and PyYAM
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
 * `pulumi_types`, `policy_names` — the Pulumi type tokens of a stack's resources and where a workload's
   pod spec sits; the names of the policy pack's policies.
+* `resources` — one view of a stack's registered resources (type, props, unknowns during preview), read
+  the same way by the policy pack's validators and the capacity planner.
 """

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 from .deviceclasses import class_names
 

@@ -7,8 +7,8 @@ from typing import Final
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 from .driver import driver_releases
 from .nodepools import is_device_plugin_pool, is_dra_pool, schedule_label

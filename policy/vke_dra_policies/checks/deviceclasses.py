@@ -7,9 +7,9 @@ from typing import Any
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .. import celsel
-from .. import resources as r
 from . import Violation
 from .driver import chart_creates_device_classes, driver_releases, effective_values
 from .nodepools import is_dra_pool

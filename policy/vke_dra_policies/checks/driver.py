@@ -10,8 +10,8 @@ from typing import Any, Final, Literal
 import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 
 NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"

@@ -13,8 +13,8 @@ from typing import Any
 
 from vke_gpu_dra_core import imageref
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 from .driver import driver_releases, effective_values
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 
 PROTECTED_TYPES = (pt.CLUSTER, pt.NODE_POOL)

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 
 #: Property names (any resource, any depth; case and "_" ignored) whose values are credentials.

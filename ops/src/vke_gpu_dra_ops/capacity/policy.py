@@ -1,10 +1,11 @@
 """The capacity policy: every claim template a workload uses fits the stack's GPU pools for its replicas.
 
-`check_stack(resources)` takes what a Pulumi stack policy sees (objects with `resource_type` or `type`,
-`props`, `urn`, `name`) and returns one `Violation` per problem. Claim templates go through the API
-server's admission rules of the cluster's Kubernetes version (`admission`); every workload is checked
-alone (for the reasons), then all workloads' pods are placed the way the default kube-scheduler places
-them (`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
+`check_stack(resources)` takes a stack's registered resources (the policy pack's `Res` view, or anything
+`vke_gpu_dra_core.resources.read` reads) and returns one `Violation` per problem. Claim templates go
+through the API server's admission rules of the cluster's Kubernetes version (`admission`); every
+workload is checked alone (for the reasons), then all workloads' pods are placed the way the default
+kube-scheduler places them (`scheduler`), in stack order: a workload is fine only when all its pods are
+placed there.
 """
 
 from __future__ import annotations
@@ -350,7 +351,8 @@ def check_stack(
 ) -> list[Violation]:
     """Violations of the capacity policy for a stack's resources (see the module docstring).
 
-    `resources`: objects with `resource_type` (or `type`), `props` (inputs, camelCase), `urn` and `name`.
+    `resources`: `vke_gpu_dra_core.resources.Res` or anything `read` reads (`resource_type` or `type`,
+    `props` (inputs, camelCase), `urn`, `name`, `dependencies`).
     `catalog_config`: the value of `vke-gpu-dra:gpuInstanceTypes`, if the stack sets it.
     """
     model = model_from_resources(resources, catalog_config)

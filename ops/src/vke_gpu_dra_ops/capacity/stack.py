@@ -1,8 +1,9 @@
 """What a stack asks for and what it buys: GPU pools, DeviceClasses, claim templates and workloads.
 
-Built from Pulumi resources (type token + input props, as the policy pack sees them) or from a stack
-config file plus Kubernetes manifests (the `plan` command). DeviceClasses default to the driver's
-(`facts.DEVICE_CLASSES`, which its chart creates); a stack's own DeviceClass resources override them.
+Built from a stack's registered resources (type token + input props, read into the same
+`vke_gpu_dra_core.resources` view the policy pack's validators use) or from a stack config file plus
+Kubernetes manifests (the `plan` command). DeviceClasses default to the driver's (`facts.DEVICE_CLASSES`,
+which its chart creates); a stack's own DeviceClass resources override them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from vke_gpu_dra_core import facts, pulumi_types
 from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
 from vke_gpu_dra_core.profiles import DEFAULT_PRODUCT
 from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
+from vke_gpu_dra_core.resources import Res, is_known, kubernetes_object, read
 
 from .claims import (
     ClaimTemplate,
@@ -281,35 +283,9 @@ def _pool(
     )
 
 
-def _resource_type(resource: Any) -> str:
-    return str(getattr(resource, "resource_type", None) or getattr(resource, "type", "") or "")
-
-
-def _kubernetes_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any]:
-    # token kubernetes:<group>/<version>:<Kind> -> apiVersion and kind, when the props lack them
-    api_version, kind = pulumi_types.kubernetes_api_version_kind(resource_type)
-    obj = dict(props)
-    obj.setdefault("apiVersion", api_version)
-    obj.setdefault("kind", kind)
-    return obj
-
-
-_JSON_SCALARS: Final = (str, int, float, bool, type(None))
-
-
-def is_known(value: Any) -> bool:
-    """True when `value` is plain JSON all the way down (no unknown-during-preview markers)."""
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and is_known(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return all(is_known(v) for v in value)
-    return isinstance(value, _JSON_SCALARS)
-
-
-def _relevant_known(resource_type: str, props: Any) -> bool:  # noqa: PLR0911 (one answer per type)
+def _relevant_known(res: Res) -> bool:
     """Whether the values the capacity check reads are known (other props may stay unknown)."""
-    if not isinstance(props, Mapping):
-        return is_known(props)
+    resource_type, props = res.type, res.props
     if resource_type == pulumi_types.NODE_POOL:
         return _pool_known(props)
     if pulumi_types.is_node_pool_runtime(resource_type):
@@ -367,7 +343,7 @@ def _requests_known(containers: Any) -> bool:
 
 
 def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -> StackModel:
-    """A StackModel from policy-pack resources (anything with resource_type/type, props, urn, name)."""
+    """A StackModel from a stack's registered resources (as `vke_gpu_dra_core.resources.read` reads them)."""
     model = StackModel(classes=default_classes())
     try:
         catalog = load_catalog(catalog_config)
@@ -375,60 +351,44 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
         model.problems.append(("", str(exc)))
         catalog = load_catalog()
     pools_by_urn: dict[str, int] = {}
-    runtimes: list[tuple[Any, Mapping[str, Any]]] = []
-    for resource in resources:
-        rtype = _resource_type(resource)
-        props = getattr(resource, "props", None) or {}
-        urn = str(getattr(resource, "urn", "") or "")
-        name = str(getattr(resource, "name", "") or "")
-        if not _relevant_known(rtype, props):
-            model.undecided.append(urn or name)
+    runtimes: list[Res] = []
+    for res in map(read, resources):
+        if not _relevant_known(res):
+            model.undecided.append(res.urn or res.name)
             continue
         try:
-            if rtype == pulumi_types.NODE_POOL:
-                variants = pools_from_node_pool(props, name, catalog, model)
+            if res.type == pulumi_types.NODE_POOL:
+                variants = pools_from_node_pool(res.props, res.name, catalog, model)
                 if variants:
-                    pools_by_urn[urn] = len(model.pools)
+                    pools_by_urn[res.urn] = len(model.pools)
                     model.pools.append(variants)
-            elif pulumi_types.is_node_pool_runtime(rtype):
-                runtimes.append((resource, props))
-            elif rtype == pulumi_types.CLUSTER:
-                version = props.get("kubernetesVersion")
+            elif pulumi_types.is_node_pool_runtime(res.type):
+                runtimes.append(res)
+            elif res.type == pulumi_types.CLUSTER:
+                version = res.props.get("kubernetesVersion")
                 if not is_known(version):
                     model.version_unknown = True
                 elif isinstance(version, str) and version:
                     model.kubernetes_version = version
-            elif rtype.startswith(pulumi_types.KUBERNETES_PREFIX):
-                add_object(model, _kubernetes_object(rtype, props), urn)
+            elif res.type.startswith(pulumi_types.KUBERNETES_PREFIX):
+                add_object(model, kubernetes_object(res), res.urn)
         except (ManifestError, CatalogError) as exc:
-            model.problems.append((urn, str(exc)))
-    for resource, props in runtimes:
-        _apply_runtime_bounds(model, pools_by_urn, resource, props)
+            model.problems.append((res.urn, str(exc)))
+    for runtime in runtimes:
+        _apply_runtime_bounds(model, pools_by_urn, runtime)
     return model
 
 
-def _dependency_urns(resource: Any) -> set[str]:
-    urns = set()
-    for dependency in getattr(resource, "dependencies", None) or ():
-        urns.add(dependency if isinstance(dependency, str) else str(getattr(dependency, "urn", "")))
-    return urns
-
-
-def _apply_runtime_bounds(
-    model: StackModel, pools_by_urn: Mapping[str, int], resource: Any, props: Mapping[str, Any]
-) -> None:
+def _apply_runtime_bounds(model: StackModel, pools_by_urn: Mapping[str, int], runtime: Res) -> None:
     """The NodePoolRuntime's min/max replicas replace the bounds its pool (a dependency) was created with."""
-    for urn in _dependency_urns(resource) & set(pools_by_urn):
+    for urn in set(runtime.dependencies) & set(pools_by_urn):
         index = pools_by_urn[urn]
         try:
-            low = _number(props.get("min_replicas"), model.pools[index][0].min_nodes)
-            high = _number(props.get("max_replicas"), model.pools[index][0].max_nodes)
+            low = _number(runtime.props.get("min_replicas"), model.pools[index][0].min_nodes)
+            high = _number(runtime.props.get("max_replicas"), model.pools[index][0].max_nodes)
         except ValueError as exc:
             model.problems.append(
-                (
-                    str(getattr(resource, "urn", "")),
-                    f"node pool runtime: replica count {exc.args[0]!r} is not a whole number >= 0",
-                )
+                (runtime.urn, f"node pool runtime: replica count {exc.args[0]!r} is not a whole number >= 0")
             )
             continue
         model.pools[index] = [replace(p, min_nodes=low, max_nodes=high) for p in model.pools[index]]

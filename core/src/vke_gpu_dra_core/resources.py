@@ -1,7 +1,12 @@
-"""A neutral view of the resources a policy looks at, independent of pulumi_policy's classes.
+"""A neutral view of a stack's registered resources, read one way by the policy pack and the planner.
 
-Validators take `Res` objects whose `props` are plain dicts/lists/scalars. Values the engine does
-not know yet (during preview) are the `UNKNOWN` sentinel; validators skip them instead of guessing.
+`Res` is one resource: its type token (`pulumi_types`), name, URN, properties as plain dicts, lists and
+scalars, and the options policies care about. Values the engine does not know yet (during preview) are
+the `UNKNOWN` sentinel; readers test `is UNKNOWN` (or `is_known`) and skip them instead of guessing.
+
+The policy pack decodes the engine's wire format into `Res` itself (secretness included); `read` turns
+anything else shaped like a Pulumi resource (`resource_type` or `type`, `props`, `urn`, `name`,
+`dependencies`) into one, every value that is not plain JSON counting as unknown.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
-from vke_gpu_dra_core import pulumi_types
+from . import pulumi_types
 
 
 class Unknown(Enum):
@@ -55,6 +60,60 @@ class Res:
     def label(self) -> str:
         """How messages name the resource: `<type> "<name>"`."""
         return f'{self.type} "{self.name}"'
+
+
+_JSON_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+def is_known(value: Any) -> bool:
+    """True when `value` is plain JSON all the way down (nothing unknown in it)."""
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and is_known(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(is_known(v) for v in value)
+    return isinstance(value, _JSON_SCALARS)
+
+
+def plain(value: Any) -> Any:
+    """`value` as plain JSON data, with `UNKNOWN` for every part that is not."""
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            return UNKNOWN
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value if isinstance(value, _JSON_SCALARS) else UNKNOWN
+
+
+def read(resource: Any) -> Res:
+    """`resource` as a `Res`: a `Res` as it is, else its `resource_type` (or `type`), `props`, `urn`,
+    `name` and `dependencies` (URNs, or resources with a `urn`)."""
+    if isinstance(resource, Res):
+        return resource
+    props = plain(getattr(resource, "props", None) or {})
+    dependencies = tuple(
+        d if isinstance(d, str) else str(getattr(d, "urn", ""))
+        for d in getattr(resource, "dependencies", None) or ()
+    )
+    return Res(
+        str(getattr(resource, "resource_type", None) or getattr(resource, "type", "") or ""),
+        str(getattr(resource, "name", "") or ""),
+        str(getattr(resource, "urn", "") or ""),
+        props if isinstance(props, Mapping) else {},
+        dependencies=dependencies,
+    )
+
+
+def kubernetes_object(res: Res) -> dict[str, Any]:
+    """The object a `kubernetes:<group>/<version>:<Kind>` resource registers: its props, with the
+    token's apiVersion and kind where the props lack them (or do not know them yet)."""
+    api_version, kind = pulumi_types.kubernetes_api_version_kind(res.type)
+    obj = dict(res.props)
+    if not isinstance(obj.get("apiVersion"), str):
+        obj["apiVersion"] = api_version
+    if not isinstance(obj.get("kind"), str):
+        obj["kind"] = kind
+    return obj
 
 
 def get_path(data: Any, path: Iterable[str | int]) -> Any:
