@@ -18,7 +18,7 @@ from .admission import REFUSED, UNKNOWN, Admission, admit
 from .claims import ClaimSpec, ClaimTemplate
 from .inventory import GpuPool
 from .placement import excluded
-from .planner import FitResult, Planner
+from .planner import FitResult, Planner, template_subject
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
 from .stack import StackModel, Workload, model_from_resources
 from .versions import FeatureGates, feature_gates, nearest_gates
@@ -99,8 +99,21 @@ class WorkloadPlan:
         return max(self.wanted - self.placed, 0)
 
 
+@dataclass(frozen=True)
+class TemplatePlan:
+    """One claim template (or shared claim) alone on an empty pool, for the replicas the workloads want."""
+
+    template: ClaimTemplate
+    #: replicas (a shared claim: allocations) the stack's workloads want of it; None when none uses it
+    wanted: int | None
+    alone: FitResult
+    admission: Admission
+
+
 @dataclass
 class StackPlan:
+    """Everything planned for a stack: per workload, per template alone, and the admissions."""
+
     gates: FeatureGates
     workloads: list[WorkloadPlan]
     admissions: dict[str, Admission]
@@ -108,6 +121,9 @@ class StackPlan:
     planner: Planner
     #: keys of the templates and claims some workload uses
     used: set[str]
+    model: StackModel
+    #: each template alone on an empty pool (only when asked for: the `plan` command's report)
+    templates: list[TemplatePlan]
 
 
 def _wanted(workload: Workload, pools: Sequence[GpuPool]) -> int:
@@ -146,9 +162,16 @@ _PACKING_PROFILE: Final = (
 
 
 def plan_model(
-    model: StackModel, gates: FeatureGates | None = None, *, report_references: bool = True
+    model: StackModel,
+    gates: FeatureGates | None = None,
+    *,
+    report_references: bool = True,
+    templates_alone: bool = False,
 ) -> StackPlan:
-    """Every workload of `model` through the API server's admission and the scheduler's placement."""
+    """Every workload of `model` through the API server's admission and the scheduler's placement.
+
+    With `templates_alone`, also every claim template alone on an empty pool (`StackPlan.templates`).
+    """
     gates = gates or feature_gates(model.kubernetes_version, "the cluster's kubernetesVersion")
     planner = Planner(model.classes, consumable_capacity=gates.consumable_capacity)
     violations = [Violation(message, urn) for urn, message in model.problems]
@@ -198,7 +221,38 @@ def plan_model(
     if model.pools and simulated:
         _simulate(model, planner, simulated)
     used = {t.key for w in model.workloads for t in _templates(model, w)}
-    return StackPlan(gates, plans, admissions, violations, planner, used)
+    templates = (
+        [_template_alone(model, planner, t, admissions[t.key]) for t in model.templates.values()]
+        if templates_alone
+        else []
+    )
+    return StackPlan(gates, plans, admissions, violations, planner, used, model, templates)
+
+
+def _template_alone(
+    model: StackModel, planner: Planner, template: ClaimTemplate, admission: Admission
+) -> TemplatePlan:
+    wanted = _template_wanted(model, template)
+    alone = planner.fit(
+        template_subject(template),
+        [(template.name, template.spec)],
+        model.pools,
+        wanted if wanted is not None else 1,
+    )
+    return TemplatePlan(template, wanted, alone, admission)
+
+
+def _template_wanted(model: StackModel, template: ClaimTemplate) -> int | None:
+    total, used = 0, False
+    for workload in model.workloads:
+        for ref in workload.claims:
+            if model.template_for(workload, ref) is template:
+                used = True
+                if workload.replicas is None:
+                    total += sum(max(p.max_nodes for p in variants) for variants in model.pools)
+                else:
+                    total += 1 if template.shared else workload.replicas
+    return total if used else None
 
 
 def _templates(model: StackModel, workload: Workload) -> list[ClaimTemplate]:
