@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_ops.capacity import check_stack
-from vke_gpu_dra_ops.capacity.policy import plan_model
-from vke_gpu_dra_ops.capacity.stack import model_from_resources
+from vke_gpu_dra_ops.capacity.stack_model import model_from_resources
+from vke_gpu_dra_ops.capacity.stack_plan import plan_model
 from vke_gpu_dra_ops.capacity.versions import VersionError, feature_gates
 
 from .helpers import exactly

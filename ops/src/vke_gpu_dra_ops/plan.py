@@ -22,8 +22,7 @@ from vke_gpu_dra_core.catalog import CatalogError
 
 from .capacity.admission import REFUSED, UNKNOWN
 from .capacity.claims import ManifestError
-from .capacity.policy import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
-from .capacity.stack import (
+from .capacity.stack_model import (
     PROJECT,
     StackModel,
     add_object,
@@ -31,6 +30,7 @@ from .capacity.stack import (
     pools_from_config,
     sample_objects,
 )
+from .capacity.stack_plan import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
 from .capacity.versions import GATES, VersionError, feature_gates
 from .output import OUTPUT_FORMATS, render
 

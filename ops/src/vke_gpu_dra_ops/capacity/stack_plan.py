@@ -1,11 +1,13 @@
-"""The capacity policy: every claim template a workload uses fits the stack's GPU pools for its replicas.
+"""The stack plan, and the capacity policy's violations of it.
 
-`check_stack(resources)` takes a stack's registered resources (the policy pack's `Res` view, or anything
-`vke_gpu_dra_core.resources.read` reads) and returns one `Violation` per problem. Claim templates go
-through the API server's admission rules of the cluster's Kubernetes version (`admission`); every
-workload is checked alone (for the reasons), then all workloads' pods are placed the way the default
-kube-scheduler places them (`scheduler`), in stack order: a workload is fine only when all its pods are
-placed there.
+`plan_model(model)` plans a `StackModel` (`stack_model`): every claim template a workload uses must fit
+the stack's GPU pools for its replicas. The `plan` command renders the `StackPlan`; the capacity policy
+(`policy_names.CAPACITY`) reports its `plan_violations`. `check_stack(resources)` takes a stack's
+registered resources (the policy pack's `Res` view, or anything `vke_gpu_dra_core.resources.read`
+reads) and returns one `Violation` per problem. Claim templates go through the API server's admission
+rules of the cluster's Kubernetes version (`admission`); every workload is checked alone (for the
+reasons), then all workloads' pods are placed the way the default kube-scheduler places them
+(`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .inventory import GpuPool
 from .placement import excluded
 from .planner import FitResult, Planner, template_subject
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
-from .stack import StackModel, Workload, model_from_resources
+from .stack_model import StackModel, Workload, model_from_resources
 from .versions import FeatureGates, feature_gates, nearest_gates
 
 
