@@ -29,7 +29,7 @@ import tracemalloc
 from typing import Any
 
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
-from vke_gpu_dra_ops.capacity.celenv import DeviceContext, compile_selector
+from vke_gpu_dra_ops.capacity.cel.environment import DeviceContext, compile_selector
 from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, PodClaimRef, parse_claim_template
 from vke_gpu_dra_ops.capacity.inventory import GpuPool
 from vke_gpu_dra_ops.capacity.planner import Planner

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vke_dra_policies import celsel
+from vke_dra_policies import selectors
 from vke_dra_policies.checks import deviceclasses
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
@@ -28,13 +28,13 @@ def shipped() -> list[r.Res]:
 
 
 def test_shipped_classes_select_their_own_device_kind_only() -> None:
-    samples = celsel.sample_devices()
+    samples = selectors.sample_devices()
     assert (
         samples.gpu.device_type == facts.DEVICE_TYPE_GPU and samples.mig.device_type == facts.DEVICE_TYPE_MIG
     )
     gpu, mig = facts.DEVICE_CLASS_GPU.cel_expression, facts.DEVICE_CLASS_MIG.cel_expression
-    assert (celsel.matches(gpu, samples.gpu), celsel.matches(gpu, samples.mig)) == (True, False)
-    assert (celsel.matches(mig, samples.mig), celsel.matches(mig, samples.gpu)) == (True, False)
+    assert (selectors.matches(gpu, samples.gpu), selectors.matches(gpu, samples.mig)) == (True, False)
+    assert (selectors.matches(mig, samples.mig), selectors.matches(mig, samples.gpu)) == (True, False)
     assert deviceclasses.device_classes([*shipped(), pool()]) == []
 
 
@@ -54,23 +54,23 @@ def test_shipped_classes_select_their_own_device_kind_only() -> None:
     ],
 )
 def test_compile_errors(expression: str, error: str | None) -> None:
-    found = celsel.compile_error(expression)
+    found = selectors.compile_error(expression)
     assert (found is None) if error is None else (error in (found or ""))
 
 
 def test_kubernetes_semver_and_quantity_functions() -> None:
-    gpu = celsel.sample_devices().gpu
+    gpu = selectors.sample_devices().gpu
     memory = f"device.capacity['{facts.DRIVER_NAME}'].memory"
-    assert celsel.matches(f"{memory}.compareTo(quantity('40Gi')) >= 0", gpu) is True
-    assert celsel.matches(f"{memory}.isGreaterThan(quantity('80Gi'))", gpu) is False
+    assert selectors.matches(f"{memory}.compareTo(quantity('40Gi')) >= 0", gpu) is True
+    assert selectors.matches(f"{memory}.isGreaterThan(quantity('80Gi'))", gpu) is False
     version = f"device.attributes['{facts.DRIVER_NAME}'].driverVersion"
-    assert celsel.matches(f"{version}.isGreaterThan(semver('550.0.0'))", gpu) is True
-    assert celsel.compile_error(f"{version}.compareTo(semver('550.0.0')) >= 0") is None
+    assert selectors.matches(f"{version}.isGreaterThan(semver('550.0.0'))", gpu) is True
+    assert selectors.compile_error(f"{version}.compareTo(semver('550.0.0')) >= 0") is None
 
 
 def test_missing_attribute_is_an_evaluation_error_like_kubernetes() -> None:
-    result = celsel.matches(
-        f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'", celsel.sample_devices().gpu
+    result = selectors.matches(
+        f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'", selectors.sample_devices().gpu
     )
     assert result == "evaluation error: no such key: nosuch"
 

@@ -9,7 +9,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 
-from .. import celsel
+from .. import selectors
 from . import Violation
 from .driver import chart_creates_device_classes, driver_releases, effective_values
 from .nodepools import is_dra_pool
@@ -44,17 +44,17 @@ def class_names(resources: Sequence[r.Res]) -> set[str]:
 
 
 def _expressions(res: r.Res) -> list[tuple[int, Any]]:
-    selectors = res.get("spec", "selectors")
-    if not isinstance(selectors, list):
+    entries = res.get("spec", "selectors")
+    if not isinstance(entries, list):
         return []
     return [
-        (i, r.get_path(s, ("cel", "expression"))) for i, s in enumerate(selectors) if isinstance(s, Mapping)
+        (i, r.get_path(s, ("cel", "expression"))) for i, s in enumerate(entries) if isinstance(s, Mapping)
     ]
 
 
 def _selects(expressions: list[str], device: Any) -> bool | str:
     for expression in expressions:
-        result = celsel.matches(expression, device)
+        result = selectors.matches(expression, device)
         if result is not True:
             return result
     return True
@@ -64,7 +64,7 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
     """One class: every selector compiles; an expected class selects its device kind and not the other."""
     out = []
     for index, expression in enumerate(expressions):
-        error = celsel.compile_error(expression)
+        error = selectors.compile_error(expression)
         if error is not None:
             out.append(
                 Violation(
@@ -75,7 +75,7 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
             )
     if out or name not in EXPECTED:
         return out
-    samples = celsel.sample_devices()
+    samples = selectors.sample_devices()
     want, other = (samples.gpu, samples.mig) if EXPECTED[name] == "gpu" else (samples.mig, samples.gpu)
     selects_want, selects_other = _selects(expressions, want), _selects(expressions, other)
     wanted_kind = "a full GPU" if EXPECTED[name] == "gpu" else "a MIG device"

@@ -1,6 +1,6 @@
 """Capacity planning: prove every device claim fits the GPU node pools before a GPU is paid for.
 
-* `celenv` — the DRA CEL environment (quantity(), semver(), type-checked like the apiserver);
+* `cel` — the DRA CEL environment (quantity(), semver(), type-checked like the apiserver);
 * `claims`, `placement` — DeviceClasses, claims and pod claim references; where a workload's pods may run;
 * `inventory`, `selection` — the devices a pool publishes; which of them a selector accepts (cached);
 * `allocator` — resource.k8s.io/v1 structured allocation on one node;
