@@ -29,13 +29,13 @@ import tracemalloc
 from typing import Any
 
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
-from vke_gpu_dra_ops.capacity.celenv import DeviceContext, compile_selector
+from vke_gpu_dra_ops.capacity.cel.environment import DeviceContext, compile_selector
 from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, PodClaimRef, parse_claim_template
 from vke_gpu_dra_ops.capacity.inventory import GpuPool
 from vke_gpu_dra_ops.capacity.planner import Planner
-from vke_gpu_dra_ops.capacity.policy import plan_model
 from vke_gpu_dra_ops.capacity.selection import SelectionStats, SelectorCache
-from vke_gpu_dra_ops.capacity.stack import StackModel, Workload, default_classes
+from vke_gpu_dra_ops.capacity.stack_model import StackModel, Workload, default_classes
+from vke_gpu_dra_ops.capacity.stack_plan import plan_model
 
 ATTR = "device.attributes['gpu.nvidia.com']"
 MEM = "device.capacity['gpu.nvidia.com'].memory"

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vke_gpu_dra_core import config as stack_config
+from vke_gpu_dra_core import policy_names
+from vke_gpu_dra_core import resources as r
 
-from . import resources as r
 from . import wire
 
 #: URN -> decoded resource for the request being analyzed.
@@ -60,7 +61,10 @@ def production(policy_config: Mapping[str, Any]) -> Production:
     production meanwhile (a typo must not switch protection off).
     """
     if "production" in policy_config:
-        raw, where = policy_config["production"], "policy config production-protection.production"
+        raw, where = (
+            policy_config["production"],
+            f"policy config {policy_names.PRODUCTION_PROTECTION}.production",
+        )
     else:
         raw = STACK.config_value("production")
         if raw is None:

@@ -21,10 +21,12 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 from pulumi_policy.policy import Policy, _PolicyAnalyzerServicer
+from vke_gpu_dra_core import policy_names as names
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.catalog import CatalogError, GpuTypes, gpu_types
 
 from . import context, wire
-from . import resources as r
 from .checks import (
     Violation,
     capacity,
@@ -189,111 +191,111 @@ def _protection(res: r.Res, config: Mapping[str, Any]) -> list[Violation]:
 
 
 def _api_server(res: r.Res, _config: Mapping[str, Any]) -> list[Violation]:
-    if res.type == r.CLUSTER:
+    if res.type == pt.CLUSTER:
         return cluster.api_server_public(res)
     return cluster.open_api_server_rules([res])
 
 
 POLICIES: Final[list[Policy]] = [
     resource_policy(
-        "kubernetes-version",
+        names.KUBERNETES_VERSION,
         "The VKE cluster runs Kubernetes 1.34 or later (resource.k8s.io/v1 for DRA).",
-        [r.CLUSTER],
+        [pt.CLUSTER],
         lambda res, _c: cluster.kubernetes_version(res),
         severity=Severity.CRITICAL,
     ),
     resource_policy(
-        "gpu-node-pool-labels",
+        names.NODE_POOL_LABELS,
         "GPU node pools carry vke.node.gpu.schedule=nvidia-dra and nvidia.com/gpu.present=true.",
-        [r.NODE_POOL],
+        [pt.NODE_POOL],
         lambda res, c: nodepools.labels(res, _gpu_types(c)),
         config_schema=_EXTRA_TYPES,
     ),
     resource_policy(
-        "gpu-node-pool-instance-types",
+        names.NODE_POOL_INSTANCE_TYPES,
         "DRA GPU node pools use GPU instance types.",
-        [r.NODE_POOL],
+        [pt.NODE_POOL],
         lambda res, c: nodepools.gpu_instance_types(res, _gpu_types(c)),
         config_schema=_EXTRA_TYPES,
     ),
     stack_policy(
-        "gpu-node-pool-runtime",
+        names.NODE_POOL_RUNTIME,
         "DRA GPU node pools are pinned to containerd 2.1 or later.",
         lambda res, c: nodepools.runtimes(res, _gpu_types(c)),
         config_schema=_EXTRA_TYPES,
     ),
     stack_policy(
-        "no-device-plugin-beside-dra",
+        names.NO_DEVICE_PLUGIN,
         "No NVIDIA device-plugin or mGPU scheduling in a cluster where DRA is on (the procedure's usage "
         "limits).",
         lambda res, c: conflicts.device_plugin_beside_dra(res, _forbidden_addons(c)),
         config_schema=_ADDONS,
     ),
     stack_policy(
-        "dra-driver-values",
+        names.DRIVER_VALUES,
         "The DRA driver's kubelet plugin runs on DRA nodes only; NVIDIA's chart gets the procedure's values.",
         lambda res, _c: driver.driver_values(res),
     ),
     stack_policy(
-        "device-classes",
+        names.DEVICE_CLASSES,
         "DeviceClasses gpu.nvidia.com and mig.nvidia.com exist and their CEL selects the right devices.",
         lambda res, _c: deviceclasses.device_classes(res),
     ),
     stack_policy(
-        "claim-references",
+        names.CLAIM_REFERENCES,
         "Claim templates name DeviceClasses of the stack; pod claims name templates of the stack.",
         _claims,
     ),
     stack_policy(
-        "secrets",
+        names.SECRETS,
         "Kubeconfigs and passwords are secret in the state; no output holds a plaintext secret.",
         _secrets,
         severity=Severity.CRITICAL,
     ),
     resource_policy(
-        "production-protection",
+        names.PRODUCTION_PROTECTION,
         "Production stacks protect the cluster and its node pools.",
         list(protection.PROTECTED_TYPES),
         _protection,
         config_schema=_PRODUCTION,
     ),
     resource_policy(
-        "api-server-public-access",
+        names.API_SERVER_PUBLIC_ACCESS,
         "The API server is not open to 0.0.0.0/0.",
-        [r.CLUSTER, r.SECURITY_GROUP_RULE],
+        [pt.CLUSTER, pt.SECURITY_GROUP_RULE],
         _api_server,
         level=ADVISORY,
         severity=Severity.MEDIUM,
     ),
     resource_policy(
-        "node-pool-auto-scaling",
+        names.NODE_POOL_AUTO_SCALING,
         "Node pools bound their size with auto-scaling limits.",
-        [r.NODE_POOL],
+        [pt.NODE_POOL],
         lambda res, _c: nodepools.auto_scaling_bounds(res),
         level=ADVISORY,
         severity=Severity.LOW,
     ),
-    stack_policy(capacity.NAME, capacity.DESCRIPTION, capacity.claims_fit),
+    stack_policy(names.CAPACITY, capacity.DESCRIPTION, capacity.claims_fit),
     stack_policy(
-        "driver-image-registry",
+        names.DRIVER_IMAGE_REGISTRY,
         "The driver image comes from a registry the nodes can pull from (no placeholder domain).",
         image.registry_reachable,
     ),
     stack_policy(
-        "driver-image-digest",
+        names.DRIVER_IMAGE_DIGEST,
         "Production stacks run the driver image pinned by digest.",
         lambda res, c: image.pinned_by_digest(res) if context.is_production(c) else [],
         config_schema=_PRODUCTION,
     ),
     stack_policy(
-        "driver-image-digest-advisory",
+        names.DRIVER_IMAGE_DIGEST_ADVISORY,
         "Non-production stacks run the driver image pinned by digest (advisory).",
         lambda res, c: [] if context.is_production(c) else image.pinned_by_digest(res),
         level=ADVISORY,
         severity=Severity.LOW,
         config_schema=_PRODUCTION,
     ),
-    stack_policy(sharing.NAME, sharing.DESCRIPTION, sharing.sharing_gates),
+    stack_policy(names.SHARING_FEATURE_GATES, sharing.DESCRIPTION, sharing.sharing_gates),
 ]
 
 

@@ -14,8 +14,7 @@ from typing import Any, Final
 
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import proxy
-
-from . import resources as r
+from vke_gpu_dra_core import resources as r
 
 SIG_KEY: Final = "4dabf18193072939515e22adb298388d"
 SECRET_SIG: Final = "1b47061264138c4ac30d75fd1eb44270"

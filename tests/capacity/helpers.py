@@ -7,7 +7,7 @@ from typing import Any
 from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, parse_claim_template
 from vke_gpu_dra_ops.capacity.inventory import GpuPool
 from vke_gpu_dra_ops.capacity.planner import FitResult, Planner
-from vke_gpu_dra_ops.capacity.stack import default_classes
+from vke_gpu_dra_ops.capacity.stack_model import default_classes
 
 MEM = "device.capacity['gpu.nvidia.com'].memory"
 CC = "device.attributes['gpu.nvidia.com'].cudaComputeCapability"

@@ -5,7 +5,7 @@ from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
 from vke_gpu_dra_ops.capacity.placement import Placement
 from vke_gpu_dra_ops.capacity.planner import MAX_PODS_PER_NODE, Planner
 from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
-from vke_gpu_dra_ops.capacity.stack import default_classes
+from vke_gpu_dra_ops.capacity.stack_model import default_classes
 
 from .helpers import CC, MEM, exactly, fit, parsed, pool
 

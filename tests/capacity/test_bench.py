@@ -5,7 +5,7 @@ from pathlib import Path
 
 from vke_gpu_dra_ops.capacity.allocator import NodeAllocator
 from vke_gpu_dra_ops.capacity.selection import SelectorCache
-from vke_gpu_dra_ops.capacity.stack import default_classes
+from vke_gpu_dra_ops.capacity.stack_model import default_classes
 
 from .helpers import exactly, parsed, pool
 

@@ -1,6 +1,6 @@
 import pytest
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_ops.capacity.celenv import (
+from vke_gpu_dra_ops.capacity.cel.environment import (
     SelectorCompileError,
     SelectorRuntimeError,
     compile_selector,

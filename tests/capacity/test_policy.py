@@ -2,11 +2,12 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_ops.capacity import check_stack
 
 from .helpers import MEM, exactly, template
 
-POOL = "volcengine:vke/nodePool:NodePool"
+POOL = pt.NODE_POOL
 DRA_LABELS = [
     {"key": "vke.node.gpu.schedule", "value": "nvidia-dra"},
     {"key": "nvidia.com/gpu.present", "value": "true"},
@@ -38,12 +39,12 @@ def node_pool(types: list[Any] | None = None, high: float = 2.0, labels: list[di
 
 def claim_template(*requests: dict[str, Any], name: str = "t"):
     props = template(*requests, name=name)
-    return res("kubernetes:resource.k8s.io/v1:ResourceClaimTemplate", name, props)
+    return res(pt.RESOURCE_CLAIM_TEMPLATE, name, props)
 
 
 def deployment(replicas: Any = 1.0, claim: str = "t", name: str = "app"):
     return res(
-        "kubernetes:apps/v1:Deployment",
+        pt.DEPLOYMENT,
         name,
         {
             "apiVersion": "apps/v1",
@@ -134,7 +135,7 @@ def test_gpu_family_type_missing_from_the_catalog_and_config_rows():
 
 def test_bad_manifest_is_one_clear_violation():
     bad = res(
-        "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate",
+        pt.RESOURCE_CLAIM_TEMPLATE,
         "bad",
         {
             "metadata": {"name": "bad"},
@@ -163,7 +164,7 @@ def resource_claim(*requests: dict[str, Any], name: str = "shared"):
     props = template(*requests, name=name)
     props["kind"] = "ResourceClaim"
     props["spec"] = props["spec"]["spec"]
-    return res("kubernetes:resource.k8s.io/v1:ResourceClaim", name, props)
+    return res(pt.RESOURCE_CLAIM, name, props)
 
 
 def sharing(replicas: float, name: str, *extra: dict[str, str]):
@@ -237,9 +238,7 @@ def test_pods_must_tolerate_the_pool_taints_and_match_its_labels():
 
 def test_the_node_pool_runtime_owns_the_pool_bounds():
     pool = node_pool(high=1.0)
-    runtime = res(
-        "pulumi-python:dynamic/vke:NodePoolRuntime", "rt", {"min_replicas": 1.0, "max_replicas": 3.0}
-    )
+    runtime = res(pt.NODE_POOL_RUNTIME, "rt", {"min_replicas": 1.0, "max_replicas": 3.0})
     runtime.dependencies = [pool.urn]
     tpl, app = claim_template(exactly("gpu", 8)), deployment(3.0)
     assert len(check_stack([pool, tpl, app])) == 1  # the pool was created with at most 1 node
@@ -256,7 +255,7 @@ def test_a_daemonset_beside_other_workloads_only_counts_the_pools_it_may_use():
         return pool
 
     daemons = deployment(name="per-node")
-    daemons.resource_type = "kubernetes:apps/v1:DaemonSet"
+    daemons.resource_type = pt.DAEMON_SET
     daemons.props["kind"] = "DaemonSet"
     del daemons.props["spec"]["replicas"]
     daemons.props["spec"]["template"]["spec"]["nodeSelector"] = {"role": "a"}

@@ -8,9 +8,10 @@ import json
 from typing import Any
 
 import pytest
+from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_ops.capacity import check_stack
-from vke_gpu_dra_ops.capacity.policy import plan_model
-from vke_gpu_dra_ops.capacity.stack import model_from_resources
+from vke_gpu_dra_ops.capacity.stack_model import model_from_resources
+from vke_gpu_dra_ops.capacity.stack_plan import plan_model
 from vke_gpu_dra_ops.capacity.versions import VersionError, feature_gates
 
 from .helpers import exactly
@@ -86,7 +87,7 @@ def test_spread_pods_leave_room_for_larger_pods_on_every_node():
 
 def namespace(name: str, labels: dict[str, str] | None = None):
     props = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
-    return res("kubernetes:core/v1:Namespace", name, props)
+    return res(pt.NAMESPACE, name, props)
 
 
 def admin_stack(*extra: Any) -> list[Any]:
@@ -157,7 +158,7 @@ def test_the_cluster_resource_names_the_version():
     planner knows is planned with the newest table."""
     tpl = claim_template(exactly("gpu", 1))
     tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
-    cluster = res("volcengine:vke/cluster:Cluster", "c", {"kubernetesVersion": "v1.36.0-vke.1"})
+    cluster = res(pt.CLUSTER, "c", {"kubernetesVersion": "v1.36.0-vke.1"})
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
     cluster.props["kubernetesVersion"] = "v1.37.1"
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
@@ -217,7 +218,7 @@ def test_job_pods_without_spreading_leave_the_choice_to_chance():
     on 100m/200Mi of a 176-vCPU / 960 GiB node rounds to the same score on both nodes: the scheduler picks
     at random, so the 4-GPU pod finds a whole node only by chance. Not counted as fitting."""
     job = deployment(name="batch")
-    job.resource_type = "kubernetes:batch/v1:Job"
+    job.resource_type = pt.JOB
     job.props["kind"] = "Job"
     job.props["spec"]["parallelism"] = job.props["spec"].pop("replicas") and 4
     resources = [
@@ -239,7 +240,7 @@ def test_an_unknown_cluster_version_in_preview_leaves_gated_fields_undecided():
     answers (the same in 1.34 to 1.36) still are."""
     from .test_policy import Unknown
 
-    cluster = res("volcengine:vke/cluster:Cluster", "c", {"kubernetesVersion": Unknown()})
+    cluster = res(pt.CLUSTER, "c", {"kubernetesVersion": Unknown()})
     tpl = claim_template(exactly("gpu", 1))
     tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from vke_gpu_dra_ops import checks
-from vke_gpu_dra_ops.checks import Settings, Snapshot, Status
+from vke_gpu_dra_ops import procedure
+from vke_gpu_dra_ops.procedure import Settings, Snapshot, Status
 
 from tests.ops import fake_kube
 
@@ -28,8 +28,8 @@ def snapshot(cluster: fake_kube.FakeCluster | None = None, **changes: Any) -> Sn
     return Snapshot(**base)  # type: ignore[arg-type]
 
 
-def by_id(snap: Snapshot, settings: Settings | None = None) -> dict[str, checks.StepResult]:
-    return {r.id: r for r in checks.run_checks(snap, settings or Settings())}
+def by_id(snap: Snapshot, settings: Settings | None = None) -> dict[str, procedure.StepResult]:
+    return {r.id: r for r in procedure.run_checks(snap, settings or Settings())}
 
 
 def test_healthy_snapshot_passes() -> None:
@@ -134,7 +134,7 @@ def test_step_results_serialise_to_json() -> None:
 
 
 def test_step_ids_are_the_checklist_order() -> None:
-    assert tuple(r.id for r in checks.run_checks(snapshot(), Settings())) == checks.STEP_IDS
+    assert tuple(r.id for r in procedure.run_checks(snapshot(), Settings())) == procedure.STEP_IDS
 
 
 def test_skipped_steps_are_waived_not_passed() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_ops import checks, verify
+from vke_gpu_dra_ops import procedure, verify
 from vke_gpu_dra_ops.__main__ import main
 
 from tests.ops import fake_kube
@@ -42,10 +42,10 @@ def test_healthy_cluster_passes_every_step(tmp_path: Path) -> None:
     code, out, err = run_cli(tmp_path, fake_kube.healthy_cluster())
     assert code == 0, out
     statuses = status_lines(out)
-    assert len(statuses) == len(checks.CHECKS)
+    assert len(statuses) == len(procedure.CHECKS)
     assert set(statuses.values()) == {"PASS"}
     assert "GPU 0: NVIDIA A30 (UUID: GPU-c8133a35" in out
-    assert out.rstrip().endswith(f"PASS: {len(checks.CHECKS)}/{len(checks.CHECKS)} checks passed")
+    assert out.rstrip().endswith(f"PASS: {len(procedure.CHECKS)}/{len(procedure.CHECKS)} checks passed")
     assert err == ""
 
 
@@ -215,7 +215,7 @@ def test_failing_steps_are_retried_until_they_pass(tmp_path: Path) -> None:
         code = verify.run_verify(
             str(kubeconfig),
             None,
-            checks.Settings(),
+            procedure.Settings(),
             timeout=30,
             interval=5,
             stdout=out,
@@ -244,7 +244,7 @@ def test_gives_up_at_the_timeout(tmp_path: Path) -> None:
         code = verify.run_verify(
             str(kubeconfig),
             None,
-            checks.Settings(),
+            procedure.Settings(),
             timeout=12,
             interval=5,
             stdout=io.StringIO(),
@@ -472,8 +472,10 @@ def test_node_selection_is_read_from_the_kubelet_plugin_daemonset(tmp_path: Path
     assert driver["found"] == "no node labelled pool=gpu-a"
     assert "no node matches pool=gpu-a" in driver["hint"] and "vke.node.gpu.schedule" not in driver["hint"]
     # An explicit flag still wins over what the DaemonSet selects.
-    code, out, _ = run_cli(tmp_path, cluster, "--output", "json", "--node-selector", checks.DRA_NODE_SELECTOR)
-    assert code == 0 and json.loads(out)["nodeSelector"] == checks.DRA_NODE_SELECTOR
+    code, out, _ = run_cli(
+        tmp_path, cluster, "--output", "json", "--node-selector", procedure.DRA_NODE_SELECTOR
+    )
+    assert code == 0 and json.loads(out)["nodeSelector"] == procedure.DRA_NODE_SELECTOR
 
 
 def test_yaml_output_has_the_json_documents_keys(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+from vke_gpu_dra_core import pulumi_types as pt
 
 from .stacks import SimRes
 
@@ -139,7 +140,7 @@ class PackProcess:
     def run(self, stack: Any) -> list[Diagnostic]:
         """Preview/up as the engine runs it: stack config, Analyze per resource, then AnalyzeStack."""
         self.configure_stack(stack.name, stack.config)
-        diags = [d for res in stack if res.type != "pulumi:pulumi:Stack" for d in self.analyze(res)]
+        diags = [d for res in stack if res.type != pt.STACK for d in self.analyze(res)]
         return diags + self.analyze_stack(stack)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_dra_policies import resources as r
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 DRA_LABELS = [{"key": k, "value": v} for k, v in facts.REQUIRED_NODE_LABELS.items()]
 
@@ -18,7 +19,7 @@ def pool(name: str = "gpu", types: Any = ("ecs.gni2.3xlarge",), labels: Any = No
     node_config = {"instanceTypeIds": list(types) if isinstance(types, tuple | list) else types}
     kubernetes_config = {"labels": DRA_LABELS if labels is None else labels}
     return res(
-        r.NODE_POOL,
+        pt.NODE_POOL,
         name,
         {"name": name, "nodeConfig": node_config, "kubernetesConfig": kubernetes_config, **props},
     )
@@ -26,7 +27,7 @@ def pool(name: str = "gpu", types: Any = ("ecs.gni2.3xlarge",), labels: Any = No
 
 def runtime(version: Any = "2.1", name: str = "rt", **kw: Any) -> r.Res:
     return res(
-        "pulumi-python:dynamic/vke:NodePoolRuntime",
+        pt.NODE_POOL_RUNTIME,
         name,
         {"runtime_type": "containerd", "runtime_version": version, "node_pool_id": "np-1"},
         **kw,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulumi
+from vke_gpu_dra_core import pulumi_types as pt
 
 from tests.program import harness
 
@@ -132,10 +133,10 @@ def program_stack(
     ]
     outputs = {k: secret(_wire(v)) if k in run.secret_exports else _wire(v) for k, v in run.exports.items()}
     root = SimRes(
-        "pulumi:pulumi:Stack",
+        pt.STACK,
         f"{PROJECT}-{stack}",
         outputs,
-        urn=f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{stack}",
+        urn=f"urn:pulumi:{stack}::{PROJECT}::{pt.STACK}::{PROJECT}-{stack}",
     )
     return Stack(stack, [root, *resources], {k: str(v) for k, v in raw.values.items()})
 
@@ -147,7 +148,7 @@ def after_up(stack: Stack) -> None:
     """
     encoded = base64.b64encode(KUBECONFIG_TEXT.encode()).decode()
     for res in stack:
-        if res.type != "volcengine:vke/cluster:Cluster":
+        if res.type != pt.CLUSTER:
             continue
         res.props["kubernetesVersion"] = "v1.34.2-vke.3"
         for key in ("kubeconfigPublic", "kubeconfigPrivate"):

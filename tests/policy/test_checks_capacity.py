@@ -5,11 +5,12 @@ from typing import Any
 import pytest
 from vke_dra_policies import context
 from vke_dra_policies.checks import capacity
+from vke_gpu_dra_core import pulumi_types as pt
 
 from .stacks import Stack, program_stack
 
-DEPLOYMENT = "kubernetes:apps/v1:Deployment"
-POOL = "volcengine:vke/nodePool:NodePool"
+DEPLOYMENT = pt.DEPLOYMENT
+POOL = pt.NODE_POOL
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,8 @@ def test_catalog_rows_come_from_the_stack_config(dev: Any, monkeypatch: pytest.M
     assert capacity.claims_fit(stack, {}) == []
 
 
-TEMPLATE = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
-CLUSTER = "volcengine:vke/cluster:Cluster"
+TEMPLATE = pt.RESOURCE_CLAIM_TEMPLATE
+CLUSTER = pt.CLUSTER
 
 
 # Untyped like its siblings: a Stack holds SimRes, which claims_fit reads like the analyzer's resources.

@@ -2,21 +2,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import claims
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 
 CLASSES = [
-    res(r.DEVICE_CLASS, f"dc-{dc.name}", {"metadata": {"name": dc.name}}) for dc in facts.DEVICE_CLASSES
+    res(pt.DEVICE_CLASS, f"dc-{dc.name}", {"metadata": {"name": dc.name}}) for dc in facts.DEVICE_CLASSES
 ]
 
 
 def template(requests: list[dict[str, Any]], name: str = "single-gpu", ns: str | None = None) -> r.Res:
     metadata = {"name": name, **({"namespace": ns} if ns else {})}
     return res(
-        r.RESOURCE_CLAIM_TEMPLATE,
+        pt.RESOURCE_CLAIM_TEMPLATE,
         f"rct-{name}",
         {"metadata": metadata, "spec": {"spec": {"devices": {"requests": requests}}}},
     )
@@ -32,7 +33,7 @@ def deployment(claims_: Any, container_claims: Any, ns: str | None = None) -> r.
         spec["resourceClaims"] = claims_
     metadata = {"name": "d", **({"namespace": ns} if ns else {})}
     return res(
-        "kubernetes:apps/v1:Deployment",
+        pt.DEPLOYMENT,
         "deploy",
         {"metadata": metadata, "spec": {"template": {"spec": spec}}},
     )
@@ -73,13 +74,13 @@ def test_unknown_classes_in_requests_and_subrequests() -> None:
 
 def test_claim_template_names_are_not_judged_while_unknown() -> None:
     assert claims.template_classes([*CLASSES, template([exactly(r.UNKNOWN)])]) == []
-    unknown_class = res(r.DEVICE_CLASS, "dc-x", {"metadata": {"name": r.UNKNOWN}})
+    unknown_class = res(pt.DEVICE_CLASS, "dc-x", {"metadata": {"name": r.UNKNOWN}})
     assert claims.template_classes([unknown_class, template([exactly("x.example.com")])]) == []
 
 
 def test_resource_claims_are_checked_like_templates() -> None:
     claim = res(
-        r.RESOURCE_CLAIM,
+        pt.RESOURCE_CLAIM,
         "claim",
         {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [exactly("nope.example.com")]}}},
     )
@@ -107,7 +108,7 @@ def test_pod_claim_naming_a_missing_template_or_namespace() -> None:
 
 
 def test_pod_claim_by_claim_name_or_by_nothing() -> None:
-    named = res(r.RESOURCE_CLAIM, "claim", {"metadata": {"name": "shared"}})
+    named = res(pt.RESOURCE_CLAIM, "claim", {"metadata": {"name": "shared"}})
     by_claim = deployment([{"name": "gpu", "resourceClaimName": "shared"}], [{"name": "gpu"}])
     assert claims.pod_claims([named, by_claim]) == []
     (v,) = claims.pod_claims([by_claim])
@@ -118,7 +119,7 @@ def test_pod_claim_by_claim_name_or_by_nothing() -> None:
 
 def test_pods_and_cronjobs_are_workloads_too() -> None:
     pod = res(
-        "kubernetes:core/v1:Pod",
+        pt.POD,
         "p",
         {
             "metadata": {"name": "p"},
@@ -131,7 +132,7 @@ def test_pods_and_cronjobs_are_workloads_too() -> None:
     (v,) = claims.pod_claims([pod])
     assert "spec.initContainers[0]" in v.message
     cron = res(
-        "kubernetes:batch/v1:CronJob",
+        pt.CRON_JOB,
         "cj",
         {
             "spec": {
@@ -152,6 +153,6 @@ def test_pods_and_cronjobs_are_workloads_too() -> None:
 
 def test_unknown_pod_claims_are_not_judged() -> None:
     assert claims.pod_claims([deployment(r.UNKNOWN, [{"name": "gpu"}])]) == []
-    unknown_tpl = res(r.RESOURCE_CLAIM_TEMPLATE, "t", {"metadata": {"name": r.UNKNOWN}})
+    unknown_tpl = res(pt.RESOURCE_CLAIM_TEMPLATE, "t", {"metadata": {"name": r.UNKNOWN}})
     pod_claim = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
     assert claims.pod_claims([unknown_tpl, deployment(pod_claim, [{"name": "gpu"}])]) == []

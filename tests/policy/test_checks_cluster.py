@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import pytest
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import cluster
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 
 
 def _cluster(**props: object) -> r.Res:
-    return res(r.CLUSTER, "vke-cluster", dict(props))
+    return res(pt.CLUSTER, "vke-cluster", dict(props))
 
 
 @pytest.mark.parametrize("version", ["1.34", "v1.34.2-vke.3", "1.35", "2.0"])
@@ -31,7 +32,7 @@ def test_supported_versions_pass(version: str) -> None:
 def test_old_missing_or_malformed_versions_fail(version: object, found: str) -> None:
     (v,) = cluster.kubernetes_version(_cluster(kubernetesVersion=version))
     assert found in v.message
-    assert 'volcengine:vke/cluster:Cluster "vke-cluster"' in v.message
+    assert f'{pt.CLUSTER} "vke-cluster"' in v.message
     assert "set kubernetesVersion" in v.message
     assert v.urn is not None and v.urn.endswith("::vke-cluster")
 
@@ -53,7 +54,7 @@ def test_public_api_server_is_advised_against() -> None:
 
 def _rule(cidr: str, start: int, end: int, direction: str = "ingress") -> r.Res:
     return res(
-        r.SECURITY_GROUP_RULE,
+        pt.SECURITY_GROUP_RULE,
         "rule",
         {"direction": direction, "cidrIp": cidr, "portStart": start, "portEnd": end},
     )

@@ -3,17 +3,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vke_dra_policies import celsel
-from vke_dra_policies import resources as r
+from vke_dra_policies import selectors
 from vke_dra_policies.checks import deviceclasses
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import pool, res
 
 
 def device_class(name: str, *expressions: Any) -> r.Res:
     return res(
-        r.DEVICE_CLASS,
+        pt.DEVICE_CLASS,
         f"dc-{name}",
         {
             "metadata": {"name": name},
@@ -27,13 +28,13 @@ def shipped() -> list[r.Res]:
 
 
 def test_shipped_classes_select_their_own_device_kind_only() -> None:
-    samples = celsel.sample_devices()
+    samples = selectors.sample_devices()
     assert (
         samples.gpu.device_type == facts.DEVICE_TYPE_GPU and samples.mig.device_type == facts.DEVICE_TYPE_MIG
     )
     gpu, mig = facts.DEVICE_CLASS_GPU.cel_expression, facts.DEVICE_CLASS_MIG.cel_expression
-    assert (celsel.matches(gpu, samples.gpu), celsel.matches(gpu, samples.mig)) == (True, False)
-    assert (celsel.matches(mig, samples.mig), celsel.matches(mig, samples.gpu)) == (True, False)
+    assert (selectors.matches(gpu, samples.gpu), selectors.matches(gpu, samples.mig)) == (True, False)
+    assert (selectors.matches(mig, samples.mig), selectors.matches(mig, samples.gpu)) == (True, False)
     assert deviceclasses.device_classes([*shipped(), pool()]) == []
 
 
@@ -53,23 +54,23 @@ def test_shipped_classes_select_their_own_device_kind_only() -> None:
     ],
 )
 def test_compile_errors(expression: str, error: str | None) -> None:
-    found = celsel.compile_error(expression)
+    found = selectors.compile_error(expression)
     assert (found is None) if error is None else (error in (found or ""))
 
 
 def test_kubernetes_semver_and_quantity_functions() -> None:
-    gpu = celsel.sample_devices().gpu
+    gpu = selectors.sample_devices().gpu
     memory = f"device.capacity['{facts.DRIVER_NAME}'].memory"
-    assert celsel.matches(f"{memory}.compareTo(quantity('40Gi')) >= 0", gpu) is True
-    assert celsel.matches(f"{memory}.isGreaterThan(quantity('80Gi'))", gpu) is False
+    assert selectors.matches(f"{memory}.compareTo(quantity('40Gi')) >= 0", gpu) is True
+    assert selectors.matches(f"{memory}.isGreaterThan(quantity('80Gi'))", gpu) is False
     version = f"device.attributes['{facts.DRIVER_NAME}'].driverVersion"
-    assert celsel.matches(f"{version}.isGreaterThan(semver('550.0.0'))", gpu) is True
-    assert celsel.compile_error(f"{version}.compareTo(semver('550.0.0')) >= 0") is None
+    assert selectors.matches(f"{version}.isGreaterThan(semver('550.0.0'))", gpu) is True
+    assert selectors.compile_error(f"{version}.compareTo(semver('550.0.0')) >= 0") is None
 
 
 def test_missing_attribute_is_an_evaluation_error_like_kubernetes() -> None:
-    result = celsel.matches(
-        f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'", celsel.sample_devices().gpu
+    result = selectors.matches(
+        f"device.attributes['{facts.DRIVER_NAME}'].nosuch == 'x'", selectors.sample_devices().gpu
     )
     assert result == "evaluation error: no such key: nosuch"
 
@@ -100,7 +101,7 @@ def test_mig_class_with_a_missing_attribute_reports_the_evaluation_error() -> No
 
 
 def test_class_without_selectors_and_other_classes() -> None:
-    empty = res(r.DEVICE_CLASS, "dc-empty", {"metadata": {"name": "empty.example.com"}, "spec": {}})
+    empty = res(pt.DEVICE_CLASS, "dc-empty", {"metadata": {"name": "empty.example.com"}, "spec": {}})
     (v,) = deviceclasses.device_classes([*shipped(), empty])
     assert "has no CEL selector" in v.message
     other = device_class("fast.example.com", f"device.driver == '{facts.DRIVER_NAME}'")
@@ -114,13 +115,13 @@ def test_missing_classes_in_a_dra_stack() -> None:
 
 
 def test_nvidia_chart_provides_the_classes() -> None:
-    chart = res(r.HELM_RELEASE, "rel", {"chart": "nvidia-dra-driver-gpu", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": "nvidia-dra-driver-gpu", "values": {}})
     assert deviceclasses.device_classes([chart, pool()]) == []
     assert deviceclasses.class_names([chart]) == {dc.name for dc in facts.DEVICE_CLASSES}
 
 
 def test_unknown_names_or_expressions_are_not_judged() -> None:
-    unknown = res(r.DEVICE_CLASS, "dc", {"metadata": {"name": r.UNKNOWN}, "spec": {"selectors": []}})
+    unknown = res(pt.DEVICE_CLASS, "dc", {"metadata": {"name": r.UNKNOWN}, "spec": {"selectors": []}})
     assert deviceclasses.device_classes([unknown, pool()]) == []
     assert (
         deviceclasses.device_classes([device_class(facts.DEVICE_CLASS_GPU.name, r.UNKNOWN), shipped()[1]])
@@ -129,20 +130,20 @@ def test_unknown_names_or_expressions_are_not_judged() -> None:
 
 
 def test_project_chart_with_its_classes_on() -> None:
-    chart = res(r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
     assert deviceclasses.device_classes([chart, pool()]) == []
     renamed = res(
-        r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"driverName": "gpu.example.com"}}
+        pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"driverName": "gpu.example.com"}}
     )
     found = deviceclasses.device_classes([renamed, pool()])
     assert len(found) == 2 and all("do not select" in v.message for v in found)
 
 
 def test_a_class_rendered_by_the_chart_and_created_by_the_program() -> None:
-    chart = res(r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {}})
     (v,) = deviceclasses.device_classes([chart, shipped()[0], pool()])
     assert "also rendered by" in v.message and "deviceClasses.enabled=false" in v.message
     off = res(
-        r.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"deviceClasses": {"enabled": False}}}
+        pt.HELM_RELEASE, "rel", {"chart": "./driver/chart", "values": {"deviceClasses": {"enabled": False}}}
     )
     assert deviceclasses.device_classes([off, *shipped(), pool()]) == []

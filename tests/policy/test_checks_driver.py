@@ -4,9 +4,10 @@ from typing import Any
 
 import pulumi
 import yaml
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import driver
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import pool, res
 
@@ -33,7 +34,7 @@ def release(chart: str, values: Any, files: Any = None) -> r.Res:
     props: dict[str, Any] = {"chart": chart, "values": values}
     if files is not None:
         props["valueYamlFiles"] = files
-    return res(r.HELM_RELEASE, "dra-driver-release", props)
+    return res(pt.HELM_RELEASE, "dra-driver-release", props)
 
 
 def nvidia_values(**changes: Any) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def test_driver_kind_from_the_chart_reference() -> None:
     assert driver.driver_kind(release("oci://ghcr.io/nvidia/nvidia-dra-driver-gpu", {})) == "nvidia"
     assert driver.driver_kind(release("./driver/chart", {})) == "python"
     assert driver.driver_kind(release("ingress-nginx", {})) is None
-    assert driver.driver_kind(res("kubernetes:core/v1:Namespace", "ns", {"chart": "./driver/chart"})) is None
+    assert driver.driver_kind(res(pt.NAMESPACE, "ns", {"chart": "./driver/chart"})) is None
 
 
 def test_procedure_values_pass_with_the_null_in_a_values_file() -> None:

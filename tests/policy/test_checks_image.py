@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import image
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 
 DIGEST = "sha256:" + "ab" * 32
 REPO = "cr1-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin"
-CLUSTER = res(r.CLUSTER, "vke-cluster", {"kubernetesVersion": "1.34"})
+CLUSTER = res(pt.CLUSTER, "vke-cluster", {"kubernetesVersion": "1.34"})
 
 
 def release(values: Any, chart: str = "./driver/chart") -> r.Res:
-    return res(r.HELM_RELEASE, "dra-driver-release", {"chart": chart, "values": values})
+    return res(pt.HELM_RELEASE, "dra-driver-release", {"chart": chart, "values": values})
 
 
 def test_digest_pinned_release_passes_both_checks() -> None:
@@ -28,7 +29,7 @@ def test_digest_pinned_release_passes_both_checks() -> None:
 def test_a_tag_is_not_a_pin() -> None:
     (v,) = image.pinned_by_digest([release({"image": {"repository": REPO, "tag": "0.1.0"}})])
     assert f"{REPO}:0.1.0" in v.message and "image.digest" in v.message
-    assert v.urn == "urn:pulumi:t::p::kubernetes:helm.sh/v3:Release::dra-driver-release"
+    assert v.urn == f"urn:pulumi:t::p::{pt.HELM_RELEASE}::dra-driver-release"
 
 
 def test_no_image_values_fall_back_to_the_chart_placeholder() -> None:

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import nodepools
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.catalog import gpu_types
 
 from .helpers import DRA_LABELS, pool, res, runtime
@@ -19,7 +20,7 @@ def test_gpu_pool_without_any_label_misses_both() -> None:
 
 
 def test_gpu_pool_without_kubernetes_config_is_a_gpu_pool_missing_labels() -> None:
-    bare = res(r.NODE_POOL, "gpu", {"nodeConfig": {"instanceTypeIds": ["ecs.gni2.3xlarge"]}})
+    bare = res(pt.NODE_POOL, "gpu", {"nodeConfig": {"instanceTypeIds": ["ecs.gni2.3xlarge"]}})
     assert len(nodepools.labels(bare, CATALOG)) == 2
 
 
@@ -102,7 +103,7 @@ def test_runtime_versions() -> None:
     assert "not MAJOR.MINOR" in nodepools.runtime_version(runtime("stable"))[0].message
     assert "no containerd version" in nodepools.runtime_version(runtime(None))[0].message
     docker = res(
-        "pulumi-python:dynamic/vke:NodePoolRuntime",
+        pt.NODE_POOL_RUNTIME,
         "rt",
         {"runtime_type": "docker", "runtime_version": "2.1"},
     )
@@ -113,7 +114,7 @@ def test_pool_and_runtime_are_related_by_dependency_or_pool_id() -> None:
     a, b = pool("a", id="np-a"), pool("b", id="np-b")
     by_dep = runtime(name="rt-a", dependencies=(a.urn,))
     by_id = res(
-        "pulumi-python:dynamic/vke:NodePoolRuntime",
+        pt.NODE_POOL_RUNTIME,
         "rt-b",
         {"runtime_type": "containerd", "runtime_version": "2.1", "node_pool_id": "np-b"},
     )

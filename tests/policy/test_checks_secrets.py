@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import base64
 
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import secrets
+from vke_gpu_dra_core import pulumi_types as pt
 
 from .helpers import res
 
@@ -21,9 +21,9 @@ def test_credential_detection() -> None:
 
 
 def test_secret_properties_anywhere_in_a_resource() -> None:
-    provider = res(r.K8S_PROVIDER, "k8s", {"kubeconfig": KUBECONFIG})
-    pool = res(r.NODE_POOL, "gpu", {"nodeConfig": {"security": {"login": {"password": "cGFzcw=="}}}})
-    dynamic = res("pulumi-python:dynamic/vke:NodePoolRuntime", "rt", {"secret_key": "sk", "access_key": "ak"})
+    provider = res(pt.K8S_PROVIDER, "k8s", {"kubeconfig": KUBECONFIG})
+    pool = res(pt.NODE_POOL, "gpu", {"nodeConfig": {"security": {"login": {"password": "cGFzcw=="}}}})
+    dynamic = res(pt.NODE_POOL_RUNTIME, "rt", {"secret_key": "sk", "access_key": "ak"})
     found = [v.message for v in secrets.secret_props([provider, pool, dynamic])]
     assert len(found) == 4
     assert any("kubeconfig is stored in plaintext" in m for m in found)
@@ -32,10 +32,10 @@ def test_secret_properties_anywhere_in_a_resource() -> None:
 
 def test_secrets_marked_on_the_value_or_a_parent_pass() -> None:
     provider = res(
-        r.K8S_PROVIDER, "k8s", {"kubeconfig": KUBECONFIG}, secret_paths=frozenset({("kubeconfig",)})
+        pt.K8S_PROVIDER, "k8s", {"kubeconfig": KUBECONFIG}, secret_paths=frozenset({("kubeconfig",)})
     )
     pool = res(
-        r.NODE_POOL,
+        pt.NODE_POOL,
         "gpu",
         {"nodeConfig": {"security": {"login": {"password": "cGFzcw=="}}}},
         secret_paths=frozenset({("nodeConfig",)}),
@@ -44,19 +44,19 @@ def test_secrets_marked_on_the_value_or_a_parent_pass() -> None:
 
 
 def test_kubeconfig_path_and_empty_values_are_not_secrets() -> None:
-    provider = res(r.K8S_PROVIDER, "k8s", {"kubeconfig": "~/.kube/config", "password": ""})
+    provider = res(pt.K8S_PROVIDER, "k8s", {"kubeconfig": "~/.kube/config", "password": ""})
     assert secrets.secret_props([provider]) == []
 
 
 def test_plaintext_outputs() -> None:
     provider = res(
-        r.K8S_PROVIDER,
+        pt.K8S_PROVIDER,
         "k8s",
         {"kubeconfig": "not-a-yaml-but-secret"},
         secret_paths=frozenset({("kubeconfig",)}),
     )
     stack = res(
-        r.STACK,
+        pt.STACK,
         "stack",
         {
             "copy": "not-a-yaml-but-secret",
@@ -76,7 +76,7 @@ def test_plaintext_outputs() -> None:
 
 def test_names_that_refer_to_a_credential_are_not_credentials() -> None:
     stack = res(
-        r.STACK,
+        pt.STACK,
         "stack",
         {
             "kubeconfigPath": "~/.kube/config",
@@ -91,7 +91,7 @@ def test_names_that_refer_to_a_credential_are_not_credentials() -> None:
 
 def test_values_inside_a_lifted_secret_are_not_secrets_themselves() -> None:
     pool = res(
-        r.NODE_POOL,
+        pt.NODE_POOL,
         "gpu",
         {
             "nodeConfig": {
@@ -101,7 +101,7 @@ def test_values_inside_a_lifted_secret_are_not_secrets_themselves() -> None:
         },
         secret_paths=frozenset({("nodeConfig",)}),
     )
-    stack = res(r.STACK, "stack", {"instanceType": "ecs.gni2.3xlarge", "leak": "cGFzc3dvcmQ="})
+    stack = res(pt.STACK, "stack", {"instanceType": "ecs.gni2.3xlarge", "leak": "cGFzc3dvcmQ="})
     (v,) = secrets.plaintext_outputs([pool, stack])
     assert '"leak"' in v.message
 
@@ -109,11 +109,13 @@ def test_values_inside_a_lifted_secret_are_not_secrets_themselves() -> None:
 def test_vke_cluster_kubeconfig_outputs_must_be_secret_in_the_state() -> None:
     """VKE returns kubeconfigPublic/Private (base64) as plain outputs; they must be made secret."""
     encoded = base64.b64encode(KUBECONFIG.encode()).decode()
-    plain = res(r.CLUSTER, "vke-cluster", {"kubernetesVersion": "v1.34.2-vke.3", "kubeconfigPublic": encoded})
+    plain = res(
+        pt.CLUSTER, "vke-cluster", {"kubernetesVersion": "v1.34.2-vke.3", "kubeconfigPublic": encoded}
+    )
     (v,) = secrets.secret_props([plain])
     assert "kubeconfigPublic is stored in plaintext" in v.message and "additional_secret_outputs" in v.message
     hidden = res(
-        r.CLUSTER,
+        pt.CLUSTER,
         "vke-cluster",
         {"kubeconfigPublic": encoded},
         secret_paths=frozenset({("kubeconfigPublic",)}),

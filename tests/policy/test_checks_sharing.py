@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_dra_policies import resources as r
 from vke_dra_policies.checks import sharing
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .helpers import res
 
 
 def release(gates: Any = None, chart: str = "./driver/chart") -> r.Res:
     values: dict[str, Any] = {} if gates is None else {"featureGates": gates}
-    return res(r.HELM_RELEASE, "dra-driver-release", {"chart": chart, "values": values})
+    return res(pt.HELM_RELEASE, "dra-driver-release", {"chart": chart, "values": values})
 
 
 def config(strategy: Any, driver: str = facts.DRIVER_NAME) -> list[dict[str, Any]]:
@@ -25,7 +26,7 @@ def config(strategy: Any, driver: str = facts.DRIVER_NAME) -> list[dict[str, Any
 
 def template(strategy: Any, **kw: Any) -> r.Res:
     return res(
-        r.RESOURCE_CLAIM_TEMPLATE,
+        pt.RESOURCE_CLAIM_TEMPLATE,
         "shared",
         {"spec": {"spec": {"devices": {"config": config(strategy, **kw)}}}},
     )
@@ -49,8 +50,8 @@ def test_sharing_with_its_gate_passes_on_either_chart() -> None:
 
 
 def test_claims_and_device_classes_are_checked_too() -> None:
-    claim = res(r.RESOURCE_CLAIM, "c", {"spec": {"devices": {"config": config("MPS")}}})
-    device_class = res(r.DEVICE_CLASS, "d", {"spec": {"config": config("TimeSlicing")}})
+    claim = res(pt.RESOURCE_CLAIM, "c", {"spec": {"devices": {"config": config("MPS")}}})
+    device_class = res(pt.DEVICE_CLASS, "d", {"spec": {"config": config("TimeSlicing")}})
     assert len(messages(release({"MPSSupport": False}), claim, device_class)) == 2
 
 

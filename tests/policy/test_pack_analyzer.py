@@ -9,27 +9,33 @@ from dataclasses import dataclass, field
 import pytest
 from pulumi.runtime.proto import analyzer_pb2
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import policy_names as names
+from vke_gpu_dra_core import pulumi_types as pt
 
 from .analyzer_client import Diagnostic, PackProcess
 from .stacks import KUBECONFIG_TEXT, PROJECT, SimRes, Stack, after_up, example_stacks, program_stack, secret
 
 MANDATORY_POLICIES = {
-    "gpu-claims-fit-node-pools",
-    "kubernetes-version",
-    "gpu-node-pool-labels",
-    "gpu-node-pool-instance-types",
-    "gpu-node-pool-runtime",
-    "no-device-plugin-beside-dra",
-    "dra-driver-values",
-    "device-classes",
-    "claim-references",
-    "secrets",
-    "production-protection",
-    "driver-image-registry",
-    "driver-image-digest",
-    "gpu-sharing-feature-gates",
+    names.CAPACITY,
+    names.KUBERNETES_VERSION,
+    names.NODE_POOL_LABELS,
+    names.NODE_POOL_INSTANCE_TYPES,
+    names.NODE_POOL_RUNTIME,
+    names.NO_DEVICE_PLUGIN,
+    names.DRIVER_VALUES,
+    names.DEVICE_CLASSES,
+    names.CLAIM_REFERENCES,
+    names.SECRETS,
+    names.PRODUCTION_PROTECTION,
+    names.DRIVER_IMAGE_REGISTRY,
+    names.DRIVER_IMAGE_DIGEST,
+    names.SHARING_FEATURE_GATES,
 }
-ADVISORY_POLICIES = {"api-server-public-access", "node-pool-auto-scaling", "driver-image-digest-advisory"}
+ADVISORY_POLICIES = {
+    names.API_SERVER_PUBLIC_ACCESS,
+    names.NODE_POOL_AUTO_SCALING,
+    names.DRIVER_IMAGE_DIGEST_ADVISORY,
+}
 
 
 def mandatory(diags: list[Diagnostic]) -> list[Diagnostic]:
@@ -56,19 +62,19 @@ def test_example_stacks_have_no_mandatory_violation(
 
 def test_dev_stack_gets_the_public_api_server_advisory(analyzer: PackProcess) -> None:
     diags = analyzer.run(program_stack("dev", "python"))
-    assert [(d.policy, d.level) for d in diags] == [("api-server-public-access", "advisory")]
+    assert [(d.policy, d.level) for d in diags] == [(names.API_SERVER_PUBLIC_ACCESS, "advisory")]
     assert "0.0.0.0/0" in diags[0].message
 
 
 # --- broken stacks: one small change each, exactly one mandatory violation ---
 
-CLUSTER = "volcengine:vke/cluster:Cluster"
-POOL = "volcengine:vke/nodePool:NodePool"
-RUNTIME = "pulumi-python:dynamic/vke:NodePoolRuntime"
-RELEASE = "kubernetes:helm.sh/v3:Release"
-RCT = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
-DEPLOYMENT = "kubernetes:apps/v1:Deployment"
-DEVICE_CLASS = "kubernetes:resource.k8s.io/v1:DeviceClass"
+CLUSTER = pt.CLUSTER
+POOL = pt.NODE_POOL
+RUNTIME = pt.NODE_POOL_RUNTIME
+RELEASE = pt.HELM_RELEASE
+RCT = pt.RESOURCE_CLAIM_TEMPLATE
+DEPLOYMENT = pt.DEPLOYMENT
+DEVICE_CLASS = pt.DEVICE_CLASS
 PASSWORD = "S3cr3t-Passw0rd"
 
 
@@ -100,7 +106,7 @@ def label_missing(s: Stack) -> None:
 
 def device_plugin_addon(s: Stack) -> None:
     addon = SimRes(
-        "volcengine:vke/addon:Addon",
+        pt.ADDON,
         "gpu-device-plugin",
         {"clusterId": "vke-cluster-id", "name": "nvidia-device-plugin", "deployMode": "Unmanaged"},
     )
@@ -118,7 +124,7 @@ def no_pod_claim(s: Stack) -> None:
 
 
 def plaintext_kubeconfig_output(s: Stack) -> None:
-    s.one("pulumi:pulumi:Stack").props["kubeconfig"] = KUBECONFIG_TEXT
+    s.one(pt.STACK).props["kubeconfig"] = KUBECONFIG_TEXT
 
 
 def plaintext_password(s: Stack) -> None:
@@ -189,7 +195,7 @@ BROKEN = [
         "kubernetes-1.33",
         "dev",
         "python",
-        "kubernetes-version",
+        names.KUBERNETES_VERSION,
         ("vke-cluster", '"1.33"', "1.34"),
         mutate=k8s_133,
     ),
@@ -197,7 +203,7 @@ BROKEN = [
         "containerd-2.0",
         "dev",
         "python",
-        "gpu-node-pool-runtime",
+        names.NODE_POOL_RUNTIME,
         ("gpu-runtime", '"2.0"', "2.1"),
         mutate=containerd_20,
     ),
@@ -205,7 +211,7 @@ BROKEN = [
         "label-missing",
         "dev",
         "python",
-        "gpu-node-pool-labels",
+        names.NODE_POOL_LABELS,
         ("gpu-pool", "nvidia.com/gpu.present is missing", 'value: "true"'),
         mutate=label_missing,
     ),
@@ -213,7 +219,7 @@ BROKEN = [
         "label-value-nvidia",
         "dev",
         "python",
-        "no-device-plugin-beside-dra",
+        names.NO_DEVICE_PLUGIN,
         ("gpu-pool", 'vke.node.gpu.schedule="nvidia"', '"nvidia-dra"'),
         mutate=_set_schedule_label("nvidia"),
     ),
@@ -221,7 +227,7 @@ BROKEN = [
         "label-value-mgpu",
         "prod",
         "nvidia",
-        "no-device-plugin-beside-dra",
+        names.NO_DEVICE_PLUGIN,
         ("mGPU", '"nvidia-dra"'),
         mutate=_set_schedule_label("mgpu"),
     ),
@@ -229,7 +235,7 @@ BROKEN = [
         "device-plugin-add-on",
         "dev",
         "nvidia",
-        "no-device-plugin-beside-dra",
+        names.NO_DEVICE_PLUGIN,
         ("gpu-device-plugin", '"nvidia-device-plugin"', "remove the add-on"),
         mutate=device_plugin_addon,
     ),
@@ -237,7 +243,7 @@ BROKEN = [
         "cpu-instance-type",
         "dev",
         "python",
-        "gpu-node-pool-instance-types",
+        names.NODE_POOL_INSTANCE_TYPES,
         ("gpu-pool", "ecs.g3i.2xlarge", "GPU Accelerated"),
         overrides={"nodePool.instanceTypes": json.dumps(["ecs.g3i.2xlarge"])},
     ),
@@ -245,7 +251,7 @@ BROKEN = [
         "template-unknown-class",
         "dev",
         "python",
-        "claim-references",
+        names.CLAIM_REFERENCES,
         ("sample-claim-template", "'gpu.example.com'", "gpu.nvidia.com"),
         mutate=unknown_class,
     ),
@@ -253,7 +259,7 @@ BROKEN = [
         "container-claim-without-pod-claim",
         "local",
         "nvidia",
-        "claim-references",
+        names.CLAIM_REFERENCES,
         ("sample-deployment", "'gpu'", "resourceClaims"),
         mutate=no_pod_claim,
     ),
@@ -261,7 +267,7 @@ BROKEN = [
         "plaintext-kubeconfig-output",
         "dev",
         "python",
-        "secrets",
+        names.SECRETS,
         ('"kubeconfig"', "plaintext", "pulumi.Output.secret"),
         mutate=plaintext_kubeconfig_output,
     ),
@@ -269,7 +275,7 @@ BROKEN = [
         "plaintext-node-password",
         "prod",
         "python",
-        "secrets",
+        names.SECRETS,
         ("gpu-pool", "nodeConfig.security.login.password", "pulumi.Output.secret"),
         secrets={"nodePool.password": PASSWORD},
         remove=("nodePool.keyPairName",),
@@ -279,7 +285,7 @@ BROKEN = [
         "production-without-protect",
         "prod",
         "python",
-        "production-protection",
+        names.PRODUCTION_PROTECTION,
         ("vke-cluster", "protect is false", "protect=True"),
         mutate=cluster_unprotected,
     ),
@@ -287,7 +293,7 @@ BROKEN = [
         "kubelet-plugin-on-any-node",
         "dev",
         "python",
-        "dra-driver-values",
+        names.DRIVER_VALUES,
         ("dra-driver-release", "kubeletPlugin", "nvidia-dra"),
         overrides={"driver.kubeletPluginOnAllNodes": "true"},
     ),
@@ -295,7 +301,7 @@ BROKEN = [
         "nvidia-gpu-resources-off",
         "prod",
         "nvidia",
-        "dra-driver-values",
+        names.DRIVER_VALUES,
         ("gpuResourcesEnabledOverride is False", "set it to true"),
         mutate=gpu_resources_off,
     ),
@@ -303,7 +309,7 @@ BROKEN = [
         "nvidia-controller-affinity-default",
         "dev",
         "nvidia",
-        "dra-driver-values",
+        names.DRIVER_VALUES,
         ("controller.affinity is not set", "null"),
         mutate=controller_affinity_default,
     ),
@@ -311,7 +317,7 @@ BROKEN = [
         "gpu-class-selects-mig",
         "dev",
         "python",
-        "device-classes",
+        names.DEVICE_CLASSES,
         ("gpu.nvidia.com", "also select a MIG device", "device.attributes"),
         mutate=gpu_class_selects_everything,
     ),
@@ -319,7 +325,7 @@ BROKEN = [
         "unpinned-driver-image-on-prod",
         "prod",
         "python",
-        "driver-image-digest",
+        names.DRIVER_IMAGE_DIGEST,
         ("dra-driver-release", f"{PROD_IMAGE}:0.1.0", "not pinned by digest", "image.digest"),
         overrides={"driver.image": f"{PROD_IMAGE}:0.1.0"},
     ),
@@ -327,7 +333,7 @@ BROKEN = [
         "driver-image-from-the-chart-placeholder",
         "dev",
         "python",
-        "driver-image-registry",
+        names.DRIVER_IMAGE_REGISTRY,
         ("registry.example.com", "placeholder domain", "driver.registry.name"),
         mutate=image_from_chart_default,
     ),
@@ -335,7 +341,7 @@ BROKEN = [
         "driver-image-on-localhost-in-vke",
         "prod",
         "python",
-        "driver-image-registry",
+        names.DRIVER_IMAGE_REGISTRY,
         ("localhost:5000/vke-gpu-dra/driver", "local machine"),
         mutate=image_on_localhost,
     ),
@@ -343,7 +349,7 @@ BROKEN = [
         "mig-class-does-not-compile",
         "prod",
         "python",
-        "device-classes",
+        names.DEVICE_CLASSES,
         ("mig.nvidia.com", "does not compile", "Syntax error"),
         mutate=mig_class_does_not_compile,
     ),
@@ -365,7 +371,7 @@ def test_unpinned_driver_image_is_advisory_outside_production(analyzer: PackProc
     )
     assert mandatory(diags) == []
     advisory = [d for d in diags if d.policy.startswith("driver-image")]
-    assert [(d.policy, d.level) for d in advisory] == [("driver-image-digest-advisory", "advisory")]
+    assert [(d.policy, d.level) for d in advisory] == [(names.DRIVER_IMAGE_DIGEST_ADVISORY, "advisory")]
     assert image in advisory[0].message
 
 
@@ -373,7 +379,7 @@ def test_local_stack_may_use_its_localhost_image_unpinned_advisory_only(analyzer
     diags = analyzer.run(program_stack("local", "python"))
     assert mandatory(diags) == []
     assert [d.policy for d in diags if d.policy.startswith("driver-image")] == [
-        "driver-image-digest-advisory"
+        names.DRIVER_IMAGE_DIGEST_ADVISORY
     ]
 
 
@@ -381,9 +387,12 @@ def test_production_from_policy_config_makes_the_digest_mandatory(analyzer: Pack
     image = "vke-gpu-dra-dev-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin:0.1.0"
     stack = program_stack("dev", "python", {"driver.image": image}, remove=("driver.registry.create",))
     analyzer.configure(
-        {"driver-image-digest": {"production": True}, "driver-image-digest-advisory": {"production": True}}
+        {
+            names.DRIVER_IMAGE_DIGEST: {"production": True},
+            names.DRIVER_IMAGE_DIGEST_ADVISORY: {"production": True},
+        }
     )
-    assert [d.policy for d in mandatory(analyzer.run(stack))] == ["driver-image-digest"]
+    assert [d.policy for d in mandatory(analyzer.run(stack))] == [names.DRIVER_IMAGE_DIGEST]
 
 
 def test_broken_resource_is_named_by_urn(analyzer: PackProcess) -> None:
@@ -407,12 +416,10 @@ def _preview(s: Stack) -> None:
         if res.type == RUNTIME or res.type.endswith(":NodeReadinessGate"):
             res.props["node_pool_id"] = unknown
             res.props["cluster_id"] = unknown
-        if res.type == "pulumi:providers:kubernetes":
+        if res.type == pt.K8S_PROVIDER:
             res.props["kubeconfig"] = secret(unknown)
     s.one(RELEASE).props["namespace"] = unknown
-    s.one("pulumi:pulumi:Stack").props.update(
-        clusterId=unknown, nodePoolId=unknown, kubeconfig=secret(unknown)
-    )
+    s.one(pt.STACK).props.update(clusterId=unknown, nodePoolId=unknown, kubeconfig=secret(unknown))
 
 
 @pytest.mark.parametrize("implementation", ["python", "nvidia"])
@@ -429,7 +436,7 @@ def test_unknown_version_in_preview_hides_nothing_else(analyzer: PackProcess) ->
         s.one(RUNTIME).props["runtime_version"] = "2.0"
 
     diags = mandatory(analyzer.run(program_stack("dev", "python").mutated(broken)))
-    assert [d.policy for d in diags] == ["gpu-node-pool-runtime"]
+    assert [d.policy for d in diags] == [names.NODE_POOL_RUNTIME]
 
 
 def test_after_up_the_cluster_keeps_its_kubeconfig_outputs_secret(analyzer: PackProcess) -> None:
@@ -444,7 +451,7 @@ def test_after_up_a_plaintext_cluster_kubeconfig_is_the_only_violation(analyzer:
 
     diags = mandatory(analyzer.run(program_stack("prod", "nvidia").mutated(plain_outputs)))
     cluster_secret = [d for d in diags if "kubeconfigPublic" in d.message or "kubeconfigPrivate" in d.message]
-    assert [d.policy for d in diags] == ["secrets", "secrets"]
+    assert [d.policy for d in diags] == [names.SECRETS, names.SECRETS]
     assert len(cluster_secret) == 2 and all("additional_secret_outputs" in d.message for d in diags)
 
 
@@ -453,15 +460,15 @@ def test_after_up_a_plaintext_cluster_kubeconfig_is_the_only_violation(analyzer:
 
 def test_policies_publish_their_config_schema(analyzer: PackProcess) -> None:
     schemas = {p.name: set(p.configSchema.properties.keys()) for p in analyzer.info().policies}
-    assert schemas["gpu-node-pool-instance-types"] == {"extraGpuInstanceTypes"}
-    assert schemas["no-device-plugin-beside-dra"] == {"forbiddenAddons"}
-    assert schemas["production-protection"] == {"production"}
+    assert schemas[names.NODE_POOL_INSTANCE_TYPES] == {"extraGpuInstanceTypes"}
+    assert schemas[names.NO_DEVICE_PLUGIN] == {"forbiddenAddons"}
+    assert schemas[names.PRODUCTION_PROTECTION] == {"production"}
 
 
 def test_extra_gpu_instance_types_from_config(analyzer: PackProcess) -> None:
     stack = program_stack("dev", "python", {"nodePool.instanceTypes": json.dumps(["ecs.g3i.2xlarge"])})
     extra = {"extraGpuInstanceTypes": ["ecs.g3i.*"]}
-    analyzer.configure({"gpu-node-pool-instance-types": extra})
+    analyzer.configure({names.NODE_POOL_INSTANCE_TYPES: extra})
     assert mandatory(analyzer.run(stack)) == []
 
 
@@ -476,7 +483,7 @@ def test_gpu_instance_types_from_the_stack_configs_catalog_rows(analyzer: PackPr
         "dev", "python", {"nodePool.instanceTypes": config["nodePool.instanceTypes"]}
     )
     found = mandatory(analyzer.run(without_rows))
-    assert "gpu-node-pool-instance-types" in {d.policy for d in found}
+    assert names.NODE_POOL_INSTANCE_TYPES in {d.policy for d in found}
 
 
 def test_forbidden_add_ons_from_config(analyzer: PackProcess) -> None:
@@ -486,18 +493,18 @@ def test_forbidden_add_ons_from_config(analyzer: PackProcess) -> None:
 
     stack = program_stack("dev", "python").mutated(volcano_addon)
     assert mandatory(analyzer.run(stack)) == []
-    analyzer.configure({"no-device-plugin-beside-dra": {"forbiddenAddons": ["volcano-gpu-share"]}})
-    assert [d.policy for d in mandatory(analyzer.run(stack))] == ["no-device-plugin-beside-dra"]
+    analyzer.configure({names.NO_DEVICE_PLUGIN: {"forbiddenAddons": ["volcano-gpu-share"]}})
+    assert [d.policy for d in mandatory(analyzer.run(stack))] == [names.NO_DEVICE_PLUGIN]
 
 
 def test_production_from_policy_config_and_enforcement_levels(analyzer: PackProcess) -> None:
     dev = program_stack("dev", "python")
-    analyzer.configure({"production-protection": {"production": True}})
+    analyzer.configure({names.PRODUCTION_PROTECTION: {"production": True}})
     found = mandatory(analyzer.run(dev))
-    assert {d.policy for d in found} == {"production-protection"} and len(found) == 2  # cluster and pool
-    analyzer.configure({"production-protection": {"production": True, "enforcementLevel": "advisory"}})
+    assert {d.policy for d in found} == {names.PRODUCTION_PROTECTION} and len(found) == 2  # cluster and pool
+    analyzer.configure({names.PRODUCTION_PROTECTION: {"production": True, "enforcementLevel": "advisory"}})
     assert mandatory(analyzer.run(dev)) == []
-    analyzer.configure({"kubernetes-version": {"enforcementLevel": "disabled"}})
+    analyzer.configure({names.KUBERNETES_VERSION: {"enforcementLevel": "disabled"}})
     assert mandatory(analyzer.run(dev.mutated(k8s_133))) == []
 
 
@@ -510,7 +517,7 @@ def test_production_value_pulumi_does_not_read_as_a_boolean_is_a_violation(
     dev = program_stack("dev", "python")
     dev.config[f"{PROJECT}:production"] = value
     found = mandatory(analyzer.run(dev))
-    assert {d.policy for d in found} == {"production-protection"} and len(found) == 2  # cluster and pool
+    assert {d.policy for d in found} == {names.PRODUCTION_PROTECTION} and len(found) == 2  # cluster and pool
     for d in found:
         assert f"{PROJECT}:production = {value!r}: allowed: true or false" in d.message
 

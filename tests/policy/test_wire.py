@@ -10,7 +10,9 @@ from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs, StackVa
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 from vke_dra_policies import context, pack, wire
-from vke_dra_policies import resources as r
+from vke_gpu_dra_core import policy_names as names
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
 from .stacks import secret
 
@@ -64,19 +66,19 @@ def _policy(name: str) -> Any:  # the pack's ResourceValidationPolicy / StackVal
 def test_resource_policy_called_directly_with_an_unknown_version() -> None:
     reports: list[str] = []
     args = ResourceValidationArgs(
-        r.CLUSTER,
+        pt.CLUSTER,
         unknown_checking_proxy({"kubernetesVersion": UNKNOWN_STRING_VALUE}),
         "urn:c",
         "c",
         OPTS,
         None,
     )
-    _policy("kubernetes-version").validate(args, lambda msg, urn=None: reports.append(msg))
+    _policy(names.KUBERNETES_VERSION).validate(args, lambda msg, urn=None: reports.append(msg))
     assert reports == []
     args = ResourceValidationArgs(
-        r.CLUSTER, unknown_checking_proxy({"kubernetesVersion": "1.33"}), "urn:c", "c", OPTS, None
+        pt.CLUSTER, unknown_checking_proxy({"kubernetesVersion": "1.33"}), "urn:c", "c", OPTS, None
     )
-    _policy("kubernetes-version").validate(args, lambda msg, urn=None: reports.append(msg))
+    _policy(names.KUBERNETES_VERSION).validate(args, lambda msg, urn=None: reports.append(msg))
     assert len(reports) == 1 and '"1.33"' in reports[0]
 
 
@@ -84,19 +86,19 @@ def test_production_comes_from_policy_config_or_stack_config() -> None:
     reports: list[str] = []
     report = lambda msg, urn=None: reports.append(msg)  # noqa: E731
     cluster = unknown_checking_proxy({"kubernetesVersion": "1.34"})
-    policy = _policy("production-protection")
+    policy = _policy(names.PRODUCTION_PROTECTION)
     policy.validate(
-        ResourceValidationArgs(r.CLUSTER, cluster, "urn:c", "c", OPTS, None, {"production": True}), report
+        ResourceValidationArgs(pt.CLUSTER, cluster, "urn:c", "c", OPTS, None, {"production": True}), report
     )
     assert len(reports) == 1
     policy.validate(
-        ResourceValidationArgs(r.CLUSTER, cluster, "urn:c", "c", OPTS, None, {"production": False}), report
+        ResourceValidationArgs(pt.CLUSTER, cluster, "urn:c", "c", OPTS, None, {"production": False}), report
     )
     saved = context.STACK.config
     try:
         context.STACK.config = {"vke-gpu-dra:production": "true"}
         context.STACK.project = "vke-gpu-dra"
-        policy.validate(ResourceValidationArgs(r.CLUSTER, cluster, "urn:c", "c", OPTS, None), report)
+        policy.validate(ResourceValidationArgs(pt.CLUSTER, cluster, "urn:c", "c", OPTS, None), report)
     finally:
         context.STACK.config = saved
     assert len(reports) == 2
@@ -104,7 +106,7 @@ def test_production_comes_from_policy_config_or_stack_config() -> None:
 
 def test_stack_policy_called_directly() -> None:
     pool = PolicyResource(
-        r.NODE_POOL,
+        pt.NODE_POOL,
         unknown_checking_proxy(
             {"nodeConfig": {"instanceTypeIds": ["ecs.gni2.xlarge"]}, "kubernetesConfig": {"labels": []}}
         ),
@@ -117,7 +119,7 @@ def test_stack_policy_called_directly() -> None:
         {},
     )
     reports: list[str] = []
-    _policy("gpu-node-pool-runtime").validate(
+    _policy(names.NODE_POOL_RUNTIME).validate(
         StackValidationArgs([pool]), lambda msg, urn=None: reports.append(msg)
     )
     assert len(reports) == 1 and "no NodePoolRuntime" in reports[0]

@@ -7,7 +7,7 @@ Usage (from a test; `run_stack` builds everything inside the calling test):
     run = harness.run_stack("dev")                                   # Pulumi.dev.yaml as is
     run = harness.run_stack("dev", {"driver.implementation": "nvidia"})   # plus overrides
     run = harness.run_stack("dev", secrets={"nodePool.password": "pw"})   # secret overrides
-    release = run.one("kubernetes:helm.sh/v3:Release")
+    release = run.one(pt.HELM_RELEASE)
     release.inputs["values"], release.provider, release.dependencies, release.protect
     run.exports["kubeconfig"], run.secret_exports                       # resolved stack outputs
     run.depends_on(release, pool)                                     # transitive ordering
@@ -41,6 +41,7 @@ import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from vke_gpu_dra_core import config as config_mod
+from vke_gpu_dra_core import pulumi_types as pt
 
 from components import stack as stack_mod
 
@@ -176,7 +177,7 @@ class ProgramMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = copy.deepcopy(args.inputs)
-        if args.typ == "kubernetes:helm.sh/v3:Release":
+        if args.typ == pt.HELM_RELEASE:
             state["status"] = {
                 "name": state.get("name", args.name),
                 "namespace": state.get("namespace", ""),
@@ -232,7 +233,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
-        if request.type == "pulumi:pulumi:Stack":
+        if request.type == pt.STACK:
             return response
         raw = json_format.MessageToDict(request.object)
         registration = self.resources[response.urn]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from vke_gpu_dra_core import pulumi_types as pt
 
 from components import manifests
 from tests.chart.chartlib import require_helm
@@ -33,7 +34,7 @@ def provider_values(release: harness.Registered) -> dict[str, Any]:
 
 def render(run: harness.ProgramRun, tmp_path: Path) -> list[dict[str, Any]]:
     """helm template of driver/chart with the values the provider passes on."""
-    release = run.one("kubernetes:helm.sh/v3:Release")
+    release = run.one(pt.HELM_RELEASE)
     helm = require_helm(tmp_path)
     inputs = release.inputs
     return helm.template(provider_values(release), release=inputs["name"], namespace=inputs["namespace"])
@@ -67,7 +68,7 @@ def test_taints_become_plugin_tolerations(tmp_path: Path) -> None:
 
 def test_nvidia_controller_affinity_default_is_removed() -> None:
     run = harness.run_stack("dev", {"driver.implementation": "nvidia"})
-    controller = provider_values(run.one("kubernetes:helm.sh/v3:Release")).get("controller", {})
+    controller = provider_values(run.one(pt.HELM_RELEASE)).get("controller", {})
     # NVIDIA's chart defaults controller.affinity to control-plane nodes, which VKE does not show;
     # the procedure deletes it with a null
     assert controller == {"affinity": None}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from vke_gpu_dra_core import config as config_mod
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
 
 from components import driver_image
 from tests.program import harness
@@ -19,10 +20,10 @@ REGISTRY = "volcengine:cr/registry:Registry"
 ENDPOINT = "volcengine:cr/endpoint:Endpoint"
 CR_NAMESPACE = "volcengine:cr/namespace:Namespace"
 REPOSITORY = "volcengine:cr/repository:Repository"
-ADDON = "volcengine:vke/addon:Addon"
+ADDON = pt.ADDON
 COMMAND = "command:local:Command"
-RELEASE = "kubernetes:helm.sh/v3:Release"
-GATE = "pulumi-python:dynamic/vke:NodeReadinessGate"
+RELEASE = pt.HELM_RELEASE
+GATE = pt.NODE_READINESS_GATE
 CR_TYPES = (REGISTRY, ENDPOINT, CR_NAMESPACE, REPOSITORY)
 DOMAIN = "vke-gpu-dra-dev-cn-beijing.cr.volces.com"
 REPO = f"{DOMAIN}/vke-gpu-dra/dra-gpu-kubelet-plugin"
@@ -104,7 +105,7 @@ def test_pull_path_add_on_covers_the_driver_namespace_and_the_daemonset_refers_t
     addon = run.one(ADDON)
     assert addon.inputs["name"] == "cr-credential-controller"
     assert (addon.inputs["deployMode"], addon.inputs["deployNodeType"]) == ("Unmanaged", "Node")
-    assert addon.inputs["clusterId"] == run.one("volcengine:vke/cluster:Cluster").id
+    assert addon.inputs["clusterId"] == run.one(pt.CLUSTER).id
     data = json.loads(addon.inputs["config"])["CrConfigmapData"]
     assert data["Namespace"] == facts.DRIVER_NAMESPACE
     assert data["Registries"] == [

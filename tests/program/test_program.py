@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
 
 from components import driver as driver_mod
 from components import manifests
@@ -21,17 +22,17 @@ from tests.program import harness
 STACKS = ("dev", "prod", "local")
 PROCEDURE_INSTALL = Path(__file__).parent / "data" / "procedure-helm-install.txt"
 
-CLUSTER = "volcengine:vke/cluster:Cluster"
-NODE_POOL = "volcengine:vke/nodePool:NodePool"
-KUBECONFIG = "volcengine:vke/kubeconfig:Kubeconfig"
-RUNTIME = "pulumi-python:dynamic/vke:NodePoolRuntime"
-GATE = "pulumi-python:dynamic/vke:NodeReadinessGate"
-RELEASE = "kubernetes:helm.sh/v3:Release"
-NAMESPACE = "kubernetes:core/v1:Namespace"
-DEVICE_CLASS = "kubernetes:resource.k8s.io/v1:DeviceClass"
-CLAIM_TEMPLATE = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
-DEPLOYMENT = "kubernetes:apps/v1:Deployment"
-K8S_PROVIDER = "pulumi:providers:kubernetes"
+CLUSTER = pt.CLUSTER
+NODE_POOL = pt.NODE_POOL
+KUBECONFIG = pt.KUBECONFIG
+RUNTIME = pt.NODE_POOL_RUNTIME
+GATE = pt.NODE_READINESS_GATE
+RELEASE = pt.HELM_RELEASE
+NAMESPACE = pt.NAMESPACE
+DEVICE_CLASS = pt.DEVICE_CLASS
+CLAIM_TEMPLATE = pt.RESOURCE_CLAIM_TEMPLATE
+DEPLOYMENT = pt.DEPLOYMENT
+K8S_PROVIDER = pt.K8S_PROVIDER
 VOLC_PROVIDER = "pulumi:providers:volcengine"
 
 
@@ -183,7 +184,7 @@ def test_dev_creates_network_cluster_and_gpu_pool(runs: dict) -> None:
         "volcengine:vpc/vpc:Vpc",
         "volcengine:vpc/subnet:Subnet",
         "volcengine:vpc/securityGroup:SecurityGroup",
-        "volcengine:vpc/securityGroupRule:SecurityGroupRule",
+        pt.SECURITY_GROUP_RULE,
         "volcengine:nat/gateway:Gateway",
         "volcengine:eip/address:Address",
         "volcengine:eip/associate:Associate",
@@ -199,10 +200,7 @@ def test_dev_creates_network_cluster_and_gpu_pool(runs: dict) -> None:
     assert assoc.inputs["instanceType"] == "Nat"
     snat = run.one("volcengine:nat/snatEntry:SnatEntry")
     assert run.depends_on(snat, assoc)
-    rules = {
-        (r.inputs["direction"], r.inputs["cidrIp"])
-        for r in run.by_type("volcengine:vpc/securityGroupRule:SecurityGroupRule")
-    }
+    rules = {(r.inputs["direction"], r.inputs["cidrIp"]) for r in run.by_type(pt.SECURITY_GROUP_RULE)}
     assert rules == {("ingress", "192.168.0.0/16"), ("egress", "0.0.0.0/0")}
 
 
@@ -355,7 +353,7 @@ def test_flannel_pods_and_their_security_group_rule() -> None:
         "podNetworkMode": "Flannel",
         "flannelConfig": {"podCidrs": ["172.20.0.0/16"], "maxPodsPerNode": 64},
     }
-    cidrs = {r.inputs["cidrIp"] for r in run.by_type("volcengine:vpc/securityGroupRule:SecurityGroupRule")}
+    cidrs = {r.inputs["cidrIp"] for r in run.by_type(pt.SECURITY_GROUP_RULE)}
     assert "172.20.0.0/16" in cidrs
 
 

@@ -8,4 +8,8 @@ operator tools must agree on, as pure logic and data (standard library and PyYAM
 * `quantity`, `semver` — Kubernetes quantities and strict semantic versions, parsed exactly;
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
 * `config` — the stack configuration: the key table, its dataclasses, the loader, Pulumi.yaml.
+* `pulumi_types`, `policy_names` — the Pulumi type tokens of a stack's resources and where a workload's
+  pod spec sits; the names of the policy pack's policies.
+* `resources` — one view of a stack's registered resources (type, props, unknowns during preview), read
+  the same way by the policy pack's validators and the capacity planner.
 """

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from vke_gpu_dra_core import facts
 
-from vke_gpu_dra_ops import checks, demo_stacks, verify
+from vke_gpu_dra_ops import demo_stacks, procedure, verify
 from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render
 from vke_gpu_dra_ops.pulumi_workspace import (
     PASSPHRASE_VARS,
@@ -200,16 +200,16 @@ def run(
         return 1
 
 
-def settings_from_stack(args: argparse.Namespace, values: Mapping[str, Any]) -> checks.Settings:
+def settings_from_stack(args: argparse.Namespace, values: Mapping[str, Any]) -> procedure.Settings:
     """Verify settings: flags first, then the stack's outputs (driverNamespace, sample), then defaults."""
     raw_sample = values.get("sample")
     sample: Mapping[str, Any] = raw_sample if isinstance(raw_sample, Mapping) else {}
-    return checks.Settings(
+    return procedure.Settings(
         namespace=args.namespace or values.get("driverNamespace") or facts.DRIVER_NAMESPACE,
         workload_namespace=args.workload_namespace or sample.get("namespace") or "default",
         expected_devices_per_node=args.expected_devices_per_node,
-        sample_deployment=sample.get("deployment") or checks.SAMPLE_DEPLOYMENT,
-        sample_claim_template=sample.get("resourceClaimTemplate") or checks.SAMPLE_CLAIM_TEMPLATE,
+        sample_deployment=sample.get("deployment") or procedure.SAMPLE_DEPLOYMENT,
+        sample_claim_template=sample.get("resourceClaimTemplate") or procedure.SAMPLE_CLAIM_TEMPLATE,
         skip=frozenset(args.skip),
         node_selector=args.node_selector,
     )

@@ -1,4 +1,4 @@
-"""Fetch a `checks.Snapshot` from a live cluster with the official kubernetes client.
+"""Fetch a `procedure.Snapshot` from a live cluster with the official kubernetes client.
 
 Responses are read as raw JSON (`_preload_content=False`) so the checks see exactly what the API
 server returns, independent of the client's model classes. Kubeconfig contents are never printed:
@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from vke_gpu_dra_core import kubeconfig
 
-from vke_gpu_dra_ops import checks
+from vke_gpu_dra_ops import procedure
 
 #: Seconds a single API request may take.
 REQUEST_TIMEOUT = 15
@@ -155,7 +155,7 @@ _STATUS_HINTS = {
 class Fetcher:
     """Reads what the checks need; every request goes through `_call` for uniform error handling."""
 
-    def __init__(self, api: client.ApiClient, settings: checks.Settings) -> None:
+    def __init__(self, api: client.ApiClient, settings: procedure.Settings) -> None:
         self.api = api
         self.settings = settings
         self.core = client.CoreV1Api(api)
@@ -192,13 +192,13 @@ class Fetcher:
         versions = {
             v.get("groupVersion")
             for g in groups.get("groups", [])
-            if g.get("name") == checks.RESOURCE_GROUP
+            if g.get("name") == procedure.RESOURCE_GROUP
             for v in g.get("versions", [])
         }
-        if checks.RESOURCE_GROUP_VERSION not in versions:
+        if procedure.RESOURCE_GROUP_VERSION not in versions:
             return None
         listing = self._call(
-            f"/apis/{checks.RESOURCE_GROUP_VERSION}", self.resource.get_api_resources, missing_ok=True
+            f"/apis/{procedure.RESOURCE_GROUP_VERSION}", self.resource.get_api_resources, missing_ok=True
         )
         if listing is None:
             return None
@@ -206,13 +206,13 @@ class Fetcher:
             r.get("name", "") for r in listing.get("resources", []) if "/" not in r.get("name", "")
         )
 
-    def fit_settings_to_the_driver(self) -> checks.Settings:
-        """The settings for how the driver was deployed here (its kubelet plugin DaemonSet), see checks."""
+    def fit_settings_to_the_driver(self) -> procedure.Settings:
+        """The settings for how the driver was deployed here (its plugin DaemonSet), see `procedure`."""
         ns = self.settings.namespace
         listing = self._call(f"daemonsets in {ns}", self.apps.list_namespaced_daemon_set, ns, missing_ok=True)
-        return checks.fit_to_driver(self.settings, (listing or {}).get("items") or [])
+        return procedure.fit_to_driver(self.settings, (listing or {}).get("items") or [])
 
-    def snapshot(self) -> checks.Snapshot:
+    def snapshot(self) -> procedure.Snapshot:
         s = self.settings
         api_resources = self.api_resources()
         served = api_resources is not None
@@ -250,7 +250,7 @@ class Fetcher:
             for pod in sample_pods:
                 if pod.get("status", {}).get("phase") == "Running":
                     logs[pod["metadata"]["name"]] = self.pod_log(pod)
-        return checks.Snapshot(
+        return procedure.Snapshot(
             api_resources=api_resources,
             nodes=nodes,
             driver_pods=driver_pods,

@@ -29,18 +29,17 @@ from vke_gpu_dra_core.config import (
 )
 from vke_gpu_dra_core.config import read as read_config
 
-from .capacity.admission import REFUSED, UNKNOWN, Admission
-from .capacity.claims import ClaimTemplate, ManifestError
-from .capacity.planner import FitResult, template_subject
-from .capacity.policy import WorkloadPlan, plan_model, plan_violations
-from .capacity.stack import (
+from .capacity.admission import REFUSED, UNKNOWN
+from .capacity.claims import ManifestError
+from .capacity.stack_model import (
     StackModel,
     add_object,
     default_classes,
     pools_from_config,
     sample_objects,
 )
-from .capacity.versions import GATES, FeatureGates, VersionError, feature_gates
+from .capacity.stack_plan import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
+from .capacity.versions import GATES, VersionError, feature_gates
 from .output import OUTPUT_FORMATS, render
 
 
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except (PlanInputError, ManifestError, CatalogError, VersionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = build_report(model, gates)
+    report = build_report(plan_model(model, gates, templates_alone=True))
     if args.output != "text":
         out.write(render(args.output, report))
     else:
@@ -184,33 +183,10 @@ def _manifest_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
-def _wanted(model: StackModel, template: ClaimTemplate) -> int | None:
-    total, used = 0, False
-    for workload in model.workloads:
-        for ref in workload.claims:
-            if model.template_for(workload, ref) is template:
-                used = True
-                if workload.replicas is None:
-                    total += sum(max(p.max_nodes for p in variants) for variants in model.pools)
-                else:
-                    total += 1 if template.shared else workload.replicas
-    return total if used else None
-
-
-def build_report(model: StackModel, gates: FeatureGates | None = None) -> dict[str, Any]:
-    """The plan as JSON-ready data: workloads first (the verdict), then templates alone."""
-    plan = plan_model(model, gates)
-    planner = plan.planner
-    templates = []
-    for template in model.templates.values():
-        wanted = _wanted(model, template)
-        result = planner.fit(
-            template_subject(template),
-            [(template.name, template.spec)],
-            model.pools,
-            wanted if wanted is not None else 1,
-        )
-        templates.append(_template_report(template, wanted, result, plan.admissions[template.key]))
+def build_report(plan: StackPlan) -> dict[str, Any]:
+    """The plan's results as JSON-ready data: workloads first (the verdict), then templates alone."""
+    model = plan.model
+    templates = [_template_report(t) for t in plan.templates]
     violations = [v.message for v in plan_violations(plan)]
     workloads = [_workload_report(w) for w in plan.workloads]
     undecided = [w for w in workloads if w["status"] == UNKNOWN]
@@ -244,7 +220,7 @@ def build_report(model: StackModel, gates: FeatureGates | None = None) -> dict[s
         "undecided": bool(undecided)
         and not violations
         and all(w["status"] in ("fits", UNKNOWN) for w in workloads),
-        "selectorChecks": planner.cache.stats.checks,
+        "selectorChecks": plan.planner.cache.stats.checks,
     }
 
 
@@ -267,9 +243,8 @@ def _workload_report(plan: WorkloadPlan) -> dict[str, Any]:
     }
 
 
-def _template_report(
-    template: ClaimTemplate, wanted: int | None, result: FitResult, admission: Admission
-) -> dict[str, Any]:
+def _template_report(plan: TemplatePlan) -> dict[str, Any]:
+    template, wanted, result, admission = plan.template, plan.wanted, plan.alone, plan.admission
     first = next((p for p in result.pools if p.chosen), None)
     refused = admission.status == REFUSED
     return {

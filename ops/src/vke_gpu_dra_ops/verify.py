@@ -1,6 +1,6 @@
 """`vke-gpu-dra verify`: the VKE DRA procedure's validation against a live cluster.
 
-Checks (see `checks.py`) are retried until they all pass or `--timeout` runs out, with progress on
+Checks (see `procedure.py`) are retried until they all pass or `--timeout` runs out, with progress on
 stderr; the checklist goes to stdout as text or one JSON document. Exit codes: 0 all checks pass,
 1 a check fails, 2 usage or connection error (one line on stderr).
 """
@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from vke_gpu_dra_core import facts
 
-from vke_gpu_dra_ops import checks, kube
+from vke_gpu_dra_ops import kube, procedure
 from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -95,15 +95,15 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, from_stack: bool =
         default=None,
         metavar="SELECTOR",
         help="label selector of the GPU nodes to check (default: the nodes the driver's kubelet plugin "
-        f"DaemonSet selects, else {checks.DRA_NODE_SELECTOR}; '' for every node)",
+        f"DaemonSet selects, else {procedure.DRA_NODE_SELECTOR}; '' for every node)",
     )
     parser.add_argument(
         "--skip",
         action="append",
-        choices=checks.STEP_IDS,
+        choices=procedure.STEP_IDS,
         default=[],
         metavar="STEP",
-        help=f"do not check this step (repeatable): {', '.join(checks.STEP_IDS)}",
+        help=f"do not check this step (repeatable): {', '.join(procedure.STEP_IDS)}",
     )
     parser.add_argument(
         "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="checklist format (default: text)"
@@ -127,8 +127,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=main)
 
 
-def settings_from(args: argparse.Namespace) -> checks.Settings:
-    return checks.Settings(
+def settings_from(args: argparse.Namespace) -> procedure.Settings:
+    return procedure.Settings(
         namespace=args.namespace,
         workload_namespace=args.workload_namespace,
         expected_devices_per_node=args.expected_devices_per_node,
@@ -146,19 +146,19 @@ class Clock:
 
 
 def wait_for_checks(
-    fetch: Callable[[], checks.Snapshot],
-    settings: checks.Settings,
+    fetch: Callable[[], procedure.Snapshot],
+    settings: procedure.Settings,
     *,
     timeout: float,
     interval: float,
     progress: TextIO,
     clock: Clock | None = None,
-) -> list[checks.StepResult]:
+) -> list[procedure.StepResult]:
     """Run the checks until all pass or `timeout` seconds have passed; the last results."""
     clock = clock or Clock()
     start = clock.now()
     while True:
-        results = checks.run_checks(fetch(), settings)
+        results = procedure.run_checks(fetch(), settings)
         pending = [r for r in results if not r.ok]
         elapsed = clock.now() - start
         if not pending or elapsed + interval > timeout:
@@ -171,7 +171,7 @@ def wait_for_checks(
         clock.sleep(interval)
 
 
-def render_text(results: Sequence[checks.StepResult]) -> str:
+def render_text(results: Sequence[procedure.StepResult]) -> str:
     lines = []
     for r in results:
         lines.append(f"[{r.status.value.upper()}] {r.title}: {r.found}")
@@ -186,11 +186,11 @@ def render_text(results: Sequence[checks.StepResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_json(results: Sequence[checks.StepResult], context: dict[str, Any]) -> str:
+def render_json(results: Sequence[procedure.StepResult], context: dict[str, Any]) -> str:
     return json.dumps(result_document(results, context), indent=2) + "\n"
 
 
-def result_document(results: Sequence[checks.StepResult], context: dict[str, Any]) -> dict[str, Any]:
+def result_document(results: Sequence[procedure.StepResult], context: dict[str, Any]) -> dict[str, Any]:
     passed = sum(r.passed for r in results)
     return {
         "result": "pass" if all(r.ok for r in results) else "fail",
@@ -204,7 +204,7 @@ def result_document(results: Sequence[checks.StepResult], context: dict[str, Any
 def run_verify(
     kubeconfig: str,
     context: str | None,
-    settings: checks.Settings,
+    settings: procedure.Settings,
     *,
     timeout: float,
     output: str = "text",

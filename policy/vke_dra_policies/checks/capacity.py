@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_ops.capacity import check_stack
 
 from .. import context
-from .. import resources as r
 from . import Violation
 
-NAME: Final = "gpu-claims-fit-node-pools"
 DESCRIPTION: Final = (
     "Every ResourceClaimTemplate a workload uses fits the DRA GPU node pools for the workload's replicas."
 )

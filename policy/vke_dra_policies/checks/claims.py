@@ -6,7 +6,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import resources as r
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
+
 from . import Violation
 from .deviceclasses import class_names
 
@@ -32,11 +34,11 @@ def _requests(res: r.Res, spec_path: tuple[str, ...]) -> Iterator[tuple[str, Any
 def template_classes(resources: Sequence[r.Res]) -> list[Violation]:
     """Every request of a ResourceClaimTemplate/ResourceClaim names a DeviceClass of this stack."""
     names = class_names(resources)
-    if any(res.get("metadata", "name") is r.UNKNOWN for res in r.of_type(resources, r.DEVICE_CLASS)):
+    if any(res.get("metadata", "name") is r.UNKNOWN for res in r.of_type(resources, pt.DEVICE_CLASS)):
         return []
     out = []
-    for res in r.of_type(resources, r.RESOURCE_CLAIM_TEMPLATE, r.RESOURCE_CLAIM):
-        spec_path = ("spec", "spec") if res.type == r.RESOURCE_CLAIM_TEMPLATE else ("spec",)
+    for res in r.of_type(resources, pt.RESOURCE_CLAIM_TEMPLATE, pt.RESOURCE_CLAIM):
+        spec_path = ("spec", "spec") if res.type == pt.RESOURCE_CLAIM_TEMPLATE else ("spec",)
         for path, name in _requests(res, spec_path):
             if name is r.UNKNOWN or name in names:
                 continue
@@ -126,12 +128,12 @@ class _Known:
 def pod_claims(resources: Sequence[r.Res]) -> list[Violation]:
     """Container claims name a pod resourceClaims entry; entries name a template/claim of this stack."""
     known = _Known(
-        *_names_by_namespace(resources, r.RESOURCE_CLAIM_TEMPLATE),
-        *_names_by_namespace(resources, r.RESOURCE_CLAIM),
+        *_names_by_namespace(resources, pt.RESOURCE_CLAIM_TEMPLATE),
+        *_names_by_namespace(resources, pt.RESOURCE_CLAIM),
     )
     out: list[Violation] = []
     for res in resources:
-        spec_path = r.POD_SPEC_PATHS.get(res.type)
+        spec_path = pt.POD_SPEC_PATHS.get(res.type)
         spec = r.get_path(res.props, spec_path) if spec_path is not None else None
         if spec_path is None or not isinstance(spec, Mapping) or spec.get("resourceClaims") is r.UNKNOWN:
             continue

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from ..versions import at_least, format_version
 from . import Violation
 

@@ -6,8 +6,9 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 from .driver import driver_releases
 from .nodepools import is_device_plugin_pool, is_dra_pool, schedule_label
@@ -34,19 +35,19 @@ def _cluster_key(res: r.Res, clusters: Sequence[r.Res]) -> str:
 
 def dra_clusters(resources: Sequence[r.Res]) -> set[str]:
     """Clusters where DRA is on: a pool labelled nvidia-dra, or (for every cluster) a DRA driver release."""
-    clusters = r.of_type(resources, r.CLUSTER)
-    keys = {_cluster_key(p, clusters) for p in r.of_type(resources, r.NODE_POOL) if is_dra_pool(p)}
+    clusters = r.of_type(resources, pt.CLUSTER)
+    keys = {_cluster_key(p, clusters) for p in r.of_type(resources, pt.NODE_POOL) if is_dra_pool(p)}
     if driver_releases(list(resources)):
         keys |= {c.urn for c in clusters}
     return keys
 
 
 def device_plugin_beside_dra(resources: Sequence[r.Res], forbidden_addons: Iterable[str]) -> list[Violation]:
-    clusters = r.of_type(resources, r.CLUSTER)
+    clusters = r.of_type(resources, pt.CLUSTER)
     on = dra_clusters(resources)
     forbidden = {name.strip().lower() for name in forbidden_addons}
     out = []
-    for addon in r.of_type(resources, r.ADDON):
+    for addon in r.of_type(resources, pt.ADDON):
         name = addon.get("name")
         if isinstance(name, str) and name.lower() in forbidden and _cluster_key(addon, clusters) in on:
             out.append(
@@ -57,7 +58,7 @@ def device_plugin_beside_dra(resources: Sequence[r.Res], forbidden_addons: Itera
                     addon.urn,
                 )
             )
-    for pool in r.of_type(resources, r.NODE_POOL):
+    for pool in r.of_type(resources, pt.NODE_POOL):
         if is_device_plugin_pool(pool) and _cluster_key(pool, clusters) in on:
             value = schedule_label(pool)
             out.append(

@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import celsel
-from .. import resources as r
+from .. import selectors
 from . import Violation
 from .driver import chart_creates_device_classes, driver_releases, effective_values
 from .nodepools import is_dra_pool
@@ -36,24 +37,24 @@ def chart_class_sources(resources: Sequence[r.Res]) -> list[tuple[r.Res, bool | 
 
 def class_names(resources: Sequence[r.Res]) -> set[str]:
     """Every DeviceClass name the stack provides (its own resources plus what a driver chart renders)."""
-    names = {n for res in r.of_type(resources, r.DEVICE_CLASS) if isinstance(n := class_name(res), str)}
+    names = {n for res in r.of_type(resources, pt.DEVICE_CLASS) if isinstance(n := class_name(res), str)}
     if chart_class_sources(resources):
         names |= {dc.name for dc in facts.DEVICE_CLASSES}
     return names
 
 
 def _expressions(res: r.Res) -> list[tuple[int, Any]]:
-    selectors = res.get("spec", "selectors")
-    if not isinstance(selectors, list):
+    entries = res.get("spec", "selectors")
+    if not isinstance(entries, list):
         return []
     return [
-        (i, r.get_path(s, ("cel", "expression"))) for i, s in enumerate(selectors) if isinstance(s, Mapping)
+        (i, r.get_path(s, ("cel", "expression"))) for i, s in enumerate(entries) if isinstance(s, Mapping)
     ]
 
 
 def _selects(expressions: list[str], device: Any) -> bool | str:
     for expression in expressions:
-        result = celsel.matches(expression, device)
+        result = selectors.matches(expression, device)
         if result is not True:
             return result
     return True
@@ -63,7 +64,7 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
     """One class: every selector compiles; an expected class selects its device kind and not the other."""
     out = []
     for index, expression in enumerate(expressions):
-        error = celsel.compile_error(expression)
+        error = selectors.compile_error(expression)
         if error is not None:
             out.append(
                 Violation(
@@ -74,7 +75,7 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
             )
     if out or name not in EXPECTED:
         return out
-    samples = celsel.sample_devices()
+    samples = selectors.sample_devices()
     want, other = (samples.gpu, samples.mig) if EXPECTED[name] == "gpu" else (samples.mig, samples.gpu)
     selects_want, selects_other = _selects(expressions, want), _selects(expressions, other)
     wanted_kind = "a full GPU" if EXPECTED[name] == "gpu" else "a MIG device"
@@ -100,7 +101,7 @@ def check_class(name: str, label: str, urn: str | None, expressions: list[str]) 
 
 def _own_classes(resources: Sequence[r.Res]) -> list[Violation]:
     out = []
-    for res in r.of_type(resources, r.DEVICE_CLASS):
+    for res in r.of_type(resources, pt.DEVICE_CLASS):
         name = class_name(res)
         exprs = _expressions(res)
         if name is r.UNKNOWN or any(e is r.UNKNOWN for _, e in exprs):
@@ -122,7 +123,7 @@ def _own_classes(resources: Sequence[r.Res]) -> list[Violation]:
 def _chart_classes(resources: Sequence[r.Res]) -> list[Violation]:
     """Classes a chart renders: their selectors work, and the program does not create them again."""
     out = []
-    own = {class_name(res): res for res in r.of_type(resources, r.DEVICE_CLASS)}
+    own = {class_name(res): res for res in r.of_type(resources, pt.DEVICE_CLASS)}
     for release, creates, driver in chart_class_sources(resources):
         if creates is not True:
             continue
@@ -146,15 +147,15 @@ def _chart_classes(resources: Sequence[r.Res]) -> list[Violation]:
 
 def _missing_classes(resources: Sequence[r.Res]) -> list[Violation]:
     wanted = bool(driver_releases(list(resources))) or any(
-        is_dra_pool(p) for p in r.of_type(resources, r.NODE_POOL)
+        is_dra_pool(p) for p in r.of_type(resources, pt.NODE_POOL)
     )
-    if not wanted or any(class_name(res) is r.UNKNOWN for res in r.of_type(resources, r.DEVICE_CLASS)):
+    if not wanted or any(class_name(res) is r.UNKNOWN for res in r.of_type(resources, pt.DEVICE_CLASS)):
         return []
     names = class_names(resources)
     return [
         Violation(
             f'DeviceClass "{dc.name}" is missing from a stack that runs DRA GPU nodes; add a '
-            f'{r.DEVICE_CLASS} named "{dc.name}" with selector "{dc.cel_expression}" '
+            f'{pt.DEVICE_CLASS} named "{dc.name}" with selector "{dc.cel_expression}" '
             "(or let the driver chart render it)."
         )
         for dc in facts.DEVICE_CLASSES

@@ -9,8 +9,9 @@ from typing import Any, Final, Literal
 
 import yaml
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 
 NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
@@ -31,7 +32,7 @@ DriverKind = Literal["nvidia", "python"]
 
 def driver_kind(res: r.Res) -> DriverKind | None:
     """ "nvidia" for NVIDIA's chart, "python" for the project's chart, None for any other Helm resource."""
-    if res.type not in r.HELM_TYPES:
+    if res.type not in pt.HELM_TYPES:
         return None
     chart = res.get("chart")
     chart_text = chart if isinstance(chart, str) else ""
@@ -179,7 +180,7 @@ def values(release: r.Res, kind: DriverKind, *, dra_nodes: bool = True) -> list[
 
 def driver_values(resources: list[r.Res]) -> list[Violation]:
     """Every driver release; the placement rule applies where the stack makes its own DRA nodes."""
-    dra_nodes = bool(r.of_type(resources, r.NODE_POOL))
+    dra_nodes = bool(r.of_type(resources, pt.NODE_POOL))
     out = []
     for release, kind in driver_releases(resources):
         out.extend(values(release, kind, dra_nodes=dra_nodes))

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from vke_gpu_dra_core import imageref
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 from .driver import driver_releases, effective_values
 
@@ -40,7 +41,7 @@ def _python_releases(resources: list[r.Res]) -> list[r.Res]:
 
 def creates_vke_cluster(resources: list[r.Res]) -> bool:
     """The stack runs on VKE nodes (it creates a cluster); otherwise it is a local/existing cluster."""
-    return any(res.type == r.CLUSTER for res in resources)
+    return any(res.type == pt.CLUSTER for res in resources)
 
 
 def pinned_by_digest(resources: list[r.Res], _config: Mapping[str, Any] | None = None) -> list[Violation]:

@@ -6,8 +6,9 @@ from collections.abc import Container, Mapping, Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from ..versions import at_least, format_version
 from . import Violation
 
@@ -202,7 +203,7 @@ def runtime_version(rt: r.Res) -> list[Violation]:
 
 def runtimes(resources: Sequence[r.Res], gpu_types: Container[str]) -> list[Violation]:
     """Each DRA GPU pool has a NodePoolRuntime, and every NodePoolRuntime pins containerd >= 2.1."""
-    pools = [p for p in r.of_type(resources, r.NODE_POOL) if is_dra_gpu_pool(p, gpu_types)]
+    pools = [p for p in r.of_type(resources, pt.NODE_POOL) if is_dra_gpu_pool(p, gpu_types)]
     rts = [res for res in resources if r.is_node_pool_runtime(res)]
     out = []
     for pool in pools:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from .. import resources as r
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
+
 from . import Violation
 
-PROTECTED_TYPES = (r.CLUSTER, r.NODE_POOL)
+PROTECTED_TYPES = (pt.CLUSTER, pt.NODE_POOL)
 
 
 def protected(res: r.Res, production: bool, problem: str | None = None) -> list[Violation]:

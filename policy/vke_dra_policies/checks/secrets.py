@@ -8,7 +8,9 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from .. import resources as r
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
+
 from . import Violation
 
 #: Property names (any resource, any depth; case and "_" ignored) whose values are credentials.
@@ -71,7 +73,7 @@ def secret_props(resources: Sequence[r.Res]) -> list[Violation]:
     """Kubeconfig text, passwords and cloud keys are secret in the state, wherever they appear."""
     out = []
     for res in resources:
-        if res.type == r.STACK:
+        if res.type == pt.STACK:
             continue
         for path, value in r.walk_strings(res.props):
             if not path or not _is_secret_key(path[-1]) or not value or res.is_secret(path):
@@ -110,7 +112,7 @@ def plaintext_outputs(resources: Sequence[r.Res]) -> list[Violation]:
     """No stack output holds a secret in plaintext."""
     secrets = known_secret_values(resources)
     out = []
-    for stack in r.of_type(resources, r.STACK):
+    for stack in r.of_type(resources, pt.STACK):
         for path, text in r.walk_strings(stack.props):
             if stack.is_secret(path) or not text:
                 continue

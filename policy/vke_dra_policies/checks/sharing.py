@@ -13,12 +13,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core import resources as r
 
-from .. import resources as r
 from . import Violation
 from .driver import driver_releases, effective_values
 
-NAME: Final = "gpu-sharing-feature-gates"
 DESCRIPTION: Final = (
     "Claims and DeviceClasses ask for GPU sharing (TimeSlicing, MPS) only when the driver release "
     "enables the matching feature gate."
@@ -26,9 +26,9 @@ DESCRIPTION: Final = (
 #: Strategy -> the driver feature gate it needs (NVIDIA's names).
 GATES: Final = {"TimeSlicing": "TimeSlicingSettings", "MPS": "MPSSupport"}
 _CONFIG_PATHS: Final = {
-    r.DEVICE_CLASS: ("spec", "config"),
-    r.RESOURCE_CLAIM: ("spec", "devices", "config"),
-    r.RESOURCE_CLAIM_TEMPLATE: ("spec", "spec", "devices", "config"),
+    pt.DEVICE_CLASS: ("spec", "config"),
+    pt.RESOURCE_CLAIM: ("spec", "devices", "config"),
+    pt.RESOURCE_CLAIM_TEMPLATE: ("spec", "spec", "devices", "config"),
 }
 
 

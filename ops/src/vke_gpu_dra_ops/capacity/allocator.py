@@ -20,7 +20,7 @@ from typing import Final
 
 from vke_gpu_dra_core.model import AttributeValue, Device, Version
 
-from .celenv import SelectorCompileError, SelectorError, SelectorRuntimeError
+from .cel.environment import SelectorCompileError, SelectorError, SelectorRuntimeError
 from .claims import ALLOCATION_RESULTS_MAX_SIZE, ClaimSpec, Constraint, DeviceClass, Request, SubRequest
 from .inventory import Node
 from .selection import DeviceView, SelectorCache

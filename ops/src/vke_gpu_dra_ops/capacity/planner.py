@@ -18,7 +18,7 @@ from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantit
 from vke_gpu_dra_core.semver import SemverError, parse_semver
 
 from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
-from .celenv import SelectorError, SelectorRuntimeError
+from .cel.environment import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
 from .placement import Placement, excluded

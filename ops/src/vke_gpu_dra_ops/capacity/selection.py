@@ -16,7 +16,13 @@ from typing import Final
 
 from vke_gpu_dra_core.model import Device
 
-from .celenv import CompiledSelector, DeviceContext, SelectorRuntimeError, compile_selector, device_variable
+from .cel.environment import (
+    CompiledSelector,
+    DeviceContext,
+    SelectorRuntimeError,
+    compile_selector,
+    device_variable,
+)
 from .inventory import Node
 
 _LIT: Final = r"""(?:'([^'\\]*)'|"([^"\\]*)")"""

@@ -1,10 +1,13 @@
-"""The capacity policy: every claim template a workload uses fits the stack's GPU pools for its replicas.
+"""The stack plan, and the capacity policy's violations of it.
 
-`check_stack(resources)` takes what a Pulumi stack policy sees (objects with `resource_type` or `type`,
-`props`, `urn`, `name`) and returns one `Violation` per problem. Claim templates go through the API
-server's admission rules of the cluster's Kubernetes version (`admission`); every workload is checked
-alone (for the reasons), then all workloads' pods are placed the way the default kube-scheduler places
-them (`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
+`plan_model(model)` plans a `StackModel` (`stack_model`): every claim template a workload uses must fit
+the stack's GPU pools for its replicas. The `plan` command renders the `StackPlan`; the capacity policy
+(`policy_names.CAPACITY`) reports its `plan_violations`. `check_stack(resources)` takes a stack's
+registered resources (the policy pack's `Res` view, or anything `vke_gpu_dra_core.resources.read`
+reads) and returns one `Violation` per problem. Claim templates go through the API server's admission
+rules of the cluster's Kubernetes version (`admission`); every workload is checked alone (for the
+reasons), then all workloads' pods are placed the way the default kube-scheduler places them
+(`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
 """
 
 from __future__ import annotations
@@ -17,16 +20,10 @@ from .admission import REFUSED, UNKNOWN, Admission, admit
 from .claims import ClaimSpec, ClaimTemplate
 from .inventory import GpuPool
 from .placement import excluded
-from .planner import FitResult, Planner
+from .planner import FitResult, Planner, template_subject
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
-from .stack import StackModel, Workload, model_from_resources
+from .stack_model import StackModel, Workload, model_from_resources
 from .versions import FeatureGates, feature_gates, nearest_gates
-
-POLICY_NAME: Final = "gpu-claims-fit-node-pools"
-POLICY_DESCRIPTION: Final = (
-    "Every ResourceClaimTemplate used by a workload fits the stack's DRA GPU node pools for the workload's "
-    "replicas (resource.k8s.io/v1 allocation against the devices the pools' instance types publish)."
-)
 
 
 @dataclass(frozen=True)
@@ -104,8 +101,21 @@ class WorkloadPlan:
         return max(self.wanted - self.placed, 0)
 
 
+@dataclass(frozen=True)
+class TemplatePlan:
+    """One claim template (or shared claim) alone on an empty pool, for the replicas the workloads want."""
+
+    template: ClaimTemplate
+    #: replicas (a shared claim: allocations) the stack's workloads want of it; None when none uses it
+    wanted: int | None
+    alone: FitResult
+    admission: Admission
+
+
 @dataclass
 class StackPlan:
+    """Everything planned for a stack: per workload, per template alone, and the admissions."""
+
     gates: FeatureGates
     workloads: list[WorkloadPlan]
     admissions: dict[str, Admission]
@@ -113,6 +123,9 @@ class StackPlan:
     planner: Planner
     #: keys of the templates and claims some workload uses
     used: set[str]
+    model: StackModel
+    #: each template alone on an empty pool (only when asked for: the `plan` command's report)
+    templates: list[TemplatePlan]
 
 
 def _wanted(workload: Workload, pools: Sequence[GpuPool]) -> int:
@@ -151,9 +164,16 @@ _PACKING_PROFILE: Final = (
 
 
 def plan_model(
-    model: StackModel, gates: FeatureGates | None = None, *, report_references: bool = True
+    model: StackModel,
+    gates: FeatureGates | None = None,
+    *,
+    report_references: bool = True,
+    templates_alone: bool = False,
 ) -> StackPlan:
-    """Every workload of `model` through the API server's admission and the scheduler's placement."""
+    """Every workload of `model` through the API server's admission and the scheduler's placement.
+
+    With `templates_alone`, also every claim template alone on an empty pool (`StackPlan.templates`).
+    """
     gates = gates or feature_gates(model.kubernetes_version, "the cluster's kubernetesVersion")
     planner = Planner(model.classes, consumable_capacity=gates.consumable_capacity)
     violations = [Violation(message, urn) for urn, message in model.problems]
@@ -203,7 +223,38 @@ def plan_model(
     if model.pools and simulated:
         _simulate(model, planner, simulated)
     used = {t.key for w in model.workloads for t in _templates(model, w)}
-    return StackPlan(gates, plans, admissions, violations, planner, used)
+    templates = (
+        [_template_alone(model, planner, t, admissions[t.key]) for t in model.templates.values()]
+        if templates_alone
+        else []
+    )
+    return StackPlan(gates, plans, admissions, violations, planner, used, model, templates)
+
+
+def _template_alone(
+    model: StackModel, planner: Planner, template: ClaimTemplate, admission: Admission
+) -> TemplatePlan:
+    wanted = _template_wanted(model, template)
+    alone = planner.fit(
+        template_subject(template),
+        [(template.name, template.spec)],
+        model.pools,
+        wanted if wanted is not None else 1,
+    )
+    return TemplatePlan(template, wanted, alone, admission)
+
+
+def _template_wanted(model: StackModel, template: ClaimTemplate) -> int | None:
+    total, used = 0, False
+    for workload in model.workloads:
+        for ref in workload.claims:
+            if model.template_for(workload, ref) is template:
+                used = True
+                if workload.replicas is None:
+                    total += sum(max(p.max_nodes for p in variants) for variants in model.pools)
+                else:
+                    total += 1 if template.shared else workload.replicas
+    return total if used else None
 
 
 def _templates(model: StackModel, workload: Workload) -> list[ClaimTemplate]:
@@ -356,7 +407,8 @@ def check_stack(
 ) -> list[Violation]:
     """Violations of the capacity policy for a stack's resources (see the module docstring).
 
-    `resources`: objects with `resource_type` (or `type`), `props` (inputs, camelCase), `urn` and `name`.
+    `resources`: `vke_gpu_dra_core.resources.Res` or anything `read` reads (`resource_type` or `type`,
+    `props` (inputs, camelCase), `urn`, `name`, `dependencies`).
     `catalog_config`: the value of `vke-gpu-dra:gpuInstanceTypes`, if the stack sets it.
     """
     model = model_from_resources(resources, catalog_config)

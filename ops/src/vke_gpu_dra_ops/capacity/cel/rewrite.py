@@ -1,7 +1,12 @@
-"""`cel.bind(x, init, body)` for engines without the bindings extension.
+"""Source rewrites of a selector for the offline engines, which lack two things Kubernetes' CEL has.
 
-Kubernetes' DRA CEL environment has cel-go's `cel.bind` macro. Neither offline engine does, so the macro
-is rewritten to `[init].map(x, body)[0]`: the same value, the same type for the checker, the same errors.
+* `rewrite_bind`: Kubernetes' DRA CEL environment has cel-go's `cel.bind` macro. Neither offline engine
+  does, so the macro is rewritten to `[init].map(x, body)[0]`: the same value, the same type for the
+  checker, the same errors.
+* `default_computed_domains`: Kubernetes reads a missing attribute or capacity domain as an empty map;
+  the evaluating engine has no map defaults, so a computed domain is guarded by an `in` test.
+
+Both scan the source with string literals masked and split call arguments at the top level.
 """
 
 from __future__ import annotations
@@ -70,3 +75,33 @@ def rewrite_bind(expression: str) -> str:
         (name, init, body), end = parsed
         replacement = f"[{init.strip()}].map({name.strip()}, {body.strip()})[0]"
         expression = expression[: last.start()] + replacement + expression[end:]
+
+
+#: `device.attributes[` / `device.capacity[`, whatever the domain expression; and a literal domain.
+_ANY_DOMAIN_LOOKUP_RE: Final = re.compile(r"(?<![\w.])device\s*\.\s*(attributes|capacity)\s*\[")
+_LITERAL_RE: Final = re.compile(r"""\s*(?:'[^'\\]*'|"[^"\\]*")\s*""")
+
+
+def default_computed_domains(source: str) -> str:
+    """`device.attributes[e]` with a computed domain `e` as `(e in ... ? device.attributes[e] : {})`.
+
+    Kubernetes reads a missing domain as an empty map; the evaluating engine has no map defaults, so
+    literal domains get empty maps in the context (`environment.DeviceContext`) and computed ones this
+    rewrite.
+    """
+    mask = _string_mask(source)
+    out: list[str] = []
+    position = 0
+    for match in _ANY_DOMAIN_LOOKUP_RE.finditer(source):
+        if match.start() < position or mask[match.start()]:
+            continue
+        parsed = _arguments(source, match.end(), mask)
+        if parsed is None or len(parsed[0]) != 1 or _LITERAL_RE.fullmatch(parsed[0][0]):
+            continue  # a literal domain, or malformed (the checker reports it)
+        key = default_computed_domains(parsed[0][0].strip())
+        field = f"device.{match.group(1)}"
+        out.append(source[position : match.start()])
+        out.append(f"(({key}) in {field} ? {field}[{key}] : {{}})")
+        position = parsed[1]
+    out.append(source[position:])
+    return "".join(out)

@@ -1,8 +1,9 @@
 """What a stack asks for and what it buys: GPU pools, DeviceClasses, claim templates and workloads.
 
-Built from Pulumi resources (type token + input props, as the policy pack sees them) or from a stack
-config file plus Kubernetes manifests (the `plan` command). DeviceClasses default to the driver's
-(`facts.DEVICE_CLASSES`, which its chart creates); a stack's own DeviceClass resources override them.
+Built from a stack's registered resources (type token + input props, read into the same
+`vke_gpu_dra_core.resources` view the policy pack's validators use) or from a stack config file plus
+Kubernetes manifests (the `plan` command). DeviceClasses default to the driver's (`facts.DEVICE_CLASSES`,
+which its chart creates); a stack's own DeviceClass resources override them.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, pulumi_types
 from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
 from vke_gpu_dra_core.config import PROJECT, StackConfig
 from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
+from vke_gpu_dra_core.resources import Res, is_known, kubernetes_object, read
 
 from .claims import (
     ClaimTemplate,
@@ -27,12 +29,6 @@ from .claims import (
 )
 from .inventory import GpuPool
 from .placement import Placement, parse_placement
-
-NODE_POOL_TYPE: Final = "volcengine:vke/nodePool:NodePool"
-CLUSTER_TYPE: Final = "volcengine:vke/cluster:Cluster"
-_RESOURCE_GROUP: Final = "kubernetes:resource.k8s.io/"
-#: kind -> how many pods run at once
-WORKLOAD_KINDS: Final = ("Pod", "Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob", "DaemonSet")
 
 
 @dataclass(frozen=True)
@@ -94,19 +90,32 @@ def _number(value: Any, default: int) -> int:
     return int(number)
 
 
+def _below_spec(spec: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any]:
+    """What sits at `path` (which starts at the object's `spec`) below `spec`; {} where it is absent."""
+    found = spec
+    for key in path[1:]:
+        found = found.get(key) or {}
+    return found
+
+
+def _mapping_below(spec: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] | None:
+    """Like `_below_spec`, but None unless every step is a mapping (values may be unknown)."""
+    found: Any = spec
+    for key in path[1:]:
+        found = found.get(key) if isinstance(found, Mapping) else None
+    return found if isinstance(found, Mapping) else None
+
+
 def _pod_spec(kind: str, spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    if kind == "Pod":
-        return spec, "spec"
-    if kind == "CronJob":
-        job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        return (job.get("template") or {}).get("spec") or {}, "spec.jobTemplate.spec.template.spec"
-    return (spec.get("template") or {}).get("spec") or {}, "spec.template.spec"
+    """The pod spec of a workload whose `spec` is given, and its field path."""
+    path = pulumi_types.POD_SPEC_PATHS_BY_KIND[kind]
+    return _below_spec(spec, path), ".".join(path)
 
 
 def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
     """A workload whose pods claim devices; None for other objects or pods without claims."""
     kind = obj.get("kind")
-    if kind not in WORKLOAD_KINDS:
+    if kind not in pulumi_types.WORKLOAD_KINDS:
         return None
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "<unnamed>")
@@ -120,7 +129,7 @@ def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
         if kind in ("Deployment", "StatefulSet", "ReplicaSet"):
             replicas: int | None = _number(spec.get("replicas"), 1)
         elif kind in ("Job", "CronJob"):
-            job = spec if kind == "Job" else (spec.get("jobTemplate") or {}).get("spec") or {}
+            job = _below_spec(spec, pulumi_types.JOB_SPEC_PATHS_BY_KIND[kind])
             parallelism = _number(job.get("parallelism"), 1)
             completions = job.get("completions")
             replicas = parallelism if completions is None else min(parallelism, _number(completions, 1))
@@ -258,46 +267,19 @@ def _pool(
     )
 
 
-def _resource_type(resource: Any) -> str:
-    return str(getattr(resource, "resource_type", None) or getattr(resource, "type", "") or "")
-
-
-def _kubernetes_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any]:
-    # token kubernetes:<group>/<version>:<Kind> -> apiVersion and kind, when the props lack them
-    _, _, rest = resource_type.partition(":")
-    api_version, _, kind = rest.rpartition(":")
-    obj = dict(props)
-    obj.setdefault("apiVersion", api_version.removeprefix("core/"))
-    obj.setdefault("kind", kind)
-    return obj
-
-
-_JSON_SCALARS: Final = (str, int, float, bool, type(None))
-
-
-def is_known(value: Any) -> bool:
-    """True when `value` is plain JSON all the way down (no unknown-during-preview markers)."""
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and is_known(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return all(is_known(v) for v in value)
-    return isinstance(value, _JSON_SCALARS)
-
-
-def _relevant_known(resource_type: str, props: Any) -> bool:  # noqa: PLR0911 (one answer per type)
+def _relevant_known(res: Res) -> bool:
     """Whether the values the capacity check reads are known (other props may stay unknown)."""
-    if not isinstance(props, Mapping):
-        return is_known(props)
-    if resource_type == NODE_POOL_TYPE:
+    resource_type, props = res.type, res.props
+    if resource_type == pulumi_types.NODE_POOL:
         return _pool_known(props)
-    if _is_node_pool_runtime(resource_type):
+    if pulumi_types.is_node_pool_runtime(resource_type):
         return is_known([props.get("min_replicas"), props.get("max_replicas")])
-    if resource_type.startswith(_RESOURCE_GROUP):
+    if resource_type.startswith(pulumi_types.RESOURCE_GROUP_PREFIX):
         return is_known(props)
-    kind = resource_type.rsplit(":", 1)[-1]
-    if resource_type == "kubernetes:core/v1:Namespace":
+    kind = pulumi_types.kind_of(resource_type)
+    if resource_type == pulumi_types.NAMESPACE:
         return is_known(props.get("metadata"))
-    if resource_type.startswith("kubernetes:") and kind in WORKLOAD_KINDS:
+    if resource_type.startswith(pulumi_types.KUBERNETES_PREFIX) and kind in pulumi_types.WORKLOAD_KINDS:
         return _workload_known(kind, props)
     return True
 
@@ -322,9 +304,8 @@ def _workload_known(kind: str, props: Mapping[str, Any]) -> bool:
         return False
     spec = spec or {}
     scalars = [spec.get(k) for k in ("replicas", "parallelism", "completions")]
-    job = spec.get("jobTemplate")
-    if kind == "CronJob" and isinstance(job, Mapping) and isinstance(job.get("spec"), Mapping):
-        scalars += [job["spec"].get(k) for k in ("parallelism", "completions")]
+    if kind == "CronJob" and (job := _mapping_below(spec, pulumi_types.JOB_SPEC_PATHS_BY_KIND[kind])):
+        scalars += [job.get(k) for k in ("parallelism", "completions")]
     try:
         pod_spec, _ = _pod_spec(kind, spec)
     except (AttributeError, TypeError):  # a part of the path is unknown
@@ -346,7 +327,7 @@ def _requests_known(containers: Any) -> bool:
 
 
 def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -> StackModel:
-    """A StackModel from policy-pack resources (anything with resource_type/type, props, urn, name)."""
+    """A StackModel from a stack's registered resources (as `vke_gpu_dra_core.resources.read` reads them)."""
     model = StackModel(classes=default_classes())
     try:
         catalog = load_catalog(catalog_config)
@@ -354,71 +335,44 @@ def model_from_resources(resources: Iterable[Any], catalog_config: Any = None) -
         model.problems.append(("", str(exc)))
         catalog = load_catalog()
     pools_by_urn: dict[str, int] = {}
-    runtimes: list[tuple[Any, Mapping[str, Any]]] = []
-    for resource in resources:
-        rtype = _resource_type(resource)
-        props = getattr(resource, "props", None) or {}
-        urn = str(getattr(resource, "urn", "") or "")
-        name = str(getattr(resource, "name", "") or "")
-        if not _relevant_known(rtype, props):
-            model.undecided.append(urn or name)
+    runtimes: list[Res] = []
+    for res in map(read, resources):
+        if not _relevant_known(res):
+            model.undecided.append(res.urn or res.name)
             continue
         try:
-            if rtype == NODE_POOL_TYPE:
-                variants = pools_from_node_pool(props, name, catalog, model)
+            if res.type == pulumi_types.NODE_POOL:
+                variants = pools_from_node_pool(res.props, res.name, catalog, model)
                 if variants:
-                    pools_by_urn[urn] = len(model.pools)
+                    pools_by_urn[res.urn] = len(model.pools)
                     model.pools.append(variants)
-            elif _is_node_pool_runtime(rtype):
-                runtimes.append((resource, props))
-            elif rtype == CLUSTER_TYPE:
-                version = props.get("kubernetesVersion")
+            elif pulumi_types.is_node_pool_runtime(res.type):
+                runtimes.append(res)
+            elif res.type == pulumi_types.CLUSTER:
+                version = res.props.get("kubernetesVersion")
                 if not is_known(version):
                     model.version_unknown = True
                 elif isinstance(version, str) and version:
                     model.kubernetes_version = version
-            elif rtype.startswith("kubernetes:"):
-                add_object(model, _kubernetes_object(rtype, props), urn)
+            elif res.type.startswith(pulumi_types.KUBERNETES_PREFIX):
+                add_object(model, kubernetes_object(res), res.urn)
         except (ManifestError, CatalogError) as exc:
-            model.problems.append((urn, str(exc)))
-    for resource, props in runtimes:
-        _apply_runtime_bounds(model, pools_by_urn, resource, props)
+            model.problems.append((res.urn, str(exc)))
+    for runtime in runtimes:
+        _apply_runtime_bounds(model, pools_by_urn, runtime)
     return model
 
 
-#: The program's dynamic resource that owns a pool's min/desired/max replicas after creation.
-NODE_POOL_RUNTIME_PREFIX: Final = "pulumi-python:dynamic"
-NODE_POOL_RUNTIME_SUFFIX: Final = "NodePoolRuntime"
-
-
-def _is_node_pool_runtime(resource_type: str) -> bool:
-    return resource_type.startswith(NODE_POOL_RUNTIME_PREFIX) and resource_type.endswith(
-        NODE_POOL_RUNTIME_SUFFIX
-    )
-
-
-def _dependency_urns(resource: Any) -> set[str]:
-    urns = set()
-    for dependency in getattr(resource, "dependencies", None) or ():
-        urns.add(dependency if isinstance(dependency, str) else str(getattr(dependency, "urn", "")))
-    return urns
-
-
-def _apply_runtime_bounds(
-    model: StackModel, pools_by_urn: Mapping[str, int], resource: Any, props: Mapping[str, Any]
-) -> None:
+def _apply_runtime_bounds(model: StackModel, pools_by_urn: Mapping[str, int], runtime: Res) -> None:
     """The NodePoolRuntime's min/max replicas replace the bounds its pool (a dependency) was created with."""
-    for urn in _dependency_urns(resource) & set(pools_by_urn):
+    for urn in set(runtime.dependencies) & set(pools_by_urn):
         index = pools_by_urn[urn]
         try:
-            low = _number(props.get("min_replicas"), model.pools[index][0].min_nodes)
-            high = _number(props.get("max_replicas"), model.pools[index][0].max_nodes)
+            low = _number(runtime.props.get("min_replicas"), model.pools[index][0].min_nodes)
+            high = _number(runtime.props.get("max_replicas"), model.pools[index][0].max_nodes)
         except ValueError as exc:
             model.problems.append(
-                (
-                    str(getattr(resource, "urn", "")),
-                    f"node pool runtime: replica count {exc.args[0]!r} is not a whole number >= 0",
-                )
+                (runtime.urn, f"node pool runtime: replica count {exc.args[0]!r} is not a whole number >= 0")
             )
             continue
         model.pools[index] = [replace(p, min_nodes=low, max_nodes=high) for p in model.pools[index]]

@@ -36,7 +36,7 @@ from vke_gpu_dra_core.quantity import (
 )
 from vke_gpu_dra_core.semver import Semver, SemverError, is_semver, parse_semver
 
-from .celbind import _arguments, _string_mask, rewrite_bind
+from .rewrite import default_computed_domains, rewrite_bind
 
 _Q_TAG: Final = "__kubernetes.Quantity"
 _S_TAG: Final = "__kubernetes.Semver"
@@ -463,32 +463,6 @@ def _runtime_detail(exc: Exception) -> str:
 
 #: `attributes['domain']` / `capacity["domain"]` lookups with a literal domain.
 _DOMAIN_LOOKUP_RE: Final = re.compile(r"""(?:attributes|capacity)\s*\[\s*(?:'([^'\\]*)'|"([^"\\]*)")\s*\]""")
-_ANY_DOMAIN_LOOKUP_RE: Final = re.compile(r"(?<![\w.])device\s*\.\s*(attributes|capacity)\s*\[")
-_LITERAL_RE: Final = re.compile(r"""\s*(?:'[^'\\]*'|"[^"\\]*")\s*""")
-
-
-def default_computed_domains(source: str) -> str:
-    """`device.attributes[e]` with a computed domain `e` as `(e in ... ? device.attributes[e] : {})`.
-
-    Kubernetes reads a missing domain as an empty map; the evaluating engine has no map defaults, so
-    literal domains get empty maps in the context (`DeviceContext`) and computed ones this rewrite.
-    """
-    mask = _string_mask(source)
-    out: list[str] = []
-    position = 0
-    for match in _ANY_DOMAIN_LOOKUP_RE.finditer(source):
-        if match.start() < position or mask[match.start()]:
-            continue
-        parsed = _arguments(source, match.end(), mask)
-        if parsed is None or len(parsed[0]) != 1 or _LITERAL_RE.fullmatch(parsed[0][0]):
-            continue  # a literal domain, or malformed (the checker reports it)
-        key = default_computed_domains(parsed[0][0].strip())
-        field = f"device.{match.group(1)}"
-        out.append(source[position : match.start()])
-        out.append(f"(({key}) in {field} ? {field}[{key}] : {{}})")
-        position = parsed[1]
-    out.append(source[position:])
-    return "".join(out)
 
 
 @lru_cache(maxsize=1024)

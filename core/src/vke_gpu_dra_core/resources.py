@@ -1,7 +1,12 @@
-"""A neutral view of the resources a policy looks at, independent of pulumi_policy's classes.
+"""A neutral view of a stack's registered resources, read one way by the policy pack and the planner.
 
-Validators take `Res` objects whose `props` are plain dicts/lists/scalars. Values the engine does
-not know yet (during preview) are the `UNKNOWN` sentinel; validators skip them instead of guessing.
+`Res` is one resource: its type token (`pulumi_types`), name, URN, properties as plain dicts, lists and
+scalars, and the options policies care about. Values the engine does not know yet (during preview) are
+the `UNKNOWN` sentinel; readers test `is UNKNOWN` (or `is_known`) and skip them instead of guessing.
+
+The policy pack decodes the engine's wire format into `Res` itself (secretness included); `read` turns
+anything else shaped like a Pulumi resource (`resource_type` or `type`, `props`, `urn`, `name`,
+`dependencies`) into one, every value that is not plain JSON counting as unknown.
 """
 
 from __future__ import annotations
@@ -11,34 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
-# --- resource type tokens (pulumi-volcengine 0.0.47, pulumi-kubernetes 4.34) ---
-CLUSTER: Final = "volcengine:vke/cluster:Cluster"
-NODE_POOL: Final = "volcengine:vke/nodePool:NodePool"
-ADDON: Final = "volcengine:vke/addon:Addon"
-KUBECONFIG: Final = "volcengine:vke/kubeconfig:Kubeconfig"
-SECURITY_GROUP_RULE: Final = "volcengine:vpc/securityGroupRule:SecurityGroupRule"
-K8S_PROVIDER: Final = "pulumi:providers:kubernetes"
-STACK: Final = "pulumi:pulumi:Stack"
-DEVICE_CLASS: Final = "kubernetes:resource.k8s.io/v1:DeviceClass"
-RESOURCE_CLAIM_TEMPLATE: Final = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
-RESOURCE_CLAIM: Final = "kubernetes:resource.k8s.io/v1:ResourceClaim"
-HELM_RELEASE: Final = "kubernetes:helm.sh/v3:Release"
-HELM_CHART_V3: Final = "kubernetes:helm.sh/v3:Chart"
-HELM_CHART_V4: Final = "kubernetes:helm.sh/v4:Chart"
-HELM_TYPES: Final = (HELM_RELEASE, HELM_CHART_V3, HELM_CHART_V4)
-DYNAMIC_PREFIX: Final = "pulumi-python:dynamic"
-NODE_POOL_RUNTIME_NAME: Final = "NodePoolRuntime"
-
-#: Workload kinds and where their pod spec sits.
-POD_SPEC_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
-    "kubernetes:core/v1:Pod": ("spec",),
-    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:DaemonSet": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
-    "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
-    "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
-}
+from . import pulumi_types
 
 
 class Unknown(Enum):
@@ -84,6 +62,60 @@ class Res:
         return f'{self.type} "{self.name}"'
 
 
+_JSON_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+def is_known(value: Any) -> bool:
+    """True when `value` is plain JSON all the way down (nothing unknown in it)."""
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and is_known(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(is_known(v) for v in value)
+    return isinstance(value, _JSON_SCALARS)
+
+
+def plain(value: Any) -> Any:
+    """`value` as plain JSON data, with `UNKNOWN` for every part that is not."""
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            return UNKNOWN
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value if isinstance(value, _JSON_SCALARS) else UNKNOWN
+
+
+def read(resource: Any) -> Res:
+    """`resource` as a `Res`: a `Res` as it is, else its `resource_type` (or `type`), `props`, `urn`,
+    `name` and `dependencies` (URNs, or resources with a `urn`)."""
+    if isinstance(resource, Res):
+        return resource
+    props = plain(getattr(resource, "props", None) or {})
+    dependencies = tuple(
+        d if isinstance(d, str) else str(getattr(d, "urn", ""))
+        for d in getattr(resource, "dependencies", None) or ()
+    )
+    return Res(
+        str(getattr(resource, "resource_type", None) or getattr(resource, "type", "") or ""),
+        str(getattr(resource, "name", "") or ""),
+        str(getattr(resource, "urn", "") or ""),
+        props if isinstance(props, Mapping) else {},
+        dependencies=dependencies,
+    )
+
+
+def kubernetes_object(res: Res) -> dict[str, Any]:
+    """The object a `kubernetes:<group>/<version>:<Kind>` resource registers: its props, with the
+    token's apiVersion and kind where the props lack them (or do not know them yet)."""
+    api_version, kind = pulumi_types.kubernetes_api_version_kind(res.type)
+    obj = dict(res.props)
+    if not isinstance(obj.get("apiVersion"), str):
+        obj["apiVersion"] = api_version
+    if not isinstance(obj.get("kind"), str):
+        obj["kind"] = kind
+    return obj
+
+
 def get_path(data: Any, path: Iterable[str | int]) -> Any:
     """The value at `path`, None when absent, UNKNOWN when it or a parent is unknown."""
     current = data
@@ -107,7 +139,7 @@ def of_type(resources: Iterable[Res], *types: str) -> list[Res]:
 
 def is_node_pool_runtime(res: Res) -> bool:
     """The program's dynamic resource that pins a node pool's container runtime."""
-    return res.type.startswith(DYNAMIC_PREFIX) and res.type.endswith(NODE_POOL_RUNTIME_NAME)
+    return pulumi_types.is_node_pool_runtime(res.type)
 
 
 def walk_strings(data: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
