@@ -8,6 +8,7 @@ from typing import Any
 
 from vke_gpu_dra_core.featuregates import FeatureGates
 from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device
+from vke_gpu_dra_core.objects import lookup
 
 from .opaque_config import (
     NO_SHARING,
@@ -40,14 +41,6 @@ def _label(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def allocated_devices(
     ref: ClaimRef,
     claim: Mapping[str, Any],
@@ -59,17 +52,17 @@ def allocated_devices(
 ) -> list[AllocatedDevice]:
     """This node's devices allocated to `claim` (API JSON); raises ClaimError with one clear message."""
     label = _label(ref)
-    uid = _get(claim, "metadata", "uid")
+    uid = lookup(claim, "metadata", "uid")
     if uid != ref.uid:
         raise ClaimError(f"claim {label} got replaced: uid {uid}, expected {ref.uid}")
-    allocation = _get(claim, "status", "allocation")
+    allocation = lookup(claim, "status", "allocation")
     if not isinstance(allocation, Mapping):
         raise ClaimError(f"claim {label} is not allocated")
-    results = _get(allocation, "devices", "results") or []
+    results = lookup(allocation, "devices", "results") or []
     if not isinstance(results, list):
         raise ClaimError(f"claim {label}: status.allocation.devices.results must be a list")
     try:
-        configs = decode_configs(_get(allocation, "devices", "config"), driver_name)
+        configs = decode_configs(lookup(allocation, "devices", "config"), driver_name)
     except ConfigError as exc:
         raise ClaimError(f"claim {label}: {exc}") from None
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.objects import lookup
 
 #: The resource.k8s.io group version and the resources the procedure expects it to serve.
 RESOURCE_GROUP = "resource.k8s.io"
@@ -115,7 +116,7 @@ def _selector_of_pod_spec(spec: JSON) -> str | None:
     """The pod spec's required node selection as one label selector; None when it cannot be one (OR, Gt)."""
     parts = [f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items())]
     terms = (
-        _get(
+        lookup(
             spec,
             "affinity",
             "nodeAffinity",
@@ -144,7 +145,7 @@ def _selector_of_pod_spec(spec: JSON) -> str | None:
 def kubelet_plugin(daemonsets: Sequence[JSON]) -> JSON | None:
     """The DRA driver's kubelet plugin DaemonSet among `daemonsets` (of the driver namespace)."""
     for ds in daemonsets:
-        labels = _get(ds, "metadata", "labels") or {}
+        labels = lookup(ds, "metadata", "labels") or {}
         if labels.get("app.kubernetes.io/component") == KUBELET_PLUGIN_COMPONENT or _name(ds).endswith(
             "-kubelet-plugin"
         ):
@@ -156,7 +157,7 @@ def fit_to_driver(settings: Settings, daemonsets: Sequence[JSON]) -> Settings:
     """Settings for the cluster as its driver was deployed: the nodes its kubelet plugin selects (unless
     --node-selector was given) and its device source (simulated GPUs print no nvidia-smi line)."""
     plugin = kubelet_plugin(daemonsets)
-    spec = _get(plugin, "spec", "template", "spec") or {} if plugin else {}
+    spec = lookup(plugin, "spec", "template", "spec") or {} if plugin else {}
     selector = settings.node_selector
     if selector is None:
         selector = _selector_of_pod_spec(spec) if plugin else None
@@ -175,29 +176,21 @@ def _name(obj: JSON) -> str:
     return str(obj.get("metadata", {}).get("name", "?"))
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _pod_problem(pod: JSON) -> str | None:
     """None when the pod is Running with every container ready; else a short description."""
-    phase = _get(pod, "status", "phase") or "Unknown"
-    statuses = _get(pod, "status", "containerStatuses") or []
+    phase = lookup(pod, "status", "phase") or "Unknown"
+    statuses = lookup(pod, "status", "containerStatuses") or []
     for cs in statuses:
-        waiting = _get(cs, "state", "waiting")
+        waiting = lookup(cs, "state", "waiting")
         if waiting:
             reason = waiting.get("reason", "Waiting")
             restarts = cs.get("restartCount", 0)
             return f"{reason} (container {cs.get('name', '?')}, {restarts} restarts)"
     if phase != "Running":
-        reason = _get(pod, "status", "reason")
+        reason = lookup(pod, "status", "reason")
         unscheduled = [
             c.get("message", "")
-            for c in _get(pod, "status", "conditions") or []
+            for c in lookup(pod, "status", "conditions") or []
             if c.get("type") == "PodScheduled" and c.get("status") == "False"
         ]
         detail = reason or (unscheduled[0] if unscheduled and unscheduled[0] else "")
@@ -210,7 +203,7 @@ def _pod_problem(pod: JSON) -> str | None:
 
 def _live(pods: Sequence[JSON]) -> list[JSON]:
     """Pods that are not being deleted (a rollout leaves terminating pods behind)."""
-    return [p for p in pods if not _get(p, "metadata", "deletionTimestamp")]
+    return [p for p in pods if not lookup(p, "metadata", "deletionTimestamp")]
 
 
 def _join(items: Sequence[str], limit: int = 4) -> str:
@@ -285,7 +278,7 @@ def check_driver_pods(snap: Snapshot, settings: Settings) -> StepResult:
     healthy: list[str] = []
     for node in snap.nodes:
         node_name = _name(node)
-        pods = [p for p in _live(snap.driver_pods) if _get(p, "spec", "nodeName") == node_name]
+        pods = [p for p in _live(snap.driver_pods) if lookup(p, "spec", "nodeName") == node_name]
         if not pods:
             problems.append(f"node {node_name}: no driver pod in namespace {ns}")
             hints.append(
@@ -334,15 +327,15 @@ def _devices_per_node(slices: Sequence[JSON]) -> dict[str, list[str]]:
     """Device names of the driver per node, from the newest generation of each node's pool."""
     newest: dict[str, int] = {}
     for s in slices:
-        node, gen = _get(s, "spec", "nodeName"), _get(s, "spec", "pool", "generation") or 0
+        node, gen = lookup(s, "spec", "nodeName"), lookup(s, "spec", "pool", "generation") or 0
         if node:
             newest[node] = max(newest.get(node, gen), gen)
     devices: dict[str, list[str]] = {}
     for s in slices:
-        node, gen = _get(s, "spec", "nodeName"), _get(s, "spec", "pool", "generation") or 0
+        node, gen = lookup(s, "spec", "nodeName"), lookup(s, "spec", "pool", "generation") or 0
         if node and gen == newest[node]:
             devices.setdefault(node, []).extend(
-                str(d.get("name", "?")) for d in _get(s, "spec", "devices") or []
+                str(d.get("name", "?")) for d in lookup(s, "spec", "devices") or []
             )
     return devices
 
@@ -356,7 +349,7 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
         return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
     if not snap.nodes:
         return StepResult(step, title, Status.FAIL, _no_nodes(settings), no_nodes_hint(settings))
-    ours = [s for s in snap.resource_slices if _get(s, "spec", "driver") == facts.DRIVER_NAME]
+    ours = [s for s in snap.resource_slices if lookup(s, "spec", "driver") == facts.DRIVER_NAME]
     per_node = _devices_per_node(ours)
     problems: list[str] = []
     found: list[str] = []
@@ -398,7 +391,7 @@ def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepR
     problems = []
     for node in snap.nodes:
         for part in ("capacity", "allocatable"):
-            value = (_get(node, "status", part) or {}).get(DEVICE_PLUGIN_RESOURCE)
+            value = (lookup(node, "status", part) or {}).get(DEVICE_PLUGIN_RESOURCE)
             if value is not None:
                 problems.append(f"node {_name(node)}: {part} {DEVICE_PLUGIN_RESOURCE}={value}")
     if problems:
@@ -439,12 +432,12 @@ def _claim_name_of(pod: JSON, template: str) -> tuple[str | None, str | None]:
     """(pod claim entry name, generated ResourceClaim name) for the entry using `template`."""
     entries = [
         e.get("name")
-        for e in _get(pod, "spec", "resourceClaims") or []
+        for e in lookup(pod, "spec", "resourceClaims") or []
         if e.get("resourceClaimTemplateName") == template
     ]
     if not entries:
         return None, None
-    for st in _get(pod, "status", "resourceClaimStatuses") or []:
+    for st in lookup(pod, "status", "resourceClaimStatuses") or []:
         if st.get("name") == entries[0]:
             return entries[0], st.get("resourceClaimName")
     return entries[0], None
@@ -481,10 +474,10 @@ def check_sample_claim(snap: Snapshot, settings: Settings) -> StepResult:
                 f"`kubectl -n {ns} describe pod {pod_name}`"
             )
             continue
-        results = _get(claim, "status", "allocation", "devices", "results") or []
-        reserved = _get(claim, "status", "reservedFor") or []
-        pod_uid = _get(pod, "metadata", "uid")
-        if not _get(claim, "status", "allocation"):
+        results = lookup(claim, "status", "allocation", "devices", "results") or []
+        reserved = lookup(claim, "status", "reservedFor") or []
+        pod_uid = lookup(pod, "metadata", "uid")
+        if not lookup(claim, "status", "allocation"):
             problems.append(f"claim {claim_name} (pod {pod_name}) is not allocated")
             hints.append(
                 f"`kubectl -n {ns} describe pod {pod_name}` shows why the scheduler cannot allocate: "
@@ -512,7 +505,7 @@ def check_sample_pod(snap: Snapshot, settings: Settings) -> StepResult:
         if problem:
             problems.append(f"pod {_name(pod)} is {problem}")
         else:
-            found.append(f"{_name(pod)} on {_get(pod, 'spec', 'nodeName')}")
+            found.append(f"{_name(pod)} on {lookup(pod, 'spec', 'nodeName')}")
     if problems:
         return StepResult(
             step,
