@@ -57,16 +57,7 @@ def test_json_output_is_one_document(tmp_path: Path) -> None:
     assert code == 0
     assert doc["result"] == "pass"
     assert doc["namespace"] == facts.DRIVER_NAMESPACE
-    assert [s["id"] for s in doc["steps"]] == [
-        "api-resources",
-        "driver-pods",
-        "device-classes",
-        "resource-slices",
-        "no-device-plugin-capacity",
-        "sample-claim",
-        "sample-pod",
-        "sample-log",
-    ]
+    assert [s["id"] for s in doc["steps"]] == list(procedure.STEP_IDS)
     assert {s["status"] for s in doc["steps"]} == {"pass"}
 
 

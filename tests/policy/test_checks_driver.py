@@ -9,6 +9,8 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 
+from components.manifests import dra_node_affinity
+
 from .helpers import pool, res
 
 AFFINITY = {
@@ -97,23 +99,10 @@ def test_kubelet_plugin_placement() -> None:
         {"kubeletPlugin": {"affinity": None, "nodeSelector": {facts.LABEL_GPU_SCHEDULE: "nvidia-dra"}}},
     )
     assert messages(by_selector, "python") == []
-    wider = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": facts.LABEL_GPU_SCHEDULE,
-                                "operator": "In",
-                                "values": ["nvidia-dra", "nvidia"],
-                            }
-                        ]
-                    }
-                ]
-            }
-        }
-    }
+    # The program's affinity with one more label value: the plugin could land on non-DRA GPU nodes.
+    wider = dra_node_affinity()
+    terms = wider["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms[0]["matchExpressions"][0]["values"] = [facts.LABEL_GPU_SCHEDULE_DRA, "nvidia"]
     assert len(messages(release("./driver/chart", {"kubeletPlugin": {"affinity": wider}}), "python")) == 1
 
 
