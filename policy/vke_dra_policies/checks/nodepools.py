@@ -6,9 +6,9 @@ from collections.abc import Container, Mapping, Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.versions import at_least, format_version
 
 from .. import resources as r
-from ..versions import at_least, format_version
 from . import Violation
 
 MIN_CONTAINERD = format_version(facts.MIN_CONTAINERD_VERSION)
