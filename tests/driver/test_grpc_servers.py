@@ -26,9 +26,8 @@ from vke_gpu_dra.resource_health import (
 from vke_gpu_dra.sockets import SocketError, prepare_socket_path, unix_server
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
-
-from .kubelet_client import TIMEOUT as KUBELET_TIMEOUT
-from .kubelet_client import Kubelet
+from vke_gpu_dra_testing.kubelet_client import TIMEOUT as KUBELET_TIMEOUT
+from vke_gpu_dra_testing.kubelet_client import Kubelet
 
 NODE = "node-a"
 
