@@ -1,7 +1,6 @@
 """Release versions as VKE, containerd, Kubernetes and Helm write them, read as (major, minor).
 
-One grammar, `[scheme://][v]MAJOR.MINOR` followed by the rest of the text, read by `split_version`;
-what follows MINOR decides which form a version is in:
+One grammar, `[scheme://][v]MAJOR.MINOR[.PATCH][-suffix|+suffix]`, read in three forms:
 
 * loose, `parse_major_minor`: any scheme, `v` or `V`, `.PATCH`, a `-`/`+` suffix, blanks around it
   (`v1.34.2-vke.3`, `containerd://2.1.3`): versions as users and APIs write them;
@@ -18,51 +17,32 @@ their own (`vke_gpu_dra_ops.capacity.versions`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
     "MajorMinor",
-    "VersionText",
     "at_least",
     "format_version",
     "parse_major_minor",
     "release_major_minor",
     "release_matches",
     "runtime_major_minor",
-    "split_version",
 ]
 
 MajorMinor = tuple[int, int]
 
-_HEAD_RE: Final = re.compile(r"(?:([a-z][a-z0-9+.-]*)://)?(v?)(\d+)\.(\d+)", re.IGNORECASE)
-# What may follow MAJOR.MINOR, per form (`$` as in a whole-string match: a final newline is allowed).
-_PATCH_RE: Final = re.compile(r"(?:\.\d+)?$")
-_PATCH_SUFFIX_RE: Final = re.compile(r"(?:\.\d+)?(?:[-+].*)?$")
+# The grammar's parts; `$` ends a whole-string match (a final newline is allowed, as `re` has it).
+_SCHEME: Final = r"(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)"
+_NUMBERS: Final = r"v?(?P<major>\d+)\.(?P<minor>\d+)"
+_PATCH: Final = r"(?:\.\d+)?"
+_SUFFIX: Final = r"(?:[-+].*)?"
+_LOOSE_RE: Final = re.compile(rf"^{_SCHEME}?{_NUMBERS}{_PATCH}{_SUFFIX}$", re.IGNORECASE)
+_RELEASE_RE: Final = re.compile(rf"^{_NUMBERS}{_PATCH}$")
+_RUNTIME_RE: Final = re.compile(rf"^{_SCHEME}{_NUMBERS}")
 
 
-@dataclass(frozen=True)
-class VersionText:
-    """A version string split at MAJOR.MINOR, each part as written."""
-
-    scheme: str | None  # "containerd" of containerd://2.1.3; None without `://`
-    prefix: str  # "", "v" or "V"
-    major: int
-    minor: int
-    rest: str  # everything after MINOR: "", ".3", ".2-vke.3", "~ds1"
-
-    @property
-    def major_minor(self) -> MajorMinor:
-        return self.major, self.minor
-
-
-def split_version(text: str) -> VersionText | None:
-    """`text` read as `[scheme://][v]MAJOR.MINOR<rest>`; None when it does not start that way."""
-    m = _HEAD_RE.match(text)
-    if m is None:
-        return None
-    scheme, prefix, major, minor = m.groups()
-    return VersionText(scheme, prefix, int(major), int(minor), text[m.end() :])
+def _major_minor(match: re.Match[str] | None) -> MajorMinor | None:
+    return None if match is None else (int(match["major"]), int(match["minor"]))
 
 
 def parse_major_minor(raw: str) -> MajorMinor | None:
@@ -74,28 +54,20 @@ def parse_major_minor(raw: str) -> MajorMinor | None:
     >>> parse_major_minor("latest") is None
     True
     """
-    version = split_version(raw.strip())
-    if version is None or not _PATCH_SUFFIX_RE.match(version.rest):
-        return None
-    return version.major_minor
+    return _major_minor(_LOOSE_RE.match(raw.strip()))
 
 
 def release_major_minor(text: str) -> MajorMinor | None:
     """(major, minor) of exactly `[v]MAJOR.MINOR[.PATCH]` (lower-case `v`, no scheme, no suffix, no
     blanks around it); None otherwise. Stack config's version keys are checked with it."""
-    version = split_version(text)
-    if version is None or version.scheme is not None or version.prefix not in ("", "v"):
-        return None
-    return version.major_minor if _PATCH_RE.match(version.rest) else None
+    return _major_minor(_RELEASE_RE.match(text))
 
 
 def runtime_major_minor(runtime: str, runtime_type: str = "containerd") -> MajorMinor | None:
     """(major, minor) of a node's container runtime, `<runtime_type>://[v]MAJOR.MINOR…` as kubelet
     reports it (nodeInfo.containerRuntimeVersion); None for another runtime or an unreadable version."""
-    version = split_version(runtime)
-    if version is None or version.scheme != runtime_type or version.prefix not in ("", "v"):
-        return None
-    return version.major_minor
+    match = _RUNTIME_RE.match(runtime)
+    return _major_minor(match) if match is not None and match["scheme"] == runtime_type else None
 
 
 def release_matches(live: str | None, desired: str) -> bool:
