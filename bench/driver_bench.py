@@ -34,19 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import grpc  # noqa: E402
-from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as dra_pb2  # noqa: E402
-from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
-from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2  # noqa: E402
-from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc  # noqa: E402
-
-from tests.driver.fake_apiserver import TOKEN, FakeAPIServer  # noqa: E402
-from tests.driver.kubelet_client import Kubelet  # noqa: E402
-from tests.driver.plugin_env import NODE, claim, plugin_args, wait_until  # noqa: E402
+import grpc
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as dra_pb2
+from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2_grpc as dra_grpc
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from vke_gpu_dra_testing.fake_apiserver import TOKEN, FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_args, wait_until
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("dra-gpu-kubelet-plugin")
 NAMESPACE = "default"

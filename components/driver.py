@@ -21,9 +21,9 @@ from vke_gpu_dra_core.config import IMPLEMENTATION_NVIDIA, DriverConfig, Taint
 
 from . import manifests
 from .driver_image import ChartImage
+from .project_files import DRIVER_CHART
 
 RELEASE_NAME: Final = "nvidia-dra-driver-gpu"
-PYTHON_CHART_PATH: Final = "./driver/chart"
 NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
 NVIDIA_REPO: Final = "https://helm.ngc.nvidia.com/nvidia"
 
@@ -138,7 +138,7 @@ class DraDriver(pulumi.ComponentResource):
                 "repository_opts": k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_REPO),
             }
         else:
-            source = {"chart": PYTHON_CHART_PATH}
+            source = {"chart": DRIVER_CHART}
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE_NAME,

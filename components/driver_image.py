@@ -35,21 +35,8 @@ import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.config import BUILD_CR, BUILD_KIND, DriverImageConfig
 
-ROOT: Final = Path(__file__).resolve().parents[1]
-DRIVER_DIR: Final = "driver"
-DOCKERFILE: Final = "driver/Dockerfile"
-CHART_FILE: Final = "driver/chart/Chart.yaml"
-#: What goes into the image (driver/Dockerfile copies these; `project` provides constraints.txt and core/).
-IMAGE_INPUTS: Final = (
-    "driver/Dockerfile",
-    "driver/pyproject.toml",
-    "driver/README.md",
-    "driver/src",
-    "core/pyproject.toml",
-    "core/README.md",
-    "core/src",
-    "constraints.txt",
-)
+from .project_files import DOCKERFILE, DRIVER_CHART_FILE, DRIVER_DIR, IMAGE_INPUTS, PROJECT_DIR
+
 _SKIP_PARTS: Final = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 PLATFORM: Final = docker_build.Platform.LINUX_AMD64
 #: Repository of images built for a kind cluster (never pushed; `localhost` marks it as local).
@@ -60,7 +47,7 @@ CR_CREDENTIAL_ADDON: Final = "cr-credential-controller"
 CR_CREDENTIAL_SECRET: Final = "volcengine-cr-credential"
 
 
-def source_hash(root: Path = ROOT, inputs: Iterable[str] = IMAGE_INPUTS) -> str:
+def source_hash(root: Path = PROJECT_DIR, inputs: Iterable[str] = IMAGE_INPUTS) -> str:
     """sha256 over the image's inputs (relative paths and contents, sorted); caches are skipped."""
     digest = hashlib.sha256()
     files: list[Path] = []
@@ -83,9 +70,9 @@ def source_hash(root: Path = ROOT, inputs: Iterable[str] = IMAGE_INPUTS) -> str:
     return digest.hexdigest()
 
 
-def driver_version(root: Path = ROOT) -> str:
+def driver_version(root: Path = PROJECT_DIR) -> str:
     """The chart's appVersion, which driver/Dockerfile's VERSION must equal."""
-    chart = yaml.safe_load((root / CHART_FILE).read_text(encoding="utf-8"))
+    chart = yaml.safe_load((root / DRIVER_CHART_FILE).read_text(encoding="utf-8"))
     return str(chart["appVersion"])
 
 
@@ -231,7 +218,7 @@ class DriverImage(pulumi.ComponentResource):
         image = docker_build.Image(
             f"{name}-build",
             context=docker_build.BuildContextArgs(
-                location=DRIVER_DIR, named={"project": docker_build.ContextArgs(location=".")}
+                location=DRIVER_DIR, named={"project": docker_build.ContextArgs(location=str(PROJECT_DIR))}
             ),
             dockerfile=docker_build.DockerfileArgs(location=DOCKERFILE),
             platforms=[PLATFORM],
@@ -272,7 +259,7 @@ class DriverImage(pulumi.ComponentResource):
         image = docker_build.Image(
             f"{name}-build",
             context=docker_build.BuildContextArgs(
-                location=DRIVER_DIR, named={"project": docker_build.ContextArgs(location=".")}
+                location=DRIVER_DIR, named={"project": docker_build.ContextArgs(location=str(PROJECT_DIR))}
             ),
             dockerfile=docker_build.DockerfileArgs(location=DOCKERFILE),
             # The kind node runs on this machine: its platform, whatever the machine is.

@@ -10,7 +10,6 @@ cannot fix it), every node that is not Ready and the number of missing nodes (af
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,9 +19,8 @@ import pulumi
 import yaml
 from kubernetes import client, config
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, versions
 
-_RUNTIME_RE: Final = re.compile(r"^containerd://v?(\d+)\.(\d+)")
 WATCHED_KEYS: Final = ("label_selector", "expected_nodes", "min_containerd", "node_pool_id")
 
 
@@ -41,13 +39,16 @@ class NodeReport:
 
 def runtime_ok(runtime: str, minimum: tuple[int, int]) -> bool:
     """True for `containerd://X.Y…` with (X, Y) >= minimum."""
-    m = _RUNTIME_RE.match(runtime or "")
-    return m is not None and (int(m.group(1)), int(m.group(2))) >= minimum
+    version = versions.runtime_major_minor(runtime or "")
+    return version is not None and version >= minimum
 
 
 def parse_minimum(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
-    return int(major), int(minor)
+    """The minimum containerd release, MAJOR.MINOR[.PATCH] (the gate's own input)."""
+    version = versions.release_major_minor(text)
+    if version is None:
+        raise ValueError(f"min_containerd {text!r}: expected MAJOR.MINOR such as 2.1")
+    return version
 
 
 def inspect_nodes(nodes: Sequence[Any], minimum: tuple[int, int]) -> list[NodeReport]:
@@ -168,7 +169,7 @@ class NodeReadinessGate(Resource, module="vke", name="NodeReadinessGate"):
         label_selector: str,
         expected_nodes: int,
         timeout_seconds: int,
-        min_containerd: str = "{}.{}".format(*facts.MIN_CONTAINERD_VERSION),
+        min_containerd: str = versions.format_version(facts.MIN_CONTAINERD_VERSION),
         context: str = "",
         poll_seconds: int = 10,
         opts: pulumi.ResourceOptions | None = None,

@@ -36,6 +36,7 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
+from vke_gpu_dra_core.versions import release_matches
 
 RUNTIME_TYPE_CONTAINERD: Final = "containerd"
 
@@ -58,14 +59,6 @@ UNKNOWN: Final = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 
 class NodePoolRuntimeError(RuntimeError):
     """The VKE API refused or the pool could not be found."""
-
-
-def version_matches(live: str | None, desired: str) -> bool:
-    """True when the live runtime version is the desired one (`2.1` matches `2.1` and `2.1.4`)."""
-    if not live:
-        return False
-    live = live.removeprefix("v")
-    return live == desired or live.startswith(desired + ".")
 
 
 def _api(props: Mapping[str, Any]) -> Any:
@@ -146,7 +139,7 @@ def _live_runtime(pool: Any) -> tuple[str | None, str | None]:
 def _drifted(pool: Any, props: Mapping[str, Any]) -> bool:
     """Whether the live pool's runtime or min/max replicas differ from the inputs."""
     live_type, live_version = _live_runtime(pool)
-    drift = live_type != props["runtime_type"] or not version_matches(
+    drift = live_type != props["runtime_type"] or not release_matches(
         live_version, str(props["runtime_version"])
     )
     if pool.auto_scaling is not None:
@@ -220,7 +213,7 @@ class NodePoolRuntimeProvider(ResourceProvider):
         outs = dict(props)
         outs["runtime_type"] = live_type
         # Keep the configured spelling when the live version is the same release (2.1 vs 2.1.4).
-        if not version_matches(live_version, str(props.get("runtime_version", ""))):
+        if not release_matches(live_version, str(props.get("runtime_version", ""))):
             outs["runtime_version"] = live_version
         if pool.auto_scaling is not None:
             outs["min_replicas"] = pool.auto_scaling.min_replicas

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra.kubeapi import KubeAPI
-
-from .fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from vke_gpu_dra.kubeapi import KubeAPI, KubeConfigError, KubeError, load_api_client, slice_field_selector
 from vke_gpu_dra_core import facts
-
-from .fake_apiserver import ApiError, FakeAPIServer, parse_field_selector
+from vke_gpu_dra_testing.fake_apiserver import ApiError, FakeAPIServer, parse_field_selector
 
 DRIVER = facts.DRIVER_NAME
 

@@ -28,10 +28,10 @@ from vke_gpu_dra.kubelet.registration import (
 from vke_gpu_dra.kubelet.sockets import unix_server
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer, Hold
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import claim, free_port
 
-from .fake_apiserver import FakeAPIServer, Hold
-from .kubelet_client import Kubelet
-from .plugin_env import claim, free_port
 from .test_grpc_servers import RecordingState
 
 #: A kubelet deadline short enough for tests (kubelet's own is 45 s; the rules are the same).

@@ -27,9 +27,8 @@ from vke_gpu_dra.kubelet.sockets import SocketError, prepare_socket_path, unix_s
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
-
-from .kubelet_client import TIMEOUT as KUBELET_TIMEOUT
-from .kubelet_client import Kubelet
+from vke_gpu_dra_testing.kubelet_client import TIMEOUT as KUBELET_TIMEOUT
+from vke_gpu_dra_testing.kubelet_client import Kubelet
 
 NODE = "node-a"
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from vke_gpu_dra.kubeapi import KubeConfigError, load_api_client
 from vke_gpu_dra_core import kubeconfig
-
-from .plugin_env import plugin_args
+from vke_gpu_dra_testing.plugin_env import plugin_args
 
 SECRET = "s3cr3t-token-value"
 

@@ -16,10 +16,9 @@ from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra_core import facts
-
-from .fake_apiserver import FakeAPIServer
-from .kubelet_client import Kubelet
-from .plugin_env import NODE, claim, free_port, plugin_config, wait_until
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_config, wait_until
 
 
 @pytest.fixture

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from .fake_apiserver import FakeAPIServer
-from .kubelet_client import Kubelet
-from .plugin_env import NODE, claim, free_port, plugin_args, wait_until
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args, wait_until
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("dra-gpu-kubelet-plugin")
 

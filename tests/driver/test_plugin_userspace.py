@@ -11,12 +11,11 @@ from vke_gpu_dra import cdi
 from vke_gpu_dra.config import parse_config
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra_core.discovery.simulated import SIMULATED_DRIVER_VERSION
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args
 
 from tests.driver import fake_driver
-
-from .fake_apiserver import FakeAPIServer
-from .kubelet_client import Kubelet
-from .plugin_env import NODE, claim, free_port, plugin_args
 
 
 def test_simulated_plugin_with_a_fake_root_serves_and_reports_what_it_lacks(

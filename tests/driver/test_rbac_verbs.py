@@ -13,12 +13,11 @@ from urllib.parse import urlsplit
 import pytest
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra.slices import new_slice, slice_spec
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_config
 
 from tests.chart.chartlib import find, require_helm
-
-from .fake_apiserver import FakeAPIServer
-from .kubelet_client import Kubelet
-from .plugin_env import NODE, claim, plugin_config
 
 PLUGIN_ROLE = "nvidia-dra-driver-gpu-vke-gpu-dra-driver-kubelet-plugin"
 

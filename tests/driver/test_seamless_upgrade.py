@@ -19,10 +19,10 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args, wait_until
 
-from .fake_apiserver import FakeAPIServer
-from .kubelet_client import Kubelet
-from .plugin_env import NODE, claim, free_port, plugin_args, wait_until
 from .test_plugin_process import launch
 
 OLD, NEW = "6f1c2a9e-0d1b-4c39-9a57-0e0c1f3b7a11", "b3e0d7c4-58aa-4f0e-8d6b-2c1e9f4a6d22"

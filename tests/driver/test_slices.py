@@ -15,8 +15,7 @@ from vke_gpu_dra.slices import (
 )
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-
-from .fake_apiserver import slice_rule_errors, validate_slice
+from vke_gpu_dra_testing.fake_apiserver import slice_rule_errors, validate_slice
 
 DRIVER = facts.DRIVER_NAME
 NODE = "10.0.0.7"

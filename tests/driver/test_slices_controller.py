@@ -15,8 +15,7 @@ from vke_gpu_dra.slice_controller import CONTESTED_FREE_ROUNDS, SliceController
 from vke_gpu_dra.slices import new_slice, slice_spec
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-
-from .fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 
 DRIVER = facts.DRIVER_NAME
 NODE = "node-a"

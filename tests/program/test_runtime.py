@@ -11,7 +11,7 @@ import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 
 from components.readiness import NodeReadinessProvider
-from components.runtime import UNKNOWN, NodePoolRuntimeError, NodePoolRuntimeProvider, version_matches
+from components.runtime import UNKNOWN, NodePoolRuntimeError, NodePoolRuntimeProvider
 from tests.program import fake_http, harness
 
 UPDATE = "UpdateNodePoolConfig"
@@ -292,21 +292,6 @@ def test_provider_pickles_without_clients_or_credentials() -> None:
     provider = NodePoolRuntimeProvider()
     assert vars(provider) == {}
     assert serialize_provider(provider)
-
-
-@pytest.mark.parametrize(
-    ("live", "desired", "expected"),
-    [
-        ("2.1", "2.1", True),
-        ("2.1.4", "2.1", True),
-        ("v2.1.4", "2.1", True),
-        ("2.10.0", "2.1", False),
-        ("2.0.5", "2.1", False),
-        (None, "2.1", False),
-    ],
-)
-def test_version_matches(live: str | None, desired: str, expected: bool) -> None:
-    assert version_matches(live, desired) is expected
 
 
 @pytest.mark.parametrize("provider", [NodePoolRuntimeProvider(), NodeReadinessProvider()])

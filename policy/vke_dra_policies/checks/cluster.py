@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import resources as r
+from vke_gpu_dra_core.versions import at_least, format_version
 
-from ..versions import at_least, format_version
 from . import Violation
 
 MIN_K8S = format_version(facts.MIN_KUBERNETES_VERSION)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
@@ -12,13 +10,12 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 
+from .. import chart_defaults
 from . import Violation
 
 NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
 #: How the project's own chart can be referenced (a path to driver/chart, or its chart name).
 PROJECT_CHART_MARKERS: Final = ("driver/chart", "vke-gpu-dra")
-#: The project's chart, next to the policy pack in the repository.
-PROJECT_CHART_VALUES: Final = Path(__file__).resolve().parents[3] / "driver" / "chart" / "values.yaml"
 KUBELET_AFFINITY_PATH: Final = (
     "kubeletPlugin",
     "affinity",
@@ -63,14 +60,10 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@cache
 def project_chart_defaults() -> Mapping[str, Any]:
-    """driver/chart/values.yaml: the defaults under the values of a release of the project's chart."""
-    path = PROJECT_CHART_VALUES
-    if not path.is_file():
-        return {}
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return loaded if isinstance(loaded, Mapping) else {}
+    """The defaults under the values of a release of the project's chart (those the policies read, copied
+    from driver/chart/values.yaml into the pack: `chart_defaults`)."""
+    return chart_defaults.load()
 
 
 def effective_values(release: r.Res, kind: DriverKind | None = None) -> Mapping[str, Any] | r.Unknown:

@@ -8,8 +8,8 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
+from vke_gpu_dra_core.versions import at_least, format_version
 
-from ..versions import at_least, format_version
 from . import Violation
 
 MIN_CONTAINERD = format_version(facts.MIN_CONTAINERD_VERSION)

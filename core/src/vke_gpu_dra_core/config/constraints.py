@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from vke_gpu_dra_core import facts, featuregates
+from vke_gpu_dra_core.versions import release_major_minor
 
 from .model import Label, Taint
 
@@ -24,7 +25,6 @@ PRIVATE_RANGES: Final = tuple(
 PRIVATE_TEXT: Final = "a CIDR inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
 
 #: `major.minor[.patch]`, optionally with a leading `v` (which the checks then refuse).
-VERSION_RE: Final = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?$")
 
 
 class Constraint(Protocol):
@@ -145,11 +145,6 @@ class AnyCidr:
         return None
 
 
-def major_minor(text: str) -> tuple[int, int] | None:
-    m = VERSION_RE.match(text.strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 @dataclass(frozen=True)
 class MinVersion:
     """A version at least `minimum`: exactly `major.minor`, or with `patch` also `major.minor.patch`."""
@@ -164,7 +159,7 @@ class MinVersion:
         return self.allowed.format(minimum=f"{self.minimum[0]}.{self.minimum[1]}")
 
     def problem(self, value: str) -> str | None:
-        version = major_minor(value)
+        version = release_major_minor(value.strip())
         if self.patch:
             bad = version is None or version < self.minimum or value.startswith("v")
         else:

@@ -12,11 +12,20 @@
 * `stack_plan` — the stack plan (`plan_model`) and the capacity policy's violations of it.
 
 The GPU catalog, quantities and semver are the shared contract's (`vke_gpu_dra_core`).
+
+The names below are the package's public entry point: what the policy pack uses (the stack policy and
+the CEL environment its DeviceClass checks compile selectors in). Other packages import them from here,
+never from the modules (the import contract in pyproject.toml holds the pack to that).
 """
 
+from .cel.environment import DeviceContext, SelectorCompileError, SelectorError, compile_selector
 from .stack_plan import Violation, check_stack
 
 __all__ = [
+    "DeviceContext",
+    "SelectorCompileError",
+    "SelectorError",
     "Violation",
     "check_stack",
+    "compile_selector",
 ]

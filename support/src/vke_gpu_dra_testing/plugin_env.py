@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vke_gpu_dra.config import Config
+from vke_gpu_dra.config import Config, parse_config
 from vke_gpu_dra_core import facts
 
 NODE = "node-a"
@@ -36,8 +36,6 @@ def plugin_args(root: Path, *, gpus: int = 8, health_port: int = 0, metrics_port
 
 
 def plugin_config(root: Path, **kwargs: Any) -> Config:
-    from vke_gpu_dra.config import parse_config
-
     return parse_config(plugin_args(root, **kwargs), environ={})
 
 
