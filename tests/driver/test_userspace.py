@@ -262,6 +262,24 @@ def test_a_library_is_found_through_the_ld_cache_before_the_standard_directories
     assert find_soname(root, "libnvidia-absent.so.1") is None
 
 
+def test_nvml_is_looked_up_as_every_other_library(make_root):
+    # The plugin's NVML loader and the CDI user-space share one search: ld.so.cache first, then the
+    # standard directories, and links resolved inside the root (an absolute link does not point at
+    # the plugin container's own /usr).
+    fake = make_root()
+    decoy = fake.local(f"/usr/lib64/{NVML_SONAME}")  # first of LIBRARY_DIRS, not in the cache
+    decoy.parent.mkdir(parents=True)
+    decoy.write_bytes(b"\0")
+    assert find_library(fake.path) == fake.local(f"{DEB}/{NVML_SONAME}")
+    fake.local("/etc/ld.so.cache").unlink()
+    assert find_library(fake.path) == decoy
+    decoy.unlink()
+    link = fake.local(f"{DEB}/{NVML_SONAME}")
+    link.unlink()
+    os.symlink(f"{DEB}/libnvidia-ml.so.{VERSION}", link)  # absolute, as some distributions ship it
+    assert find_library(fake.path) == link
+
+
 def test_absolute_links_resolve_inside_the_root(make_root):
     fake = make_root()
     real = fake.local("/opt/nvidia/bin")

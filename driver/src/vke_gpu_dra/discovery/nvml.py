@@ -45,12 +45,11 @@ class _GpuFailed(Exception):
 
 
 def find_library(driver_root: Path) -> Path | None:
-    """`<driver_root>/<dir>/libnvidia-ml.so.1` for the first dir of LIBRARY_DIRS that has it."""
-    for directory in LIBRARY_DIRS:
-        candidate = driver_root / directory / LIBRARY_NAME
-        if candidate.is_file():  # a directory or dangling link named like the library is skipped
-            return candidate
-    return None
+    """`libnvidia-ml.so.1` under `driver_root`, searched as the CDI user-space searches every library
+    (`userspace.locate_library`: the root's ld.so.cache, then LIBRARY_DIRS; links resolved inside the
+    root, so a directory or a dangling link named like the library is skipped)."""
+    found = userspace.locate_library(userspace.DriverRoot(driver_root), LIBRARY_NAME)
+    return None if found is None else driver_root / found[0].lstrip("/")
 
 
 def _text(value: Any) -> str:

@@ -18,6 +18,7 @@ from .discover import (
     discover,
     find_binary,
     find_library,
+    locate_library,
 )
 
 __all__ = [
@@ -39,5 +40,6 @@ __all__ = [
     "existing_nodes",
     "find_binary",
     "find_library",
+    "locate_library",
     "node_source",
 ]

@@ -221,15 +221,28 @@ def find_libcuda_dir(root: DriverRoot, version: str, machine: str | None = None)
     return None
 
 
-def find_library(root: DriverRoot, soname: str, machine: str | None = None) -> str | None:
-    """The resolved container path of the regular file `soname` (e.g. `libnvidia-ml.so.1`):
-    the root's ld.so.cache (64-bit entries of this machine) first, then LIBRARY_DIRS; else None."""
+def library_candidates(root: DriverRoot, soname: str, machine: str | None = None) -> list[str]:
+    """Container paths where `soname` may be, in search order: the root's ld.so.cache (64-bit entries
+    of this machine) first, then LIBRARY_DIRS (NVIDIA's library locator order)."""
     cached = [e.value for e in read_ld_cache(root) if e.key == soname and e.is_native_64bit(machine)]
-    for path in dict.fromkeys([*cached, *(f"{d}/{soname}" for d in LIBRARY_DIRS)]):
+    return list(dict.fromkeys([*cached, *(f"{d}/{soname}" for d in LIBRARY_DIRS)]))
+
+
+def locate_library(root: DriverRoot, soname: str, machine: str | None = None) -> tuple[str, str] | None:
+    """The first candidate path of `soname` that resolves (inside the root) to a regular file, and
+    that file; None when none does."""
+    for path in library_candidates(root, soname, machine):
         resolved = root.regular_file(path)
         if resolved is not None:
-            return resolved
+            return path, resolved
     return None
+
+
+def find_library(root: DriverRoot, soname: str, machine: str | None = None) -> str | None:
+    """The resolved container path of the regular file `soname` (e.g. `libnvidia-ml.so.1`), searched
+    as `library_candidates` orders it; else None."""
+    found = locate_library(root, soname, machine)
+    return None if found is None else found[1]
 
 
 def _so_link(name: str) -> str:
