@@ -316,3 +316,21 @@ def test_the_deployment_only_keys_are_keys_of_the_table():
     from vke_gpu_dra_ops.plan import DEPLOYMENT_ONLY_KEYS
 
     assert not DEPLOYMENT_ONLY_KEYS - {k.name for k in ALL_KEYS}
+
+
+@pytest.mark.parametrize("word", ["yes", "on", "no", "off", "y"])
+def test_yaml_1_1_booleans_in_a_stack_file_are_words_as_the_pulumi_cli_reads_them(stack_dir, capsys, word):
+    # Pulumi reads stack files as YAML 1.2: `production: yes` reaches the program as the string 'yes',
+    # which it refuses; the plan reads the file the same way instead of taking `yes` for true.
+    stack = stack_dir / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + f"  vke-gpu-dra:production: {word}\n")
+    assert main(["plan", "--stack-config", str(stack)]) == 2
+    err = capsys.readouterr().err
+    assert f"  - vke-gpu-dra:production = '{word}': allowed: true or false\n" in err
+
+
+@pytest.mark.parametrize("word", ["true", "True", "TRUE", "false", "False", "FALSE"])
+def test_yaml_1_2_booleans_in_a_stack_file_are_booleans(stack_dir, word):
+    stack = stack_dir / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + f"  vke-gpu-dra:production: {word}\n")
+    assert main(["plan", "--stack-config", str(stack)]) == 0

@@ -629,3 +629,13 @@ def test_a_demo_shares_the_base_stacks_cr_instance_in_a_namespace_of_its_own(
     base: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     assert demo_stacks.demo_config(base, "demo-a-1") == expected
+
+
+def test_a_base_stack_is_read_as_the_pulumi_cli_reads_it(tmp_path: Path) -> None:
+    # YAML 1.2, as Pulumi: `on` is the word 'on' (which the program refuses), not true; a demo copies the
+    # base stack's values as they are instead of turning them into booleans.
+    (tmp_path / "Pulumi.base.yaml").write_text(
+        "config:\n  vke-gpu-dra:sample.enabled: on\n  vke-gpu-dra:production: false\n"
+    )
+    stack = demo_stacks.read_stack_file(tmp_path, "base")
+    assert stack.config == {"vke-gpu-dra:sample.enabled": "on", "vke-gpu-dra:production": False}

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from vke_gpu_dra_core import config as config_mod
@@ -262,7 +261,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 def stack_file_config(stack: str) -> dict[str, Any]:
     """The `config:` mapping of Pulumi.<stack>.yaml."""
-    data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    data = config_mod.load_pulumi_yaml((ROOT / f"Pulumi.{stack}.yaml").read_text())
     return dict(data.get("config") or {})
 
 

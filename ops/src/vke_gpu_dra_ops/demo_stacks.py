@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from vke_gpu_dra_core.config import load_pulumi_yaml
 
 from vke_gpu_dra_ops.pulumi_workspace import (
     DemoWorkspace,
@@ -99,7 +100,7 @@ def read_stack_file(project_dir: Path, base: str) -> StackFile:
         available = ", ".join(stack_files(project_dir)) or "none"
         raise DemoError(f"--base-stack {base}: no Pulumi.{base}.yaml in the project (stacks: {available})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_pulumi_yaml(path.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         # Only MarkedYAMLError has `problem`; a ReaderError (control characters) or bad UTF-8 has not.
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -23,6 +23,7 @@ from vke_gpu_dra_core.catalog import CatalogError
 from vke_gpu_dra_core.config import (
     PROJECT,
     ConfigError,
+    PulumiYamlLoader,
     StackConfig,
     project_defaults,
     raw_from_stack_file,
@@ -92,9 +93,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if report["fits"] else 1
 
 
-def _read_yaml(path: Path) -> list[Any]:
+def _read_yaml(path: Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
     try:
-        return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+        return [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if d is not None]
     except OSError as exc:
         raise PlanInputError(f"{path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
@@ -134,7 +135,7 @@ def _project_defaults(stack_file: Path) -> dict[str, Any]:
     project = stack_file.parent / "Pulumi.yaml"
     if not project.is_file():
         return {}
-    docs = _read_yaml(project)
+    docs = _read_yaml(project, PulumiYamlLoader)
     return project_defaults(docs[0]) if docs and isinstance(docs[0], Mapping) else {}
 
 
@@ -143,7 +144,7 @@ def load_stack_config(stack_file: Path) -> StackConfig:
 
     A problem the program reports is an input error naming the key, unless the key is deployment-only.
     """
-    docs = _read_yaml(stack_file)
+    docs = _read_yaml(stack_file, PulumiYamlLoader)
     if not docs or not isinstance(docs[0], Mapping) or not isinstance(docs[0].get("config", {}), Mapping):
         raise PlanInputError(f"{stack_file}: expected a Pulumi stack file with a 'config:' map")
     values = {**_project_defaults(stack_file), **(docs[0].get("config") or {})}

@@ -8,9 +8,12 @@ with `project_defaults`, as the CLI passes both.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import yaml
 
 from .model import PROJECT
 
@@ -43,6 +46,31 @@ def parse_bool(raw: object) -> bool | None:
     if raw in BOOLEAN_FALSE:
         return False
     return None
+
+
+_BOOL_TAG: Final = "tag:yaml.org,2002:bool"
+
+
+class PulumiYamlLoader(yaml.SafeLoader):
+    """YAML as the Pulumi CLI reads Pulumi.yaml and Pulumi.<stack>.yaml (Go's yaml.v3, YAML 1.2):
+    only `true`/`false` (also `True`, `TRUE`, `False`, `FALSE`) are booleans. YAML 1.1's `yes`, `no`,
+    `on`, `off`, `y`, `n` stay strings, so the program sees `production: yes` as the string 'yes' and
+    refuses it, and so does every tool reading the file with this loader."""
+
+
+PulumiYamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+PulumiYamlLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_pulumi_yaml(text: str) -> Any:
+    """One Pulumi project or stack file's content, read as the Pulumi CLI reads it (`PulumiYamlLoader`);
+    yaml.YAMLError when it is not YAML."""
+    return yaml.load(text, Loader=PulumiYamlLoader)
 
 
 def raw_from_stack_file(
