@@ -65,6 +65,19 @@ def test_a_doc_without_the_markers_is_one_error_naming_them(
     assert not (tmp_path / "Pulumi.yaml").exists()  # nothing half-written
 
 
+def test_outside_the_repository_root_is_one_error_saying_where_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for mode in ("--write", "--check"):
+        assert generate.main([mode, "--root", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"error: {tmp_path / 'docs' / 'configuration.md'} not found: run from the repository root "
+            "or pass --root\n"
+        )
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_every_dataclass_field_is_filled_by_exactly_one_row() -> None:
     filled: dict[tuple[str, str], list[str]] = {}
     for key in keys.ALL_KEYS:

@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write and not args.check:
         sys.stdout.write(render_pulumi_yaml())
         return 0
+    if not (args.root / CONFIGURATION_DOC).is_file():
+        print(
+            f"error: {args.root / CONFIGURATION_DOC} not found: run from the repository root or pass --root",
+            file=sys.stderr,
+        )
+        return 2
     try:
         files = generated(args.root)
     except (OSError, ValueError) as exc:
