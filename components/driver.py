@@ -23,9 +23,8 @@ from . import manifests
 from .driver_image import ChartImage
 from .project_files import DRIVER_CHART
 
-RELEASE_NAME: Final = "nvidia-dra-driver-gpu"
-NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
-NVIDIA_REPO: Final = "https://helm.ngc.nvidia.com/nvidia"
+#: The release is named as the procedure names it, whichever chart it installs.
+RELEASE_NAME: Final = facts.NVIDIA_CHART
 
 
 @dataclass(frozen=True)
@@ -133,9 +132,9 @@ class DraDriver(pulumi.ComponentResource):
         null_file = chart.null_file()
         if cfg.implementation == IMPLEMENTATION_NVIDIA:
             source: dict[str, Any] = {
-                "chart": NVIDIA_CHART,
+                "chart": facts.NVIDIA_CHART,
                 "version": cfg.nvidia_chart_version,
-                "repository_opts": k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_REPO),
+                "repository_opts": k8s.helm.v3.RepositoryOptsArgs(repo=facts.NVIDIA_CHART_REPO),
             }
         else:
             source = {"chart": DRIVER_CHART}

@@ -334,3 +334,39 @@ def test_yaml_1_2_booleans_in_a_stack_file_are_booleans(stack_dir, word):
     stack = stack_dir / "Pulumi.dev.yaml"
     stack.write_text(stack.read_text() + f"  vke-gpu-dra:production: {word}\n")
     assert main(["plan", "--stack-config", str(stack)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            b"config:\n  vke-gpu-dra:cluster.name: [\n",
+            "not valid YAML at line 3, column 1: expected the node",
+        ),
+        (b"\xff\xfeconfig", "not UTF-8 text (invalid byte at offset 0)"),
+        (
+            b"config:\n  vke-gpu-dra:cluster.name: !!binary aGVsbG8=\n",
+            "vke-gpu-dra:cluster.name = a YAML bytes: allowed: a string, number, boolean, list or map",
+        ),
+    ],
+)
+def test_an_unreadable_stack_file_is_one_error_naming_the_file(stack_dir, capsys, content, problem):
+    stack = stack_dir / "Pulumi.dev.yaml"
+    stack.write_bytes(content)
+    assert main(["plan", "--stack-config", str(stack)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {stack}: ") and problem in err and "Traceback" not in err
+    assert "<unicode string>" not in err
+
+
+@pytest.mark.parametrize("version", ["1.35.x", "1.35.2.7", "latest", "1.35.", "containerd"])
+def test_a_kubernetes_version_is_read_as_every_version_is(stack_dir, capsys, version):
+    # One version grammar (vke_gpu_dra_core.versions): `1.35.x` is no version, as the stack's key says.
+    assert plan_json(stack_dir, "--kubernetes-version", version) == 2
+    assert f"Kubernetes version {version!r} is not known to the planner" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version", ["1.35", "v1.35.2", "1.35.2-vke.3", "V1.35"])
+def test_release_forms_of_a_known_version_are_planned_with_its_gates(stack_dir, capsys, version):
+    assert plan_json(stack_dir, "--kubernetes-version", version) == 0
+    assert json.loads(capsys.readouterr().out)["kubernetesVersion"] == "1.35"

@@ -16,6 +16,11 @@ DRIVER_NAME: Final = "gpu.nvidia.com"
 
 #: Namespace the driver is installed into (the procedure's `--namespace`).
 DRIVER_NAMESPACE: Final = "nvidia-dra-driver-gpu"
+#: NVIDIA's Helm chart of its DRA driver (the procedure's `helm install nvidia-dra-driver-gpu ...`), which
+#: is also the release's name.
+NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
+#: The Helm repository NVIDIA publishes it in.
+NVIDIA_CHART_REPO: Final = "https://helm.ngc.nvidia.com/nvidia"
 
 #: CDI vendor and classes (NVIDIA: "k8s." + driver name; classes "device" and "claim").
 CDI_VENDOR: Final = f"k8s.{DRIVER_NAME}"

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from . import yamlerrors
+
 #: A kubeconfig larger than this is not a kubeconfig (and is not read into memory).
 MAX_BYTES = 16 * 1024 * 1024
 
@@ -89,10 +91,7 @@ def parse(text: str, path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = err.problem or err.context or "syntax error"
-        raise KubeconfigError(f"{where} is not valid YAML{at}: {problem}") from None
+        raise KubeconfigError(f"{where} is not valid YAML{yamlerrors.describe(err)}") from None
     except yaml.YAMLError as err:
         raise KubeconfigError(f"{where} is not valid YAML: {type(err).__name__}") from None
     if data is None:

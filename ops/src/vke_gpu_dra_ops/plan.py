@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import yaml
+from vke_gpu_dra_core import yamlerrors
 from vke_gpu_dra_core.catalog import CatalogError
 from vke_gpu_dra_core.config import (
     PROJECT,
@@ -98,8 +99,10 @@ def _read_yaml(path: Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> l
         return [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if d is not None]
     except OSError as exc:
         raise PlanInputError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise PlanInputError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise PlanInputError(f"{path}: not valid YAML ({exc})") from None
+        raise PlanInputError(f"{path}: not valid YAML{yamlerrors.describe(exc)}") from None
 
 
 #: Keys only a deployment needs: cloud access, node login, the HPC cluster, the kubeconfig of an existing
@@ -148,7 +151,11 @@ def load_stack_config(stack_file: Path) -> StackConfig:
     if not docs or not isinstance(docs[0], Mapping) or not isinstance(docs[0].get("config", {}), Mapping):
         raise PlanInputError(f"{stack_file}: expected a Pulumi stack file with a 'config:' map")
     values = {**_project_defaults(stack_file), **(docs[0].get("config") or {})}
-    cfg, issues = read_config(raw_from_stack_file(values))
+    try:
+        raw = raw_from_stack_file(values)
+    except ConfigError as exc:
+        raise PlanInputError(f"{stack_file}: {exc}") from None
+    cfg, issues = read_config(raw)
     blocking = [i for i in issues if i.key.strip("()") not in DEPLOYMENT_ONLY_KEYS]
     if blocking:
         raise PlanInputError(f"{stack_file}: {ConfigError(blocking)}")

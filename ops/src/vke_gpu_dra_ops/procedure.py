@@ -16,6 +16,7 @@ from typing import Any
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.objects import lookup
+from vke_gpu_dra_core.versions import format_version
 
 #: The resource.k8s.io group version and the resources the procedure expects it to serve.
 RESOURCE_GROUP = "resource.k8s.io"
@@ -230,8 +231,9 @@ def check_api_resources(snap: Snapshot, settings: Settings) -> StepResult:
             API_TITLE,
             Status.FAIL,
             f"the API server does not serve {RESOURCE_GROUP_VERSION}",
-            "DRA needs Kubernetes 1.34 or later (resource.k8s.io/v1 is served by default there): "
-            "upgrade the cluster's kubernetes_version",
+            f"DRA needs Kubernetes {format_version(facts.MIN_KUBERNETES_VERSION)} or later "
+            "(resource.k8s.io/v1 is served by default there): upgrade the cluster "
+            "(stack config cluster.kubernetesVersion)",
         )
     missing = [r for r in REQUIRED_API_RESOURCES if r not in snap.api_resources]
     if missing:

@@ -13,7 +13,6 @@ from vke_gpu_dra_core import resources as r
 from .. import chart_defaults
 from . import Violation
 
-NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
 #: How the project's own chart can be referenced (a path to driver/chart, or its chart name).
 PROJECT_CHART_MARKERS: Final = ("driver/chart", "vke-gpu-dra")
 KUBELET_AFFINITY_PATH: Final = (
@@ -33,7 +32,7 @@ def driver_kind(res: r.Res) -> DriverKind | None:
         return None
     chart = res.get("chart")
     chart_text = chart if isinstance(chart, str) else ""
-    if NVIDIA_CHART in chart_text:
+    if facts.NVIDIA_CHART in chart_text:
         return "nvidia"
     if any(marker in chart_text for marker in PROJECT_CHART_MARKERS):
         return "python"

@@ -51,7 +51,11 @@ class Issue:
     allowed: str
 
     def __str__(self) -> str:
-        return f"{PROJECT}:{self.key} = {self.value}: allowed: {self.allowed}"
+        # A provider key is kept in parentheses (`(volcengine:region)`) and shown as it is written.
+        shown = (
+            self.key[1:-1] if self.key.startswith("(") and self.key.endswith(")") else f"{PROJECT}:{self.key}"
+        )
+        return f"{shown} = {self.value}: allowed: {self.allowed}"
 
 
 class ConfigError(ValueError):

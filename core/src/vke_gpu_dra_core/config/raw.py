@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import yaml
 
-from .model import PROJECT
+from .model import PROJECT, ConfigError, Issue
 
 
 @dataclass(frozen=True)
@@ -48,23 +48,43 @@ def parse_bool(raw: object) -> bool | None:
     return None
 
 
-_BOOL_TAG: Final = "tag:yaml.org,2002:bool"
+_TAG: Final = "tag:yaml.org,2002:"
+#: Plain scalars Go's yaml.v3 reads as numbers (its `resolve`: strconv.ParseInt with base 0 after removing
+#: underscores, then its float pattern); `.inf`/`.nan` as YAML 1.2 writes them.
+_INT_RE: Final = re.compile(r"^[-+]?(?:0b[01_]+|0o[0-7_]+|0x[0-9a-fA-F_]+|0[0-7_]*|[1-9][0-9_]*)$")
+_FLOAT_RE: Final = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 
 
 class PulumiYamlLoader(yaml.SafeLoader):
     """YAML as the Pulumi CLI reads Pulumi.yaml and Pulumi.<stack>.yaml (Go's yaml.v3, YAML 1.2):
-    only `true`/`false` (also `True`, `TRUE`, `False`, `FALSE`) are booleans. YAML 1.1's `yes`, `no`,
-    `on`, `off`, `y`, `n` stay strings, so the program sees `production: yes` as the string 'yes' and
-    refuses it, and so does every tool reading the file with this loader."""
+    only `true`/`false` (also `True`, `TRUE`, `False`, `FALSE`) are booleans, so YAML 1.1's `yes`, `no`,
+    `on`, `off`, `y`, `n` stay words (the program sees `production: yes` as 'yes' and refuses it);
+    numbers are yaml.v3's (`0o17` is 15, `1:30` is a word); a date such as `2026-01-01` stays a word."""
+
+    def construct_go_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node)).replace("_", "")
+        sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.removeprefix("+"))
+        if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+            return sign * int(digits, 8)  # a leading 0 is octal, as Go's ParseInt reads it
+        return sign * int(digits, 0)
 
 
 PulumiYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag.removeprefix(_TAG) not in ("bool", "int", "float", "timestamp")
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 PulumiYamlLoader.add_implicit_resolver(
-    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    _TAG + "bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
+PulumiYamlLoader.add_implicit_resolver(_TAG + "int", _INT_RE, list("-+0123456789"))
+PulumiYamlLoader.add_implicit_resolver(_TAG + "float", _FLOAT_RE, list("-+0123456789."))
+PulumiYamlLoader.add_constructor(_TAG + "int", PulumiYamlLoader.construct_go_int)
 
 
 def load_pulumi_yaml(text: str) -> Any:
@@ -73,25 +93,48 @@ def load_pulumi_yaml(text: str) -> Any:
     return yaml.load(text, Loader=PulumiYamlLoader)
 
 
+def _is_plain(value: Any) -> bool:
+    """JSON-shaped: what a Pulumi config value can be (strings, numbers, booleans, lists, maps)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return True
+    if isinstance(value, list):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
+
+
 def raw_from_stack_file(
     stack_config: Mapping[str, Any], secret_value: Callable[[str], str] | None = None
 ) -> RawConfig:
     """RawConfig from the `config:` mapping of a Pulumi.<stack>.yaml (tests and tooling).
 
     Values are stringified as the engine does (lists and bools to JSON); `{secure: …}` entries become
-    secret keys whose value is `secret_value(key)` (a placeholder by default).
+    secret keys whose value is `secret_value(key)` (a placeholder by default). A key that is not a word
+    or a value that is not JSON-shaped (a `!!binary` or `!!set`) is a ConfigError naming the key.
     """
     values: dict[str, str] = {}
     secrets: set[str] = set()
+    issues: list[Issue] = []
     for key, value in stack_config.items():
+        if not isinstance(key, str):
+            issues.append(Issue(str(key), "(set)", "config keys are words such as nodePool.minReplicas"))
+            continue
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and "secure" in value:
             secrets.add(full)
             values[full] = secret_value(full) if secret_value else "placeholder-secret"
         elif isinstance(value, str):
             values[full] = value
-        else:
+        elif _is_plain(value):
             values[full] = json.dumps(value)
+        else:
+            shown = full.removeprefix(f"{PROJECT}:") if full.startswith(f"{PROJECT}:") else f"({full})"
+            issues.append(
+                Issue(shown, f"a YAML {type(value).__name__}", "a string, number, boolean, list or map")
+            )
+    if issues:
+        raise ConfigError(issues)
     return RawConfig(values=values, secret_keys=frozenset(secrets))
 
 

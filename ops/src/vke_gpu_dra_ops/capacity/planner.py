@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Final
 
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import Version
 from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantity
 from vke_gpu_dra_core.semver import SemverError, parse_semver
@@ -25,7 +26,7 @@ from .placement import Placement, excluded
 from .selection import DeviceView, SelectorCache, observed_ids
 
 #: Attributes that only identify a device (a selector naming them sees every device differently).
-_IDENTITY_IDS: Final = frozenset({"uuid", "parentUUID"})
+_IDENTITY_IDS: Final = frozenset({facts.ATTR_UUID, facts.ATTR_PARENT_UUID})
 #: Pods per node when claims need no device at all (the kubelet's default maxPods).
 MAX_PODS_PER_NODE: Final = 110
 

@@ -14,11 +14,14 @@ version the control plane runs (VKE does not change DRA gates).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-DEFAULT_VERSION: Final = "1.34"
+from vke_gpu_dra_core.config import KEYS_BY_NAME
+from vke_gpu_dra_core.versions import format_version, parse_major_minor
+
+#: The version a stack that names none runs: the program's default (the config key's).
+DEFAULT_VERSION: Final = str(KEYS_BY_NAME["cluster.kubernetesVersion"].default)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ GATES: Final = {
     "1.36": FeatureGates("1.36", True, True, True, True, True),
 }
 
-_VERSION_RE: Final = re.compile(r"^v?(\d+)\.(\d+)(?:[.\-+].*)?$")
+#: The newest version with a table; a newer cluster is planned with it.
+NEWEST_VERSION: Final = max(GATES, key=lambda v: parse_major_minor(v) or (0, 0))
 
 
 class VersionError(ValueError):
@@ -59,8 +63,8 @@ def feature_gates(value: Any, where: str = "--kubernetes-version") -> FeatureGat
     """The gates of `value` (`1.34`, `v1.35.2`, `1.36.1-vke.3`; None: the default version)."""
     if value is None or value == "":
         return GATES[DEFAULT_VERSION]
-    match = _VERSION_RE.match(str(value).strip())
-    key = f"{match.group(1)}.{match.group(2)}" if match else None
+    parsed = parse_major_minor(str(value))
+    key = format_version(parsed) if parsed is not None else None
     if key not in GATES:
         raise VersionError(
             f"{where}: Kubernetes version {value!r} is not known to the planner; allowed: "
@@ -75,7 +79,7 @@ def nearest_gates(value: Any) -> FeatureGates:
     try:
         return feature_gates(value)
     except VersionError:
-        match = _VERSION_RE.match(str(value).strip())
-        if match and (int(match.group(1)), int(match.group(2))) > (1, 36):
-            return GATES["1.36"]
+        parsed = parse_major_minor(str(value))
+        if parsed is not None and parsed > (parse_major_minor(NEWEST_VERSION) or (0, 0)):
+            return GATES[NEWEST_VERSION]
         return GATES[DEFAULT_VERSION]
