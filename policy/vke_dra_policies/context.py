@@ -31,7 +31,10 @@ class StackInfo:
     config: dict[str, Any] = field(default_factory=dict)
 
     def config_value(self, key: str) -> Any:
-        """`<project>:<key>`, else the only `<any>:<key>`."""
+        """`<project>:<key>`, else the only `<any>:<key>`. `key` must be a key of the stack config's
+        table (a misspelt name is a KeyError here, not a silently absent value)."""
+        if key not in stack_config.KEYS_BY_NAME:
+            raise KeyError(f"{key} is not a stack config key (vke_gpu_dra_core.config.KEYS)")
         if self.project and f"{self.project}:{key}" in self.config:
             return self.config[f"{self.project}:{key}"]
         matches = [v for k, v in self.config.items() if k.split(":", 1)[-1] == key]

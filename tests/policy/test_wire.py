@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
@@ -57,6 +58,8 @@ def test_stack_config_sources() -> None:
     info = context.StackInfo(project="p", config={"p:production": "true", "q:production": "false"})
     assert info.config_value("production") == "true"
     assert context.StackInfo(config={"x:production": "true"}).config_value("production") == "true"
+    with pytest.raises(KeyError, match="productoin is not a stack config key"):
+        info.config_value("productoin")  # a misspelt key in the pack fails loudly, never reads as unset
 
 
 def _policy(name: str) -> Any:  # the pack's ResourceValidationPolicy / StackValidationPolicy

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from vke_gpu_dra_core.config import load_pulumi_yaml
+from vke_gpu_dra_core.config import KEYS_BY_NAME, load_pulumi_yaml
 
 from vke_gpu_dra_ops.pulumi_workspace import (
     DemoWorkspace,
@@ -35,11 +35,13 @@ TAG_EXPIRES_AT = "vke-gpu-dra:expires-at"
 TAG_BASE_STACK = "vke-gpu-dra:base-stack"
 TAG_OWNER = "vke-gpu-dra:owner"
 POLICY_PACK_DIR = "policy"
-#: Stack keys of the driver image's Volcengine CR registry (declared in vke_gpu_dra_core.config).
-KEY_IMAGE = "vke-gpu-dra:driver.image"
-KEY_IMAGE_BUILD = "vke-gpu-dra:driver.image.build"
-KEY_REGISTRY_CREATE = "vke-gpu-dra:driver.registry.create"
-KEY_REGISTRY_NAMESPACE = "vke-gpu-dra:driver.registry.namespace"
+#: Stack keys of the driver image's Volcengine CR registry, as stack files write them (full names).
+KEY_IMAGE = KEYS_BY_NAME["driver.image"].full
+KEY_IMAGE_BUILD = KEYS_BY_NAME["driver.image.build"].full
+KEY_REGISTRY_CREATE = KEYS_BY_NAME["driver.registry.create"].full
+KEY_REGISTRY_NAMESPACE = KEYS_BY_NAME["driver.registry.namespace"].full
+#: The kubeconfig file of an existing cluster (key name without the project, which a stack file may vary).
+KUBECONFIG_PATH_KEY = KEYS_BY_NAME["kubeconfigPath"].name
 DEMO_PREFIX = "demo-"
 
 _TTL = re.compile(r"^(\d+)([mhd])$")
@@ -321,7 +323,7 @@ def _demo_info(info: StackInfo, tags: Mapping[str, str]) -> DemoInfo:
 def _config_kubeconfig_path(stack_file: StackFile) -> str | None:
     """The `<project>:kubeconfigPath` a stack deploying into an existing cluster is configured with."""
     for key, value in stack_file.config.items():
-        if key.endswith(":kubeconfigPath") and isinstance(value, str) and value.strip():
+        if key.endswith(f":{KUBECONFIG_PATH_KEY}") and isinstance(value, str) and value.strip():
             return os.path.expanduser(value)
     return None
 
