@@ -311,11 +311,22 @@ def test_plan_does_not_stop_at_keys_only_a_deployment_needs(stack_dir, capsys):
     assert "not-a-secret" not in capsys.readouterr().err
 
 
-def test_the_deployment_only_keys_are_keys_of_the_table():
-    from vke_gpu_dra_core.config import ALL_KEYS
+def test_the_deployment_only_keys_are_what_the_table_marks():
     from vke_gpu_dra_ops.plan import DEPLOYMENT_ONLY_KEYS
 
-    assert not DEPLOYMENT_ONLY_KEYS - {k.name for k in ALL_KEYS}
+    # cloud access, node login, the HPC cluster, an existing cluster's kubeconfig, the image's source
+    assert {
+        "volcengine:region",
+        "nodePool.password",
+        "nodePool.hpcClusterId",
+        "kubeconfig",
+    } <= DEPLOYMENT_ONLY_KEYS
+    assert {"driver.image", "driver.registry.name"} <= DEPLOYMENT_ONLY_KEYS
+    # what the plan reads is never skipped
+    assert (
+        not {"nodePool.instanceTypes", "nodePool.maxReplicas", "cluster.kubernetesVersion"}
+        & DEPLOYMENT_ONLY_KEYS
+    )
 
 
 @pytest.mark.parametrize("word", ["yes", "on", "no", "off", "y"])

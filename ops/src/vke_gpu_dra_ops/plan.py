@@ -22,6 +22,7 @@ import yaml
 from vke_gpu_dra_core import yamlerrors
 from vke_gpu_dra_core.catalog import CatalogError
 from vke_gpu_dra_core.config import (
+    ALL_KEYS,
     PROJECT,
     ConfigError,
     PulumiYamlLoader,
@@ -105,32 +106,9 @@ def _read_yaml(path: Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> l
         raise PlanInputError(f"{path}: not valid YAML{yamlerrors.describe(exc)}") from None
 
 
-#: Keys only a deployment needs: cloud access, node login, the HPC cluster, the kubeconfig of an existing
-#: cluster and where the driver image comes from. A plan reads none of them, so it does not stop at a
-#: problem the program reports for one of them (a stack file often leaves them to `pulumi config set`).
-DEPLOYMENT_ONLY_KEYS: Final = frozenset(
-    {
-        "volcengine:region",
-        "volcengine:accessKey",
-        "volcengine:secretKey",
-        "volcengine:sessionToken",
-        "volcengine:endpoint",
-        "nodePool.keyPairName",
-        "nodePool.password",
-        "nodePool.hpcClusterId",
-        "kubeconfig",
-        "kubeconfigPath",
-        "kubeconfigContext",
-        "driver.image",
-        "driver.image.build",
-        "driver.registry.name",
-        "driver.registry.create",
-        "driver.registry.edition",
-        "driver.registry.project",
-        "driver.registry.namespace",
-        "driver.registry.repository",
-    }
-)
+#: Keys only a deployment needs (their rows say `deploy_only`): the plan reads none of them, so it does
+#: not stop at a problem the program reports for one of them.
+DEPLOYMENT_ONLY_KEYS: Final = frozenset(k.name for k in ALL_KEYS if k.deploy_only)
 
 
 def _project_defaults(stack_file: Path) -> dict[str, Any]:

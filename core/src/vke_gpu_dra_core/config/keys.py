@@ -144,6 +144,10 @@ class Key:
     env: str = ""
     #: A set value must be a Pulumi secret (for secret keys).
     secret_required: bool = True
+    #: Only deploying reads it (cloud access, node login, the HPC cluster, an existing cluster's kubeconfig,
+    #: where the driver image comes from): `vke-gpu-dra plan` does not stop at a problem with it, as a
+    #: stack file often leaves it to `pulumi config set`.
+    deploy_only: bool = False
 
     @property
     def declared(self) -> bool:
@@ -209,16 +213,19 @@ KEYS: Final[tuple[Key, ...]] = (
         "",
         "target=existing-cluster: kubeconfig text of the cluster (set it with --secret).",
         secret=True,
+        deploy_only=True,
     ),
     _string(
         "kubeconfigPath",
         "",
         "target=existing-cluster: path of a kubeconfig file (alternative to kubeconfig).",
+        deploy_only=True,
     ),
     _string(
         "kubeconfigContext",
         "",
         "target=existing-cluster: kubeconfig context to use (empty: the current context).",
+        deploy_only=True,
     ),
     # --- network ---
     _string(
@@ -405,12 +412,18 @@ KEYS: Final[tuple[Key, ...]] = (
         ),
         when=VKE,
     ),
-    _string("nodePool.keyPairName", "", "Log in to nodes with this ECS key pair (or set password)."),
+    _string(
+        "nodePool.keyPairName",
+        "",
+        "Log in to nodes with this ECS key pair (or set password).",
+        deploy_only=True,
+    ),
     _string(
         "nodePool.password",
         "",
         "Log in to nodes with this password (set it with --secret; alternative to keyPairName).",
         secret=True,
+        deploy_only=True,
     ),
     _string("nodePool.imageId", "", "Node image ID (empty: VKE's default image)."),
     _string(
@@ -471,7 +484,12 @@ KEYS: Final[tuple[Key, ...]] = (
         convert=LABELS,
     ),
     Key("nodePool.taints", "array", [], "Node taints as key=value:Effect or key:Effect.", convert=TAINTS),
-    _string("nodePool.hpcClusterId", "", "HPC cluster ID (needed by ecs.hpcpni* types)."),
+    _string(
+        "nodePool.hpcClusterId",
+        "",
+        "HPC cluster ID (needed by ecs.hpcpni* types).",
+        deploy_only=True,
+    ),
     Key(
         "nodePool.readinessTimeoutMinutes",
         "integer",
@@ -549,6 +567,7 @@ KEYS: Final[tuple[Key, ...]] = (
         "python: deploy this image (registry/path:tag or registry/path@sha256:<64 hex>) and build "
         "nothing (empty: build driver/Dockerfile, see driver.image.build).",
         section="driver_image",
+        deploy_only=True,
     ),
     _string(
         "driver.image.build",
@@ -558,6 +577,7 @@ KEYS: Final[tuple[Key, ...]] = (
         "daemon, then kind load docker-image).",
         section="driver_image",
         field="build",
+        deploy_only=True,
     ),
     _string(
         "driver.registry.name",
@@ -577,6 +597,7 @@ KEYS: Final[tuple[Key, ...]] = (
         ),
         when=CR_BUILD,
         section="driver_image",
+        deploy_only=True,
     ),
     Key(
         "driver.registry.create",
@@ -584,6 +605,7 @@ KEYS: Final[tuple[Key, ...]] = (
         False,
         "build=cr: create the CR instance driver.registry.name (it is billed; off: use an existing one).",
         section="driver_image",
+        deploy_only=True,
     ),
     _string(
         "driver.registry.edition",
@@ -592,6 +614,7 @@ KEYS: Final[tuple[Key, ...]] = (
         checks=(Choices(REGISTRY_EDITIONS),),
         when=CR_BUILD,
         section="driver_image",
+        deploy_only=True,
     ),
     _string(
         "driver.registry.project",
@@ -601,6 +624,7 @@ KEYS: Final[tuple[Key, ...]] = (
         checks=(Required("a Volcengine project name, e.g. default"),),
         when=CR_CREATE,
         section="driver_image",
+        deploy_only=True,
     ),
     _string(
         "driver.registry.namespace",
@@ -609,6 +633,7 @@ KEYS: Final[tuple[Key, ...]] = (
         checks=(CR_NAME,),
         when=CR_BUILD,
         section="driver_image",
+        deploy_only=True,
     ),
     _string(
         "driver.registry.repository",
@@ -617,6 +642,7 @@ KEYS: Final[tuple[Key, ...]] = (
         checks=(CR_NAME,),
         when=CR_BUILD,
         section="driver_image",
+        deploy_only=True,
     ),
     # --- driver feature gates (GPU sharing) ---
     _string(
@@ -662,9 +688,24 @@ PROVIDER_KEYS: Final[tuple[Key, ...]] = (
         checks=(Required("a region: pulumi config set volcengine:region cn-beijing (or VOLCENGINE_REGION)"),),
         when=VKE,
         env="VOLCENGINE_REGION",
+        deploy_only=True,
     ),
-    _string("volcengine:accessKey", "", "Access key (set it with --secret).", secret=True, when=VKE),
-    _string("volcengine:secretKey", "", "Secret key (set it with --secret).", secret=True, when=VKE),
+    _string(
+        "volcengine:accessKey",
+        "",
+        "Access key (set it with --secret).",
+        secret=True,
+        when=VKE,
+        deploy_only=True,
+    ),
+    _string(
+        "volcengine:secretKey",
+        "",
+        "Secret key (set it with --secret).",
+        secret=True,
+        when=VKE,
+        deploy_only=True,
+    ),
     _string(
         "volcengine:sessionToken",
         "",
@@ -672,8 +713,15 @@ PROVIDER_KEYS: Final[tuple[Key, ...]] = (
         secret=True,
         secret_required=False,
         when=VKE,
+        deploy_only=True,
     ),
-    _string("volcengine:endpoint", "", "API endpoint (empty: the provider's default).", when=VKE),
+    _string(
+        "volcengine:endpoint",
+        "",
+        "API endpoint (empty: the provider's default).",
+        when=VKE,
+        deploy_only=True,
+    ),
 )
 
 KEYS_BY_NAME: Final = {k.name: k for k in KEYS}
