@@ -271,7 +271,8 @@ def test_plan_yaml_is_the_json_report_and_o_is_short_for_output(stack_dir, capsy
         ),
         (
             {"vke-gpu-dra:nodePool.instanceType": "ecs.gni2.3xlarge"},
-            "vke-gpu-dra:nodePool.instanceType = (set): allowed: one of the keys declared in Pulumi.yaml",
+            "vke-gpu-dra:nodePool.instanceType = (set): allowed: one of the keys declared in Pulumi.yaml "
+            "(did you mean nodePool.instanceTypes?)",
         ),
         (
             {"vke-gpu-dra:sample.enabled": "yes"},
@@ -381,3 +382,19 @@ def test_a_kubernetes_version_is_read_as_every_version_is(stack_dir, capsys, ver
 def test_release_forms_of_a_known_version_are_planned_with_its_gates(stack_dir, capsys, version):
     assert plan_json(stack_dir, "--kubernetes-version", version) == 0
     assert json.loads(capsys.readouterr().out)["kubernetesVersion"] == "1.35"
+
+
+@pytest.mark.parametrize(
+    "content", [None, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "a: 1\n"]
+)
+def test_manifests_with_nothing_to_plan_are_bad_input_not_a_pass(stack_dir, tmp_path, capsys, content):
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    if content is not None:
+        (manifests / "objects.yaml").write_text(content)
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: --manifests: no workload (Pod, Deployment, ...) or ResourceClaimTemplate in {manifests}: "
+        "nothing to plan\n"
+    )

@@ -274,6 +274,8 @@ def test_accepts_the_capacity_catalog_key_the_policy_pack_reads() -> None:
 
 def test_rejects_unknown_keys() -> None:
     issue = only_issue({"nodePool.instanceType": "ecs.gni2.3xlarge"}, "nodePool.instanceType")
+    assert issue.allowed == "one of the keys declared in Pulumi.yaml (did you mean nodePool.instanceTypes?)"
+    issue = only_issue({"nothingLikeAKey": "x"}, "nothingLikeAKey")
     assert issue.allowed == "one of the keys declared in Pulumi.yaml"
 
 

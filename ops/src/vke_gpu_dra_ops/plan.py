@@ -154,6 +154,12 @@ def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel
             objects.extend(d for d in _read_yaml(path) if isinstance(d, Mapping))
     for obj in objects:
         add_object(model, obj)
+    if manifests is not None and not model.workloads and not model.templates:
+        named = ", ".join(str(p) for p in manifests)
+        raise PlanInputError(
+            f"--manifests: no workload (Pod, Deployment, ...) or ResourceClaimTemplate in {named}: "
+            "nothing to plan"
+        )
     return model
 
 

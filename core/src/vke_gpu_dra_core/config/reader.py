@@ -9,6 +9,7 @@ naming the key, the value and what is allowed; `read()` returns the config as fa
 from __future__ import annotations
 
 import contextlib
+import difflib
 import ipaddress
 import json
 import re
@@ -79,7 +80,9 @@ class _Reader:
             if name in REPLACED_KEYS:
                 self.issues.append(Issue(name, "(set)", f"unset: replaced by {REPLACED_KEYS[name]}"))
             elif name not in KEYS_BY_NAME:
-                self.issues.append(Issue(name, "(set)", "one of the keys declared in Pulumi.yaml"))
+                close = difflib.get_close_matches(name, list(KEYS_BY_NAME), n=1, cutoff=0.8)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                self.issues.append(Issue(name, "(set)", f"one of the keys declared in Pulumi.yaml{hint}"))
 
     def read(self, key: Key) -> None:
         """Parse the key's value by its type and fill its field (secret, converted, lists as tuples)."""
