@@ -491,6 +491,16 @@ def test_project_dir_without_pulumi_yaml(project: Path, tmp_path: Path) -> None:
     )
 
 
+def test_a_wrong_project_dir_is_named_before_a_missing_pulumi_cli(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["demo", "up", "--project-dir", str(tmp_path / "nope")])
+    err = io.StringIO()
+    code = demo.run(args, open_workspace=lambda o: FakeWorkspace(), find_cli=lambda: None, stderr=err)
+    assert code == 2
+    assert err.getvalue().startswith(
+        f"vke-gpu-dra demo up: --project-dir {tmp_path / 'nope'}: no Pulumi.yaml"
+    )
+
+
 def test_missing_pulumi_cli_prints_one_line_with_the_install_command(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -119,16 +119,18 @@ def _login_name() -> str:
 
 
 def _preflight(args: argparse.Namespace, find_cli: Callable[[], str | None]) -> tuple[Path, str | None]:
-    """Project dir and Pulumi install root; raises DemoError/PulumiUnavailable with one line."""
-    root = find_cli()
-    if root is None:
-        raise PulumiUnavailable(missing_cli_message())
+    """Project dir and Pulumi install root; raises DemoError/PulumiUnavailable with one line.
+
+    The command line is checked first (a wrong --project-dir is named even without a Pulumi CLI)."""
     project_dir = args.project_dir.expanduser().resolve()
     if not (project_dir / "Pulumi.yaml").is_file():
         raise demo_stacks.DemoError(
             f"--project-dir {args.project_dir}: no Pulumi.yaml there "
             "(run from the repository root or pass the project's directory)"
         )
+    root = find_cli()
+    if root is None:
+        raise PulumiUnavailable(missing_cli_message())
     if args.needs_passphrase and not any(os.environ.get(v) for v in PASSPHRASE_VARS):
         raise demo_stacks.DemoError(
             "PULUMI_CONFIG_PASSPHRASE is not set: demo stacks use the passphrase secrets provider; "
