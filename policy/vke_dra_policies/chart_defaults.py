@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from vke_gpu_dra_core import yamlerrors
 
 #: The values the policies read from a release of the project's chart.
 PATHS: Final[tuple[tuple[str, ...], ...]] = (
@@ -50,7 +51,13 @@ def extract(values: Mapping[str, Any]) -> dict[str, Any]:
     for path in PATHS:
         node: Any = values
         for depth, key in enumerate(path):
-            if not isinstance(node, Mapping) or key not in node:
+            if not isinstance(node, Mapping):
+                where = ".".join(path[:depth])
+                raise ChartDefaultsError(
+                    f"the chart's values.yaml has {where} as a {type(node).__name__}, not a map; "
+                    f"the policy pack reads {'.'.join(path)}"
+                )
+            if key not in node:
                 where = ".".join(path[: depth + 1])
                 raise ChartDefaultsError(f"the chart's values.yaml has no {where}; the policy pack reads it")
             node = node[key]
@@ -86,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         text = render(args.values.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, ChartDefaultsError) as err:
+    except yaml.YAMLError as err:
+        print(f"{parser.prog}: {args.values}: not valid YAML{yamlerrors.describe(err)}", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError, ChartDefaultsError) as err:
         print(f"{parser.prog}: {args.values}: {err}", file=sys.stderr)
         return 2
     current = DATA_FILE.read_text(encoding="utf-8") if DATA_FILE.is_file() else ""

@@ -88,3 +88,23 @@ def test_an_unreadable_values_file_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"python -m vke_dra_policies.chart_defaults: {missing}: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_value_of_the_wrong_shape_and_broken_yaml_are_one_line_each(tmp_path: Path) -> None:
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    values["deviceClasses"] = [1]
+    changed = tmp_path / "values.yaml"
+    changed.write_text(yaml.safe_dump(values))
+    proc = generate(str(changed), "--check")
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"python -m vke_dra_policies.chart_defaults: {changed}: the chart's values.yaml has deviceClasses "
+        "as a list, not a map; the policy pack reads deviceClasses.enabled\n"
+    )
+    changed.write_text("image: [\n")
+    proc = generate(str(changed), "--check")
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"python -m vke_dra_policies.chart_defaults: {changed}: not valid YAML at line 2, column 1: "
+        "expected the node content, but found '<stream end>'\n"
+    )
