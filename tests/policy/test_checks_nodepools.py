@@ -26,16 +26,16 @@ def test_gpu_pool_without_kubernetes_config_is_a_gpu_pool_missing_labels() -> No
 
 def test_wrong_present_value_is_reported_with_the_value_found() -> None:
     labels = [
-        {"key": facts.LABEL_GPU_SCHEDULE, "value": "nvidia-dra"},
+        {"key": facts.LABEL_GPU_SCHEDULE, "value": facts.LABEL_GPU_SCHEDULE_DRA},
         {"key": facts.LABEL_GPU_PRESENT, "value": "false"},
     ]
     (v,) = nodepools.labels(pool(labels=labels), CATALOG)
-    assert 'nvidia.com/gpu.present is "false"' in v.message
+    assert f'{facts.LABEL_GPU_PRESENT} is "false"' in v.message
 
 
 def test_cpu_pool_and_device_plugin_pool_need_no_dra_labels() -> None:
     assert nodepools.labels(pool(types=("ecs.g3i.2xlarge",), labels=[]), CATALOG) == []
-    plugin = [{"key": facts.LABEL_GPU_SCHEDULE, "value": "nvidia"}]
+    plugin = [{"key": facts.LABEL_GPU_SCHEDULE, "value": facts.LABEL_GPU_SCHEDULE_CONFLICTING[0]}]
     assert nodepools.labels(pool(labels=plugin), CATALOG) == []
 
 
@@ -43,7 +43,7 @@ def test_unknown_labels_or_types_are_not_judged() -> None:
     assert nodepools.labels(pool(labels=r.UNKNOWN), CATALOG) == []
     assert nodepools.labels(pool(types=r.UNKNOWN, labels=[]), CATALOG) == []
     partly = [
-        {"key": facts.LABEL_GPU_SCHEDULE, "value": "nvidia-dra"},
+        {"key": facts.LABEL_GPU_SCHEDULE, "value": facts.LABEL_GPU_SCHEDULE_DRA},
         {"key": facts.LABEL_GPU_PRESENT, "value": r.UNKNOWN},
     ]
     assert nodepools.labels(pool(labels=partly), CATALOG) == []
