@@ -17,7 +17,7 @@ from vke_gpu_dra_core import facts
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "driver" / "chart"
 KUBE_VERSION = "1.34.0"
-#: The release and namespace of the procedure (`helm install nvidia-dra-driver-gpu ... --namespace ...`).
+#: The release and namespace of the procedure's `helm install`.
 RELEASE = facts.NVIDIA_CHART
 NAMESPACE = facts.DRIVER_NAMESPACE
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from vke_gpu_dra_core import config
+from vke_gpu_dra_core import config, facts
 from vke_gpu_dra_core.config import ConfigError, RawConfig
 
 from components import config as program_config
@@ -172,12 +172,12 @@ def test_rejects_unknown_implementation() -> None:
 def test_rejects_schedule_label_other_than_nvidia_dra() -> None:
     issue = only_issue({"nodePool.labels": ["vke.node.gpu.schedule=nvidia"]}, "nodePool.labels")
     assert issue.value == "'vke.node.gpu.schedule=nvidia'"
-    assert "vke.node.gpu.schedule=nvidia-dra" in issue.allowed
+    assert f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}" in issue.allowed
 
 
 def test_rejects_gpu_present_label_other_than_true() -> None:
     issue = only_issue({"nodePool.labels": ["nvidia.com/gpu.present=false"]}, "nodePool.labels")
-    assert "nvidia.com/gpu.present=true" in issue.allowed
+    assert f"{facts.LABEL_GPU_PRESENT}={facts.LABEL_GPU_PRESENT_VALUE}" in issue.allowed
 
 
 def test_rejects_malformed_label_and_taint() -> None:
@@ -199,11 +199,7 @@ def test_user_labels_and_taints_are_parsed_and_dra_labels_always_present() -> No
         )
     )
     labels = [(lb.key, lb.value) for lb in cfg.node_pool.all_labels]
-    assert labels == [
-        ("vke.node.gpu.schedule", "nvidia-dra"),
-        ("nvidia.com/gpu.present", "true"),
-        ("team", "ml"),
-    ]
+    assert labels == [*facts.REQUIRED_NODE_LABELS.items(), ("team", "ml")]
     assert cfg.node_pool.taints == (
         config.Taint("gpu", "true", "NoSchedule"),
         config.Taint("dedicated", "", "NoExecute"),

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_core import facts
 
-from components.node_pool import node_selector
+from components.node_pool import POOL_LABEL_KEY, node_selector
 from components.readiness import NodeReadinessError, NodeReadinessProvider, runtime_ok
 from tests.program import fake_http
 
@@ -21,7 +22,7 @@ def node(
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"vke.node.gpu.schedule": "nvidia-dra"}},
+        "metadata": {"name": name, "labels": {facts.LABEL_GPU_SCHEDULE: facts.LABEL_GPU_SCHEDULE_DRA}},
         "status": {
             "conditions": [{"type": "Ready", "status": ready, "reason": reason}],
             "nodeInfo": {
@@ -106,7 +107,8 @@ def test_ready_nodes_with_containerd_2_1_pass() -> None:
 
 
 def test_selector_uses_dra_label_and_pool_label() -> None:
-    assert SELECTOR == "vke.node.gpu.schedule=nvidia-dra,vke-gpu-dra/node-pool=gpu-dra-dev"
+    dra_label = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
+    assert node_selector("gpu-dra-dev") == SELECTOR == f"{dra_label},{POOL_LABEL_KEY}=gpu-dra-dev"
 
 
 def test_old_runtime_fails_at_once_naming_node_and_version() -> None:
