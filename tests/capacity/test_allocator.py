@@ -59,7 +59,7 @@ def test_compute_capability_with_semver():
     assert fit(parsed(exactly("gpu", 1, hopper)), pools=[pool("NVIDIA H20", 8)]).fits
     result = fit(parsed(exactly("gpu", 1, hopper)))
     assert not result.fits
-    assert "cudaComputeCapability 8.0.0 on the devices vs 9.0.0" in result.reasons()[0]
+    assert f"{facts.ATTR_CUDA_COMPUTE_CAPABILITY} 8.0.0 on the devices vs 9.0.0" in result.reasons()[0]
 
 
 def test_several_requests_take_distinct_devices():

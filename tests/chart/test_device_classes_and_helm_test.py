@@ -55,7 +55,13 @@ def test_device_classes_can_be_left_to_someone_else(render: Any) -> None:
     [
         (driver_device(facts.DEVICE_TYPE_GPU), [facts.DEVICE_CLASS_GPU.name]),
         (driver_device(facts.DEVICE_TYPE_MIG), [facts.DEVICE_CLASS_MIG.name]),
-        ({"driver": "gpu.example.com", "attributes": {"gpu.example.com": {"type": "gpu"}}}, []),
+        (
+            {
+                "driver": "gpu.example.com",
+                "attributes": {"gpu.example.com": {facts.ATTR_TYPE: facts.DEVICE_TYPE_GPU}},
+            },
+            [],
+        ),
     ],
 )
 def test_device_class_selectors_compile_and_select(

@@ -84,7 +84,9 @@ def test_environment_configures_the_plugin(short_tmp: Path, fake_api: FakeAPISer
         assert fake_api.wait_for(lambda: len(fake_api.slices_of(NODE)) == 1 or proc.poll() is not None, 30)
         [published] = fake_api.slices_of(NODE)
         assert len(published["spec"]["devices"]) == 2
-        assert published["spec"]["devices"][0]["attributes"]["productName"] == {"string": "NVIDIA H200"}
+        assert published["spec"]["devices"][0]["attributes"][facts.ATTR_PRODUCT_NAME] == {
+            "string": "NVIDIA H200"
+        }
         assert wait_until((short_tmp / "r" / REG_SOCKET).exists, timeout=10)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
