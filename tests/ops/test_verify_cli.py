@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.versions import format_version
 from vke_gpu_dra_ops import procedure, verify
 from vke_gpu_dra_ops.__main__ import main
 
@@ -117,7 +118,11 @@ def _no_gpu_log(c: FakeCluster) -> None:
 
 BROKEN: dict[str, tuple[Callable[[FakeCluster], None], str, tuple[str, ...]]] = {
     # name: (break it, failing step title prefix, words the failure must mention)
-    "no v1 API": (_no_v1, "resource.k8s.io/v1 API resources", ("does not serve resource.k8s.io/v1", "1.34")),
+    "no v1 API": (
+        _no_v1,
+        "resource.k8s.io/v1 API resources",
+        ("does not serve resource.k8s.io/v1", format_version(facts.MIN_KUBERNETES_VERSION)),
+    ),
     "driver pod CrashLoop": (
         _crashloop,
         "driver pods",

@@ -5,10 +5,12 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.catalog import gpu_types
+from vke_gpu_dra_core.versions import format_version
 
 from .helpers import DRA_LABELS, pool, res, runtime
 
 CATALOG = gpu_types()
+MIN_CONTAINERD = format_version(facts.MIN_CONTAINERD_VERSION)
 
 
 def test_gpu_pool_without_any_label_misses_both() -> None:
@@ -99,7 +101,7 @@ def test_runtime_versions() -> None:
     assert nodepools.runtime_version(runtime("2.1")) == []
     assert nodepools.runtime_version(runtime("containerd://2.1.3")) == []
     assert nodepools.runtime_version(runtime(r.UNKNOWN)) == []
-    assert '"2.0" is older than 2.1' in nodepools.runtime_version(runtime("2.0"))[0].message
+    assert f'"2.0" is older than {MIN_CONTAINERD}' in nodepools.runtime_version(runtime("2.0"))[0].message
     assert "not MAJOR.MINOR" in nodepools.runtime_version(runtime("stable"))[0].message
     assert "no containerd version" in nodepools.runtime_version(runtime(None))[0].message
     docker = res(
@@ -125,7 +127,7 @@ def test_pool_and_runtime_are_related_by_dependency_or_pool_id() -> None:
 
 def test_single_pool_without_runtime_is_reported() -> None:
     (v,) = nodepools.runtimes([pool()], CATALOG)
-    assert 'type "containerd" and version "2.1" or later' in v.message
+    assert f'type "containerd" and version "{MIN_CONTAINERD}" or later' in v.message
 
 
 def test_device_plugin_pool_needs_no_runtime_pin() -> None:

@@ -11,6 +11,7 @@ from pulumi.runtime.proto import analyzer_pb2
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import policy_names as names
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core.versions import format_version
 
 from .analyzer_client import Diagnostic, PackProcess
 from .stacks import KUBECONFIG_TEXT, PROJECT, SimRes, Stack, after_up, example_stacks, program_stack, secret
@@ -196,7 +197,7 @@ BROKEN = [
         "dev",
         "python",
         names.KUBERNETES_VERSION,
-        ("vke-cluster", '"1.33"', "1.34"),
+        ("vke-cluster", '"1.33"', format_version(facts.MIN_KUBERNETES_VERSION)),
         mutate=k8s_133,
     ),
     Case(
@@ -204,7 +205,7 @@ BROKEN = [
         "dev",
         "python",
         names.NODE_POOL_RUNTIME,
-        ("gpu-runtime", '"2.0"', "2.1"),
+        ("gpu-runtime", '"2.0"', format_version(facts.MIN_CONTAINERD_VERSION)),
         mutate=containerd_20,
     ),
     Case(

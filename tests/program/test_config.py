@@ -8,6 +8,7 @@ import pytest
 import yaml
 from vke_gpu_dra_core import config, facts
 from vke_gpu_dra_core.config import ConfigError, RawConfig
+from vke_gpu_dra_core.versions import format_version
 
 from components import config as program_config
 from tests.program import harness
@@ -108,7 +109,7 @@ def test_errors_are_collected_into_one_exception() -> None:
 def test_rejects_kubernetes_versions_other_than_1_34_or_later(version: str) -> None:
     issue = only_issue({"cluster.kubernetesVersion": version}, "cluster.kubernetesVersion")
     assert issue.value == repr(version)
-    assert "1.34 or later" in issue.allowed
+    assert f"{format_version(facts.MIN_KUBERNETES_VERSION)} or later" in issue.allowed
 
 
 @pytest.mark.parametrize("version", ["1.34", "1.35", "2.0"])
@@ -119,7 +120,7 @@ def test_accepts_kubernetes_1_34_and_later(version: str) -> None:
 @pytest.mark.parametrize("version", ["2.0", "1.7.27", "1.6", "containerd-2.1", ""])
 def test_rejects_containerd_below_2_1(version: str) -> None:
     issue = only_issue({"nodePool.containerdVersion": version}, "nodePool.containerdVersion")
-    assert "2.1 or later" in issue.allowed
+    assert f"{format_version(facts.MIN_CONTAINERD_VERSION)} or later" in issue.allowed
 
 
 def test_accepts_containerd_2_1_patch_and_later() -> None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core.versions import format_version
 
 from components import driver as driver_mod
 from components import manifests
@@ -127,7 +128,7 @@ def k8s_provider_urn(run: harness.ProgramRun) -> str:
 def test_every_kubernetes_resource_uses_the_explicit_provider(runs: dict, stack: str) -> None:
     run = runs[stack]
     provider = k8s_provider_urn(run)
-    k8s_resources = run.with_prefix("kubernetes:")
+    k8s_resources = run.with_prefix(pt.KUBERNETES_PREFIX)
     assert len(k8s_resources) >= 5
     for r in k8s_resources:
         assert r.provider_urn == provider, (r.type, r.name, r.provider)
@@ -275,7 +276,7 @@ def test_runtime_pin_and_scaling(runs: dict) -> None:
     assert gate.inputs["label_selector"] == (
         f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA},{POOL_LABEL_KEY}=gpu-dra-prod"
     )
-    assert gate.inputs["min_containerd"] == "2.1"
+    assert gate.inputs["min_containerd"] == format_version(facts.MIN_CONTAINERD_VERSION)
     assert "kubeconfig" in gate.secret_inputs
     assert run.depends_on(gate, runtime)
 
