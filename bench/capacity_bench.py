@@ -28,6 +28,7 @@ import time
 import tracemalloc
 from typing import Any
 
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.cel.environment import DeviceContext, compile_selector
 from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, PodClaimRef, parse_claim_template
@@ -37,8 +38,9 @@ from vke_gpu_dra_ops.capacity.selection import SelectionStats, SelectorCache
 from vke_gpu_dra_ops.capacity.stack_model import StackModel, Workload, default_classes
 from vke_gpu_dra_ops.capacity.stack_plan import plan_model
 
-ATTR = "device.attributes['gpu.nvidia.com']"
-MEM = "device.capacity['gpu.nvidia.com'].memory"
+ATTR = f"device.attributes['{facts.DRIVER_NAME}']"
+MEM = f"device.capacity['{facts.DRIVER_NAME}'].{facts.CAPACITY_MEMORY}"
+GPU_CLASS = facts.DEVICE_CLASS_GPU.name
 SELECTORS = (
     f"{MEM}.compareTo(quantity('40Gi')) >= 0",
     f"{MEM}.isGreaterThan(quantity('64Gi'))",
@@ -54,7 +56,7 @@ SELECTORS = (
 
 
 def _exactly(name: str, count: int, *selectors: str, mode: str = "ExactCount") -> dict[str, Any]:
-    body: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "allocationMode": mode}
+    body: dict[str, Any] = {"deviceClassName": GPU_CLASS, "allocationMode": mode}
     if mode == "ExactCount":
         body["count"] = count
     if selectors:
@@ -68,20 +70,20 @@ def templates() -> list[ClaimTemplate]:
         specs.append(([_exactly("gpu", 1 + i % 4, SELECTORS[i])], []))
     specs.append(([_exactly("all", 0, SELECTORS[5], mode="All")], []))
     first = [
-        {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8},
+        {"name": "eight", "deviceClassName": GPU_CLASS, "count": 8},
         {
             "name": "four",
-            "deviceClassName": "gpu.nvidia.com",
+            "deviceClassName": GPU_CLASS,
             "count": 4,
             "selectors": [{"cel": {"expression": SELECTORS[0]}}],
         },
     ]
     specs.append(([{"name": "gpu", "firstAvailable": first}], []))
-    same = [{"requests": ["a", "b"], "matchAttribute": "gpu.nvidia.com/productName"}]
+    same = [{"requests": ["a", "b"], "matchAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_PRODUCT_NAME}"}]
     specs.append(([_exactly("a", 2, SELECTORS[3]), _exactly("b", 2, SELECTORS[6])], same))
-    distinct = [{"distinctAttribute": "gpu.nvidia.com/pcieBusID"}]
+    distinct = [{"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_PCIE_BUS_ID}"}]
     specs.append(([_exactly("a", 3, SELECTORS[4])], distinct))
-    root = [{"requests": ["a", "b"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    root = [{"requests": ["a", "b"], "matchAttribute": facts.ATTR_PCIE_ROOT}]
     specs.append(([_exactly("a", 1), _exactly("b", 1)], root))
     for i in range(5):
         specs.append(([_exactly("x", 1, SELECTORS[i], SELECTORS[9 - i]), _exactly("y", 1, SELECTORS[7])], []))

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, parse_claim_template
 from vke_gpu_dra_ops.capacity.inventory import GpuPool
 from vke_gpu_dra_ops.capacity.planner import FitResult, Planner
 from vke_gpu_dra_ops.capacity.stack_model import default_classes
 
-MEM = "device.capacity['gpu.nvidia.com'].memory"
-CC = "device.attributes['gpu.nvidia.com'].cudaComputeCapability"
+#: CEL naming the driver's attributes and capacities.
+ATTRS = f"device.attributes['{facts.DRIVER_NAME}']"
+CAPS = f"device.capacity['{facts.DRIVER_NAME}']"
+MEM = f"{CAPS}.{facts.CAPACITY_MEMORY}"
+CC = f"{ATTRS}.{facts.ATTR_CUDA_COMPUTE_CAPABILITY}"
 
 
 def exactly(
     name: str,
     count: int = 1,
     *selectors: str,
-    cls: str = "gpu.nvidia.com",
+    cls: str = facts.DEVICE_CLASS_GPU.name,
     mode: str | None = None,
     admin: bool = False,
 ) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 import pytest
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import Device
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
@@ -7,7 +8,12 @@ from vke_gpu_dra_ops.capacity.planner import MAX_PODS_PER_NODE, Planner
 from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
 from vke_gpu_dra_ops.capacity.stack_model import default_classes
 
-from .helpers import CC, MEM, exactly, fit, parsed, pool
+from .helpers import ATTRS, CC, MEM, exactly, fit, parsed, pool
+
+DRIVER = facts.DRIVER_NAME
+GPU_CLASS, MIG_CLASS = facts.DEVICE_CLASS_GPU.name, facts.DEVICE_CLASS_MIG.name
+PRODUCT_NAME = f"{DRIVER}/{facts.ATTR_PRODUCT_NAME}"
+PCIE_BUS_ID = f"{DRIVER}/{facts.ATTR_PCIE_BUS_ID}"
 
 
 def test_count_that_fits_and_count_that_does_not():
@@ -25,9 +31,7 @@ def test_all_takes_every_matching_device_and_needs_one():
     result = fit(parsed(exactly("gpus", mode="All")), pools=[pool(gpus=4)])
     assert result.fits and result.pools[0].per_node == 1
     assert len(result.pools[0].chosen) == 4
-    none = fit(
-        parsed(exactly("gpus", 1, "device.attributes['gpu.nvidia.com'].brand == 'Quadro'", mode="All"))
-    )
+    none = fit(parsed(exactly("gpus", 1, f"{ATTRS}.brand == 'Quadro'", mode="All")))
     assert not none.fits
     assert "no device matches selector" in none.reasons()[0]
 
@@ -55,7 +59,7 @@ def test_compute_capability_with_semver():
     assert fit(parsed(exactly("gpu", 1, hopper)), pools=[pool("NVIDIA H20", 8)]).fits
     result = fit(parsed(exactly("gpu", 1, hopper)))
     assert not result.fits
-    assert "cudaComputeCapability 8.0.0 on the devices vs 9.0.0" in result.reasons()[0]
+    assert f"{facts.ATTR_CUDA_COMPUTE_CAPABILITY} 8.0.0 on the devices vs 9.0.0" in result.reasons()[0]
 
 
 def test_several_requests_take_distinct_devices():
@@ -66,27 +70,26 @@ def test_several_requests_take_distinct_devices():
 
 
 def test_match_attribute_across_requests():
-    same_root = [{"requests": ["a", "b"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    same_root = [{"requests": ["a", "b"], "matchAttribute": facts.ATTR_PCIE_ROOT}]
     # every simulated GPU has its own PCIe root: two GPUs never share one
     result = fit(parsed(exactly("a"), exactly("b"), constraints=same_root), pools=[pool(gpus=8)])
     assert not result.fits
     assert (
-        "not together under the constraint(s) matchAttribute resource.kubernetes.io/pcieRoot"
-        in result.reasons()[0]
+        f"not together under the constraint(s) matchAttribute {facts.ATTR_PCIE_ROOT}" in result.reasons()[0]
     )
-    same_product = [{"requests": ["a", "b"], "matchAttribute": "gpu.nvidia.com/productName"}]
+    same_product = [{"requests": ["a", "b"], "matchAttribute": PRODUCT_NAME}]
     assert fit(parsed(exactly("a"), exactly("b"), constraints=same_product), pools=[pool(gpus=8)]).fits
     # a constraint limited to other requests does not apply
-    only_a = [{"requests": ["a"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    only_a = [{"requests": ["a"], "matchAttribute": facts.ATTR_PCIE_ROOT}]
     assert fit(parsed(exactly("a"), exactly("b"), constraints=only_a), pools=[pool(gpus=8)]).fits
 
 
 def test_distinct_attribute_with_consumable_capacity():
     planner = Planner(default_classes(), consumable_capacity=True)
-    distinct = [{"distinctAttribute": "gpu.nvidia.com/productName"}]
+    distinct = [{"distinctAttribute": PRODUCT_NAME}]
     spec = parsed(exactly("a"), exactly("b"), constraints=distinct).spec
     assert not planner.fit("t", [("t", spec)], [[pool(gpus=8)]], 1).fits
-    distinct_bus = [{"distinctAttribute": "gpu.nvidia.com/pcieBusID"}]
+    distinct_bus = [{"distinctAttribute": PCIE_BUS_ID}]
     spec = parsed(exactly("a", 3), constraints=distinct_bus).spec
     assert planner.fit("t", [("t", spec)], [[pool(gpus=8)]], 1).fits
 
@@ -94,7 +97,7 @@ def test_distinct_attribute_with_consumable_capacity():
 def test_distinct_attribute_without_the_feature_gate_never_schedules():
     # DRAConsumableCapacity is off in 1.34: the apiserver drops distinctAttribute and the scheduler's
     # allocator then fails on the empty constraint
-    distinct_bus = [{"distinctAttribute": "gpu.nvidia.com/pcieBusID"}]
+    distinct_bus = [{"distinctAttribute": PCIE_BUS_ID}]
     result = fit(parsed(exactly("a", 3), constraints=distinct_bus), pools=[pool(gpus=8)])
     assert not result.fits
     assert "constraint #0" in result.error and "DRAConsumableCapacity" in result.error
@@ -106,8 +109,8 @@ def test_distinct_attribute_without_the_feature_gate_never_schedules():
 
 
 def test_first_available_falls_back_in_order():
-    big = {"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 4}
-    small = {"name": "small", "deviceClassName": "gpu.nvidia.com", "count": 1}
+    big = {"name": "big", "deviceClassName": GPU_CLASS, "count": 4}
+    small = {"name": "small", "deviceClassName": GPU_CLASS, "count": 1}
     result = fit(parsed({"name": "gpu", "firstAvailable": [big, small]}), pools=[pool(gpus=2)])
     assert result.fits
     assert [r for _, r, _ in result.pools[0].chosen] == ["gpu/small"]
@@ -146,18 +149,18 @@ def test_non_compiling_selector_is_an_error_with_expression():
 
 
 def test_runtime_error_fails_allocation_like_the_scheduler():
-    result = fit(parsed(exactly("gpu", 1, "device.attributes['gpu.nvidia.com'].profile == '1g.6gb'")))
+    result = fit(parsed(exactly("gpu", 1, f"{ATTRS}.{facts.ATTR_PROFILE} == '1g.6gb'")))
     assert not result.fits
     assert result.error.startswith(
-        "request gpu: selector #0 on device gpu.nvidia.com/pool-node-0/gpu-0: "
+        f"request gpu: selector #0 on device {DRIVER}/pool-node-0/gpu-0: "
         "CEL runtime error: no such key: profile"
     )
 
 
 def test_mig_class_against_full_gpus():
-    result = fit(parsed(exactly("mig", 1, cls="mig.nvidia.com")))
+    result = fit(parsed(exactly("mig", 1, cls=MIG_CLASS)))
     assert not result.fits and result.error is None
-    assert "request mig: no device matches device class mig.nvidia.com" in result.reasons()[0]
+    assert f"request mig: no device matches device class {MIG_CLASS}" in result.reasons()[0]
 
 
 def test_missing_device_class_is_an_error():
@@ -174,7 +177,7 @@ def test_more_than_32_devices_in_a_claim_is_an_error():
 
 def test_cache_projection_only_for_literal_lookups():
     assert observed_ids(f"device.driver == 'x' && {MEM}.compareTo(quantity('1')) > 0") == {
-        ("capacity", "gpu.nvidia.com", "memory")
+        ("capacity", DRIVER, facts.CAPACITY_MEMORY)
     }
     assert observed_ids("'x' in device.attributes['a.io']") == {("attributes", "a.io", "x")}
     assert observed_ids("device.attributes['a.io'].exists(k, k == 'x')") is None
@@ -200,29 +203,31 @@ def test_admin_access_sees_devices_in_use_and_takes_none():
 
 
 def test_all_with_an_unsatisfiable_constraint_is_an_error():
-    root = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    root = [{"matchAttribute": facts.ATTR_PCIE_ROOT}]
     result = fit(parsed(exactly("gpus", mode="All"), constraints=root), pools=[pool(gpus=2)])
     assert not result.fits
     assert result.error == (
-        "request gpus: cannot add device gpu.nvidia.com/pool-node-0/gpu-1 because a claim constraint "
-        "would not be satisfied (matchAttribute resource.kubernetes.io/pcieRoot across all requests)"
+        f"request gpus: cannot add device {DRIVER}/pool-node-0/gpu-1 because a claim constraint "
+        f"would not be satisfied (matchAttribute {facts.ATTR_PCIE_ROOT} across all requests)"
     )
 
 
 def test_selection_is_not_reused_across_allocations_of_other_claims():
     node = pool(gpus=1).node(0)
-    mig = Device("m-0", "mig", "m-0", {"type": "mig"}, {"memory": 40 * 2**30})
+    mig = Device(
+        "m-0", "mig", "m-0", {facts.ATTR_TYPE: facts.DEVICE_TYPE_MIG}, {facts.CAPACITY_MEMORY: 40 * 2**30}
+    )
     node = Node(node.name, node.pool, (*node.devices, mig))
     allocator = NodeAllocator(node, default_classes(), SelectorCache())
-    assert allocator.allocate([parsed(exactly("x", cls="mig.nvidia.com")).spec], commit=False) is not None
+    assert allocator.allocate([parsed(exactly("x", cls=MIG_CLASS)).spec], commit=False) is not None
     result = allocator.allocate([parsed(exactly("x")).spec], commit=False)
     assert result is not None and [d.device for d in result[0].devices] == ["gpu-0"]
 
 
 def test_shared_claim_does_not_leak_its_selection_into_later_pods():
-    last = "device.attributes['gpu.nvidia.com'].pcieBusID"
+    last = f"{ATTRS}.{facts.ATTR_PCIE_BUS_ID}"
     a30 = GpuPool("pool", "x", "NVIDIA A30", 4, 1, 1)
-    bus = a30.node(0).devices[-1].attributes["pcieBusID"]
+    bus = a30.node(0).devices[-1].attributes[facts.ATTR_PCIE_BUS_ID]
     shared = parsed(exactly("s", 1, f"{last} == '{bus}'")).spec
     per_pod = parsed(exactly("g", 1, f"{last} != '{bus}'")).spec
     result = Planner(default_classes()).fit("w", [("per", per_pod)], [[a30]], 10, shared=[("sh", shared)])

@@ -1,5 +1,6 @@
 import pytest
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.facts import DRIVER_NAME
 from vke_gpu_dra_ops.capacity.cel.environment import (
     SelectorCompileError,
     SelectorRuntimeError,
@@ -7,9 +8,7 @@ from vke_gpu_dra_ops.capacity.cel.environment import (
     evaluate,
 )
 
-from .helpers import CC, MEM
-
-DRIVER = "gpu.nvidia.com"
+from .helpers import ATTRS, CAPS, CC, MEM
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +30,14 @@ def a30():
         (f"{CC}.major() == 8 && {CC}.minor() == 0 && {CC}.patch() == 0", True),
         (f"{CC}.isGreaterThan(semver('8.0.0'))", False),
         ("semver('1.0.0-rc.1').isLessThan(semver('1.0.0')) && semver('1.0.0+b1') == semver('1.0.0')", True),
-        ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A30'", True),
+        (f"{ATTRS}.productName == 'NVIDIA A30'", True),
         ("device.attributes['resource.kubernetes.io'].pcieRoot.startsWith('pci')", True),
-        ("'profile' in device.attributes['gpu.nvidia.com']", False),
+        (f"'profile' in {ATTRS}", False),
         # an unknown domain is an empty map, not an error
         ("'x' in device.attributes['example.com'] || size(device.capacity['example.com']) == 0", True),
         # ... also when the domain is computed
         ("'x' in device.attributes['no' + 'pe'] || size(device.capacity['ex' + 'ample.com']) != 0", False),
-        ("device.attributes['gpu.nvidia' + '.com'].productName == 'NVIDIA A30'", True),
+        (f"device.attributes['{DRIVER_NAME[:-4]}' + '{DRIVER_NAME[-4:]}'].productName == 'NVIDIA A30'", True),
         ("device.attributes[device.driver].productName == 'NVIDIA A30'", True),
         # semver normalisation as the apiserver's normalizeAndParse
         (
@@ -49,11 +48,11 @@ def a30():
         ("isSemver('v1', true) && isSemver('1.0', true) && !isSemver('1.0', false)", True),
         ("isSemver('1.0-rc', true) || isSemver('1.0+b', true) || isSemver('1-rc', true)", False),
         # attributes are dyn: this compiles (as in the apiserver) and is simply false
-        ("device.attributes['gpu.nvidia.com'].productName == 1", False),
+        (f"{ATTRS}.productName == 1", False),
     ],
 )
 def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
-    assert evaluate(expression, DRIVER, a30) is expected
+    assert evaluate(expression, DRIVER_NAME, a30) is expected
 
 
 @pytest.mark.parametrize(
@@ -70,7 +69,7 @@ def test_selectors_evaluate_like_kubernetes(a30, expression, expected):
         ("nodeName == 'x'", "undeclared reference to 'nodeName'"),
         # `sign` is a global function only (apiserver library/quantity.go)
         # `device` is an object (kubernetes.DRADevice) with driver, attributes and capacity only
-        ("device['driver'] == 'gpu.nvidia.com'", "found no matching overload for '_[_]' applied to"),
+        (f"device['driver'] == '{DRIVER_NAME}'", "found no matching overload for '_[_]' applied to"),
         ("device.foo == 1", "undefined field 'foo'"),
         ("has(device.foo)", "undefined field 'foo'"),
         # only with the DRAConsumableCapacity feature gate, which is off in 1.34
@@ -89,37 +88,37 @@ def test_compile_errors_carry_expression_and_engine_message(expression, message)
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("device.attributes['gpu.nvidia.com'].profile == '1g.6gb'", "no such key: profile"),
+        (f"{ATTRS}.profile == '1g.6gb'", "no such key: profile"),
         ("device.attributes['no' + 'pe'].x == 1", "no such key: x"),
         ("sign(quantity('200K')) == 1", "'200K'"),
         ("quantity('9999999999999999999999G').asInteger() > 0", "cannot convert value to integer"),
         ("semver('1-rc', true).major() == 1", "short version cannot contain PreRelease/Build meta data"),
-        ("device.attributes['gpu.nvidia.com'].productName", "could not be converted to bool"),
+        (f"{ATTRS}.productName", "could not be converted to bool"),
     ],
 )
 def test_runtime_errors_are_errors_not_false(a30, expression, message):
     with pytest.raises(SelectorRuntimeError, match=message):
-        evaluate(expression, DRIVER, a30)
+        evaluate(expression, DRIVER_NAME, a30)
 
 
 def test_strings_extension_selector_is_evaluated_unchecked(a30):
-    expression = "device.attributes['gpu.nvidia.com'].productName.lowerAscii() == 'nvidia a30'"
+    expression = f"{ATTRS}.productName.lowerAscii() == 'nvidia a30'"
     assert compile_selector(expression).checked is False
-    assert evaluate(expression, DRIVER, a30) is True
+    assert evaluate(expression, DRIVER_NAME, a30) is True
 
 
 @pytest.mark.parametrize(
     "expression",
     [
-        "cel.bind(gpu, device.attributes['gpu.nvidia.com'], gpu.type == 'gpu' && gpu.brand == 'Nvidia')",
+        f"cel.bind(gpu, {ATTRS}, gpu.type == 'gpu' && gpu.brand == 'Nvidia')",
         "cel.bind(x, 2, cel.bind(y, x * 3, x + y)) == 8",
-        "cel.bind(m, device.capacity['gpu.nvidia.com'].memory, m.compareTo(quantity('24Gi')) == 0)",
+        f"cel.bind(m, {CAPS}.memory, m.compareTo(quantity('24Gi')) == 0)",
         "'cel.bind(a, b, c)' != '' && cel.bind(s, 'x,y', s.size() == 3)",
     ],
 )
 def test_cel_bind_is_supported(a30, expression):
     assert compile_selector(expression).checked
-    assert evaluate(expression, DRIVER, a30) is True
+    assert evaluate(expression, DRIVER_NAME, a30) is True
 
 
 def test_cel_bind_body_is_type_checked():
@@ -132,10 +131,10 @@ def test_cel_bind_body_is_type_checked():
 @pytest.mark.parametrize(
     "expression",
     [
-        "device.driver == 'gpu.nvidia.com' && size(device.capacity) > 0",
-        "cel.bind(d, device, d.driver == 'gpu.nvidia.com')",
-        "[1].exists(device, device == 1) || device.driver == 'gpu.nvidia.com'",
+        f"device.driver == '{DRIVER_NAME}' && size(device.capacity) > 0",
+        f"cel.bind(d, device, d.driver == '{DRIVER_NAME}')",
+        f"[1].exists(device, device == 1) || device.driver == '{DRIVER_NAME}'",
     ],
 )
 def test_device_object_fields_compile(a30, expression):
-    assert evaluate(expression, DRIVER, a30) is True
+    assert evaluate(expression, DRIVER_NAME, a30) is True

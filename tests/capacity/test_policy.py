@@ -2,16 +2,14 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_ops.capacity import check_stack
 
 from .helpers import MEM, exactly, template
 
 POOL = pt.NODE_POOL
-DRA_LABELS = [
-    {"key": "vke.node.gpu.schedule", "value": "nvidia-dra"},
-    {"key": "nvidia.com/gpu.present", "value": "true"},
-]
+DRA_LABELS = [{"key": key, "value": value} for key, value in facts.REQUIRED_NODE_LABELS.items()]
 
 
 class Unknown:
@@ -145,7 +143,10 @@ def test_bad_manifest_is_one_clear_violation():
                         "requests": [
                             {
                                 "name": "gpu",
-                                "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "Some"},
+                                "exactly": {
+                                    "deviceClassName": facts.DEVICE_CLASS_GPU.name,
+                                    "allocationMode": "Some",
+                                },
                             }
                         ]
                     }
@@ -211,9 +212,9 @@ def test_pods_must_tolerate_the_pool_taints_and_match_its_labels():
     assert check_stack([tainted_pool(taint), tpl, placed(tolerations=[{"operator": "Exists"}])]) == []
     soft = {"key": "x", "value": "", "effect": "PreferNoSchedule"}
     assert check_stack([tainted_pool(soft), tpl, placed()]) == []
-    [wrong] = check_stack([node_pool(), tpl, placed(nodeSelector={"vke.node.gpu.schedule": "nvidia"})])
-    assert "nodeSelector vke.node.gpu.schedule=nvidia does not match the pool's label" in wrong.message
-    dra = {"key": "vke.node.gpu.schedule", "operator": "In", "values": ["nvidia-dra"]}
+    [wrong] = check_stack([node_pool(), tpl, placed(nodeSelector={facts.LABEL_GPU_SCHEDULE: "nvidia"})])
+    assert f"nodeSelector {facts.LABEL_GPU_SCHEDULE}=nvidia does not match the pool's label" in wrong.message
+    dra = {"key": facts.LABEL_GPU_SCHEDULE, "operator": "In", "values": [facts.LABEL_GPU_SCHEDULE_DRA]}
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {

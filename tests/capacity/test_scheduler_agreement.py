@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_ops.capacity import check_stack
 from vke_gpu_dra_ops.capacity.stack_model import model_from_resources
@@ -136,7 +137,9 @@ def test_distinct_attribute_per_version(version, expected):
     creating the template fails (`pulumi up` fails); with it on, the constraint is enforced.
     """
     tpl = claim_template(exactly("gpu", 2))
-    tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+    tpl.props["spec"]["spec"]["devices"]["constraints"] = [
+        {"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}
+    ]
     resources = [node_pool(), tpl, deployment(8.0)]
     [workload] = plan_of(resources, version=version).workloads
     assert workload.status == expected
@@ -157,7 +160,9 @@ def test_the_cluster_resource_names_the_version():
     is the kubernetes-version policy's to report (planned with the 1.34 rules); a newer one than the
     planner knows is planned with the newest table."""
     tpl = claim_template(exactly("gpu", 1))
-    tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+    tpl.props["spec"]["spec"]["devices"]["constraints"] = [
+        {"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}
+    ]
     cluster = res(pt.CLUSTER, "c", {"kubernetesVersion": "v1.36.0-vke.1"})
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
     cluster.props["kubernetesVersion"] = "v1.37.1"
@@ -242,7 +247,9 @@ def test_an_unknown_cluster_version_in_preview_leaves_gated_fields_undecided():
 
     cluster = res(pt.CLUSTER, "c", {"kubernetesVersion": Unknown()})
     tpl = claim_template(exactly("gpu", 1))
-    tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+    tpl.props["spec"]["spec"]["devices"]["constraints"] = [
+        {"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}
+    ]
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
     [violation] = check_stack([cluster, node_pool(), claim_template(exactly("gpu", 9)), deployment()])
     assert "needs 9, pool has 8 per node" in violation.message

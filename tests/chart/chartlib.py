@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_core import facts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "driver" / "chart"
 KUBE_VERSION = "1.34.0"
-RELEASE = "nvidia-dra-driver-gpu"
-NAMESPACE = "nvidia-dra-driver-gpu"
+#: The release and namespace of the procedure's `helm install`.
+RELEASE = facts.NVIDIA_CHART
+NAMESPACE = facts.DRIVER_NAMESPACE
 
 #: Value overrides of the scenarios every rendering test covers.
 SIMULATED: dict[str, Any] = {"deviceSource": {"type": "simulated", "simulatedGpus": 4}}

@@ -6,6 +6,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from vke_gpu_dra_core import facts
 
 from tests.chart import chartlib
 from tests.chart.chartlib import (
@@ -142,7 +143,7 @@ def test_pod_template_carries_labels_and_selector(render: Any) -> None:
         ("gpu", {}, "gpu-vke-gpu-dra-driver"),
         ("my-vke-gpu-dra-driver", {}, "my-vke-gpu-dra-driver"),
         ("gpu", {"nameOverride": "dra"}, "gpu-dra"),
-        ("gpu", {"fullnameOverride": "nvidia-dra-driver-gpu"}, "nvidia-dra-driver-gpu"),
+        ("gpu", {"fullnameOverride": RELEASE}, RELEASE),
         ("a-very-long-release-name-that-goes-on-and-on", {}, "a-very-long-release-name-that-goes-on-an"),
     ],
 )
@@ -153,7 +154,8 @@ def test_names_derive_from_the_release(
     for obj in objects:
         name = obj["metadata"]["name"]
         if obj["kind"] == "DeviceClass":
-            assert name in {"gpu.nvidia.com", "mig.nvidia.com"}  # fixed: workloads reference them by name
+            # fixed: workloads reference them by name
+            assert name in {spec.name for spec in facts.DEVICE_CLASSES}
             continue
         assert name.startswith(prefix + "-"), f"{obj['kind']} {name}"
         assert len(name) <= 63
@@ -165,8 +167,8 @@ def test_names_derive_from_the_release(
 
 
 def test_release_named_like_the_procedure_gets_its_daemonset_name(render: Any) -> None:
-    objects = render({"fullnameOverride": "nvidia-dra-driver-gpu"})
-    assert find(objects, "DaemonSet")["metadata"]["name"] == "nvidia-dra-driver-gpu-kubelet-plugin"
+    objects = render({"fullnameOverride": RELEASE})
+    assert find(objects, "DaemonSet")["metadata"]["name"] == f"{RELEASE}-kubelet-plugin"
 
 
 def test_two_releases_do_not_collide(render: Any) -> None:

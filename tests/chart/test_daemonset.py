@@ -11,8 +11,8 @@ from tests.chart.chartlib import RELEASE, SIMULATED, chart_metadata, default_val
 
 #: Env var of every plugin flag that the chart sets (KUBECONFIG is left unset: in-cluster config).
 NVML_ENV = {
-    "DRIVER_NAME": "gpu.nvidia.com",
-    "PLUGIN_DATA_DIR": "/var/lib/kubelet/plugins/gpu.nvidia.com",
+    "DRIVER_NAME": facts.DRIVER_NAME,
+    "PLUGIN_DATA_DIR": f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}",
     "REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry",
     "CDI_ROOT": "/var/run/cdi",
     "DEVICE_SOURCE": "nvml",

@@ -41,6 +41,11 @@ def test_device_class_selectors_follow_the_driver_name(render: Any) -> None:
     ]
 
 
+def driver_device(device_type: str) -> dict[str, Any]:
+    """A device of the driver, as CEL sees it, whose `type` attribute is `device_type`."""
+    return {"driver": facts.DRIVER_NAME, "attributes": {facts.DRIVER_NAME: {facts.ATTR_TYPE: device_type}}}
+
+
 def test_device_classes_can_be_left_to_someone_else(render: Any) -> None:
     assert find_all(render({"deviceClasses": {"enabled": False}}), "DeviceClass") == []
 
@@ -48,9 +53,15 @@ def test_device_classes_can_be_left_to_someone_else(render: Any) -> None:
 @pytest.mark.parametrize(
     ("device", "selected"),
     [
-        ({"driver": "gpu.nvidia.com", "attributes": {"gpu.nvidia.com": {"type": "gpu"}}}, ["gpu.nvidia.com"]),
-        ({"driver": "gpu.nvidia.com", "attributes": {"gpu.nvidia.com": {"type": "mig"}}}, ["mig.nvidia.com"]),
-        ({"driver": "gpu.example.com", "attributes": {"gpu.example.com": {"type": "gpu"}}}, []),
+        (driver_device(facts.DEVICE_TYPE_GPU), [facts.DEVICE_CLASS_GPU.name]),
+        (driver_device(facts.DEVICE_TYPE_MIG), [facts.DEVICE_CLASS_MIG.name]),
+        (
+            {
+                "driver": "gpu.example.com",
+                "attributes": {"gpu.example.com": {facts.ATTR_TYPE: facts.DEVICE_TYPE_GPU}},
+            },
+            [],
+        ),
     ],
 )
 def test_device_class_selectors_compile_and_select(

@@ -12,6 +12,7 @@ from tests.chart.chartlib import (
     CHART_DIR,
     KUBE_VERSION,
     NAMESPACE,
+    RELEASE,
     SIMULATED,
     Helm,
     chart_metadata,
@@ -48,7 +49,7 @@ def plugin_pod_labels(objects: list[dict[str, Any]]) -> dict[str, str]:
 def test_metrics_service_selects_the_plugin_pods_on_the_metrics_port(render: Any) -> None:
     objects = render({"metricsPort": 9400})
     service = find(objects, "Service")
-    assert service["metadata"]["name"] == "nvidia-dra-driver-gpu-vke-gpu-dra-driver-metrics"
+    assert service["metadata"]["name"] == f"{RELEASE}-vke-gpu-dra-driver-metrics"
     assert service["metadata"]["namespace"] == NAMESPACE
     assert service["spec"]["clusterIP"] == "None"  # headless: one endpoint per plugin pod
     assert service["spec"]["ports"] == [

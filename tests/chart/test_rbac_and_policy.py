@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from cel_expr_python import cel
+from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import NAMESPACE, RELEASE, find
 
@@ -168,7 +169,7 @@ class Policy:
 
 def resource_slice(node: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "driver": "gpu.nvidia.com",
+        "driver": facts.DRIVER_NAME,
         "pool": {"name": node or "shared", "generation": 1, "resourceSliceCount": 1},
     }
     if node is None:

@@ -23,7 +23,7 @@ def resource_slice(devices: Sequence[Device], node: str = "node-a") -> dict[str,
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpu.nvidia.com-abcde"},
+        "metadata": {"name": f"{node}-{facts.DRIVER_NAME}-abcde"},
         "spec": {
             "driver": facts.DRIVER_NAME,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},

@@ -28,7 +28,7 @@ def slice_obj(node: str, devices: list[dict] | None = None, driver: str = DRIVER
 
 
 def test_field_selector() -> None:
-    assert slice_field_selector(DRIVER, "n1") == "spec.driver=gpu.nvidia.com,spec.nodeName=n1"
+    assert slice_field_selector(DRIVER, "n1") == f"spec.driver={facts.DRIVER_NAME},spec.nodeName=n1"
 
 
 def test_only_the_apiservers_slice_field_labels_are_accepted() -> None:

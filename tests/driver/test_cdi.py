@@ -11,6 +11,8 @@ from vke_gpu_dra_core.model import Device
 from .devices import full_gpu, mig_device
 
 UID = "6f1c2e3a-1111-4222-8333-944455556666"
+#: The CDI kind of the driver's per-claim specs (`<vendor>/<class>`).
+CLAIM_KIND = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
 
 
 def real_gpu(minor: int, uuid: str = "GPU-aaaa") -> Device:
@@ -23,9 +25,9 @@ def mig(parent_minor: int) -> Device:
 
 
 def test_names_and_ids(tmp_path):
-    assert cdi.CLAIM_KIND == "k8s.gpu.nvidia.com/claim"
-    assert cdi.claim_spec_path(tmp_path, UID).name == f"k8s.gpu.nvidia.com-claim_{UID}.yaml"
-    assert cdi.claim_device_id(UID, "gpu-0") == f"k8s.gpu.nvidia.com/claim={UID}-gpu-0"
+    assert cdi.CLAIM_KIND == CLAIM_KIND
+    assert cdi.claim_spec_path(tmp_path, UID).name == f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_CLAIM}_{UID}.yaml"
+    assert cdi.claim_device_id(UID, "gpu-0") == f"{CLAIM_KIND}={UID}-gpu-0"
     assert cdi.device_name_from_cdi(UID, f"{UID}-gpu-0-mig-19-0-1") == "gpu-0-mig-19-0-1"
     with pytest.raises(cdi.CdiSpecError, match="does not belong"):
         cdi.device_name_from_cdi(UID, "other-gpu-0")
@@ -35,7 +37,7 @@ def test_real_gpu_spec_has_device_nodes_and_visible_devices():
     spec = cdi.build_claim_spec(
         UID, [real_gpu(0, "GPU-a"), real_gpu(3, "GPU-b")], optional_nodes=["/dev/nvidia-uvm"]
     )
-    assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
+    assert spec["kind"] == CLAIM_KIND
     assert spec["cdiVersion"] == "0.5.0"  # the claim UID starts with a digit
     assert [d["name"] for d in spec["devices"]] == [f"{UID}-gpu-0", f"{UID}-gpu-3"]
     assert spec["devices"][1]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia3"}]}
@@ -81,7 +83,9 @@ def test_write_list_load_delete_round_trip(tmp_path):
     assert yaml.safe_load(path.read_text()) == spec
     assert cdi.load_spec(path) == spec
     (tmp_path / f".{path.name}.123.tmp").write_text("partial")  # a leftover temp file is not a spec
-    (tmp_path / "k8s.gpu.nvidia.com-device_base.yaml").write_text("x: 1")  # NVIDIA's base spec is not ours
+    (tmp_path / f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_DEVICE}_base.yaml").write_text(
+        "x: 1"
+    )  # NVIDIA's base spec is not ours
     assert cdi.list_claim_specs(tmp_path) == {UID: path}
     assert cdi.delete_claim_spec(tmp_path, UID) is True
     assert cdi.delete_claim_spec(tmp_path, UID) is False
@@ -105,7 +109,7 @@ def test_write_refuses_an_invalid_spec(tmp_path):
 
 
 def test_load_spec_names_the_file(tmp_path):
-    bad = tmp_path / "k8s.gpu.nvidia.com-claim_x.yaml"
+    bad = tmp_path / f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_CLAIM}_x.yaml"
     bad.write_text("cdiVersion: [unclosed")
     with pytest.raises(cdi.CdiSpecError, match=r"claim_x\.yaml: not valid YAML"):
         cdi.load_spec(bad)

@@ -3,9 +3,10 @@ import json
 import pytest
 from vke_gpu_dra import checkpoint as cp
 from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import PreparedDevice
 
-DEV = PreparedDevice(("gpu",), "node-a", "gpu-0", ("k8s.gpu.nvidia.com/claim=u1-gpu-0",))
+DEV = PreparedDevice(("gpu",), "node-a", "gpu-0", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=u1-gpu-0",))
 ENTRIES = {
     "u1": ClaimEntry("u1", "ns", "a", ClaimState.PREPARE_COMPLETED, (DEV,)),
     "u2": ClaimEntry("u2", "ns", "b", ClaimState.PREPARE_STARTED),
@@ -44,7 +45,7 @@ def test_document_shape(tmp_path):
                 "requestNames": ["gpu"],
                 "poolName": "node-a",
                 "deviceName": "gpu-0",
-                "cdiDeviceIDs": ["k8s.gpu.nvidia.com/claim=u1-gpu-0"],
+                "cdiDeviceIDs": [f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=u1-gpu-0"],
             }
         ],
     }

@@ -18,10 +18,12 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.node_name == "10.0.0.7"
     assert config.driver_name == facts.DRIVER_NAME
     assert config.kubeconfig is None
-    assert config.plugin_data_dir == Path("/var/lib/kubelet/plugins/gpu.nvidia.com")
+    assert config.plugin_data_dir == Path(f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}")
     assert config.registrar_dir == Path("/var/lib/kubelet/plugins_registry")
-    assert config.dra_socket == Path("/var/lib/kubelet/plugins/gpu.nvidia.com/dra.sock")
-    assert config.registration_socket == Path("/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock")
+    assert config.dra_socket == Path(f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}/dra.sock")
+    assert config.registration_socket == Path(
+        f"/var/lib/kubelet/plugins_registry/{facts.DRIVER_NAME}-reg.sock"
+    )
     assert config.cdi_root == Path("/var/run/cdi")
     assert config.device_source == "nvml"
     assert (config.simulated_gpus, config.simulated_product) == (8, "NVIDIA A30")
@@ -39,9 +41,9 @@ def test_rolling_update_id_names_both_sockets() -> None:
     config = parse_config(["--node-name", "n"], environ={"ROLLING_UPDATE_ID": uid})
     assert config.rolling_update_id == uid
     assert config.registration_socket == Path(
-        f"/var/lib/kubelet/plugins_registry/gpu.nvidia.com-{uid}-reg.sock"
+        f"/var/lib/kubelet/plugins_registry/{facts.DRIVER_NAME}-{uid}-reg.sock"
     )
-    assert config.dra_socket == Path(f"/var/lib/kubelet/plugins/gpu.nvidia.com/dra-{uid}.sock")
+    assert config.dra_socket == Path(f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}/dra-{uid}.sock")
     assert (
         parse_config(["--node-name", "n", "--rolling-update-id", "b"], environ={}).dra_socket.name
         == "dra-b.sock"

@@ -164,23 +164,20 @@ def test_mig_gpu_publishes_only_its_mig_devices(fake_lib, host, tmp_path, monkey
     assert sorted(by_name) == ["gpu-0-mig-14-0-2", "gpu-0-mig-19-2-1", "gpu-0-mig-20-3-1", "gpu-0-mig-9-4-4"]
     big = by_name["gpu-0-mig-9-4-4"]
     assert big.device_type == facts.DEVICE_TYPE_MIG and big.uuid == "MIG-a"
-    assert big.attributes[facts.ATTR_TYPE] == "mig"
+    assert big.attributes[facts.ATTR_TYPE] == facts.DEVICE_TYPE_MIG
     assert big.attributes[facts.ATTR_PARENT_UUID] == "GPU-parent"
     assert big.attributes[facts.ATTR_PROFILE] == "3g.20gb"
     assert big.attributes[facts.ATTR_PRODUCT_NAME] == "NVIDIA A100-SXM4-40GB"
     assert big.attributes[facts.ATTR_PCIE_ROOT] == "pci0000:3a"
     assert big.slice_entry()["capacity"] == {
-        "copyEngines": {"value": "3"},
-        "decoders": {"value": "2"},
-        "encoders": {"value": "0"},
-        "jpegEngines": {"value": "0"},
-        "memory": {"value": "19968Mi"},
-        "multiprocessors": {"value": "42"},
-        "ofaEngines": {"value": "0"},
-        "memorySlice4": {"value": "1"},
-        "memorySlice5": {"value": "1"},
-        "memorySlice6": {"value": "1"},
-        "memorySlice7": {"value": "1"},
+        facts.CAPACITY_COPY_ENGINES: {"value": "3"},
+        facts.CAPACITY_DECODERS: {"value": "2"},
+        facts.CAPACITY_ENCODERS: {"value": "0"},
+        facts.CAPACITY_JPEG_ENGINES: {"value": "0"},
+        facts.CAPACITY_MEMORY: {"value": "19968Mi"},
+        facts.CAPACITY_MULTIPROCESSORS: {"value": "42"},
+        facts.CAPACITY_OFA_ENGINES: {"value": "0"},
+        **{f"{facts.CAPACITY_MEMORY_SLICE_PREFIX}{i}": {"value": "1"} for i in range(4, 8)},
     }
     assert big.device_nodes == (
         "/dev/nvidia0",
@@ -264,7 +261,7 @@ def test_missing_pcie_root_is_omitted_with_a_warning(fake_lib, host, tmp_path, m
         result = NvmlSource(library_path=fake_lib, sysfs_root=host[0], proc_root=host[1]).discover()
     assert facts.ATTR_PCIE_ROOT not in result.devices[0].attributes
     assert result.problems == []
-    assert any("resource.kubernetes.io/pcieRoot omitted" in r.getMessage() for r in caplog.records)
+    assert any(f"{facts.ATTR_PCIE_ROOT} omitted" in r.getMessage() for r in caplog.records)
     assert_publishable(result.devices)
 
 

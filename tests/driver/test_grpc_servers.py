@@ -89,7 +89,7 @@ class RecordingState:
         for r in claim["status"]["allocation"]["devices"]["results"]:
             if r["device"] not in {f"gpu-{i}" for i in range(8)}:
                 raise ClaimError(f"device {r['device']} is not on this node")
-            cdi = (f"k8s.gpu.nvidia.com/device={r['device']}",)
+            cdi = (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_DEVICE}={r['device']}",)
             out.append(PreparedDevice((r["request"],), r["pool"], r["device"], cdi))
         with self.lock:
             self.prepared[ref.uid] = out
@@ -182,13 +182,13 @@ def test_prepare_and_unprepare_over_both_versions(servers: Servers, kubelet: Kub
                     "request_names": ["gpu"],
                     "pool_name": NODE,
                     "device_name": "gpu-0",
-                    "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-0"],
+                    "cdi_device_ids": [f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_DEVICE}=gpu-0"],
                 },
                 {
                     "request_names": ["fa"],
                     "pool_name": NODE,
                     "device_name": "gpu-1",
-                    "cdi_device_ids": ["k8s.gpu.nvidia.com/device=gpu-1"],
+                    "cdi_device_ids": [f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_DEVICE}=gpu-1"],
                 },
             ],
         }

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra.kubeapi import KubeConfigError, load_api_client
-from vke_gpu_dra_core import kubeconfig
+from vke_gpu_dra.kubelet.registration import registration_socket_name
+from vke_gpu_dra_core import facts, kubeconfig
 from vke_gpu_dra_testing.plugin_env import plugin_args
 
 SECRET = "s3cr3t-token-value"
@@ -124,4 +125,4 @@ def test_the_plugin_exits_as_for_other_config_errors(short_tmp: Path, case: str)
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("dra-gpu-kubelet-plugin: error: --kubeconfig [env KUBECONFIG]: kubeconfig ")
     assert str(path) in line and what in line and SECRET not in line
-    assert not (short_tmp / "registry" / "gpu.nvidia.com-reg.sock").exists()
+    assert not (short_tmp / "registry" / registration_socket_name(facts.DRIVER_NAME)).exists()

@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from vke_gpu_dra.kubelet.registration import dra_socket_name, registration_socket_name
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args, wait_until
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("dra-gpu-kubelet-plugin")
+REG_SOCKET = registration_socket_name(facts.DRIVER_NAME)
 
 
 def launch(args: list[str], *, module: bool, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -33,8 +36,8 @@ def test_serves_and_stops_cleanly_on_sigterm(short_tmp: Path, fake_api: FakeAPIS
     fake_api.add_node(NODE)
     fake_api.add_claim(claim("c1", "uid-1", "gpu-1"))
     args = plugin_args(short_tmp, gpus=4, health_port=free_port(), metrics_port=free_port())
-    reg = short_tmp / "registry" / "gpu.nvidia.com-reg.sock"
-    dra = short_tmp / "plugins" / "gpu.nvidia.com" / "dra.sock"
+    reg = short_tmp / "registry" / REG_SOCKET
+    dra = short_tmp / "plugins" / facts.DRIVER_NAME / dra_socket_name()
     proc = launch(args, module=module)
     try:
         assert wait_until(lambda: reg.exists() or proc.poll() is not None, timeout=30), (
@@ -81,8 +84,10 @@ def test_environment_configures_the_plugin(short_tmp: Path, fake_api: FakeAPISer
         assert fake_api.wait_for(lambda: len(fake_api.slices_of(NODE)) == 1 or proc.poll() is not None, 30)
         [published] = fake_api.slices_of(NODE)
         assert len(published["spec"]["devices"]) == 2
-        assert published["spec"]["devices"][0]["attributes"]["productName"] == {"string": "NVIDIA H200"}
-        assert wait_until((short_tmp / "r" / "gpu.nvidia.com-reg.sock").exists, timeout=10)
+        assert published["spec"]["devices"][0]["attributes"][facts.ATTR_PRODUCT_NAME] == {
+            "string": "NVIDIA H200"
+        }
+        assert wait_until((short_tmp / "r" / REG_SOCKET).exists, timeout=10)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -135,7 +140,7 @@ def test_missing_kubeconfig_is_a_config_error(short_tmp: Path) -> None:
     kubeconfig = short_tmp / "kubeconfig"
     prefix = "dra-gpu-kubelet-plugin: error: --kubeconfig [env KUBECONFIG]"
     assert line == f"{prefix}: kubeconfig {kubeconfig} does not exist"
-    assert not (short_tmp / "registry" / "gpu.nvidia.com-reg.sock").exists()
+    assert not (short_tmp / "registry" / REG_SOCKET).exists()
 
 
 @pytest.mark.skipif(bool(ctypes.util.find_library("nvidia-ml")), reason="a real NVML library is installed")
@@ -150,7 +155,7 @@ def test_nvml_mode_without_the_library_fails_with_a_clear_message(
     assert proc.returncode == 1
     [error] = [json.loads(line) for line in proc.stderr.splitlines() if '"cannot start"' in line]
     assert "device discovery failed" in error["error"] and "NVML" in error["error"]
-    assert not (short_tmp / "registry" / "gpu.nvidia.com-reg.sock").exists()
+    assert not (short_tmp / "registry" / REG_SOCKET).exists()
 
 
 def test_client_library_errors_are_log_entries_not_raw_lines(
@@ -167,7 +172,7 @@ def test_client_library_errors_are_log_entries_not_raw_lines(
         }
     }
     (short_tmp / "kubeconfig").write_text(json.dumps(kubeconfig))
-    reg = short_tmp / "registry" / "gpu.nvidia.com-reg.sock"
+    reg = short_tmp / "registry" / REG_SOCKET
     proc = launch(plugin_args(short_tmp, gpus=1), module=True)
     try:
         assert wait_until(lambda: reg.exists() or proc.poll() is not None, timeout=30)

@@ -13,13 +13,14 @@ from urllib.parse import urlsplit
 import pytest
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra.slices import new_slice, slice_spec
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_config
 
-from tests.chart.chartlib import find, require_helm
+from tests.chart.chartlib import RELEASE, find, require_helm
 
-PLUGIN_ROLE = "nvidia-dra-driver-gpu-vke-gpu-dra-driver-kubelet-plugin"
+PLUGIN_ROLE = f"{RELEASE}-vke-gpu-dra-driver-kubelet-plugin"
 
 
 def rbac_verb(method: str, url: str) -> tuple[str, str, str]:
@@ -51,10 +52,10 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
 ) -> None:
     node = fake_api.add_node(NODE)
     fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
-    spec = slice_spec(driver="gpu.nvidia.com", node_name=NODE, devices=[], generation=3, slice_count=1)
+    spec = slice_spec(driver=facts.DRIVER_NAME, node_name=NODE, devices=[], generation=3, slice_count=1)
     spec["pool"]["name"] = "legacy-pool"  # stale: deleted by the plugin
     fake_api.create_slice(
-        new_slice(spec, driver="gpu.nvidia.com", node_name=NODE, node_uid=node["metadata"]["uid"])
+        new_slice(spec, driver=facts.DRIVER_NAME, node_name=NODE, node_uid=node["metadata"]["uid"])
     )
     fake_api.requests.clear()
 

@@ -252,7 +252,7 @@ def test_nvidias_mps_example_starts_a_daemon_pinned_to_the_node(env, kube, fake_
         (str(mps_root / "shm"), "/dev/shm"),
         (str(mps_root / "pipe"), "/tmp/nvidia-mps"),
     }
-    assert got[0].cdi_device_ids == ("k8s.gpu.nvidia.com/claim=uid-1-gpu-0",)
+    assert got[0].cdi_device_ids == (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=uid-1-gpu-0",)
     assert stored(env)["uid-1"]["sharing"]["mps"] == [{"daemonId": ident, "devices": ["gpu-0"]}]
     # unprepare, after a restart: the daemon goes, the compute mode comes back
     env[0].clear()

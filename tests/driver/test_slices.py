@@ -59,7 +59,7 @@ def test_simulated_devices_make_valid_slices() -> None:
         driver=DRIVER, node_name=NODE, entries=[d.slice_entry() for d in devices], generation=1
     )[0]
     obj = new_slice(spec, driver=DRIVER, node_name=NODE, node_uid=UID)
-    obj["metadata"]["name"] = "n-gpu.nvidia.com-abcde"
+    obj["metadata"]["name"] = f"n-{facts.DRIVER_NAME}-abcde"
     validate_slice(obj)  # raises on anything the apiserver would reject
     assert obj["metadata"]["generateName"] == f"{NODE}-{DRIVER}-"
     assert obj["metadata"]["ownerReferences"] == [

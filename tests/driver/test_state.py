@@ -50,8 +50,10 @@ def test_prepare_writes_spec_and_checkpoint_and_answers(dirs):
     state = make_state(dirs)
     got = state.prepare(ref(), claim("uid-1", result("gpu-0", "gpu"), result("gpu-2", "pair/second")))
     assert got == [
-        PreparedDevice(("gpu",), POOL, "gpu-0", ("k8s.gpu.nvidia.com/claim=uid-1-gpu-0",)),
-        PreparedDevice(("pair",), POOL, "gpu-2", ("k8s.gpu.nvidia.com/claim=uid-1-gpu-2",)),
+        PreparedDevice(("gpu",), POOL, "gpu-0", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=uid-1-gpu-0",)),
+        PreparedDevice(
+            ("pair",), POOL, "gpu-2", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=uid-1-gpu-2",)
+        ),
     ]
     spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
     assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-0", "uid-1-gpu-2"]
@@ -101,12 +103,12 @@ def test_same_device_in_two_results_is_one_cdi_device(dirs):
         ),
         (
             claim("uid-1", result("nic-0", driver="net.example.com")),
-            "claim default/c has no devices allocated by driver gpu.nvidia.com",
+            f"claim default/c has no devices allocated by driver {facts.DRIVER_NAME}",
         ),
-        (claim("uid-1"), "claim default/c has no devices allocated by driver gpu.nvidia.com"),
+        (claim("uid-1"), f"claim default/c has no devices allocated by driver {facts.DRIVER_NAME}"),
         (
             claim("uid-1", {"driver": facts.DRIVER_NAME, "pool": POOL}),
-            "result 0 of gpu.nvidia.com needs request",
+            f"result 0 of {facts.DRIVER_NAME} needs request",
         ),
         (
             claim("uid-1", result("gpu-0"), config=[opaque(gpu_config(sharing={"strategy": "MPS"}))]),
@@ -406,7 +408,8 @@ def test_leftover_temp_files_of_interrupted_writes_are_removed_at_start(dirs):
         data / ".checkpoint.json.a1b2c3d4.tmp",  # NVIDIA's checkpoint
         data / f".{CHECKPOINT_FILE}.short.tmp",  # not tempfile's 8 random characters
         data / f"{CHECKPOINT_FILE}.a1b2c3d4.tmp",  # no leading dot
-        cdi_root / ".k8s.gpu.nvidia.com-device.yaml.a1b2c3d4.tmp",  # not a claim spec of ours
+        cdi_root
+        / f".{facts.CDI_VENDOR}-{facts.CDI_CLASS_DEVICE}.yaml.a1b2c3d4.tmp",  # not a claim spec of ours
         cdi_root / "spec.a1b2c3d4.tmp",  # the CDI library's own temp files
         cdi_root / f".{spec_name}.a1b2c3d4.tmp.keep",
         cdi_root / f".{spec_name}.A1B2C3D4.tmp",

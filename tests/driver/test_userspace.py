@@ -57,7 +57,9 @@ def gpu(minor=0, uuid="GPU-0b5c3f4e-1111-2222-3333-444455556666"):
     return full_gpu(minor, uuid, {facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID})
 
 
-def edits_for(fake, *, host=None, hook="/var/lib/kubelet/plugins/gpu.nvidia.com/nvidia-cdi-hook", **kwargs):
+def edits_for(
+    fake, *, host=None, hook=f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}/nvidia-cdi-hook", **kwargs
+):
     root = DriverRoot(fake.path, host or str(fake.path))
     return DriverEdits(discover(root, fake.version, **kwargs), hook, node_source(root), fake.sysfs)
 
@@ -135,7 +137,7 @@ def expected_debian(fake, host):
     ]
     hook = {
         "hookName": "createContainer",
-        "path": "/var/lib/kubelet/plugins/gpu.nvidia.com/nvidia-cdi-hook",
+        "path": f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}/nvidia-cdi-hook",
         "env": ["NVIDIA_CTK_DEBUG=false"],
     }
     links = [
@@ -477,9 +479,9 @@ def test_prepared_claim_resolves_to_devices_with_the_common_edits(make_root, tmp
     edits = setup(settings(fake, tmp_path, root=DriverRoot(fake.path, str(fake.path))), Metrics())
     # a base spec NVIDIA's plugin left in the same directory (its device names are gpu-N)
     cdi_root.mkdir()
-    nvidia_base = cdi_root / "k8s.gpu.nvidia.com-device_base.yaml"
+    nvidia_base = cdi_root / f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_DEVICE}_base.yaml"
     nvidia_base.write_text(
-        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/device\n"
+        f"cdiVersion: 0.5.0\nkind: {facts.CDI_VENDOR}/{facts.CDI_CLASS_DEVICE}\n"
         "devices: [{name: gpu-0, containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}}]\n"
     )
     state = DeviceState(
@@ -494,7 +496,9 @@ def test_prepared_claim_resolves_to_devices_with_the_common_edits(make_root, tmp
     assert state.entries()[UID].state is ClaimState.PREPARE_COMPLETED
     spec = cdi.load_spec(cdi.claim_spec_path(cdi_root, UID))
     kind, _, name = prepared[0].cdi_device_ids[0].partition("=")
-    assert kind == spec["kind"] == "k8s.gpu.nvidia.com/claim"  # never NVIDIA's base-spec kind .../device
+    assert (
+        kind == spec["kind"] == f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
+    )  # never NVIDIA's base-spec kind .../device
     assert name in [d["name"] for d in spec["devices"]]
     base = cdi.load_spec(nvidia_base)
     ours = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}

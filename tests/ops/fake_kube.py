@@ -26,7 +26,8 @@ from vke_gpu_dra_core import facts
 JSON = dict[str, Any]
 TOKEN = "fake-token-must-never-be-printed"
 NODE = "192.168.2.8"
-DRIVER_POD = "nvidia-dra-driver-gpu-kubelet-plugin-mq7x2"
+#: Pods of the procedure's release are named after it.
+DRIVER_POD = f"{facts.NVIDIA_CHART}-kubelet-plugin-mq7x2"
 SAMPLE_POD = "gpu-test-5c47d94bf9-fbx2k"
 SAMPLE_UID = "691d19b1-5ca8-40c0-9d61-0a1b2c3d4e5f"
 CLAIM = "gpu-test-5c47d94bf9-fbx2k-gpu-abcde"
@@ -120,7 +121,9 @@ def allocated_claim(namespace: str = "default") -> JSON:
         "metadata": _meta(CLAIM, namespace, annotations={"resource.kubernetes.io/pod-claim-name": "gpu"}),
         "spec": {
             "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name, "count": 1}}
+                ]
             }
         },
         "status": {
@@ -145,7 +148,7 @@ def healthy_cluster(devices: int = 1) -> FakeCluster:
         nodes=[node(), node("192.168.2.9", labels={"role": "system"})],
         pods=[
             running_pod(DRIVER_POD, ns, NODE, labels={"app": "kubelet-plugin"}),
-            running_pod("nvidia-dra-driver-gpu-controller-6d9f", ns, "192.168.2.9"),
+            running_pod(f"{facts.NVIDIA_CHART}-controller-6d9f", ns, "192.168.2.9"),
             sample_pod(),
         ],
         device_classes=[spec.manifest() for spec in facts.DEVICE_CLASSES],

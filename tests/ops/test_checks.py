@@ -5,18 +5,26 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_ops import procedure
 from vke_gpu_dra_ops.procedure import Settings, Snapshot, Status
 
 from tests.ops import fake_kube
+
+DRA_LABEL = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
+CLASS_NAMES = ", ".join(spec.name for spec in facts.DEVICE_CLASSES)
 
 
 def snapshot(cluster: fake_kube.FakeCluster | None = None, **changes: Any) -> Snapshot:
     c = cluster or fake_kube.healthy_cluster()
     base = {
         "api_resources": frozenset(c.resource_v1),
-        "nodes": [n for n in c.nodes if n["metadata"]["labels"].get("vke.node.gpu.schedule") == "nvidia-dra"],
-        "driver_pods": [p for p in c.pods if p["metadata"]["namespace"] == "nvidia-dra-driver-gpu"],
+        "nodes": [
+            n
+            for n in c.nodes
+            if n["metadata"]["labels"].get(facts.LABEL_GPU_SCHEDULE) == facts.LABEL_GPU_SCHEDULE_DRA
+        ],
+        "driver_pods": [p for p in c.pods if p["metadata"]["namespace"] == facts.DRIVER_NAMESPACE],
         "device_classes": c.device_classes,
         "resource_slices": c.resource_slices,
         "sample_deployment": c.deployments[0],
@@ -57,8 +65,8 @@ def test_slices_of_one_pool_are_summed() -> None:
 def test_no_dra_nodes_fails_with_the_label_to_set() -> None:
     results = by_id(snapshot(nodes=[]))
     assert results["driver-pods"].status is Status.FAIL
-    assert "no node labelled vke.node.gpu.schedule=nvidia-dra" in results["driver-pods"].found
-    assert "nvidia.com/gpu.present=true" in results["driver-pods"].hint
+    assert f"no node labelled {DRA_LABEL}" in results["driver-pods"].found
+    assert f"{facts.LABEL_GPU_PRESENT}={facts.LABEL_GPU_PRESENT_VALUE}" in results["driver-pods"].hint
     assert results["no-device-plugin-capacity"].status is Status.SKIP
 
 
@@ -67,7 +75,7 @@ def test_node_without_a_driver_pod_is_named() -> None:
     snap = snapshot()
     result = by_id(snapshot(nodes=[*snap.nodes, extra]))["driver-pods"]
     assert result.status is Status.FAIL
-    assert result.found == "node 192.168.2.10: no driver pod in namespace nvidia-dra-driver-gpu"
+    assert result.found == f"node 192.168.2.10: no driver pod in namespace {facts.DRIVER_NAMESPACE}"
     assert "node affinity" in result.hint
 
 
@@ -125,9 +133,9 @@ def test_step_results_serialise_to_json() -> None:
     result = by_id(snapshot(device_classes=[]))["device-classes"]
     assert result.as_json() == {
         "id": "device-classes",
-        "title": "DeviceClasses gpu.nvidia.com, mig.nvidia.com",
+        "title": f"DeviceClasses {CLASS_NAMES}",
         "status": "fail",
-        "found": "missing DeviceClass gpu.nvidia.com, mig.nvidia.com (present: none)",
+        "found": f"missing DeviceClass {CLASS_NAMES} (present: none)",
         "hint": result.hint,
         "waived": False,
     }

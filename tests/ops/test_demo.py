@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_ops import demo, demo_stacks
 from vke_gpu_dra_ops.__main__ import build_parser, main
 from vke_gpu_dra_ops.pulumi_workspace import (
@@ -271,7 +272,7 @@ def test_verify_settings_come_from_flags_then_stack_outputs() -> None:
     settings = demo.settings_from_stack(args, values)
     assert (settings.namespace, settings.workload_namespace) == ("a", "b")
     defaults = demo.settings_from_stack(build_parser().parse_args(["demo", "up"]), {})
-    assert (defaults.namespace, defaults.workload_namespace) == ("nvidia-dra-driver-gpu", "default")
+    assert (defaults.namespace, defaults.workload_namespace) == (facts.DRIVER_NAMESPACE, "default")
     assert (defaults.sample_deployment, defaults.sample_claim_template) == ("gpu-test", "single-gpu")
 
 

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.versions import format_version
 from vke_gpu_dra_ops import procedure, verify
 from vke_gpu_dra_ops.__main__ import main
 
 from tests.ops import fake_kube
 from tests.ops.fake_kube import FakeCluster
+
+MIG_CLASS = facts.DEVICE_CLASS_MIG.name
+DRA_LABEL = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
 
 
 def run_cli(tmp_path: Path, cluster: FakeCluster, *extra: str) -> tuple[int, str, str]:
@@ -73,7 +77,7 @@ def _crashloop(c: FakeCluster) -> None:
 
 
 def _missing_class(c: FakeCluster) -> None:
-    c.device_classes = [dc for dc in c.device_classes if dc["metadata"]["name"] != "mig.nvidia.com"]
+    c.device_classes = [dc for dc in c.device_classes if dc["metadata"]["name"] != MIG_CLASS]
 
 
 def _no_slice(c: FakeCluster) -> None:
@@ -114,19 +118,27 @@ def _no_gpu_log(c: FakeCluster) -> None:
 
 BROKEN: dict[str, tuple[Callable[[FakeCluster], None], str, tuple[str, ...]]] = {
     # name: (break it, failing step title prefix, words the failure must mention)
-    "no v1 API": (_no_v1, "resource.k8s.io/v1 API resources", ("does not serve resource.k8s.io/v1", "1.34")),
+    "no v1 API": (
+        _no_v1,
+        "resource.k8s.io/v1 API resources",
+        ("does not serve resource.k8s.io/v1", format_version(facts.MIN_KUBERNETES_VERSION)),
+    ),
     "driver pod CrashLoop": (
         _crashloop,
         "driver pods",
         ("CrashLoopBackOff", fake_kube.DRIVER_POD, "7 restarts"),
     ),
-    "missing DeviceClass": (_missing_class, "DeviceClasses", ("missing DeviceClass mig.nvidia.com",)),
+    "missing DeviceClass": (_missing_class, "DeviceClasses", (f"missing DeviceClass {MIG_CLASS}",)),
     "slice missing": (
         _no_slice,
-        "ResourceSlice of gpu.nvidia.com",
-        ("no ResourceSlice of gpu.nvidia.com", fake_kube.NODE),
+        f"ResourceSlice of {facts.DRIVER_NAME}",
+        (f"no ResourceSlice of {facts.DRIVER_NAME}", fake_kube.NODE),
     ),
-    "wrong count": (_wrong_count, "ResourceSlice of gpu.nvidia.com", ("1 device(s) (gpu-0), expected 2",)),
+    "wrong count": (
+        _wrong_count,
+        f"ResourceSlice of {facts.DRIVER_NAME}",
+        ("1 device(s) (gpu-0), expected 2",),
+    ),
     "nvidia.com/gpu capacity": (
         _device_plugin,
         "DRA nodes expose no",
@@ -261,7 +273,7 @@ def test_context_flag_selects_a_context(tmp_path: Path) -> None:
         ("bad-context", "--context nope: no such context in the kubeconfig (contexts: fake)"),
         (
             "unauthorized",
-            "answered 401 Unauthorized to daemonsets in nvidia-dra-driver-gpu (unauthorised): check the",
+            f"answered 401 Unauthorized to daemonsets in {facts.DRIVER_NAMESPACE} (unauthorised): check the",
         ),
         ("unreachable", "cannot reach the API server at http://127.0.0.1:"),
         ("not-a-kubeconfig", "--kubeconfig: kubeconfig {path} is not valid YAML at line 2, column 1: "),
@@ -346,7 +358,7 @@ def test_node_selector_flag_chooses_the_gpu_nodes(tmp_path: Path) -> None:
     cluster.nodes[0]["metadata"]["labels"] = {"pool": "gpu"}  # e.g. a cluster outside VKE
     code, out, _ = run_cli(tmp_path, cluster)
     assert code == 1
-    assert "on DRA nodes: no node labelled vke.node.gpu.schedule=nvidia-dra" in out
+    assert f"on DRA nodes: no node labelled {DRA_LABEL}" in out
     code, out, _ = run_cli(tmp_path, cluster, "--node-selector", "pool=gpu")
     assert code == 0, out
     assert "/api/v1/nodes" in cluster.requests
@@ -461,7 +473,7 @@ def test_node_selection_is_read_from_the_kubelet_plugin_daemonset(tmp_path: Path
     assert code == 1 and doc["nodeSelector"] == "pool=gpu-a"
     (driver,) = [s for s in doc["steps"] if s["id"] == "driver-pods"]
     assert driver["found"] == "no node labelled pool=gpu-a"
-    assert "no node matches pool=gpu-a" in driver["hint"] and "vke.node.gpu.schedule" not in driver["hint"]
+    assert "no node matches pool=gpu-a" in driver["hint"] and facts.LABEL_GPU_SCHEDULE not in driver["hint"]
     # An explicit flag still wins over what the DaemonSet selects.
     code, out, _ = run_cli(
         tmp_path, cluster, "--output", "json", "--node-selector", procedure.DRA_NODE_SELECTOR

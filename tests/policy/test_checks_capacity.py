@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 from vke_dra_policies import context
 from vke_dra_policies.checks import capacity
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 
 from .stacks import Stack, program_stack
@@ -55,7 +56,7 @@ def test_the_cluster_version_selects_the_admission_rules(dev):
 
     def distinct(s: Stack) -> None:
         devices = s.one(TEMPLATE).props["spec"]["spec"]["devices"]
-        devices["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
+        devices["constraints"] = [{"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}]
 
     stack = dev.mutated(distinct)
     (violation,) = capacity.claims_fit(stack, {})

@@ -42,12 +42,12 @@ def deployment(claims_: Any, container_claims: Any, ns: str | None = None) -> r.
 def test_templates_name_known_classes() -> None:
     good = template(
         [
-            exactly("gpu.nvidia.com"),
+            exactly(facts.DEVICE_CLASS_GPU.name),
             {
                 "name": "any",
                 "firstAvailable": [
-                    {"name": "mig", "deviceClassName": "mig.nvidia.com"},
-                    {"name": "full", "deviceClassName": "gpu.nvidia.com"},
+                    {"name": "mig", "deviceClassName": facts.DEVICE_CLASS_MIG.name},
+                    {"name": "full", "deviceClassName": facts.DEVICE_CLASS_GPU.name},
                 ],
             },
         ]
@@ -90,7 +90,7 @@ def test_resource_claims_are_checked_like_templates() -> None:
 
 def test_pod_claims_resolve() -> None:
     ok = deployment([{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}], [{"name": "gpu"}])
-    assert claims.pod_claims([template([exactly("gpu.nvidia.com")]), ok]) == []
+    assert claims.pod_claims([template([exactly(facts.DEVICE_CLASS_GPU.name)]), ok]) == []
 
 
 def test_container_claim_without_pod_claim() -> None:

@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import pytest
 from vke_dra_policies.checks import cluster
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
+from vke_gpu_dra_core.versions import format_version
 
 from .helpers import res
+
+MIN_K8S = format_version(facts.MIN_KUBERNETES_VERSION)
 
 
 def _cluster(**props: object) -> r.Res:
@@ -20,9 +24,9 @@ def test_supported_versions_pass(version: str) -> None:
 @pytest.mark.parametrize(
     ("version", "found"),
     [
-        ("1.33", '"1.33" is older than 1.34'),
-        ("1.4", '"1.4" is older than 1.34'),
-        ("v1.30.5-vke.12", "older than 1.34"),
+        ("1.33", f'"1.33" is older than {MIN_K8S}'),
+        ("1.4", f'"1.4" is older than {MIN_K8S}'),
+        ("v1.30.5-vke.12", f"older than {MIN_K8S}"),
         ("latest", "is not a MAJOR.MINOR version"),
         (None, "is not set"),
         ("", "is not set"),

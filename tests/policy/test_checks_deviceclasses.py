@@ -49,7 +49,7 @@ def test_shipped_classes_select_their_own_device_kind_only() -> None:
         # typed like the apiserver's DRADevice: driver is a string, no other top-level fields
         ("device.driver == 1", "found no matching overload for '_==_' applied to '(string, int)'"),
         ("device.nosuch == 'x'", "undefined field 'nosuch'"),
-        ("device.attributes['gpu.nvidia.com'].productName == 1", None),  # attributes are dyn
+        (f"device.attributes['{facts.DRIVER_NAME}'].productName == 1", None),  # attributes are dyn
         ("", "empty expression"),
     ],
 )
@@ -115,7 +115,7 @@ def test_missing_classes_in_a_dra_stack() -> None:
 
 
 def test_nvidia_chart_provides_the_classes() -> None:
-    chart = res(pt.HELM_RELEASE, "rel", {"chart": "nvidia-dra-driver-gpu", "values": {}})
+    chart = res(pt.HELM_RELEASE, "rel", {"chart": facts.NVIDIA_CHART, "values": {}})
     assert deviceclasses.device_classes([chart, pool()]) == []
     assert deviceclasses.class_names([chart]) == {dc.name for dc in facts.DEVICE_CLASSES}
 

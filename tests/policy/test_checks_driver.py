@@ -19,7 +19,11 @@ AFFINITY = {
             "nodeSelectorTerms": [
                 {
                     "matchExpressions": [
-                        {"key": facts.LABEL_GPU_SCHEDULE, "operator": "In", "values": ["nvidia-dra"]}
+                        {
+                            "key": facts.LABEL_GPU_SCHEDULE,
+                            "operator": "In",
+                            "values": [facts.LABEL_GPU_SCHEDULE_DRA],
+                        }
                     ]
                 }
             ]
@@ -54,25 +58,25 @@ def messages(rel: r.Res, kind: driver.DriverKind = "nvidia", **kw: Any) -> list[
 
 
 def test_driver_kind_from_the_chart_reference() -> None:
-    assert driver.driver_kind(release("nvidia-dra-driver-gpu", {})) == "nvidia"
-    assert driver.driver_kind(release("oci://ghcr.io/nvidia/nvidia-dra-driver-gpu", {})) == "nvidia"
+    assert driver.driver_kind(release(facts.NVIDIA_CHART, {})) == "nvidia"
+    assert driver.driver_kind(release(f"oci://ghcr.io/nvidia/{facts.NVIDIA_CHART}", {})) == "nvidia"
     assert driver.driver_kind(release("./driver/chart", {})) == "python"
     assert driver.driver_kind(release("ingress-nginx", {})) is None
     assert driver.driver_kind(res(pt.NAMESPACE, "ns", {"chart": "./driver/chart"})) is None
 
 
 def test_procedure_values_pass_with_the_null_in_a_values_file() -> None:
-    assert messages(release("nvidia-dra-driver-gpu", nvidia_values(), [NULL_CONTROLLER])) == []
+    assert messages(release(facts.NVIDIA_CHART, nvidia_values(), [NULL_CONTROLLER])) == []
 
 
 def test_a_string_asset_object_is_read_like_its_wire_form() -> None:
     asset = pulumi.StringAsset(NULL_CONTROLLER["text"])
-    assert messages(release("nvidia-dra-driver-gpu", nvidia_values(), [asset])) == []
+    assert messages(release(facts.NVIDIA_CHART, nvidia_values(), [asset])) == []
 
 
 def test_values_override_values_files() -> None:
     rel = release(
-        "nvidia-dra-driver-gpu",
+        facts.NVIDIA_CHART,
         nvidia_values(controller={"affinity": {"podAffinity": {}}}),
         [NULL_CONTROLLER],
     )
@@ -82,7 +86,7 @@ def test_values_override_values_files() -> None:
 
 def test_each_missing_procedure_value_is_its_own_violation() -> None:
     values = nvidia_values(gpuResourcesEnabledOverride="false", resources={})
-    found = messages(release("nvidia-dra-driver-gpu", values))
+    found = messages(release(facts.NVIDIA_CHART, values))
     assert len(found) == 3
     assert "gpuResourcesEnabledOverride is 'false'" in found[0]
     assert "computeDomains.enabled is None" in found[1]
@@ -96,13 +100,21 @@ def test_kubelet_plugin_placement() -> None:
     assert messages(anywhere, "python", dra_nodes=False) == []
     by_selector = release(
         "./driver/chart",
-        {"kubeletPlugin": {"affinity": None, "nodeSelector": {facts.LABEL_GPU_SCHEDULE: "nvidia-dra"}}},
+        {
+            "kubeletPlugin": {
+                "affinity": None,
+                "nodeSelector": {facts.LABEL_GPU_SCHEDULE: facts.LABEL_GPU_SCHEDULE_DRA},
+            }
+        },
     )
     assert messages(by_selector, "python") == []
     # The program's affinity with one more label value: the plugin could land on non-DRA GPU nodes.
     wider = dra_node_affinity()
     terms = wider["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    terms[0]["matchExpressions"][0]["values"] = [facts.LABEL_GPU_SCHEDULE_DRA, "nvidia"]
+    terms[0]["matchExpressions"][0]["values"] = [
+        facts.LABEL_GPU_SCHEDULE_DRA,
+        facts.LABEL_GPU_SCHEDULE_CONFLICTING[0],
+    ]
     assert len(messages(release("./driver/chart", {"kubeletPlugin": {"affinity": wider}}), "python")) == 1
 
 
@@ -111,7 +123,7 @@ def test_the_project_charts_defaults_count_nvidias_do_not() -> None:
     assert driver.project_chart_defaults()["kubeletPlugin"]["affinity"]
     assert messages(release("./driver/chart", {}), "python") == []
     nvidia = release(
-        "nvidia-dra-driver-gpu",
+        facts.NVIDIA_CHART,
         {k: v for k, v in nvidia_values().items() if k != "kubeletPlugin"},
         [NULL_CONTROLLER],
     )
@@ -120,7 +132,7 @@ def test_the_project_charts_defaults_count_nvidias_do_not() -> None:
 
 
 def test_which_release_renders_the_device_classes() -> None:
-    assert driver.chart_creates_device_classes(release("nvidia-dra-driver-gpu", {}), "nvidia") is True
+    assert driver.chart_creates_device_classes(release(facts.NVIDIA_CHART, {}), "nvidia") is True
     assert (
         driver.chart_creates_device_classes(release("./driver/chart", {}), "python") is True
     )  # chart default
@@ -131,11 +143,11 @@ def test_which_release_renders_the_device_classes() -> None:
 
 
 def test_unknown_values_during_preview_are_not_judged() -> None:
-    assert messages(release("nvidia-dra-driver-gpu", r.UNKNOWN)) == []
+    assert messages(release(facts.NVIDIA_CHART, r.UNKNOWN)) == []
     assert (
         messages(
             release(
-                "nvidia-dra-driver-gpu",
+                facts.NVIDIA_CHART,
                 nvidia_values(gpuResourcesEnabledOverride=r.UNKNOWN),
                 [NULL_CONTROLLER],
             )

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from vke_dra_policies.checks import image
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 
@@ -63,5 +64,5 @@ def test_unknown_values_and_other_charts_are_not_judged() -> None:
     assert image.pinned_by_digest(unknown) == [] and image.registry_reachable(unknown) == []
     unknown_digest = [release({"image": {"repository": REPO, "digest": r.UNKNOWN}})]
     assert image.pinned_by_digest(unknown_digest) == []
-    nvidia = [CLUSTER, release({}, chart="nvidia-dra-driver-gpu")]
+    nvidia = [CLUSTER, release({}, chart=facts.NVIDIA_CHART)]
     assert image.pinned_by_digest(nvidia) == [] and image.registry_reachable(nvidia) == []

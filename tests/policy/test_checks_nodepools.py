@@ -5,10 +5,12 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.catalog import gpu_types
+from vke_gpu_dra_core.versions import format_version
 
 from .helpers import DRA_LABELS, pool, res, runtime
 
 CATALOG = gpu_types()
+MIN_CONTAINERD = format_version(facts.MIN_CONTAINERD_VERSION)
 
 
 def test_gpu_pool_without_any_label_misses_both() -> None:
@@ -26,16 +28,16 @@ def test_gpu_pool_without_kubernetes_config_is_a_gpu_pool_missing_labels() -> No
 
 def test_wrong_present_value_is_reported_with_the_value_found() -> None:
     labels = [
-        {"key": facts.LABEL_GPU_SCHEDULE, "value": "nvidia-dra"},
+        {"key": facts.LABEL_GPU_SCHEDULE, "value": facts.LABEL_GPU_SCHEDULE_DRA},
         {"key": facts.LABEL_GPU_PRESENT, "value": "false"},
     ]
     (v,) = nodepools.labels(pool(labels=labels), CATALOG)
-    assert 'nvidia.com/gpu.present is "false"' in v.message
+    assert f'{facts.LABEL_GPU_PRESENT} is "false"' in v.message
 
 
 def test_cpu_pool_and_device_plugin_pool_need_no_dra_labels() -> None:
     assert nodepools.labels(pool(types=("ecs.g3i.2xlarge",), labels=[]), CATALOG) == []
-    plugin = [{"key": facts.LABEL_GPU_SCHEDULE, "value": "nvidia"}]
+    plugin = [{"key": facts.LABEL_GPU_SCHEDULE, "value": facts.LABEL_GPU_SCHEDULE_CONFLICTING[0]}]
     assert nodepools.labels(pool(labels=plugin), CATALOG) == []
 
 
@@ -43,7 +45,7 @@ def test_unknown_labels_or_types_are_not_judged() -> None:
     assert nodepools.labels(pool(labels=r.UNKNOWN), CATALOG) == []
     assert nodepools.labels(pool(types=r.UNKNOWN, labels=[]), CATALOG) == []
     partly = [
-        {"key": facts.LABEL_GPU_SCHEDULE, "value": "nvidia-dra"},
+        {"key": facts.LABEL_GPU_SCHEDULE, "value": facts.LABEL_GPU_SCHEDULE_DRA},
         {"key": facts.LABEL_GPU_PRESENT, "value": r.UNKNOWN},
     ]
     assert nodepools.labels(pool(labels=partly), CATALOG) == []
@@ -99,7 +101,7 @@ def test_runtime_versions() -> None:
     assert nodepools.runtime_version(runtime("2.1")) == []
     assert nodepools.runtime_version(runtime("containerd://2.1.3")) == []
     assert nodepools.runtime_version(runtime(r.UNKNOWN)) == []
-    assert '"2.0" is older than 2.1' in nodepools.runtime_version(runtime("2.0"))[0].message
+    assert f'"2.0" is older than {MIN_CONTAINERD}' in nodepools.runtime_version(runtime("2.0"))[0].message
     assert "not MAJOR.MINOR" in nodepools.runtime_version(runtime("stable"))[0].message
     assert "no containerd version" in nodepools.runtime_version(runtime(None))[0].message
     docker = res(
@@ -125,7 +127,7 @@ def test_pool_and_runtime_are_related_by_dependency_or_pool_id() -> None:
 
 def test_single_pool_without_runtime_is_reported() -> None:
     (v,) = nodepools.runtimes([pool()], CATALOG)
-    assert 'type "containerd" and version "2.1" or later' in v.message
+    assert f'type "containerd" and version "{MIN_CONTAINERD}" or later' in v.message
 
 
 def test_device_plugin_pool_needs_no_runtime_pin() -> None:

@@ -46,7 +46,7 @@ def test_sharing_without_its_gate_is_refused() -> None:
 
 def test_sharing_with_its_gate_passes_on_either_chart() -> None:
     assert messages(release({"TimeSlicingSettings": True}), template("TimeSlicing")) == []
-    assert messages(release({"MPSSupport": True}, chart="nvidia-dra-driver-gpu"), template("MPS")) == []
+    assert messages(release({"MPSSupport": True}, chart=facts.NVIDIA_CHART), template("MPS")) == []
 
 
 def test_claims_and_device_classes_are_checked_too() -> None:

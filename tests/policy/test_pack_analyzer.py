@@ -11,6 +11,7 @@ from pulumi.runtime.proto import analyzer_pb2
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import policy_names as names
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core.versions import format_version
 
 from .analyzer_client import Diagnostic, PackProcess
 from .stacks import KUBECONFIG_TEXT, PROJECT, SimRes, Stack, after_up, example_stacks, program_stack, secret
@@ -152,7 +153,7 @@ def gpu_class_selects_everything(s: Stack) -> None:
 
 def mig_class_does_not_compile(s: Stack) -> None:
     spec = s.one(DEVICE_CLASS, facts.DEVICE_CLASS_MIG.name).props["spec"]
-    spec["selectors"][0]["cel"]["expression"] = "device.attributes['gpu.nvidia.com'].type =="
+    spec["selectors"][0]["cel"]["expression"] = f"device.attributes['{facts.DRIVER_NAME}'].type =="
 
 
 PROD_IMAGE = "vke-gpu-dra-prod-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin"
@@ -196,7 +197,7 @@ BROKEN = [
         "dev",
         "python",
         names.KUBERNETES_VERSION,
-        ("vke-cluster", '"1.33"', "1.34"),
+        ("vke-cluster", '"1.33"', format_version(facts.MIN_KUBERNETES_VERSION)),
         mutate=k8s_133,
     ),
     Case(
@@ -204,7 +205,7 @@ BROKEN = [
         "dev",
         "python",
         names.NODE_POOL_RUNTIME,
-        ("gpu-runtime", '"2.0"', "2.1"),
+        ("gpu-runtime", '"2.0"', format_version(facts.MIN_CONTAINERD_VERSION)),
         mutate=containerd_20,
     ),
     Case(
@@ -212,7 +213,7 @@ BROKEN = [
         "dev",
         "python",
         names.NODE_POOL_LABELS,
-        ("gpu-pool", "nvidia.com/gpu.present is missing", 'value: "true"'),
+        ("gpu-pool", f"{facts.LABEL_GPU_PRESENT} is missing", f'value: "{facts.LABEL_GPU_PRESENT_VALUE}"'),
         mutate=label_missing,
     ),
     Case(
@@ -220,7 +221,7 @@ BROKEN = [
         "dev",
         "python",
         names.NO_DEVICE_PLUGIN,
-        ("gpu-pool", 'vke.node.gpu.schedule="nvidia"', '"nvidia-dra"'),
+        ("gpu-pool", f'{facts.LABEL_GPU_SCHEDULE}="nvidia"', f'"{facts.LABEL_GPU_SCHEDULE_DRA}"'),
         mutate=_set_schedule_label("nvidia"),
     ),
     Case(
@@ -228,7 +229,7 @@ BROKEN = [
         "prod",
         "nvidia",
         names.NO_DEVICE_PLUGIN,
-        ("mGPU", '"nvidia-dra"'),
+        ("mGPU", f'"{facts.LABEL_GPU_SCHEDULE_DRA}"'),
         mutate=_set_schedule_label("mgpu"),
     ),
     Case(
@@ -252,7 +253,7 @@ BROKEN = [
         "dev",
         "python",
         names.CLAIM_REFERENCES,
-        ("sample-claim-template", "'gpu.example.com'", "gpu.nvidia.com"),
+        ("sample-claim-template", "'gpu.example.com'", facts.DEVICE_CLASS_GPU.name),
         mutate=unknown_class,
     ),
     Case(
@@ -294,7 +295,7 @@ BROKEN = [
         "dev",
         "python",
         names.DRIVER_VALUES,
-        ("dra-driver-release", "kubeletPlugin", "nvidia-dra"),
+        ("dra-driver-release", "kubeletPlugin", facts.LABEL_GPU_SCHEDULE_DRA),
         overrides={"driver.kubeletPluginOnAllNodes": "true"},
     ),
     Case(
@@ -318,7 +319,7 @@ BROKEN = [
         "dev",
         "python",
         names.DEVICE_CLASSES,
-        ("gpu.nvidia.com", "also select a MIG device", "device.attributes"),
+        (facts.DEVICE_CLASS_GPU.name, "also select a MIG device", "device.attributes"),
         mutate=gpu_class_selects_everything,
     ),
     Case(
@@ -350,7 +351,7 @@ BROKEN = [
         "prod",
         "python",
         names.DEVICE_CLASSES,
-        ("mig.nvidia.com", "does not compile", "Syntax error"),
+        (facts.DEVICE_CLASS_MIG.name, "does not compile", "Syntax error"),
         mutate=mig_class_does_not_compile,
     ),
 ]

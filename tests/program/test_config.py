@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 import yaml
-from vke_gpu_dra_core import config
+from vke_gpu_dra_core import config, facts
 from vke_gpu_dra_core.config import ConfigError, RawConfig
+from vke_gpu_dra_core.versions import format_version
 
 from components import config as program_config
 from tests.program import harness
@@ -108,7 +109,7 @@ def test_errors_are_collected_into_one_exception() -> None:
 def test_rejects_kubernetes_versions_other_than_1_34_or_later(version: str) -> None:
     issue = only_issue({"cluster.kubernetesVersion": version}, "cluster.kubernetesVersion")
     assert issue.value == repr(version)
-    assert "1.34 or later" in issue.allowed
+    assert f"{format_version(facts.MIN_KUBERNETES_VERSION)} or later" in issue.allowed
 
 
 @pytest.mark.parametrize("version", ["1.34", "1.35", "2.0"])
@@ -119,7 +120,7 @@ def test_accepts_kubernetes_1_34_and_later(version: str) -> None:
 @pytest.mark.parametrize("version", ["2.0", "1.7.27", "1.6", "containerd-2.1", ""])
 def test_rejects_containerd_below_2_1(version: str) -> None:
     issue = only_issue({"nodePool.containerdVersion": version}, "nodePool.containerdVersion")
-    assert "2.1 or later" in issue.allowed
+    assert f"{format_version(facts.MIN_CONTAINERD_VERSION)} or later" in issue.allowed
 
 
 def test_accepts_containerd_2_1_patch_and_later() -> None:
@@ -172,12 +173,12 @@ def test_rejects_unknown_implementation() -> None:
 def test_rejects_schedule_label_other_than_nvidia_dra() -> None:
     issue = only_issue({"nodePool.labels": ["vke.node.gpu.schedule=nvidia"]}, "nodePool.labels")
     assert issue.value == "'vke.node.gpu.schedule=nvidia'"
-    assert "vke.node.gpu.schedule=nvidia-dra" in issue.allowed
+    assert f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}" in issue.allowed
 
 
 def test_rejects_gpu_present_label_other_than_true() -> None:
     issue = only_issue({"nodePool.labels": ["nvidia.com/gpu.present=false"]}, "nodePool.labels")
-    assert "nvidia.com/gpu.present=true" in issue.allowed
+    assert f"{facts.LABEL_GPU_PRESENT}={facts.LABEL_GPU_PRESENT_VALUE}" in issue.allowed
 
 
 def test_rejects_malformed_label_and_taint() -> None:
@@ -199,11 +200,7 @@ def test_user_labels_and_taints_are_parsed_and_dra_labels_always_present() -> No
         )
     )
     labels = [(lb.key, lb.value) for lb in cfg.node_pool.all_labels]
-    assert labels == [
-        ("vke.node.gpu.schedule", "nvidia-dra"),
-        ("nvidia.com/gpu.present", "true"),
-        ("team", "ml"),
-    ]
+    assert labels == [*facts.REQUIRED_NODE_LABELS.items(), ("team", "ml")]
     assert cfg.node_pool.taints == (
         config.Taint("gpu", "true", "NoSchedule"),
         config.Taint("dedicated", "", "NoExecute"),

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core.versions import format_version
 
 from components import driver as driver_mod
 from components import manifests
@@ -127,7 +128,7 @@ def k8s_provider_urn(run: harness.ProgramRun) -> str:
 def test_every_kubernetes_resource_uses_the_explicit_provider(runs: dict, stack: str) -> None:
     run = runs[stack]
     provider = k8s_provider_urn(run)
-    k8s_resources = run.with_prefix("kubernetes:")
+    k8s_resources = run.with_prefix(pt.KUBERNETES_PREFIX)
     assert len(k8s_resources) >= 5
     for r in k8s_resources:
         assert r.provider_urn == provider, (r.type, r.name, r.provider)
@@ -272,10 +273,10 @@ def test_runtime_pin_and_scaling(runs: dict) -> None:
     assert "__provider" in runtime.secret_inputs
     gate = run.one(GATE)
     assert gate.inputs["expected_nodes"] == 2
-    assert (
-        gate.inputs["label_selector"] == "vke.node.gpu.schedule=nvidia-dra,vke-gpu-dra/node-pool=gpu-dra-prod"
+    assert gate.inputs["label_selector"] == (
+        f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA},{POOL_LABEL_KEY}=gpu-dra-prod"
     )
-    assert gate.inputs["min_containerd"] == "2.1"
+    assert gate.inputs["min_containerd"] == format_version(facts.MIN_CONTAINERD_VERSION)
     assert "kubeconfig" in gate.secret_inputs
     assert run.depends_on(gate, runtime)
 
@@ -364,7 +365,7 @@ def test_python_driver_uses_local_chart_and_program_device_classes(runs: dict) -
     run = runs["dev"]
     release = run.one(RELEASE)
     assert release.inputs["chart"] == "./driver/chart"
-    assert release.inputs["name"] == "nvidia-dra-driver-gpu"
+    assert release.inputs["name"] == facts.NVIDIA_CHART
     assert release.inputs["namespace"] == facts.DRIVER_NAMESPACE
     values = effective_values(release)
     assert values["deviceClasses"] == {"enabled": False}
@@ -377,7 +378,7 @@ def test_python_driver_uses_local_chart_and_program_device_classes(runs: dict) -
         spec.name: {"selectors": [{"cel": {"expression": spec.cel_expression}}]}
         for spec in facts.DEVICE_CLASSES
     }
-    assert run.exports["deviceClassNames"] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert run.exports["deviceClassNames"] == [spec.name for spec in facts.DEVICE_CLASSES]
 
 
 def test_nvidia_driver_values_equal_the_procedure() -> None:
@@ -394,9 +395,9 @@ def test_nvidia_driver_values_equal_the_procedure() -> None:
     assert release.inputs["repositoryOpts"] == {"repo": flags["repo"]}
     assert release.inputs["name"] == flags["release"]
     assert release.inputs["namespace"] == flags["namespace"] == facts.DRIVER_NAMESPACE
-    # NVIDIA's chart renders gpu.nvidia.com and mig.nvidia.com itself
+    # NVIDIA's chart renders the DeviceClasses itself
     assert run.by_type(DEVICE_CLASS) == []
-    assert run.exports["deviceClassNames"] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert run.exports["deviceClassNames"] == [spec.name for spec in facts.DEVICE_CLASSES]
     assert run.depends_on(run.one(DEPLOYMENT), release)
 
 
@@ -448,7 +449,11 @@ def test_sample_matches_the_procedure(runs: dict) -> None:
     assert rct["spec"]["spec"]["devices"]["requests"] == [
         {
             "name": "gpu",
-            "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1},
+            "exactly": {
+                "deviceClassName": facts.DEVICE_CLASS_GPU.name,
+                "allocationMode": "ExactCount",
+                "count": 1,
+            },
         }
     ]
     dep = harness.api_json(run.one(DEPLOYMENT), "apps/v1", "Deployment")

@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.versions import format_version
 
-from components.node_pool import node_selector
+from components.node_pool import POOL_LABEL_KEY, node_selector
 from components.readiness import NodeReadinessError, NodeReadinessProvider, runtime_ok
 from tests.program import fake_http
 
 SELECTOR = node_selector("gpu-dra-dev")
+MIN_CONTAINERD = format_version(facts.MIN_CONTAINERD_VERSION)
 
 
 def node(
@@ -21,7 +24,7 @@ def node(
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"vke.node.gpu.schedule": "nvidia-dra"}},
+        "metadata": {"name": name, "labels": {facts.LABEL_GPU_SCHEDULE: facts.LABEL_GPU_SCHEDULE_DRA}},
         "status": {
             "conditions": [{"type": "Ready", "status": ready, "reason": reason}],
             "nodeInfo": {
@@ -75,7 +78,7 @@ def props(url: str, expected: int = 1, timeout: float = 0.4) -> dict[str, Any]:
         "node_pool_id": "np-1",
         "label_selector": SELECTOR,
         "expected_nodes": expected,
-        "min_containerd": "2.1",
+        "min_containerd": MIN_CONTAINERD,
         "timeout_seconds": timeout,
         "poll_seconds": 0.05,
     }
@@ -106,20 +109,24 @@ def test_ready_nodes_with_containerd_2_1_pass() -> None:
 
 
 def test_selector_uses_dra_label_and_pool_label() -> None:
-    assert SELECTOR == "vke.node.gpu.schedule=nvidia-dra,vke-gpu-dra/node-pool=gpu-dra-dev"
+    dra_label = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
+    assert node_selector("gpu-dra-dev") == SELECTOR == f"{dra_label},{POOL_LABEL_KEY}=gpu-dra-dev"
 
 
 def test_old_runtime_fails_at_once_naming_node_and_version() -> None:
     api = FakeApiServer([node("192.168.2.8", runtime="containerd://1.7.27"), node("192.168.2.9")])
     message, elapsed = create_error(api, expected=2, timeout=30)
-    assert "node 192.168.2.8: container runtime containerd://1.7.27 is below containerd://2.1" in message
+    assert (
+        f"node 192.168.2.8: container runtime containerd://1.7.27 is below containerd://{MIN_CONTAINERD}"
+        in message
+    )
     assert "192.168.2.9" not in message
     assert elapsed < 5  # no waiting: an old runtime does not fix itself
 
 
 def test_other_runtime_is_reported() -> None:
     message, _ = create_error(FakeApiServer([node("n1", runtime="docker://24.0.7")]))
-    assert "node n1: container runtime docker://24.0.7 is below containerd://2.1" in message
+    assert f"node n1: container runtime docker://24.0.7 is below containerd://{MIN_CONTAINERD}" in message
 
 
 def test_not_ready_node_times_out_with_its_condition() -> None:

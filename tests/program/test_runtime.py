@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from pulumi.dynamic.dynamic import serialize_provider
+from vke_gpu_dra_core import facts
 
 from components.readiness import NodeReadinessProvider
 from components.runtime import UNKNOWN, NodePoolRuntimeError, NodePoolRuntimeProvider
@@ -39,10 +40,7 @@ def live_pool(
         "KubernetesConfig": {
             "Runtime": {"Type": runtime_type, "Version": version},
             "Cordon": False,
-            "Labels": [
-                {"Key": "vke.node.gpu.schedule", "Value": "nvidia-dra"},
-                {"Key": "nvidia.com/gpu.present", "Value": "true"},
-            ],
+            "Labels": [{"Key": key, "Value": value} for key, value in facts.REQUIRED_NODE_LABELS.items()],
             "Taints": [{"Key": "gpu", "Value": "true", "Effect": "NoSchedule"}],
         },
         "AutoScaling": {
