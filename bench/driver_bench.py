@@ -39,6 +39,8 @@ from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as dra_pb2
 from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2_grpc as dra_grpc
 from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from vke_gpu_dra.kubelet.registration import registration_socket_name
+from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_apiserver import TOKEN, FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_args, wait_until
@@ -113,7 +115,7 @@ class TrivialDRA(dra_grpc.DRAPluginServicer):
         for c in request.claims:
             response.claims[c.uid].devices.add(
                 request_names=["gpu"], pool_name=NODE, device_name="gpu-0",
-                cdi_device_ids=[f"k8s.gpu.nvidia.com/claim={c.uid}-gpu-0"],
+                cdi_device_ids=[f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}={c.uid}-gpu-0"],
             )  # fmt: skip
         return response
 
@@ -205,7 +207,7 @@ def count_fsyncs(root: Path, gpus: int) -> tuple[int, int]:
 
     devices = SimulatedSource(gpus, "NVIDIA A30", NODE).discover().devices
     state = DeviceState(
-        driver_name="gpu.nvidia.com", pool_name=NODE, devices=devices,
+        driver_name=facts.DRIVER_NAME, pool_name=NODE, devices=devices,
         cdi_root=root / "count-cdi", plugin_data_dir=root / "count-data",
     )  # fmt: skip
     uid = claim_uid(9, 2)
@@ -293,8 +295,8 @@ def launch_plugin(root: Path, gpus: int) -> PluginRun:
         started = time.monotonic()
         proc = subprocess.Popen([str(CONSOLE_SCRIPT), *plugin_args(root, gpus=gpus)], stdout=log, stderr=log)
     return PluginRun(
-        proc, started, root / "registry" / "gpu.nvidia.com-reg.sock",
-        root / "plugins" / "gpu.nvidia.com", log_path,
+        proc, started, root / "registry" / registration_socket_name(facts.DRIVER_NAME),
+        root / "plugins" / facts.DRIVER_NAME, log_path,
     )  # fmt: skip
 
 

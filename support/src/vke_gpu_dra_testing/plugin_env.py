@@ -45,7 +45,9 @@ def claim(name: str, uid: str, *devices: str, request: str = "gpu", namespace: s
         "kind": "ResourceClaim",
         "metadata": {"namespace": namespace, "name": name, "uid": uid},
         "spec": {
-            "devices": {"requests": [{"name": request, "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+            "devices": {
+                "requests": [{"name": request, "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name}}]
+            }
         },
         "status": {
             "allocation": {
