@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 POLICY_DIR = ROOT / "policy"
 PACK_PYTHON = POLICY_DIR / "venv" / "bin" / "python"
 #: Top-level modules of the driver and of its runtime dependencies.
-DRIVER_MODULES = ("vke_gpu_dra", "pynvml", "prometheus_client", "grpc_health")
+DRIVER_MODULES = ("vke_gpu_dra", "pynvml", "prometheus_client", "grpc_health", "kubernetes")
 
 _PROBE = """
 import importlib.util, json, sys
@@ -53,3 +53,30 @@ def test_the_programs_requirements_name_core_not_the_driver() -> None:
     pack = [line.strip() for line in (POLICY_DIR / "requirements.txt").read_text().splitlines()]
     assert "-e ../core" in pack
     assert [line for line in pack if "driver" in line] == []
+
+
+def test_the_pack_environment_plans_and_names_the_extra_verify_needs() -> None:
+    # The operator tools come without the Kubernetes client there: `plan` runs, `verify` says what to install.
+    assert PACK_PYTHON.is_file(), f"{PACK_PYTHON} is missing: run scripts/setup"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PACK_PYTHON), "-m", "vke_gpu_dra_ops", *args],
+            cwd=ROOT,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    plan = cli("plan", "--stack-config", "Pulumi.dev.yaml")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.rstrip().endswith("Result: everything fits")
+    verify = cli("verify")
+    assert verify.returncode == 2
+    assert verify.stderr.startswith(
+        "vke-gpu-dra verify: error: the Kubernetes client is not installed (no module "
+    )
+    assert verify.stderr.rstrip().endswith("pip install 'vke-gpu-dra-ops[cluster]'")
+    assert "Traceback" not in verify.stderr

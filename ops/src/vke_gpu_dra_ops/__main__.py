@@ -15,8 +15,6 @@ import warnings
 from collections.abc import Sequence
 from importlib import metadata
 
-from urllib3.exceptions import InsecureRequestWarning
-
 #: Subcommand modules, each exposing `register(subparsers)`.
 SUBCOMMANDS: tuple[str, ...] = ("verify", "demo", "plan")
 DISTRIBUTION = "vke-gpu-dra-ops"
@@ -69,6 +67,10 @@ def quiet_libraries() -> None:
     if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
         root.addHandler(logging.NullHandler())
     logging.getLogger("urllib3").setLevel(logging.CRITICAL)
+    try:
+        from urllib3.exceptions import InsecureRequestWarning  # noqa: PLC0415
+    except ModuleNotFoundError:  # urllib3 comes with the Kubernetes client (the `cluster` extra)
+        return
     warnings.simplefilter("ignore", InsecureRequestWarning)
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from vke_gpu_dra_core import facts
 
-from vke_gpu_dra_ops import kube, procedure
+from vke_gpu_dra_ops import procedure
 from vke_gpu_dra_ops.output import OUTPUT_FORMATS, render
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -201,8 +201,16 @@ def result_document(results: Sequence[procedure.StepResult], context: dict[str, 
     }
 
 
+def missing_cluster_client(exc: ModuleNotFoundError) -> str:
+    """What to install when the Kubernetes client is not there (`pip install` without the extra)."""
+    return (
+        f"the Kubernetes client is not installed (no module {exc.name}): "
+        "pip install 'vke-gpu-dra-ops[cluster]'"
+    )
+
+
 def run_verify(
-    kubeconfig: str,
+    kubeconfig: str | None,
     context: str | None,
     settings: procedure.Settings,
     *,
@@ -213,13 +221,19 @@ def run_verify(
     stderr: TextIO | None = None,
     clock: Clock | None = None,
 ) -> int:
-    """Connect, check, print; the exit code."""
+    """Connect, check, print; the exit code. `kubeconfig` None: what kubectl reads."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     meta = {
         "context": context,
         "namespace": settings.namespace,
         "workloadNamespace": settings.workload_namespace,
     }
+    try:
+        from vke_gpu_dra_ops import kube  # noqa: PLC0415 (the Kubernetes client is the `cluster` extra)
+    except ModuleNotFoundError as exc:
+        stderr.write(f"vke-gpu-dra verify: error: {missing_cluster_client(exc)}\n")
+        return EXIT_USAGE
+    kubeconfig = kubeconfig or kube.default_kubeconfig()
     try:
         api = kube.connect(kubeconfig, context)
         with api:
@@ -241,7 +255,7 @@ def run_verify(
 
 def main(args: argparse.Namespace) -> int:
     return run_verify(
-        args.kubeconfig or kube.default_kubeconfig(),
+        args.kubeconfig,
         args.context,
         settings_from(args),
         timeout=args.timeout,
