@@ -41,9 +41,6 @@ class _SideDoors(ast.NodeVisitor):
         self.depths: dict[str, int] = {}
         self.path_aliases: set[str] = set()
 
-    def depth(self, node: ast.AST) -> int | None:
-        return self._depth(node)
-
     def _mark(self, node: ast.AST, before: int | None, after: int | None) -> int | None:
         if after is not None and after >= 2 and (before is None or before < 2):
             self.found.add(f"line {node.lineno}: {ast.unparse(node)}")  # type: ignore[attr-defined]
@@ -71,6 +68,12 @@ class _SideDoors(ast.NodeVisitor):
             part = node.right.value if isinstance(node.right, ast.Constant) else ""
             ups = str(part).split("/").count("..") if isinstance(part, str) else 0
             return self._mark(node, inner, inner + ups)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SAME_LEVEL_METHODS
+        ):
+            return self._depth(node.func.value)
         if isinstance(node, ast.Call) and node.args:
             func = node.func
             name = (
@@ -80,8 +83,6 @@ class _SideDoors(ast.NodeVisitor):
                 if isinstance(func, ast.Name)
                 else ""
             )
-            if isinstance(func, ast.Attribute) and name in _SAME_LEVEL_METHODS:
-                return self._depth(func.value)
             inner = self._depth(node.args[0])
             if inner is None:
                 return None
@@ -92,13 +93,6 @@ class _SideDoors(ast.NodeVisitor):
             if name == "join":
                 ups = sum(1 for a in node.args[1:] if isinstance(a, ast.Constant) and a.value == "..")
                 return self._mark(node, inner, inner + ups)
-            return None
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _SAME_LEVEL_METHODS
-        ):
-            return self._depth(node.func.value)
         return None
 
     def _is_sys_path(self, node: ast.AST) -> bool:
@@ -119,7 +113,7 @@ class _SideDoors(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._store(target, node.lineno)
-        value_depth = self.depth(node.value)
+        value_depth = self._depth(node.value)
         if value_depth is not None:
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -143,12 +137,12 @@ class _SideDoors(ast.NodeVisitor):
                 self.found.add(f"line {node.lineno}: {shown}.{func.attr}")
             if func.attr == "addsitedir":
                 self.found.add(f"line {node.lineno}: site.addsitedir")
-        self.depth(node)
+        self._depth(node)
         self.generic_visit(node)
 
     def generic_visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.Attribute | ast.Subscript | ast.BinOp):
-            self.depth(node)
+            self._depth(node)
         super().generic_visit(node)
 
 
