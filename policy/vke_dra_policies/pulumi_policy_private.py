@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any, Final
 
-from pulumi_policy import Policy
+from pulumi_policy import EnforcementLevel, Policy
 from pulumi_policy import proxy as _proxy
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
@@ -61,7 +61,13 @@ class AnalyzerServicer(_PolicyAnalyzerServicer):
     """pulumi_policy's Analyzer servicer, able to answer one request with policies of its own."""
 
     def __init__(
-        self, name: str, version: str, policies: list[Policy], default_level: Any, *, description: str
+        self,
+        name: str,
+        version: str,
+        policies: list[Policy],
+        default_level: EnforcementLevel,
+        *,
+        description: str,
     ) -> None:
         super().__init__(name, version, policies, default_level, description=description)
         if not isinstance(getattr(self, _POLICIES_ATTRIBUTE, None), list):
