@@ -25,10 +25,14 @@ DESCRIPTION: Final = (
 )
 
 
-def claims_fit(resources: Sequence[r.Res], _config: Mapping[str, Any]) -> list[Violation]:
-    rows = context.STACK.config_value("gpuInstanceTypes")
+def claims_fit(
+    resources: Sequence[r.Res], _config: Mapping[str, Any], stack: context.StackInfo | None = None
+) -> list[Violation]:
+    """The capacity check over `resources` with `stack`'s config (the environment's stack when none)."""
+    info = stack if stack is not None else context.STACK
+    rows = info.config_value("gpuInstanceTypes")
     # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
-    version = context.STACK.config_value("cluster.kubernetesVersion")
+    version = info.config_value("cluster.kubernetesVersion")
     return [
         Violation(v.message, v.urn or None) for v in check_stack(resources, rows, kubernetes_version=version)
     ]
