@@ -39,10 +39,12 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
-from .sharing import NvidiaSmi, SharingManager
+from .sharing import Mounter, NvidiaSmi, SharingManager
 from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .state import DeviceState, StateLockTimeout
+from .takeover import Takeover
+from .takeover import Tools as TakeoverTools
 from .userspace import DriverRoot
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,7 @@ class Plugin:
         self._metrics_server: Any = None
         self.health_port = 0
         self.metrics_port = 0
+        self._takeover = self._new_takeover()  # takeover: claims NVIDIA's plugin prepared on this node
 
     # --- lifecycle ---
 
@@ -160,6 +163,7 @@ class Plugin:
                 driver_edits=self.driver_edits,
                 gates=cfg.feature_gates,
                 sharing_manager=self._sharing_manager(),
+                takeover=self._takeover,  # takeover: claims NVIDIA's plugin prepared
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -168,6 +172,7 @@ class Plugin:
         api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
         self._api = api
         self.state.set_sharing_api(api)
+        self._takeover.tools.api = api  # takeover: deletes NVIDIA's MPS daemons of adopted claims
         # 3. DRA socket (v1 + v1beta1 + resource health)
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
@@ -229,6 +234,21 @@ class Plugin:
             image=cfg.image_name,
             host_driver_root=cfg.nvidia_driver_root,
             api=self._api,
+        )
+
+    def _new_takeover(self) -> Takeover:
+        """Claims NVIDIA's plugin prepared here: adopted at start, NVIDIA's leftovers undone at unprepare."""
+        cfg = self.config
+        return Takeover(
+            TakeoverTools(
+                cdi_root=cfg.cdi_root,
+                plugin_data_dir=cfg.plugin_data_dir,
+                namespace=cfg.nvidia_namespace,
+                api=self._api,
+                smi=NvidiaSmi(cfg.driver_root_path),
+                mounter=Mounter(),
+                driver_name=cfg.driver_name,
+            )
         )
 
     def stop(self, grace: float | None = None) -> None:

@@ -36,6 +36,7 @@ from .allocation import allocated_devices
 from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
+from .takeover import AdoptionError, CleanupError, NvidiaClaimState, Takeover
 
 if TYPE_CHECKING:
     from .cdi_edits import DriverEdits
@@ -70,6 +71,7 @@ class _Op:
     plan: sharing.Plan | None = None  # a prepare's GPU sharing, once checked
     record: sharing.SharingRecord = field(default_factory=sharing.SharingRecord)  # what it changes
     record_kept: bool = False  # a failed prepare whose sharing undo failed: its entry stays for unprepare
+    extra_edits: dict[str, dict[str, Any]] = field(default_factory=dict)  # takeover: NVIDIA's MPS edits
 
 
 class StateLockTimeout(Exception):
@@ -92,6 +94,7 @@ class DeviceState:
         driver_edits: DriverEdits | None = None,
         gates: FeatureGates | None = None,
         sharing_manager: sharing.SharingManager | None = None,
+        takeover: Takeover | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -109,6 +112,7 @@ class DeviceState:
         self._driver_edits = driver_edits
         self._gates = gates or FeatureGates()
         self._sharing = sharing_manager
+        self._takeover = takeover
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._queue: list[_Op] = []
@@ -121,6 +125,8 @@ class DeviceState:
         with self._locked_or_fail("start"):
             self.removed_leftovers = self._remove_leftovers()
             self._read(recover_orphans=True, at_start=True)
+            if self._takeover is not None:  # takeover: adopt the claims NVIDIA's plugin prepared
+                self._takeover.start()
 
     # ------------------------------------------------------------------------------------ public API
 
@@ -265,6 +271,7 @@ class DeviceState:
         ref = op.ref
         try:
             if op.kind == "unprepare":
+                self._release_adopted(ref, entries, op.deadline)  # takeover: NVIDIA's leftovers first
                 entry = entries.get(ref.uid)
                 if entry is not None and entry.sharing:  # a failed undo keeps the entry for a retry
                     self._undo_sharing(ref, entry.sharing, op.deadline, entries)
@@ -281,6 +288,8 @@ class DeviceState:
             if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
                 self._ensure_spec(ref, entry)
                 op.result = list(entry.devices)
+                return
+            if self._prepare_adopted(op, entries, starting):  # takeover: a claim NVIDIA's plugin prepared
                 return
             assert op.claim is not None
             allocated = allocated_devices(
@@ -331,7 +340,7 @@ class DeviceState:
                 if op.record:
                     assert op.plan is not None
                     self._apply_sharing(op.ref, op.plan, op.deadline)
-                self._write_spec(op.ref, op.devices, self._mps_edits(op.record))
+                self._write_spec(op.ref, op.devices, {**self._mps_edits(op.record), **op.extra_edits})
             except ClaimError as exc:
                 op.error = exc
                 if op.record:
@@ -501,3 +510,43 @@ class DeviceState:
             return {}
         data_dir = self._sharing.plugin_data_dir
         return {name: sharing.mps_cdi_edits(data_dir, m.daemon_id) for m in record.mps for name in m.devices}
+
+    # ------------------------------------------- takeover hooks (the takeover package does the work)
+
+    def _prepare_adopted(self, op: _Op, entries: dict[str, ClaimEntry], starting: list[_Op]) -> bool:
+        """A claim NVIDIA's plugin completed: its devices under our CDI ids (True, queued in `starting`).
+
+        One NVIDIA only started: its leftovers are released first and it is prepared anew (False).
+        """
+        if self._takeover is None:
+            return False
+        claim = self._takeover.adopted(op.ref.uid)
+        if claim is None:
+            return False
+        if claim.state is not NvidiaClaimState.PREPARE_COMPLETED:
+            self._release_adopted(op.ref, entries, op.deadline)
+            return False
+        try:
+            answer = self._takeover.answer(claim, pool_name=self._pool_name, devices=self._by_name)
+        except AdoptionError as exc:
+            raise ClaimError(f"claim {op.ref.namespace}/{op.ref.name}: {exc}") from None
+        op.devices, op.prepared, op.extra_edits = answer.devices, answer.prepared, answer.extra_edits
+        entries[op.ref.uid] = ClaimEntry(
+            op.ref.uid, op.ref.namespace, op.ref.name, ClaimState.PREPARE_STARTED
+        )
+        starting.append(op)
+        return True
+
+    def _release_adopted(self, ref: ClaimRef, entries: Mapping[str, ClaimEntry], deadline: float) -> None:
+        """Undo what NVIDIA's plugin left for an adopted claim (nothing for any other claim)."""
+        if self._takeover is None:
+            return
+        try:
+            self._takeover.release(
+                ref.uid,
+                devices=self._by_name,
+                in_use=self._in_use_by_others(ref.uid, entries),
+                deadline=deadline,
+            )
+        except CleanupError as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
