@@ -408,3 +408,62 @@ def test_plugin_builds_the_takeover_from_its_flags(tmp_path):
     assert tools.smi is not None and tools.mounter is not None
     tools = Plugin(parse_config(base, {"NVIDIA_NAMESPACE": "gpu-operator"}))._takeover.tools
     assert tools.namespace == "gpu-operator"
+
+
+class _NodeDevices:
+    """A device source with the GPUs of the fixture's node."""
+
+    def discover(self):
+        from vke_gpu_dra_core.discovery import DiscoveryResult
+
+        return DiscoveryResult(list(DEVICES))
+
+
+def test_wired_plugin_takes_the_node_over_through_kubelets_calls(short_tmp, fake_api):
+    from vke_gpu_dra.plugin import Plugin
+    from vke_gpu_dra_testing.kubelet_client import Kubelet
+    from vke_gpu_dra_testing.plugin_env import NODE, plugin_config
+    from vke_gpu_dra_testing.plugin_env import claim as api_claim
+
+    fake_api.add_node(NODE)
+    data, cdi_root = short_tmp / "plugins" / facts.DRIVER_NAME, short_tmp / "cdi"
+    driver_root = FakeDriverRoot(short_tmp / "driver-root")
+    data.mkdir(parents=True)
+    cdi_root.mkdir()
+    shutil.copy(V2, data / "checkpoint.json")
+    nvidia_bytes = (data / "checkpoint.json").read_bytes()
+    (cdi_root / "k8s.gpu.nvidia.com-device_base.yaml").write_text("cdiVersion: 0.5.0\n")
+    (cdi_root / f"k8s.gpu.nvidia.com-claim_{UID_MPS}.yaml").write_text("cdiVersion: 0.5.0\n")
+    (data / "mps" / MPS_ID / "pipe").mkdir(parents=True)
+    fake_api.deployments[(NS, MPS_DAEMON)] = {"metadata": {"name": MPS_DAEMON, "namespace": NS}}
+    plugin = Plugin(plugin_config(short_tmp), source=_NodeDevices(), stop_grace=5)
+    plugin._takeover.tools.smi = NvidiaSmi(driver_root.root)  # the stub nvidia-smi records the calls
+    plugin.start()
+    kubelet = Kubelet(plugin.registration_socket)
+    try:
+        kubelet.register()
+        fake_api.add_claim(api_claim("full", UID_FULL, "gpu-0"))
+        got = kubelet.prepare([("default", "full", UID_FULL)])[UID_FULL]
+        assert got["error"] == ""
+        assert [(d["device_name"], d["cdi_device_ids"]) for d in got["devices"]] == [
+            ("gpu-0", [claim_id(UID_FULL, "gpu-0")])
+        ]
+        refs = [
+            ("default", f"c{i}", uid)
+            for i, uid in enumerate([UID_FULL, UID_MIG, UID_TS, UID_MPS, UID_STARTED])
+        ]
+        assert kubelet.unprepare(refs) == {uid: "" for _, _, uid in refs}
+    finally:
+        kubelet.close()
+        plugin.stop()
+    assert sorted(driver_root.calls()) == sorted(
+        [
+            f"-i {GPU2} -c DEFAULT",
+            f"compute-policy -i {GPU2} --set-timeslice 0",
+            f"-i {GPU3} -c DEFAULT",
+            f"compute-policy -i {GPU3} --set-timeslice 0",
+        ]
+    )
+    assert fake_api.deployments == {}
+    assert list(cdi_root.iterdir()) == [] and not (data / "mps" / MPS_ID).exists()
+    assert (data / "checkpoint.json").read_bytes() == nvidia_bytes
