@@ -467,3 +467,18 @@ def test_wired_plugin_takes_the_node_over_through_kubelets_calls(short_tmp, fake
     assert fake_api.deployments == {}
     assert list(cdi_root.iterdir()) == [] and not (data / "mps" / MPS_ID).exists()
     assert (data / "checkpoint.json").read_bytes() == nvidia_bytes
+
+
+def test_released_claims_stay_released_and_go_once_nvidias_file_drops_them(node, kube):
+    data = node[2]
+    tk = make_takeover(node, kube)
+    tk.start()
+    tk.release(UID_FULL, devices={d.name: d for d in DEVICES}, in_use=set(), deadline=1e12)
+    assert tk.start() == [] and ledger(node)[UID_FULL] is True  # NVIDIA's file still lists it
+    shutil.copy(V1, data / "checkpoint.json")  # e.g. NVIDIA ran again and its claim 5 ended
+    tk.start()
+    assert UID_FULL in ledger(node) and UID_STARTED in ledger(node)  # released but listed; not released
+    shutil.copy(EMPTY, data / "checkpoint.json")
+    tk.start()
+    assert UID_FULL not in ledger(node)
+    assert set(ledger(node)) == {UID_MIG, UID_TS, UID_MPS, UID_STARTED}

@@ -72,8 +72,9 @@ class Takeover:
             return []
         merged = adoption.merge(ledger, nvidia)
         new = sorted(set(merged) - set(ledger))
-        if new:
+        if merged != ledger:
             self._save(merged)
+        if new:
             log.info(
                 "adopted %d claim(s) prepared by NVIDIA's plugin: %s",
                 len(new),

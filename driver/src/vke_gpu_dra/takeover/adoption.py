@@ -166,9 +166,10 @@ def merge(ledger: Mapping[str, LedgerEntry], nvidia: NvidiaCheckpoint) -> dict[s
     """The ledger with NVIDIA's claims it does not know yet added (adopted); known claims stay as they are.
 
     A claim already in the ledger keeps its state, so a claim released here stays released although
-    NVIDIA's file still lists it.
+    NVIDIA's file still lists it. A released claim NVIDIA's file no longer lists is dropped (it can
+    never be adopted again), so the ledger does not grow across moves back and forth.
     """
-    merged = dict(ledger)
+    merged = {uid: e for uid, e in ledger.items() if not e.released or uid in nvidia.claims}
     for uid, claim in nvidia.claims.items():
         merged.setdefault(uid, LedgerEntry(claim))
     return merged
