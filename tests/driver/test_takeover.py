@@ -402,11 +402,11 @@ def test_plugin_builds_the_takeover_from_its_flags(tmp_path):
         "--cdi-root",
         str(tmp_path / "cdi"),
     ]
-    tools = Plugin(parse_config(base, {}))._takeover.tools
+    tools = Plugin(parse_config(base, {}))._new_takeover().tools
     assert tools.namespace == "nvidia-dra-driver-gpu"  # the VKE procedure's `helm install --namespace`
     assert (tools.plugin_data_dir, tools.cdi_root) == (tmp_path / "data", tmp_path / "cdi")
     assert tools.smi is not None and tools.mounter is not None
-    tools = Plugin(parse_config(base, {"NVIDIA_NAMESPACE": "gpu-operator"}))._takeover.tools
+    tools = Plugin(parse_config(base, {"NVIDIA_NAMESPACE": "gpu-operator"}))._new_takeover().tools
     assert tools.namespace == "gpu-operator"
 
 
@@ -419,7 +419,7 @@ class _NodeDevices:
         return DiscoveryResult(list(DEVICES))
 
 
-def test_wired_plugin_takes_the_node_over_through_kubelets_calls(short_tmp, fake_api):
+def test_wired_plugin_takes_the_node_over_through_kubelets_calls(short_tmp, fake_api, monkeypatch):
     from vke_gpu_dra.plugin import Plugin
     from vke_gpu_dra_testing.kubelet_client import Kubelet
     from vke_gpu_dra_testing.plugin_env import NODE, plugin_config
@@ -437,7 +437,14 @@ def test_wired_plugin_takes_the_node_over_through_kubelets_calls(short_tmp, fake
     (data / "mps" / MPS_ID / "pipe").mkdir(parents=True)
     fake_api.deployments[(NS, MPS_DAEMON)] = {"metadata": {"name": MPS_DAEMON, "namespace": NS}}
     plugin = Plugin(plugin_config(short_tmp), source=_NodeDevices(), stop_grace=5)
-    plugin._takeover.tools.smi = NvidiaSmi(driver_root.root)  # the stub nvidia-smi records the calls
+    build = plugin._new_takeover
+
+    def with_stub_smi():
+        takeover = build()
+        takeover.tools.smi = NvidiaSmi(driver_root.root)  # the stub nvidia-smi records the calls
+        return takeover
+
+    monkeypatch.setattr(plugin, "_new_takeover", with_stub_smi)
     plugin.start()
     kubelet = Kubelet(plugin.registration_socket)
     try:

@@ -103,7 +103,6 @@ class Plugin:
         self._metrics_server: Any = None
         self.health_port = 0
         self.metrics_port = 0
-        self._takeover = self._new_takeover()  # takeover: claims NVIDIA's plugin prepared on this node
 
     # --- lifecycle ---
 
@@ -153,6 +152,7 @@ class Plugin:
             ),
             self.metrics,
         )
+        takeover = self._new_takeover()  # takeover: claims NVIDIA's plugin prepared on this node
         try:
             self.state = DeviceState(
                 driver_name=cfg.driver_name,
@@ -163,7 +163,7 @@ class Plugin:
                 driver_edits=self.driver_edits,
                 gates=cfg.feature_gates,
                 sharing_manager=self._sharing_manager(),
-                takeover=self._takeover,  # takeover: claims NVIDIA's plugin prepared
+                takeover=takeover,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -172,7 +172,7 @@ class Plugin:
         api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
         self._api = api
         self.state.set_sharing_api(api)
-        self._takeover.tools.api = api  # takeover: deletes NVIDIA's MPS daemons of adopted claims
+        takeover.tools.api = api  # takeover: deletes NVIDIA's MPS daemons of adopted claims
         # 3. DRA socket (v1 + v1beta1 + resource health)
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
