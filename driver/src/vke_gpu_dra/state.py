@@ -12,7 +12,8 @@ CDI specs in parallel, one write of the results), so concurrent prepares do not 
 checkpoint rewrites. Operations on the same claim run one after the other.
 
 At start, under the same lock, the temp files of interrupted atomic writes of this driver are
-removed and claims whose CDI spec has no checkpoint entry are recovered.
+removed and claims whose CDI spec has no checkpoint entry are recovered; then the claims NVIDIA's
+plugin prepared on this node are adopted (`takeover/`, hooked into prepare and unprepare).
 """
 
 from __future__ import annotations
