@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.cdi_edits import DriverEdits
-from vke_gpu_dra.userspace import DriverRoot, discover, node_source
+from vke_gpu_dra.userspace import DriverEdits, DriverRoot, discover, node_source
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import Device
 

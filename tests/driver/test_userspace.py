@@ -9,23 +9,24 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.cdi_edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra.checkpoint import ClaimState
 from vke_gpu_dra.discovery.nvml import find_library
-from vke_gpu_dra.driver_userspace import UserSpaceSettings, setup
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra.userspace import (
     NVML_SONAME,
     DriverRoot,
     UserSpaceError,
+    UserSpaceSettings,
     discover,
     elf,
     find_binary,
     ldcache,
     node_source,
+    setup,
 )
 from vke_gpu_dra.userspace import find_library as find_soname
+from vke_gpu_dra.userspace.edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import ClaimRef, Device
 

@@ -20,7 +20,7 @@ from vke_gpu_dra_core.model import Device
 from .fsutil import atomic_write, remove_durably
 
 if TYPE_CHECKING:
-    from .cdi_edits import DriverEdits
+    from .userspace import DriverEdits
 
 CLAIM_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
 _SPEC_PREFIX: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_CLAIM}_"
