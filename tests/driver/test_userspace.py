@@ -29,6 +29,7 @@ from vke_gpu_dra.userspace import find_library as find_soname
 from vke_gpu_dra.userspace.edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import ClaimRef, Device
+from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver
 from tests.driver.claims import claim, result
@@ -200,7 +201,7 @@ def test_debian_root_gives_nvidias_common_edits(make_root, host):
             for p in ("/dev/nvidia0", "/dev/dri/card1", "/dev/dri/renderD128")
         ]
     }
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)
 
 
 @needs_mknod
