@@ -7,6 +7,7 @@ from vke_gpu_dra import cdi
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_testing import cdi_check
 
 from .devices import full_gpu, mig_device
 
@@ -100,7 +101,14 @@ def test_write_replaces_atomically_and_leaves_no_temp_files(tmp_path):
     assert "/dev/nvidia1" in cdi.claim_spec_path(tmp_path, UID).read_text()
 
 
-def test_write_refuses_an_invalid_spec(tmp_path):
+def test_the_checker_refuses_a_device_without_edits():
+    spec = cdi.build_claim_spec(UID, [real_gpu(0)])
+    spec["devices"][0]["containerEdits"] = {}
+    with pytest.raises(cdi.CdiSpecError, match=r"devices\[0\]\.containerEdits: must not be empty"):
+        cdi_check.validate_spec(spec)
+
+
+def test_every_spec_a_test_writes_is_checked(tmp_path):
     spec = cdi.build_claim_spec(UID, [real_gpu(0)])
     spec["devices"][0]["containerEdits"] = {}
     with pytest.raises(cdi.CdiSpecError, match=r"devices\[0\]\.containerEdits: must not be empty"):
@@ -174,7 +182,7 @@ def edits(**fields):
 )
 def test_validator_rejects_with_a_clear_message(change, message):
     with pytest.raises(cdi.CdiSpecError, match=message):
-        cdi.validate_spec(mutated(change))
+        cdi_check.validate_spec(mutated(change))
 
 
 @pytest.mark.parametrize(
@@ -191,6 +199,6 @@ def test_minimum_version_per_field(change, version):
     spec = mutated(change)
     assert cdi.minimum_version(spec) == version
     spec["cdiVersion"] = version
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)
     spec["cdiVersion"] = "1.1.0"  # newer than needed is still valid
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)

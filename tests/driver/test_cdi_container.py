@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.cdi_edits import DriverEdits
-from vke_gpu_dra.userspace import DriverRoot, discover, node_source
+from vke_gpu_dra.userspace import DriverEdits, DriverRoot, discover, node_source
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver
 from tests.driver.fake_driver import BUS_ID, VERSION
@@ -113,7 +113,7 @@ def claim_spec(tmp_path: Path, layout: str, hook: str | None) -> tuple[dict, Pat
         device_nodes=("/dev/nvidia0",),
     )
     spec = cdi.build_claim_spec(UID, [gpu], driver=edits)
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)
     return spec, minimal_image(tmp_path / "image", fake.local("/usr/bin/nvidia-smi"))
 
 

@@ -24,8 +24,7 @@ from prometheus_client import start_http_server
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 from vke_gpu_dra_core.model import Device
 
-from . import __version__, driver_userspace
-from .cdi_edits import DriverEdits
+from . import __version__, userspace
 from .config import Config
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
@@ -43,7 +42,7 @@ from .sharing import NvidiaSmi, SharingManager
 from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .state import DeviceState, StateLockTimeout
-from .userspace import DriverRoot
+from .userspace import DriverEdits, DriverRoot
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +139,8 @@ class Plugin:
         # 2. state (reads the checkpoint of claims prepared before a restart)
         cfg.plugin_data_dir.mkdir(parents=True, exist_ok=True)
         cfg.cdi_root.mkdir(parents=True, exist_ok=True)
-        self.driver_edits = driver_userspace.setup(
-            driver_userspace.UserSpaceSettings(
+        self.driver_edits = userspace.setup(
+            userspace.UserSpaceSettings(
                 simulated=cfg.device_source == "simulated",
                 root=DriverRoot(cfg.driver_root_path, str(cfg.nvidia_driver_root)),
                 version=result.driver_version,

@@ -38,7 +38,7 @@ from .fsutil import remove_temp_leftovers
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 
 if TYPE_CHECKING:
-    from .cdi_edits import DriverEdits
+    from .userspace import DriverEdits
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The CDI container edits that give a container the NVIDIA driver's user-space, as nvcdi writes them.
 
 Pure apart from the device-node checks made at prepare time. Every claim spec carries these edits at
-spec level (see driver/README.md, "Driver user-space in containers"): mounts of the driver libraries,
-binaries, GSP firmware and IPC sockets (`ro,nosuid,nodev,rbind,rprivate`), the control device nodes,
+spec level (see driver/docs/user-space.md): mounts of the driver libraries, binaries, GSP firmware
+and IPC sockets (`ro,nosuid,nodev,rbind,rprivate`), the control device nodes,
 `NVIDIA_VISIBLE_DEVICES=void`, and the `nvidia-cdi-hook` createContainer hooks `create-symlinks`,
 `enable-cuda-compat`, `update-ldcache`, `disable-device-node-modification` when a hook binary is
 available. Without one, each library is also mounted under its SONAME, so `dlopen("libnvidia-ml.so.1")`
@@ -19,7 +19,8 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import Device
 
-from .userspace import CONTROL_NODES, HOOK_BINARY, DriverRoot, UserSpace, drm_nodes, existing_nodes
+from .devnodes import CONTROL_NODES, drm_nodes, existing_nodes
+from .discover import HOOK_BINARY, DriverRoot, UserSpace
 
 MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_MOUNT_OPTIONS: Final = ("nosuid", "nodev", "rbind", "rprivate", "noexec")

@@ -13,21 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from .cdi_edits import DriverEdits
-from .fsutil import atomic_write
-from .metrics import Metrics
-from .userspace import (
+from ..fsutil import atomic_write
+from ..metrics import Metrics
+from .devnodes import node_source
+from .discover import (
     HOOK_BINARY,
     LIBRARY_DIRS,
     NVML_SONAME,
+    SMI_BINARY,
     DriverRoot,
     UserSpace,
     UserSpaceError,
     discover,
     find_binary,
 )
-from .userspace.devnodes import node_source
-from .userspace.discover import SMI_BINARY
+from .edits import DriverEdits
 
 log = logging.getLogger(__name__)
 
