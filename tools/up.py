@@ -210,8 +210,8 @@ def missing_message(stack: str, missing: Sequence[Missing], exists: bool = True)
 def needs_passphrase(stack_file: Mapping[str, Any], exists: bool, backend_url: str) -> bool:
     """Whether the stack's secrets are passphrase-encrypted (a new stack: `up` creates it so)."""
     provider = stack_file.get("secretsprovider")
-    if provider and provider != "passphrase":
-        return False
+    if provider:
+        return bool(provider == "passphrase")
     if stack_file.get("encryptionsalt") or not exists:
         return True
     # An existing stack without a salt: Pulumi Cloud's own encryption, a DIY backend's passphrase.
