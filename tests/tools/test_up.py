@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,8 @@ def test_a_terminal_asks_until_it_gets_an_answer() -> None:
     values = iter(["  ", "vke-cr"])
     term = up.Terminal(ask=lambda prompt: next(values), ask_secret=lambda prompt: "")
     assert term.value(up.Missing("driver.registry.name", "d", secret=False)) == "vke-cr"
+
+
+def test_the_entry_points_are_executable() -> None:
+    for script in ("up", "down", "setup"):
+        assert os.access(ROOT / "scripts" / script, os.X_OK), script
