@@ -1,7 +1,7 @@
 """From a clone to a deployed stack: what `scripts/up STACK` and `scripts/down STACK` run.
 
-    python3 tools/up.py preflight STACK     # the stack name, then scripts/setup when the venvs are
-                                            # missing or stale (system python: before .venv exists)
+    python3 tools/up.py up STACK --preflight   # the stack's name, then scripts/setup when the venvs
+                                               # are missing or stale (system python, before .venv)
     .venv/bin/python tools/up.py up STACK [--yes]
     .venv/bin/python tools/up.py down STACK [--yes]
     python3 tools/up.py stamp               # scripts/setup's last step: what it installed from
@@ -13,7 +13,7 @@ without a terminal, lists them all in one error (exit 2); then `pulumi up --poli
 stack whose driver image is built into kind (`driver.image.build: kind:<cluster>`, the `local` stack)
 gets its cluster from scripts/kind-up first. `down` destroys the stack after a confirmation.
 
-The module's top level is the standard library only: `preflight` and `stamp` run before .venv exists.
+The module's top level is the standard library only: `--preflight` and `stamp` run before .venv exists.
 Secret values (the passphrase, cloud credentials) go to the Pulumi CLI through its environment or its
 standard input, never on a command line, and are never printed.
 """
@@ -440,15 +440,24 @@ def down(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mapp
     return code
 
 
+DESCRIPTIONS = {
+    "up": "Set up, log in to a Pulumi backend, select or create the stack, ask for what it lacks to deploy, "
+    "then pulumi up --policy-pack policy (docs/environments.md#bringing-a-stack-up).",
+    "down": "Destroy the stack's resources after a confirmation (type the stack's name, or --yes).",
+}
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tools/up.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("preflight", "up", "down"):
-        cmd = sub.add_parser(name)
+    for name in ("up", "down"):
+        cmd = sub.add_parser(name, prog=f"scripts/{name}", description=DESCRIPTIONS[name])
         cmd.add_argument("stack", help="a stack of this repository: Pulumi.<stack>.yaml")
         cmd.add_argument(
             "--yes", action="store_true", help="do not ask to confirm (needed without a terminal)"
         )
+        # The system python's first step, before .venv exists: the stack's name and the set-up.
+        cmd.add_argument("--preflight", action="store_true", help=argparse.SUPPRESS)
     sub.add_parser("stamp")
     return parser.parse_args(argv)
 
@@ -460,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "stamp":
             write_stamp(ROOT)
             return 0
-        if args.command == "preflight":
+        if args.preflight:
             preflight(args.stack, ROOT)
             return 0
         run = up if args.command == "up" else down

@@ -206,3 +206,11 @@ def test_down_on_a_terminal_destroys_once_confirmed(
         assert "kind delete cluster --name vke-gpu-dra" in term.output
     else:
         assert "nothing destroyed" in term.output
+
+
+def test_help_runs_nothing(project: Project) -> None:
+    for script in ("up", "down"):
+        proc = project.run(script, "--help")
+        assert proc.returncode == 0
+        assert proc.stdout.count(f"usage: scripts/{script} [-h] [--yes] stack") == 1
+    assert project.log() == []
