@@ -173,7 +173,10 @@ def missing_keys(stack_config: Mapping[str, Any], environ: Mapping[str, str]) ->
     from vke_gpu_dra_core import config  # noqa: PLC0415 - the venv's; the module's top is stdlib only
     from vke_gpu_dra_core.config.constraints import Required  # noqa: PLC0415
 
-    raw = config.raw_from_stack_file(stack_config)
+    try:
+        raw = config.raw_from_stack_file(stack_config)
+    except config.ConfigError as exc:
+        raise UpError(str(exc), EXIT_USAGE) from None
     raw = config.RawConfig(raw.values, raw.secret_keys, environ)
     read, issues = config.read(raw)
     by_shown = {key.shown: key for key in config.ALL_KEYS}
@@ -343,9 +346,13 @@ class Terminal:
 
 
 def _stack_file(root: Path, stack: str) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415 - the venv's
     from vke_gpu_dra_core.config import load_pulumi_yaml  # noqa: PLC0415
 
-    data = load_pulumi_yaml((root / f"Pulumi.{stack}.yaml").read_text()) or {}
+    try:
+        data = load_pulumi_yaml((root / f"Pulumi.{stack}.yaml").read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UpError(f"Pulumi.{stack}.yaml is not YAML: {exc}", EXIT_USAGE) from None
     if not isinstance(data, dict):
         raise UpError(f"Pulumi.{stack}.yaml is not a mapping", EXIT_USAGE)
     return data

@@ -54,6 +54,8 @@ def stack_file(stack):
 
 
 if a[0] == "whoami":
+    if os.environ.get("FAKE_WHOAMI_ERROR"):
+        fail(os.environ["FAKE_WHOAMI_ERROR"])
     if not state["url"]:
         fail("{not_logged_in}")
     print("User: alice")

@@ -214,3 +214,19 @@ def test_help_runs_nothing(project: Project) -> None:
         assert proc.returncode == 0
         assert proc.stdout.count(f"usage: scripts/{script} [-h] [--yes] stack") == 1
     assert project.log() == []
+
+
+def test_a_failing_login_is_reported_not_replaced_by_the_file_backend(project: Project) -> None:
+    error = "getting user info: [401] Unauthorized: invalid access token"
+    proc = project.run("up", "local", "--yes", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE, FAKE_WHOAMI_ERROR=error)
+    assert proc.returncode == 1
+    assert proc.stderr == f"up: pulumi whoami failed: error: {error}\n"
+    assert project.pulumi_calls()[-1] == ["whoami", "--verbose"]
+    assert not (project.home / ".pulumi-state").exists()
+
+
+def test_a_broken_stack_file_is_one_error(project: Project) -> None:
+    (project.root / "Pulumi.dev.yaml").write_text("config:\n  vke-gpu-dra:sample.enabled: !!binary aGk=\n")
+    proc = project.run("up", "dev", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE)
+    assert proc.returncode == 2
+    assert "sample.enabled" in proc.stderr and "Traceback" not in proc.stderr
