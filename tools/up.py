@@ -63,6 +63,14 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+#: What messages start with: the script's name (`up` or `down`).
+_prog = "up"
+
+
+def say(message: str) -> None:
+    print(f"{_prog}: {message}", flush=True)
+
+
 class UpError(Exception):
     """A problem reported as one message; `code` is the exit status."""
 
@@ -123,7 +131,7 @@ def preflight(stack: str, root: Path, run: Callable[[Sequence[str]], int] | None
     problem = setup_problem(root)
     if problem is None:
         return
-    print(f"up: setting up the virtualenvs ({problem}): scripts/setup", flush=True)
+    say(f"setting up the virtualenvs ({problem}): scripts/setup")
     code = (run or _call)([str(root / "scripts" / "setup")])
     if code != 0:
         raise UpError(f"scripts/setup failed (exit {code})")
@@ -243,7 +251,10 @@ def backend_from_whoami(text: str) -> str:
 
 def stack_exists(stack_ls_json: str, stack: str) -> bool:
     """Whether `pulumi stack ls --json` lists the stack (bare, or org/project/stack on Pulumi Cloud)."""
-    names = [entry.get("name", "") for entry in json.loads(stack_ls_json or "[]")]
+    try:
+        names = [entry.get("name", "") for entry in json.loads(stack_ls_json or "[]")]
+    except (ValueError, AttributeError, TypeError):
+        raise UpError(f"pulumi stack ls --json printed no list of stacks: {stack_ls_json[:200]!r}") from None
     return any(name == stack or name.endswith(f"/{stack}") for name in names)
 
 
@@ -277,7 +288,7 @@ class Pulumi:
 
     def attach(self, *args: str) -> int:
         """Run on the terminal (pulumi up/destroy show their progress)."""
-        print(f"up: {shlex.join(['pulumi', *args])}", flush=True)
+        say(f"{shlex.join(['pulumi', *args])}")
         return subprocess.call([self.executable, *args], cwd=self.root, env=self.env)
 
 
@@ -301,14 +312,14 @@ def use_backend(pulumi: Pulumi, home: Path) -> str:
     proc = pulumi.capture("whoami", "--verbose")
     if proc.returncode == 0:
         url = backend_from_whoami(proc.stdout)
-        print(f"up: using the Pulumi backend you are logged in to: {url}", flush=True)
+        say(f"using the Pulumi backend you are logged in to: {url}")
         return url
     if NOT_LOGGED_IN not in proc.stderr + proc.stdout:
         raise UpError(f"pulumi whoami failed: {_errors(proc)}")
     state = home / STATE_DIR.removeprefix("~/")
     state.mkdir(parents=True, exist_ok=True)
     url = f"file://{state}"
-    print(f"up: not logged in to a Pulumi backend; logging in to the local file backend {state}", flush=True)
+    say(f"not logged in to a Pulumi backend; logging in to the local file backend {state}")
     pulumi.check("login", url)
     return url
 
@@ -327,11 +338,11 @@ class Terminal:
         while True:
             first = self.ask_secret("Passphrase for the stack's secrets: ")
             if not first:
-                print("up: the passphrase must not be empty", flush=True)
+                say("the passphrase must not be empty")
                 continue
             if not new or self.ask_secret("Repeat the passphrase: ") == first:
                 return first
-            print("up: the two passphrases differ; again", flush=True)
+            say("the two passphrases differ; again")
 
     def value(self, item: Missing) -> str:
         print(f"{item.name} is not set. {item.description}", flush=True)
@@ -339,7 +350,7 @@ class Terminal:
             answer = (self.ask_secret if item.secret else self.ask)(f"{item.name} = ").strip()
             if answer:
                 return answer
-            print(f"up: {item.name} must not be empty", flush=True)
+            say(f"{item.name} must not be empty")
 
 
 # --- up and down -----------------------------------------------------------------------------------
@@ -381,7 +392,7 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
     stack_file = _stack_file(root, stack)
     cluster = kind_cluster(_stack_config(stack_file))
     if cluster is not None:
-        print(f"up: stack {stack} deploys into the kind cluster {cluster}: scripts/kind-up", flush=True)
+        say(f"stack {stack} deploys into the kind cluster {cluster}: scripts/kind-up")
         code = subprocess.call(
             [str(root / "scripts" / "kind-up")], env={**environ, "KIND_CLUSTER": cluster}, cwd=root
         )
@@ -393,10 +404,10 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
     if not lacking:
         if exists:
             pulumi.check("stack", "select", stack)
-            print(f"up: selected the stack {stack}", flush=True)
+            say(f"selected the stack {stack}")
         else:
             pulumi.check("stack", "init", stack, "--secrets-provider", "passphrase")
-            print(f"up: created the stack {stack} (secrets provider: passphrase)", flush=True)
+            say(f"created the stack {stack} (secrets provider: passphrase)")
         stack_file = _stack_file(root, stack)  # `stack init` writes the salt
     keys = missing_keys(_stack_config(stack_file), pulumi.env)
     if term is None and (lacking or keys):
@@ -406,10 +417,10 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
         args = ["config", "set", "--stack", stack]
         if item.secret:
             pulumi.check(*args, "--secret", "--", item.name, stdin=answer)
-            print(f"up: set {item.name} (secret) in Pulumi.{stack}.yaml", flush=True)
+            say(f"set {item.name} (secret) in Pulumi.{stack}.yaml")
         else:
             pulumi.check(*args, "--", item.name, answer)
-            print(f"up: set {item.name} = {answer} in Pulumi.{stack}.yaml", flush=True)
+            say(f"set {item.name} = {answer} in Pulumi.{stack}.yaml")
     if term is None and not yes:
         raise UpError(
             "without a terminal, `pulumi up` cannot ask to confirm the update: "
@@ -430,7 +441,7 @@ def down(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mapp
     pulumi = Pulumi(root, environ, find_pulumi())
     url = use_backend(pulumi, Path(environ.get("HOME") or Path.home()))
     if not stack_exists(pulumi.check("stack", "ls", "--json"), stack):
-        print(f"up: stack {stack} does not exist in {url}: nothing to destroy", flush=True)
+        say(f"stack {stack} does not exist in {url}: nothing to destroy")
         return 0
     lacking = _passphrase(pulumi, _stack_file(root, stack), True, url, term)
     if lacking is not None:
@@ -438,12 +449,12 @@ def down(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mapp
     if not yes and term is not None:
         answer = term.ask(f"Destroy every resource of stack {stack} ({url})? Type the stack name: ")
         if answer.strip() != stack:
-            print("up: not confirmed; nothing destroyed", flush=True)
+            say("not confirmed; nothing destroyed")
             return EXIT_FAILED
     code = pulumi.attach("destroy", "--stack", stack, "--yes")
     cluster = kind_cluster(_stack_config(_stack_file(root, stack)))
     if code == 0 and cluster is not None:
-        print(f"up: the kind cluster stays; remove it with: kind delete cluster --name {cluster}", flush=True)
+        say(f"the kind cluster stays; remove it with: kind delete cluster --name {cluster}")
     return code
 
 
@@ -470,7 +481,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _prog  # noqa: PLW0603 - one name for every message of this run
     args = parse(sys.argv[1:] if argv is None else argv)
+    _prog = args.command
     term = Terminal() if sys.stdin.isatty() else None
     try:
         if args.command == "stamp":

@@ -165,3 +165,8 @@ def test_a_terminal_asks_until_it_gets_an_answer() -> None:
 def test_the_entry_points_are_executable() -> None:
     for script in ("up", "down", "setup"):
         assert os.access(ROOT / "scripts" / script, os.X_OK), script
+
+
+def test_a_stack_list_that_is_not_json_is_one_error() -> None:
+    with pytest.raises(up.UpError, match="printed no list of stacks"):
+        up.stack_exists("warning: a new version of Pulumi is available", "dev")

@@ -230,3 +230,11 @@ def test_a_broken_stack_file_is_one_error(project: Project) -> None:
     proc = project.run("up", "dev", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE)
     assert proc.returncode == 2
     assert "sample.enabled" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_down_of_a_stack_the_backend_lacks_destroys_nothing(project: Project) -> None:
+    project.state(url="file:///state", stacks=())
+    proc = project.run("down", "dev", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert "down: stack dev does not exist in file:///state: nothing to destroy" in proc.stdout
+    assert not any(call[0] == "destroy" for call in project.pulumi_calls())
