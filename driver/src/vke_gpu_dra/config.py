@@ -17,17 +17,16 @@ from typing import Any, Literal, NoReturn
 
 from vke_gpu_dra_core import facts, featuregates, profiles
 from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
+from vke_gpu_dra_core.object_names import is_dns_subdomain
 
 from . import __version__
 from .kubelet.registration import dra_socket_name, registration_socket_name
 from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 
 PROG = "dra-gpu-kubelet-plugin"
-DEVICE_SOURCES = ("nvml", "simulated")
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _ROLLING_UPDATE_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ConfigError(Exception):
@@ -42,7 +41,7 @@ class Config:
     plugin_data_dir: Path
     registrar_dir: Path
     cdi_root: Path
-    device_source: Literal["nvml", "simulated"]
+    device_source: facts.DeviceSource
     simulated_gpus: int
     simulated_product: str
     nvidia_driver_root: Path
@@ -81,7 +80,7 @@ class Config:
 
 def _dns_subdomain(limit: int) -> Callable[[str], str]:
     def parse(value: str) -> str:
-        if not (0 < len(value) <= limit and _DNS_SUBDOMAIN.match(value)):
+        if not is_dns_subdomain(value, limit):
             raise ValueError(f"must be a lowercase DNS subdomain of at most {limit} characters")
         return value
 
@@ -190,7 +189,9 @@ OPTIONS: tuple[_Option, ...] = (
         "kubelet's plugin registration directory",
     ),
     _Option("cdi_root", "CDI_ROOT", _abs_path, "/var/run/cdi", "directory for generated CDI specs"),
-    _Option("device_source", "DEVICE_SOURCE", _choice(DEVICE_SOURCES), "nvml", "where devices come from"),
+    _Option(
+        "device_source", "DEVICE_SOURCE", _choice(facts.DEVICE_SOURCES), "nvml", "where devices come from"
+    ),
     _Option(
         "simulated_gpus",
         "SIMULATED_GPUS",
