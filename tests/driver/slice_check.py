@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import kubernetes_validate
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device, Version
+from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
 
 SEMVER = re.compile(

@@ -18,7 +18,7 @@ from vke_gpu_dra import cdi
 from vke_gpu_dra.cdi_edits import DriverEdits
 from vke_gpu_dra.userspace import DriverRoot, discover, node_source
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from tests.driver import fake_driver
 from tests.driver.fake_driver import BUS_ID, VERSION

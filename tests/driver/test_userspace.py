@@ -27,7 +27,7 @@ from vke_gpu_dra.userspace import (
 )
 from vke_gpu_dra.userspace import find_library as find_soname
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import ClaimRef, Device
+from vke_gpu_dra_core.device_model import ClaimRef, Device
 
 from tests.driver import fake_driver
 from tests.driver.claims import claim, result

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from vke_gpu_dra_core import kubeconfig
 
-from .config import PROG, ConfigError, parse_config
+from .config import PROG, PluginConfigError, parse_config
 from .logs import setup_logging
 
 log = logging.getLogger("vke_gpu_dra")
@@ -20,7 +20,7 @@ EXIT_STARTUP = 1
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(sys.argv[1:] if argv is None else argv)
-    except ConfigError as err:
+    except PluginConfigError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     if config.kubeconfig is not None:

@@ -18,7 +18,7 @@ from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.object_names import is_dns_subdomain
 from vke_gpu_dra_core.versions import release_major_minor
 
-from .model import Label, Taint
+from .stack_config import Label, Taint
 
 PRIVATE_RANGES: Final = tuple(
     ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")

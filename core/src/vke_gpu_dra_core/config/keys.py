@@ -33,7 +33,7 @@ from .constraints import (
     PrivateCidr,
     Required,
 )
-from .model import BUILD_CR, PROJECT, TARGET_EXISTING, TARGET_VKE
+from .stack_config import BUILD_CR, PROJECT, TARGET_EXISTING, TARGET_VKE
 
 ConfigType = Literal["string", "integer", "boolean", "array"]
 
