@@ -33,13 +33,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
     from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
 
-    from .kubeapi import KubeConfigError  # noqa: PLC0415
     from .kubelet.sockets import SocketError  # noqa: PLC0415
     from .plugin import Plugin, StartupError  # noqa: PLC0415
 
     try:
         return Plugin(config).run()
-    except (StartupError, DiscoveryError, KubeConfigError, SocketError, OSError) as err:
+    except (StartupError, DiscoveryError, kubeconfig.KubeconfigError, SocketError, OSError) as err:
         log.error("cannot start", extra={"fields": {"error": str(err)}})
         return EXIT_STARTUP
 
