@@ -3,7 +3,6 @@ timeouts, kubeconfig loading and network failures in words."""
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import warnings
@@ -14,25 +13,7 @@ import urllib3
 from kubernetes import client
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_kube import client as kube_client
-
-
-def _kubeconfig(path: Path, server: str, *, insecure: bool = False) -> Path:
-    cluster: dict[str, object] = {"server": server}
-    if insecure:
-        cluster["insecure-skip-tls-verify"] = True
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "ctx",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "u", "user": {"token": "t0ken"}}],
-                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
-            }
-        )
-    )
-    return path
+from vke_gpu_dra_testing.fake_apiserver import write_kubeconfig
 
 
 def _closed_port() -> int:
@@ -42,7 +23,9 @@ def _closed_port() -> int:
 
 
 def test_a_client_tries_each_request_once_with_the_pool_asked_for(tmp_path: Path) -> None:
-    api = kube_client.from_kubeconfig(_kubeconfig(tmp_path / "config", "https://10.0.0.1:6443"), pool_size=7)
+    api = kube_client.from_kubeconfig(
+        write_kubeconfig(tmp_path / "config", "https://10.0.0.1:6443"), pool_size=7
+    )
     assert api.configuration.retries is kube_client.NO_RETRIES
     assert kube_client.NO_RETRIES.total == 0
     assert api.configuration.connection_pool_maxsize == 7
@@ -55,7 +38,7 @@ def test_skipped_tls_verification_is_logged_once_and_not_warned(
     caplog.set_level(logging.WARNING)
     with warnings.catch_warnings(record=True) as seen:
         kube_client.from_kubeconfig(
-            _kubeconfig(tmp_path / "config", "https://admin:pw@10.0.0.1:6443", insecure=True)
+            write_kubeconfig(tmp_path / "config", "https://admin:pw@10.0.0.1:6443", insecure=True)
         )
         said = [r for r in caplog.records if "TLS verification of the API server is off" in r.getMessage()]
         assert len(said) == 1
@@ -71,7 +54,8 @@ def test_a_file_the_loader_refuses_is_one_kubeconfig_error_naming_it(tmp_path: P
         kube_client.load_kubeconfig(path)
     assert str(err.value).startswith(f"kubeconfig {path} is not usable: ")
     assert "\n" not in str(err.value)
-    assert kube_client.kubeconfig_contexts(str(_kubeconfig(tmp_path / "good", "https://h:6443"))) == ["ctx"]
+    good = write_kubeconfig(tmp_path / "good", "https://h:6443")
+    assert kube_client.kubeconfig_contexts(str(good)) == ["fake"]
 
 
 def _failure(

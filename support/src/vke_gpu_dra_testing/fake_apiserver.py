@@ -368,22 +368,7 @@ class FakeAPIServer:
         return f"{'https' if self.ssl_context else 'http'}://{host!s}:{port}"
 
     def write_kubeconfig(self, path: Path, *, insecure: bool = False) -> Path:
-        cluster: dict[str, Any] = {"server": self.url}
-        if insecure:
-            cluster["insecure-skip-tls-verify"] = True
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "fake",
-                    "clusters": [{"name": "fake", "cluster": cluster}],
-                    "users": [{"name": "fake", "user": {"token": TOKEN}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                }
-            )
-        )
-        return path
+        return write_kubeconfig(path, self.url, insecure=insecure)
 
     # --- state helpers (all under self.cond) ---
 
@@ -962,3 +947,23 @@ class _Handler(BaseHTTPRequestHandler):
                 with api.cond:
                     api.watching -= 1
                     api.cond.notify_all()
+
+
+def write_kubeconfig(path: Path, server: str, *, insecure: bool = False) -> Path:
+    """A kubeconfig at `path` for `server` with the fake's token (context, cluster and user `fake`)."""
+    cluster: dict[str, Any] = {"server": server}
+    if insecure:
+        cluster["insecure-skip-tls-verify"] = True
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": cluster}],
+                "users": [{"name": "fake", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            }
+        )
+    )
+    return path
