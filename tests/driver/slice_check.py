@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import kubernetes_validate
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
-
-SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
-C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from vke_gpu_dra_testing.fake_apiserver import C_IDENTIFIER, SEMVER
 
 
 def resource_slice(devices: Sequence[Device], node: str = "node-a") -> dict[str, object]:
