@@ -215,7 +215,7 @@ def main() -> None:
     """Entry point of __main__.py: a configuration error is reported as one message, not a traceback."""
     try:
         cfg = config_mod.load()
-    except config_mod.ConfigError as error:
+    except config_mod.StackConfigError as error:
         pulumi.log.error(str(error))
         raise SystemExit(1) from None
     build(cfg)

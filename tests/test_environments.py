@@ -16,7 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 POLICY_DIR = ROOT / "policy"
 PACK_PYTHON = POLICY_DIR / "venv" / "bin" / "python"
 #: Top-level modules of the driver and of its runtime dependencies.
-DRIVER_MODULES = ("vke_gpu_dra", "pynvml", "prometheus_client", "grpc_health", "kubernetes")
+DRIVER_MODULES = (
+    "vke_gpu_dra",
+    "vke_gpu_dra_kube",
+    "pynvml",
+    "prometheus_client",
+    "grpc_health",
+    "kubernetes",
+)
 
 _PROBE = """
 import importlib.util, json, sys

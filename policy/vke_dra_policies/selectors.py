@@ -13,9 +13,9 @@ from functools import cache
 from typing import Final
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.discovery.devices import GpuFacts, mig_device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import Device, Version
 from vke_gpu_dra_ops.capacity import (
     DeviceContext,
     SelectorCompileError,

@@ -1,6 +1,6 @@
 import pytest
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
 from vke_gpu_dra_ops.capacity.placement import Placement

@@ -5,8 +5,8 @@ import pytest
 import yaml
 from vke_gpu_dra import cdi
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import Device
 from vke_gpu_dra_testing import cdi_check
 
 from .devices import full_gpu, mig_device

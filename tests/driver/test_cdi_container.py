@@ -17,7 +17,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.userspace import DriverEdits, DriverRoot, discover, node_source
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver

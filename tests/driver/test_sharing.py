@@ -8,8 +8,8 @@ from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.sharing import Mounter, NvidiaSmi, SharingManager, default_shm_size
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 from vke_gpu_dra_core.featuregates import parse
-from vke_gpu_dra_core.model import ClaimError, ClaimRef
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 from tests.driver.sharing_env import FakeDriverRoot, gpu, mig

@@ -12,8 +12,8 @@ from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.state import DeviceState, StateLockTimeout
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 

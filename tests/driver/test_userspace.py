@@ -28,7 +28,7 @@ from vke_gpu_dra.userspace import (
 from vke_gpu_dra.userspace import find_library as find_soname
 from vke_gpu_dra.userspace.edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import ClaimRef, Device
+from vke_gpu_dra_core.device_model import ClaimRef, Device
 from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver

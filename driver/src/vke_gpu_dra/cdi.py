@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from .fsutil import atomic_write, remove_durably
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import grpc
 from prometheus_client import start_http_server
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
-from vke_gpu_dra_core.model import Device
 
 from . import __version__, userspace
 from .config import Config

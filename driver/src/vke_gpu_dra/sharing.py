@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.featuregates import FeatureGates
-from vke_gpu_dra_core.model import Device
 
 from .kubeapi import KubeError
-from .opaque_config import ConfigError, MpsSettings, mps_limits
+from .opaque_config import MpsSettings, OpaqueConfigError, mps_limits
 from .userspace import BINARY_DIRS, NVML_SONAME, SMI_BINARY, DriverRoot, find_binary, find_library
 
 log = logging.getLogger(__name__)
@@ -406,7 +406,7 @@ class SharingManager:
         ident = daemon_id(claim_uid, uuids)
         try:
             limits = mps_limits(group.settings, uuids, group.label)
-        except ConfigError as exc:
+        except OpaqueConfigError as exc:
             raise SharingError(str(exc)) from None
         name = MPS_DAEMON_NAME_FMT.format(ident)
         if self.api.get_deployment(self.namespace, name) is None:

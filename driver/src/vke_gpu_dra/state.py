@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from . import cdi, sharing
 from .allocation import allocated_devices

@@ -24,9 +24,9 @@ from vke_gpu_dra_core.catalog import CatalogError
 from vke_gpu_dra_core.config import (
     ALL_KEYS,
     PROJECT,
-    ConfigError,
     PulumiYamlLoader,
     StackConfig,
+    StackConfigError,
     project_defaults,
     raw_from_stack_file,
 )
@@ -131,12 +131,12 @@ def load_stack_config(stack_file: Path) -> StackConfig:
     values = {**_project_defaults(stack_file), **(docs[0].get("config") or {})}
     try:
         raw = raw_from_stack_file(values)
-    except ConfigError as exc:
+    except StackConfigError as exc:
         raise PlanInputError(f"{stack_file}: {exc}") from None
     cfg, issues = read_config(raw)
     blocking = [i for i in issues if i.key.strip("()") not in DEPLOYMENT_ONLY_KEYS]
     if blocking:
-        raise PlanInputError(f"{stack_file}: {ConfigError(blocking)}")
+        raise PlanInputError(f"{stack_file}: {StackConfigError(blocking)}")
     return cfg
 
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 from prometheus_client import Counter
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, PreparedDevice
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
 from ..metrics import Metrics
 from ._proto.dra.v1 import api_pb2 as v1_pb2

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from .devnodes import CONTROL_NODES, drm_nodes, existing_nodes
 from .discover import HOOK_BINARY, DriverRoot, UserSpace

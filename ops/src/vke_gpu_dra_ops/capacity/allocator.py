@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from vke_gpu_dra_core.model import AttributeValue, Device, Version
+from vke_gpu_dra_core.device_model import AttributeValue, Device, Version
 
 from .cel.environment import SelectorCompileError, SelectorError, SelectorRuntimeError
 from .claims import ALLOCATION_RESULTS_MAX_SIZE, ClaimSpec, Constraint, DeviceClass, Request, SubRequest

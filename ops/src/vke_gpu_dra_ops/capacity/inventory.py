@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import Device
 
 
 @dataclass(frozen=True)

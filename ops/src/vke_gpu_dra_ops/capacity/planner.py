@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Final
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Version
+from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantity
 from vke_gpu_dra_core.semver import SemverError, parse_semver
 

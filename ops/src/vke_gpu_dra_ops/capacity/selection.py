@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from .cel.environment import (
     CompiledSelector,

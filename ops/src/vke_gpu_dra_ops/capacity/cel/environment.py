@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import cel
 from cel_expr_python import cel as celcpp
-from vke_gpu_dra_core.model import Device, Version
+from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.quantity import (
     QuantityError,
     is_quantity,

@@ -58,7 +58,7 @@ class Issue:
         return f"{shown} = {self.value}: allowed: {self.allowed}"
 
 
-class ConfigError(ValueError):
+class StackConfigError(ValueError):
     """All problems of a stack configuration, one line each."""
 
     def __init__(self, issues: Sequence[Issue]) -> None:

@@ -1,5 +1,5 @@
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device, PreparedDevice, Version, binary_si, render_attribute
+from vke_gpu_dra_core.device_model import Device, PreparedDevice, Version, binary_si, render_attribute
 
 
 def test_binary_si_uses_largest_exact_suffix():
