@@ -45,6 +45,7 @@ SETUP_INPUTS = (
     "policy/requirements.txt",
     "core/pyproject.toml",
     "driver/pyproject.toml",
+    "kube/pyproject.toml",
     "ops/pyproject.toml",
     "support/pyproject.toml",
     "tools/install_helm.py",
@@ -183,7 +184,7 @@ def missing_keys(stack_config: Mapping[str, Any], environ: Mapping[str, str]) ->
 
     try:
         raw = config.raw_from_stack_file(stack_config)
-    except config.ConfigError as exc:
+    except config.StackConfigError as exc:
         raise UpError(str(exc), EXIT_USAGE) from None
     raw = config.RawConfig(raw.values, raw.secret_keys, environ)
     read, issues = config.read(raw)
