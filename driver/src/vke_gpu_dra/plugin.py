@@ -1,6 +1,7 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
-Start order: discover devices -> device state -> DRA socket -> ResourceSlices -> health and
+Start order: open the API -> discover devices -> device state (with the sharing manager on the
+API) -> DRA socket -> ResourceSlices -> health and
 metrics -> registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
@@ -39,7 +40,8 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
-from .sharing import NvidiaSmi, SharingManager
+from .sharing.manager import SharingManager
+from .sharing.runners import NvidiaSmi
 from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .state import DeviceState, StateLockTimeout
@@ -126,6 +128,9 @@ class Plugin:
 
     def _start(self) -> None:
         cfg = self.config
+        # 0. the API client (no request yet): claims, slices and MPS daemons go through it
+        api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
+        self._api = api
         # 1. devices
         source = self._source or make_source(cfg)
         try:
@@ -165,9 +170,6 @@ class Plugin:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
-        api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
-        self._api = api
-        self.state.set_sharing_api(api)
         # 3. DRA socket (v1 + v1beta1 + resource health)
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
