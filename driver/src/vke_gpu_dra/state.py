@@ -382,7 +382,8 @@ class DeviceState:
 
     def _set_up(self, op: _Op, entries: Mapping[str, ClaimEntry]) -> None:
         """Prepare, second step (its PrepareStarted entry is on disk): the GPU sharing, then the CDI
-        spec. On failure what the claim changed is undone, or kept in its entry for unprepare."""
+        spec. On failure a claim with sharing is rolled back (its entry goes) when the undo works;
+        otherwise its PrepareStarted entry stays for unprepare to clean."""
         plan = op.plan
         assert plan is not None
         try:
