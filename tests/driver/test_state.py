@@ -505,3 +505,42 @@ def test_a_bug_met_by_one_claim_of_a_batch_fails_only_that_claim(dirs, monkeypat
         state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
     assert state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))[0].device_name == "gpu-0"
     assert list(state.entries()) == ["uid-1"]
+
+
+def test_a_bug_met_by_one_claim_of_a_shared_batch_spares_the_others(dirs, monkeypatch):
+    state = make_state(dirs)
+    real_save, real_allocated = state._store.save, state_module.allocated_devices
+    first_inside, release = threading.Event(), threading.Event()
+    saves = []
+
+    def held_first_save(entries):
+        saves.append(set(entries))
+        if len(saves) == 1:
+            first_inside.set()
+            release.wait(timeout=30)
+        real_save(entries)
+
+    def bug_for_uid_2(ref, *args, **kwargs):
+        if ref.uid == "uid-2":
+            raise KeyError("status")
+        return real_allocated(ref, *args, **kwargs)
+
+    monkeypatch.setattr(state._store, "save", held_first_save)
+    monkeypatch.setattr(state_module, "allocated_devices", bug_for_uid_2)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
+        assert first_inside.wait(timeout=30)
+        good = pool.submit(state.prepare, ref("uid-1"), claim("uid-1", result("gpu-1")))
+        bad = pool.submit(state.prepare, ref("uid-2"), claim("uid-2", result("gpu-2")))
+        for _ in range(3000):  # until both wait behind the held batch
+            with state._queue_guard:
+                if len(state._queue) == 2:
+                    break
+            threading.Event().wait(0.01)
+        release.set()
+        assert first.result(timeout=30)[0].device_name == "gpu-0"
+        assert good.result(timeout=30)[0].device_name == "gpu-1"
+        with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: KeyError\('status'\)"):
+            bad.result(timeout=30)
+    assert saves[2] == {"uid-0", "uid-1"}  # one batch: uid-1 went on without uid-2
+    assert sorted(state.entries()) == ["uid-0", "uid-1"]

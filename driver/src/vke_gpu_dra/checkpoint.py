@@ -26,7 +26,7 @@ from typing import Any, Final
 from vke_gpu_dra_core.device_model import PreparedDevice
 
 from .fsutil import atomic_write, fsync_dir
-from .sharing import SharingRecord
+from .sharing.records import SharingRecord
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
 FORMAT: Final = "vke-gpu-dra-checkpoint"
