@@ -12,10 +12,11 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from vke_gpu_dra.kubeapi import KubeAPI, KubeConfigError, load_api_client
+from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_config, wait_until
@@ -323,7 +324,7 @@ def test_registration_socket_appears_only_once_the_dra_socket_serves(
 
 def test_the_api_is_opened_before_the_devices_and_the_claims(short_tmp: Path) -> None:
     p = Plugin(plugin_config(short_tmp), stop_grace=1)  # no kubeconfig was written
-    with pytest.raises(KubeConfigError):
+    with pytest.raises(KubeconfigError):
         p.start()
     assert p.devices == [] and p.state is None
     assert not (short_tmp / "plugins" / facts.DRIVER_NAME / LOCK_FILE).exists()
