@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+#: The repository: scripts/up, scripts/down and scripts/setup run this from its root.
+ROOT = Path.cwd()
 #: The file backend `up` logs in to when the CLI is logged in to none.
 STATE_DIR = "~/.pulumi-state"
 #: What scripts/setup installs from: when one changes, the virtualenvs are stale.
