@@ -92,7 +92,7 @@ def _env_suffix(device_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
 
 
-def simulated_device_env(device: Device) -> list[str]:
+def _simulated_device_env(device: Device) -> list[str]:
     """A simulated device's own variables: `GPU_DEVICE_<n>=gpu-<n>`, `GPU_DEVICE_<n>_UUID=<uuid>`."""
     name = f"{ENV_GPU_DEVICE_PREFIX}{_env_suffix(device.name)}"
     return [f"{name}={device.name}", f"{name}{ENV_GPU_DEVICE_UUID_SUFFIX}={device.uuid}"]
@@ -100,7 +100,7 @@ def simulated_device_env(device: Device) -> list[str]:
 
 def _device_edits(device: Device, driver: DriverEdits | None = None) -> dict[str, Any]:
     if device.simulated:
-        return {"env": simulated_device_env(device)}
+        return {"env": _simulated_device_env(device)}
     if not device.device_nodes:
         raise CdiSpecError(f"device {device.name} has no device nodes (a real GPU needs /dev/nvidia<N>)")
     if driver is not None:
