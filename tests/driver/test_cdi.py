@@ -34,7 +34,7 @@ def test_names_and_ids(tmp_path):
         cdi.device_name_from_cdi(UID, "other-gpu-0")
 
 
-def test_real_gpu_spec_has_device_nodes_and_visible_devices():
+def test_real_gpu_spec_has_device_nodes_per_device_and_no_visible_devices_list():
     spec = cdi.build_claim_spec(
         UID, [real_gpu(0, "GPU-a"), real_gpu(3, "GPU-b")], optional_nodes=["/dev/nvidia-uvm"]
     )
@@ -44,7 +44,7 @@ def test_real_gpu_spec_has_device_nodes_and_visible_devices():
     assert spec["devices"][1]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia3"}]}
     common = spec["containerEdits"]
     assert common["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
-    assert "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b" in common["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in common["env"]  # each device is its nodes, never a spec-wide list
     assert f"DRA_RESOURCE_CLAIM_UID={UID}" in common["env"]
 
 
@@ -61,12 +61,11 @@ def test_simulated_spec_is_env_only():
     devices = SimulatedSource(2, "NVIDIA A30", "node-a").discover().devices
     spec = cdi.build_claim_spec("abc-uid", devices)
     assert spec["cdiVersion"] == "0.3.0"  # letter-led names, env only
-    assert spec["devices"][1]["containerEdits"] == {"env": ["GPU_DEVICE_1=gpu-1"]}
+    assert spec["devices"][1]["containerEdits"] == {
+        "env": ["GPU_DEVICE_1=gpu-1", f"GPU_DEVICE_1_UUID={devices[1].uuid}"]
+    }
     assert "deviceNodes" not in spec["containerEdits"]
-    assert spec["containerEdits"]["env"] == [
-        f"NVIDIA_VISIBLE_DEVICES={devices[0].uuid},{devices[1].uuid}",
-        "DRA_RESOURCE_CLAIM_UID=abc-uid",
-    ]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void", "DRA_RESOURCE_CLAIM_UID=abc-uid"]
 
 
 def test_empty_claim_and_nodeless_real_device_are_rejected():

@@ -57,7 +57,11 @@ def test_prepare_writes_spec_and_checkpoint_and_answers(dirs):
     ]
     spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
     assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-0", "uid-1-gpu-2"]
-    assert f"NVIDIA_VISIBLE_DEVICES={DEVICES[0].uuid},{DEVICES[2].uuid}" in spec["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
+    assert [d["containerEdits"]["env"][1] for d in spec["devices"]] == [
+        f"GPU_DEVICE_0_UUID={DEVICES[0].uuid}",
+        f"GPU_DEVICE_2_UUID={DEVICES[2].uuid}",
+    ]
     doc = checkpoint_doc(dirs)
     assert [(c["uid"], c["namespace"], c["name"], c["state"]) for c in doc["claims"]] == [
         ("uid-1", "default", "c", "PrepareCompleted"),
@@ -270,7 +274,7 @@ def test_real_gpu_spec_uses_control_nodes_present_under_dev_root(dirs, tmp_path)
     spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
     assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
     assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
-    assert "NVIDIA_VISIBLE_DEVICES=GPU-real" in spec["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
 
 
 def test_duplicate_device_names_are_rejected(dirs):

@@ -5,6 +5,15 @@ One transient spec per claim, `<cdi_root>/k8s.gpu.nvidia.com-claim_<claimUID>.ya
 per-claim names never collide with NVIDIA's base spec (`k8s.gpu.nvidia.com/device=gpu-N`) that may be
 left in the same directory.
 
+What a container sees is what its own CDI devices carry. A CDI runtime applies a spec's
+`containerEdits` once and then the `containerEdits` of each device the container gets, and for an
+environment variable set twice the later value wins. So nothing that tells devices apart is a
+spec-level edit: `NVIDIA_VISIBLE_DEVICES` is `void` for the whole claim (as NVIDIA writes it, so an
+NVIDIA runtime in legacy mode adds no GPU), a real GPU is its device nodes and a simulated one its
+`GPU_DEVICE_<n>=gpu-<n>` and `GPU_DEVICE_<n>_UUID=<uuid>`, names of their own so that a container
+given two devices of the claim has both. Two containers naming different requests of one claim
+each see only their own request's GPUs.
+
 The specs are built from known parts, so they are not validated at every prepare: the tests check
 every spec they produce against the CDI 1.1.0 format rules (`vke_gpu_dra_testing.cdi_check`).
 """
@@ -34,8 +43,11 @@ CONTROL_NODE: Final = "/dev/nvidiactl"
 OPTIONAL_CONTROL_NODES: Final = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+#: The claim-wide value: no GPU through NVIDIA_VISIBLE_DEVICES; each device's own edits give it.
+ENV_VISIBLE_DEVICES_VOID: Final = f"{ENV_VISIBLE_DEVICES}=void"
 ENV_CLAIM_UID: Final = "DRA_RESOURCE_CLAIM_UID"
 ENV_GPU_DEVICE_PREFIX: Final = "GPU_DEVICE_"
+ENV_GPU_DEVICE_UUID_SUFFIX: Final = "_UUID"
 
 #: libyaml's safe dumper when PyYAML has it (same output as `yaml.safe_dump`, about 5x faster).
 _SAFE_DUMPER: Final = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -80,9 +92,15 @@ def _env_suffix(device_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
 
 
+def _simulated_device_env(device: Device) -> list[str]:
+    """A simulated device's own variables: `GPU_DEVICE_<n>=gpu-<n>`, `GPU_DEVICE_<n>_UUID=<uuid>`."""
+    name = f"{ENV_GPU_DEVICE_PREFIX}{_env_suffix(device.name)}"
+    return [f"{name}={device.name}", f"{name}{ENV_GPU_DEVICE_UUID_SUFFIX}={device.uuid}"]
+
+
 def _device_edits(device: Device, driver: DriverEdits | None = None) -> dict[str, Any]:
     if device.simulated:
-        return {"env": [f"{ENV_GPU_DEVICE_PREFIX}{_env_suffix(device.name)}={device.name}"]}
+        return {"env": _simulated_device_env(device)}
     if not device.device_nodes:
         raise CdiSpecError(f"device {device.name} has no device nodes (a real GPU needs /dev/nvidia<N>)")
     if driver is not None:
@@ -97,8 +115,7 @@ def _common_edits(
         common = driver.common()
         common["env"] = [*common["env"], f"{ENV_CLAIM_UID}={claim_uid}"]
         return common
-    uuids = ",".join(d.uuid for d in devices)
-    legacy: dict[str, Any] = {"env": [f"{ENV_VISIBLE_DEVICES}={uuids}", f"{ENV_CLAIM_UID}={claim_uid}"]}
+    legacy: dict[str, Any] = {"env": [ENV_VISIBLE_DEVICES_VOID, f"{ENV_CLAIM_UID}={claim_uid}"]}
     if any(not d.simulated for d in devices):
         legacy["deviceNodes"] = [{"path": p} for p in (CONTROL_NODE, *optional_nodes)]
     return legacy
@@ -126,7 +143,8 @@ def build_claim_spec(
     With `driver`, its common edits (the driver's user-space, `NVIDIA_VISIBLE_DEVICES=void`, hooks)
     are the spec-level edits and device nodes carry host paths. Without it (simulated mode with no
     fake driver root) the spec sets environment variables and the bare device nodes only, with
-    `optional_nodes` the OPTIONAL_CONTROL_NODES present on the host.
+    `optional_nodes` the OPTIONAL_CONTROL_NODES present on the host. Either way what tells the
+    devices apart is in each device's edits, never spec-wide (see the module's docstring).
 
     `extra_device_edits` (device name -> env/mounts) are per-claim edits such as MPS's pipe and shm.
     """

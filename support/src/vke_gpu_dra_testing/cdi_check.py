@@ -5,12 +5,16 @@ tests hold it to what a CDI runtime (container-device-interface 1.1.0) accepts w
 spec: required fields, kind and device-name syntax, no unknown fields, non-empty device edits, and a
 `cdiVersion` at least the one the fields used need (the driver's `cdi.minimum_version`).
 `validate_spec` raises the driver's `CdiSpecError` naming the field.
+
+`inject` and `container_env` apply specs to one container as a CDI runtime does
+(container-device-interface's `Cache.InjectDevices` and runtime-tools' `AddMultipleProcessEnv`), so
+tests can say what each container of a pod gets.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -203,3 +207,63 @@ def load_and_validate(path: Path) -> dict[str, Any]:
     except CdiSpecError as exc:
         raise CdiSpecError(f"{path.name}: {exc}") from None
     return data
+
+
+# ------------------------------------------------------------------- applying specs to one container
+
+_MERGED_LISTS: Final = ("env", "deviceNodes", "mounts", "hooks", "additionalGids", "netDevices")
+
+
+def _qualified(spec: Mapping[str, Any], device: Mapping[str, Any]) -> str:
+    return f"{spec['kind']}={device['name']}"
+
+
+def inject(specs: Iterable[Mapping[str, Any]], device_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The container edits a CDI runtime applies for `device_ids` (fully qualified, in the order given).
+
+    As container-device-interface's `Cache.InjectDevices`: for each device, its spec's own
+    `containerEdits` the first time a device of that spec is met, then the device's
+    `containerEdits`; the lists are concatenated in that order (`ContainerEdits.Append`). An id no
+    spec defines raises CdiSpecError, as the runtime refuses the container.
+    """
+    by_id: dict[str, tuple[int, Mapping[str, Any], Mapping[str, Any]]] = {}
+    for index, spec in enumerate(specs):
+        for device in spec.get("devices") or []:
+            by_id[_qualified(spec, device)] = (index, spec, device)
+    unresolved = [d for d in device_ids if d not in by_id]
+    if unresolved:
+        raise CdiSpecError(f"unresolvable CDI devices {', '.join(unresolved)}")
+    merged: dict[str, list[Any]] = {key: [] for key in _MERGED_LISTS}
+    seen: set[int] = set()
+    for device_id in device_ids:
+        index, spec, device = by_id[device_id]
+        parts = [device.get("containerEdits") or {}]
+        if index not in seen:
+            seen.add(index)
+            parts.insert(0, spec.get("containerEdits") or {})
+        for edits in parts:
+            for key in _MERGED_LISTS:
+                merged[key].extend(edits.get(key) or [])
+    return merged
+
+
+def container_env(edits: Mapping[str, Sequence[str]], base: Sequence[str] = ()) -> dict[str, str]:
+    """The container's environment after `edits` (from `inject`) are applied over `base`.
+
+    As runtime-tools' `AddMultipleProcessEnv`: a variable set again takes the later value in the
+    place where it was first set, so of several devices setting one name only the last counts.
+    """
+    env: dict[str, str] = {}
+    for entry in [*base, *edits.get("env", [])]:
+        name, _, value = entry.partition("=")
+        env[name] = value
+    return env
+
+
+def container_device_nodes(edits: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """The container paths of the device nodes `edits` add (a path added again replaces the earlier one)."""
+    paths: dict[str, None] = {}
+    for node in edits.get("deviceNodes", []):
+        paths.pop(node["path"], None)
+        paths[node["path"]] = None
+    return list(paths)

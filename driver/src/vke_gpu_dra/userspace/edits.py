@@ -19,12 +19,12 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 
+from ..cdi import ENV_VISIBLE_DEVICES_VOID
 from .devnodes import CONTROL_NODES, drm_nodes, existing_nodes
 from .discover import HOOK_BINARY, DriverRoot, UserSpace
 
 MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_MOUNT_OPTIONS: Final = ("nosuid", "nodev", "rbind", "rprivate", "noexec")
-ENV_VISIBLE_DEVICES_VOID: Final = "NVIDIA_VISIBLE_DEVICES=void"
 ENV_LIBCUDA_DIR: Final = "NVIDIA_CTK_LIBCUDA_DIR"
 HOOK_ENV: Final = ("NVIDIA_CTK_DEBUG=false",)
 HOOK_LIFECYCLE: Final = "createContainer"
