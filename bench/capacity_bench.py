@@ -29,14 +29,14 @@ import tracemalloc
 from typing import Any
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
-from vke_gpu_dra_ops.capacity.cel.environment import DeviceContext, compile_selector
-from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, PodClaimRef, parse_claim_template
-from vke_gpu_dra_ops.capacity.inventory import GpuPool
-from vke_gpu_dra_ops.capacity.planner import Planner
-from vke_gpu_dra_ops.capacity.selection import SelectionStats, SelectorCache
-from vke_gpu_dra_ops.capacity.stack_model import StackModel, Workload, default_classes
-from vke_gpu_dra_ops.capacity.stack_plan import plan_model
+from vke_gpu_dra_planner.allocator import AllocationError, NodeAllocator
+from vke_gpu_dra_planner.cel.environment import DeviceContext, compile_selector
+from vke_gpu_dra_planner.claims import ClaimTemplate, PodClaimRef, parse_claim_template
+from vke_gpu_dra_planner.fit import Planner
+from vke_gpu_dra_planner.inventory import GpuPool
+from vke_gpu_dra_planner.selection import SelectionStats, SelectorCache
+from vke_gpu_dra_planner.stack import StackModel, Workload, default_classes
+from vke_gpu_dra_planner.verdict import plan_model
 
 ATTR = f"device.attributes['{facts.DRIVER_NAME}']"
 MEM = f"device.capacity['{facts.DRIVER_NAME}'].{facts.CAPACITY_MEMORY}"

@@ -3,9 +3,9 @@
 import importlib.util
 from pathlib import Path
 
-from vke_gpu_dra_ops.capacity.allocator import NodeAllocator
-from vke_gpu_dra_ops.capacity.selection import SelectorCache
-from vke_gpu_dra_ops.capacity.stack_model import default_classes
+from vke_gpu_dra_planner.allocator import NodeAllocator
+from vke_gpu_dra_planner.selection import SelectorCache
+from vke_gpu_dra_planner.stack import default_classes
 
 from .helpers import exactly, parsed, pool
 

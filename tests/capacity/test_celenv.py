@@ -1,7 +1,7 @@
 import pytest
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_core.facts import DRIVER_NAME
-from vke_gpu_dra_ops.capacity.cel.environment import (
+from vke_gpu_dra_planner.cel.environment import (
     SelectorCompileError,
     SelectorRuntimeError,
     compile_selector,

@@ -31,18 +31,18 @@ from vke_gpu_dra_core.config import (
     raw_from_stack_file,
 )
 from vke_gpu_dra_core.config import read as read_config
-
-from .capacity.admission import REFUSED, UNKNOWN
-from .capacity.claims import ManifestError
-from .capacity.stack_model import (
+from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN
+from vke_gpu_dra_planner.claims import ManifestError
+from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.stack import (
     StackModel,
     add_object,
     default_classes,
     pools_from_config,
     sample_objects,
 )
-from .capacity.stack_plan import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
-from .capacity.versions import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.verdict import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
+
 from .output import OUTPUT_FORMATS, render
 
 

@@ -34,8 +34,8 @@ from vke_gpu_dra_core.quantity import (
     quantity_as_int64,
     round_to_nano,
 )
-from vke_gpu_dra_core.semver import Semver, SemverError, is_semver, parse_semver
 
+from ..semver import Semver, SemverError, is_semver, parse_semver
 from .rewrite import default_computed_domains, rewrite_bind
 
 _Q_TAG: Final = "__kubernetes.Quantity"

@@ -32,9 +32,9 @@ from typing import Final
 
 from .allocator import AllocationError, NodeAllocator
 from .claims import ClaimSpec
+from .fit import MAX_PODS_PER_NODE, Planner
 from .inventory import GpuPool
 from .placement import Placement, excluded, tolerated
-from .planner import MAX_PODS_PER_NODE, Planner
 
 DEFAULT: Final = "default"
 PACKING: Final = "packing"

@@ -18,12 +18,12 @@ from typing import Any, Final
 
 from .admission import REFUSED, UNKNOWN, Admission, admit
 from .claims import ClaimSpec, ClaimTemplate
+from .fit import FitResult, Planner, template_subject
+from .gates import FeatureGates, feature_gates, nearest_gates
 from .inventory import GpuPool
 from .placement import excluded
-from .planner import FitResult, Planner, template_subject
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
-from .stack_model import StackModel, Workload, model_from_resources
-from .versions import FeatureGates, feature_gates, nearest_gates
+from .stack import StackModel, Workload, model_from_resources
 
 
 @dataclass(frozen=True)

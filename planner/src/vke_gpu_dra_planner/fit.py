@@ -16,7 +16,6 @@ from typing import Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.model import Version
 from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantity
-from vke_gpu_dra_core.semver import SemverError, parse_semver
 
 from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
 from .cel.environment import SelectorError, SelectorRuntimeError
@@ -24,6 +23,7 @@ from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
 from .placement import Placement, excluded
 from .selection import DeviceView, SelectorCache, observed_ids
+from .semver import SemverError, parse_semver
 
 #: Attributes that only identify a device (a selector naming them sees every device differently).
 _IDENTITY_IDS: Final = frozenset({facts.ATTR_UUID, facts.ATTR_PARENT_UUID})
