@@ -95,7 +95,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if report["fits"] else 1
 
 
-def _read_yaml(path: Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
+#: Manifests are plain YAML: libyaml's safe loader reads them when PyYAML has it (same documents, faster).
+_MANIFEST_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read_yaml(path: Path, loader: Any = _MANIFEST_LOADER) -> list[Any]:
     try:
         return [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if d is not None]
     except OSError as exc:

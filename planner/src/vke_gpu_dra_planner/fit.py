@@ -124,7 +124,9 @@ class Planner:
     cache: SelectorCache = field(default_factory=SelectorCache)
     #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
     consumable_capacity: bool = False
-    _classes: dict[tuple[str, str], tuple[object, object]] = field(default_factory=dict, repr=False)
+    _pool_class_ids: dict[tuple[str, str, int, int], tuple[int, ...]] = field(
+        default_factory=dict, repr=False
+    )
 
     def fit(
         self,
@@ -188,11 +190,14 @@ class Planner:
         counts: list[int] = []
         chosen: tuple[tuple[str, str, str], ...] = ()
         by_class = self._uuid_blind(specs)
+        classes = self._pool_classes(pool) if by_class else None
         try:
             for index in range(max(pool.max_nodes, 1)):
-                node = pool.node(index)
-                signature = self._node_class(node) if by_class else self._signature(node, specs)
+                signature = (
+                    classes[index] if classes is not None else self._signature(pool.node(index), specs)
+                )
                 if signature not in per_node_counts:
+                    node = pool.node(index)
                     count, first = self._fill(node, specs)
                     per_node_counts[signature] = count
                     if index == 0 and first is not None:
@@ -222,23 +227,33 @@ class Planner:
                 return False
         return not any(a.rpartition("/")[2] in _IDENTITY_IDS for a in attributes)
 
-    def _node_class(self, node: Node) -> object:
-        """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
-        key = (node.pool, node.name)
-        stored = self._classes.get(key)
-        # variants of one pool (several instance types) share node names: the devices tell them apart
-        if stored is None or stored[0] is not node.devices:
-            found: object = tuple(
-                (
-                    d.name,
-                    tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
-                    tuple(sorted(d.capacity.items())),
-                )
-                for d in node.devices
+    def _pool_classes(self, pool: GpuPool) -> tuple[int, ...]:
+        """Each node's class (`_node_class`) as a small number, per node index of the pool at maximum size.
+
+        Computed once per pool variant (its nodes follow from name, product, GPUs and index), so the
+        templates planned against it compare numbers, not devices.
+        """
+        key = (pool.name, pool.product, pool.gpus_per_node, max(pool.max_nodes, 1))
+        stored = self._pool_class_ids.get(key)
+        if stored is None:
+            numbers: dict[object, int] = {}
+            stored = tuple(
+                numbers.setdefault(self._node_class(pool.node(i)), len(numbers)) for i in range(key[3])
             )
-            stored = (node.devices, found)
-            self._classes[key] = stored
-        return stored[1]
+            self._pool_class_ids[key] = stored
+        return stored
+
+    @staticmethod
+    def _node_class(node: Node) -> object:
+        """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
+        return tuple(
+            (
+                d.name,
+                tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
+                tuple(sorted(d.capacity.items())),
+            )
+            for d in node.devices
+        )
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)
