@@ -170,7 +170,10 @@ class Planner:
         try:
             first = allocator.allocate([spec for _, spec in everything])
             if first is None:
-                return PoolFit(pool, 0, 0, 0, reasons=tuple(self.explain(node, [s for _, s in everything])))
+                # the allocator that just failed holds the node's devices and selections: ask it why
+                return PoolFit(
+                    pool, 0, 0, 0, reasons=tuple(self.explain(allocator, [s for _, s in everything]))
+                )
             count = 1
             # pods until allocation fails: adminAccess requests do not use devices up (maxPods bounds them)
             while count < MAX_PODS_PER_NODE and allocator.allocate(specs) is not None:
@@ -189,6 +192,8 @@ class Planner:
         per_node_counts: dict[object, int] = {}
         counts: list[int] = []
         chosen: tuple[tuple[str, str, str], ...] = ()
+        #: the first node's allocator: where a pod that fits no node is explained
+        first_node = self._allocator(pool.node(0))
         by_class = self._uuid_blind(specs)
         classes = self._pool_classes(pool) if by_class else None
         try:
@@ -198,7 +203,7 @@ class Planner:
                 )
                 if signature not in per_node_counts:
                     node = pool.node(index)
-                    count, first = self._fill(node, specs)
+                    count, first = self._fill(first_node if index == 0 else self._allocator(node), specs)
                     per_node_counts[signature] = count
                     if index == 0 and first is not None:
                         chosen = tuple(
@@ -210,7 +215,8 @@ class Planner:
         except AllocationError as exc:
             return PoolFit(pool, 0, 0, 0, error=str(exc))
         per_node = counts[0] if counts else 0
-        reasons = tuple(self.explain(pool.node(0), specs)) if per_node == 0 else ()
+        # nothing was placed on the first node, so its allocator holds nothing in use
+        reasons = tuple(self.explain(first_node, specs)) if per_node == 0 else ()
         return PoolFit(
             pool, per_node, sum(counts[: pool.min_nodes]), sum(counts[: pool.max_nodes]), chosen, reasons
         )
@@ -276,8 +282,8 @@ class Planner:
             attributes.extend(c.attribute for c in spec.constraints)
         return sorted(set(expressions)), sorted(set(attributes))
 
-    def _fill(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
-        allocator = self._allocator(node)
+    @staticmethod
+    def _fill(allocator: NodeAllocator, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
         # pods until allocation fails: adminAccess requests do not use devices up (maxPods bounds them)
         count, first = 0, None
         while count < MAX_PODS_PER_NODE:
@@ -290,9 +296,13 @@ class Planner:
 
     # --- explanations -----------------------------------------------------------------------
 
-    def explain(self, node: Node, specs: Sequence[ClaimSpec]) -> list[str]:
-        """Why one pod does not fit on an empty `node`: the first thing that rules it out, per request."""
-        allocator = self._allocator(node)
+    def explain(self, allocator: NodeAllocator, specs: Sequence[ClaimSpec]) -> list[str]:
+        """Why one pod does not fit on the empty node of `allocator`: the first thing that rules it out.
+
+        `allocator` is the one whose allocation just failed (nothing in use): its device views are
+        reused, and the selector answers come from the cache the allocation filled.
+        """
+        node = allocator.node
         reasons: list[str] = []
         for spec in specs:
             needed = 0
