@@ -1,6 +1,6 @@
 """The stack plan, and the capacity policy's violations of it.
 
-`plan_model(model)` plans a `StackModel` (`stack_model`): every claim template a workload uses must fit
+`plan_model(model)` plans a `StackModel` (`stack`): every claim template a workload uses must fit
 the stack's GPU pools for its replicas. The `plan` command renders the `StackPlan`; the capacity policy
 (`policy_names.CAPACITY`) reports its `plan_violations`. `check_stack(resources)` takes a stack's
 registered resources (the policy pack's `Res` view, or anything `vke_gpu_dra_core.resources.read`
