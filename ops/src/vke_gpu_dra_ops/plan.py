@@ -185,8 +185,6 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
     templates = [_template_report(t) for t in plan.templates]
     violations = [v.message for v in plan_violations(plan)]
     workloads = [_workload_report(w) for w in plan.workloads]
-    undecided = [w for w in workloads if w["status"] == UNKNOWN]
-    fits = not violations and all(w["status"] == "fits" for w in workloads)
     return {
         "kubernetesVersion": plan.gates.version,
         "featureGates": {
@@ -212,10 +210,8 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
         "workloads": workloads,
         "templates": templates,
         "violations": violations,
-        "fits": fits,
-        "undecided": bool(undecided)
-        and not violations
-        and all(w["status"] in ("fits", UNKNOWN) for w in workloads),
+        "fits": plan.fits,
+        "undecided": plan.undecided,
         "selectorChecks": plan.planner.cache.stats.checks,
     }
 

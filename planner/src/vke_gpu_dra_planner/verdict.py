@@ -127,6 +127,21 @@ class StackPlan:
     #: each template alone on an empty pool (only when asked for: the `plan` command's report)
     templates: list[TemplatePlan]
 
+    @property
+    def fits(self) -> bool:
+        """The verdict: no violation, and every workload's pods placed."""
+        return not plan_violations(self) and all(w.status == "fits" for w in self.workloads)
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing refused or pending, but some workload's admission depends on what the plan cannot see."""
+        statuses = [w.status for w in self.workloads]
+        return (
+            UNKNOWN in statuses
+            and not plan_violations(self)
+            and all(status in ("fits", UNKNOWN) for status in statuses)
+        )
+
 
 def _wanted(workload: Workload, pools: Sequence[GpuPool]) -> int:
     if workload.replicas is not None:
