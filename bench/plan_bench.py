@@ -103,10 +103,11 @@ def write_job(directory: Path, nodes: int, templates: int) -> tuple[Path, Path]:
 
 
 def materialise(ref: str, directory: Path) -> Path:
-    """core/ and ops/ of `ref`, out of git into `directory` (no work tree is touched)."""
+    """core/, ops/ and the pack of `ref`, out of git into `directory` (no work tree is touched)."""
     archive = directory / "previous.tar"
     with archive.open("wb") as out:
-        subprocess.run(["git", "archive", ref, "core/src", "ops/src"], cwd=ROOT, stdout=out, check=True)
+        paths = ["core/src", "ops/src", "policy/vke_dra_policies"]
+        subprocess.run(["git", "archive", ref, *paths], cwd=ROOT, stdout=out, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(directory / "previous", filter="data")
     return directory / "previous"
@@ -175,10 +176,12 @@ from vke_dra_policies.checks.capacity import check_stack
 imported = time.perf_counter() - started
 job = json.loads(sys.stdin.read())
 resources = [SimpleNamespace(**r) for r in job]
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 violations = check_stack(resources, kubernetes_version="1.34")
-checked = time.perf_counter() - started
-print(json.dumps({"import": imported, "check": checked, "violations": len(violations)}))
+checked, checked_cpu = time.perf_counter() - started, time.process_time() - cpu
+print(json.dumps({
+    "import": imported, "check": checked, "check_cpu": checked_cpu, "violations": len(violations),
+}))
 """
 
 
@@ -207,21 +210,25 @@ def registered_resources(nodes: int, templates: int) -> list[dict[str, Any]]:
     return out
 
 
-def measure_policy(nodes: int, templates: int) -> dict[str, Any]:
-    """Import and check time of the pack's capacity check, in a fresh process of the pack's environment."""
+def measure_policy(
+    nodes: int, templates: int, policy: Path = ROOT / "policy", pythonpath: Sequence[Path] = ()
+) -> dict[str, Any]:
+    """Import and check time of the pack's capacity check, in a fresh process of the pack's environment.
+
+    `policy`: the pack's directory (a previous revision's, with `pythonpath` at its core and ops).
+    """
     pack_python = ROOT / "policy" / "venv" / "bin" / "python"
     python = str(pack_python) if pack_python.is_file() else sys.executable
     proc = subprocess.run(
         [python, "-c", _POLICY_PROBE],
-        cwd=ROOT / "policy",
-        env=_env([]),
+        cwd=policy,
+        env=_env(pythonpath),
         input=json.dumps(registered_resources(nodes, templates)),
         capture_output=True,
         text=True,
         check=True,
     )
     figures: dict[str, Any] = json.loads(proc.stdout)
-    figures["python"] = "policy/venv" if python == str(pack_python) else "this interpreter"
     return figures
 
 
@@ -240,11 +247,13 @@ def main() -> None:
         directory = Path(tmp)
         stack, objects = write_job(directory, args.nodes, args.templates)
         previous = materialise(args.ref, directory)
-        trees: dict[str, Sequence[Path]] = {
-            "this tree": [],
-            args.ref: [previous / "core" / "src", previous / "ops" / "src"],
-        }
+        previous_path = [previous / "core" / "src", previous / "ops" / "src"]
+        trees: dict[str, Sequence[Path]] = {"this tree": [], args.ref: previous_path}
         figures = compare(trees, stack, objects, args.runs)
+        policies = {
+            "this tree": measure_policy(args.nodes, args.templates),
+            args.ref: measure_policy(args.nodes, args.templates, previous / "policy", previous_path),
+        }
     print(
         f"job: 1 pool of {args.nodes:,} nodes x 8 GPUs ({INSTANCE_TYPE}), {args.templates} claim "
         f"templates, {args.templates * REPLICAS} pods; {args.runs} whole `vke-gpu-dra plan` processes each"
@@ -260,11 +269,12 @@ def main() -> None:
         f"  speed-up: {statistics.median(before['seconds']) / statistics.median(now['seconds']):.1f}x; "
         f"reports {'identical' if same else 'DIFFER'}"
     )
-    policy = measure_policy(args.nodes, args.templates)
-    print(
-        f"capacity policy of a preview ({policy['python']}): import {policy['import']:.2f} s, "
-        f"check {policy['check']:.2f} s ({policy['violations']} violations)"
-    )
+    print("capacity policy of a preview (the pack's check on the job's resources, its environment):")
+    for name, policy in policies.items():
+        print(
+            f"  {name:<12} import {policy['import']:.2f} s, check {policy['check']:.2f} s "
+            f"(CPU {policy['check_cpu']:.2f} s; {policy['violations']} violations)"
+        )
 
 
 if __name__ == "__main__":

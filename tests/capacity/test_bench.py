@@ -96,3 +96,4 @@ def test_plan_bench_takes_the_previous_revision_out_of_git(tmp_path):
     previous = _plan_bench().materialise("HEAD", tmp_path)
     assert (previous / "core" / "src" / "vke_gpu_dra_core" / "__init__.py").is_file()
     assert (previous / "ops" / "src" / "vke_gpu_dra_ops" / "__main__.py").is_file()
+    assert (previous / "policy" / "vke_dra_policies" / "checks" / "capacity.py").is_file()
