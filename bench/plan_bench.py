@@ -23,6 +23,7 @@ Run: `python bench/plan_bench.py [--nodes N] [--templates N] [--runs N] [--ref R
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -42,7 +43,6 @@ from capacity_bench import template_documents
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 
-ROOT: Final = Path(__file__).resolve().parents[1]
 #: The last commit with the planner inside the operator tools (ops/src/vke_gpu_dra_ops/capacity/).
 PREVIOUS_REF: Final = "7fb9d7b"
 INSTANCE_TYPE: Final = "ecs.hpcpni3ln.45xlarge"  # 8x NVIDIA H20
@@ -102,12 +102,22 @@ def write_job(directory: Path, nodes: int, templates: int) -> tuple[Path, Path]:
     return stack, objects
 
 
+@functools.cache
+def repository() -> Path:
+    """The work tree this benchmark belongs to, as git names it."""
+    here = Path(__file__).resolve().parent
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True, check=True
+    )
+    return Path(top.stdout.strip())
+
+
 def materialise(ref: str, directory: Path) -> Path:
     """core/, ops/ and the pack of `ref`, out of git into `directory` (no work tree is touched)."""
     archive = directory / "previous.tar"
     with archive.open("wb") as out:
         paths = ["core/src", "ops/src", "policy/vke_dra_policies"]
-        subprocess.run(["git", "archive", ref, *paths], cwd=ROOT, stdout=out, check=True)
+        subprocess.run(["git", "archive", ref, *paths], cwd=repository(), stdout=out, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(directory / "previous", filter="data")
     return directory / "previous"
@@ -211,17 +221,18 @@ def registered_resources(nodes: int, templates: int) -> list[dict[str, Any]]:
 
 
 def measure_policy(
-    nodes: int, templates: int, policy: Path = ROOT / "policy", pythonpath: Sequence[Path] = ()
+    nodes: int, templates: int, policy: Path | None = None, pythonpath: Sequence[Path] = ()
 ) -> dict[str, Any]:
     """Import and check time of the pack's capacity check, in a fresh process of the pack's environment.
 
-    `policy`: the pack's directory (a previous revision's, with `pythonpath` at its core and ops).
+    `policy`: the pack's directory (default this tree's; a previous revision's with `pythonpath` at its
+    core and ops).
     """
-    pack_python = ROOT / "policy" / "venv" / "bin" / "python"
+    pack_python = repository() / "policy" / "venv" / "bin" / "python"
     python = str(pack_python) if pack_python.is_file() else sys.executable
     proc = subprocess.run(
         [python, "-c", _POLICY_PROBE],
-        cwd=policy,
+        cwd=policy or repository() / "policy",
         env=_env(pythonpath),
         input=json.dumps(registered_resources(nodes, templates)),
         capture_output=True,
