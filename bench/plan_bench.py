@@ -124,7 +124,9 @@ def materialise(ref: str, directory: Path) -> Path:
 
 
 def _env(pythonpath: Sequence[Path]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONPROFILEIMPORTTIME")}
+    # bytecode caches are written (an installed copy has them): the untimed first run writes them
+    dropped = ("PYTHONPATH", "PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     return env
