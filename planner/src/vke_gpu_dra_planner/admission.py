@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .claims import ClaimTemplate
-from .versions import FeatureGates
+from .gates import FeatureGates
 
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 ADMIN_ACCESS_FORBIDDEN: Final = (

@@ -1,6 +1,6 @@
 """The stack plan, and the capacity policy's violations of it.
 
-`plan_model(model)` plans a `StackModel` (`stack_model`): every claim template a workload uses must fit
+`plan_model(model)` plans a `StackModel` (`stack`): every claim template a workload uses must fit
 the stack's GPU pools for its replicas. The `plan` command renders the `StackPlan`; the capacity policy
 (`policy_names.CAPACITY`) reports its `plan_violations`. `check_stack(resources)` takes a stack's
 registered resources (the policy pack's `Res` view, or anything `vke_gpu_dra_core.resources.read`
@@ -18,12 +18,12 @@ from typing import Any, Final
 
 from .admission import REFUSED, UNKNOWN, Admission, admit
 from .claims import ClaimSpec, ClaimTemplate
+from .fit import FitResult, Planner, template_subject
+from .gates import FeatureGates, feature_gates, nearest_gates
 from .inventory import GpuPool
 from .placement import excluded
-from .planner import FitResult, Planner, template_subject
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
-from .stack_model import StackModel, Workload, model_from_resources
-from .versions import FeatureGates, feature_gates, nearest_gates
+from .stack import StackModel, Workload, model_from_resources
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,21 @@ class StackPlan:
     model: StackModel
     #: each template alone on an empty pool (only when asked for: the `plan` command's report)
     templates: list[TemplatePlan]
+
+    @property
+    def fits(self) -> bool:
+        """The verdict: no violation, and every workload's pods placed."""
+        return not plan_violations(self) and all(w.status == "fits" for w in self.workloads)
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing refused or pending, but some workload's admission depends on what the plan cannot see."""
+        statuses = [w.status for w in self.workloads]
+        return (
+            UNKNOWN in statuses
+            and not plan_violations(self)
+            and all(status in ("fits", UNKNOWN) for status in statuses)
+        )
 
 
 def _wanted(workload: Workload, pools: Sequence[GpuPool]) -> int:

@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from vke_gpu_dra_core.object_names import is_dns_label
+
 ALLOCATION_MODES: Final = ("ExactCount", "All")
 #: resource/v1 limits the allocator checks.
 MAX_REQUESTS_PER_CLAIM: Final = 32
 MAX_SUBREQUESTS: Final = 8
 ALLOCATION_RESULTS_MAX_SIZE: Final = 32
-_DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _FULLY_QUALIFIED: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z_][A-Za-z0-9_]{0,31}$")
 
 
@@ -154,7 +155,7 @@ def _selectors(value: Any, where: str, field: str) -> tuple[str, ...]:
 
 def _name(value: Any, where: str, field: str) -> str:
     name = _string(value, where, field)
-    if not _DNS_LABEL.match(name) or len(name) > 63:
+    if not is_dns_label(name):
         raise ManifestError(
             f"{where}: field {field} must be a DNS label (lower-case letters, digits, '-'), got {name!r}"
         )
