@@ -119,3 +119,10 @@ def cluster_134(control_plane_134: ControlPlane, request: pytest.FixtureRequest)
     """This test's namespace on the emulated 1.34 control plane."""
     with Cluster.for_test(control_plane_134, request.node.name) as c:
         yield c
+
+
+@pytest.fixture(params=["1.36", "1.34"])
+def each_cluster(request: pytest.FixtureRequest) -> Cluster:
+    """This test's namespace on each control plane in turn: 1.36, then emulated 1.34 (VKE's version)."""
+    cluster: Cluster = request.getfixturevalue("cluster_134" if request.param == "1.34" else "cluster")
+    return cluster

@@ -1,4 +1,4 @@
-"""The chart's objects on a real API server: RBAC with a real service-account token, and the
+"""The chart's objects on a real API server (1.36 and emulated 1.34): RBAC with a real service-account token, and the
 ValidatingAdmissionPolicy that confines the kubelet plugin to its own node's ResourceSlices."""
 
 from __future__ import annotations
@@ -41,48 +41,50 @@ def refusal(client: Client, admin: Client, obj: dict[str, Any]) -> ApiError | No
 
 
 @pytest.fixture
-def plugin_setup(cluster: Cluster) -> dict[str, Any]:
+def plugin_setup(each_cluster: Cluster) -> dict[str, Any]:
     """The chart installed, two GPU nodes, the plugin's pod on the first, a token bound to that pod."""
-    objects = cluster.install_chart()
-    own, other = cluster.add_node("a"), cluster.add_node("b")
-    pod = cluster.plugin_pod(objects, own["metadata"]["name"])
+    objects = each_cluster.install_chart()
+    own, other = each_cluster.add_node("a"), each_cluster.add_node("b")
+    pod = each_cluster.plugin_pod(objects, own["metadata"]["name"])
     [service_account] = [o for o in objects if o["kind"] == "ServiceAccount"]
-    token = cluster.token(service_account["metadata"]["name"], pod)
+    token = each_cluster.token(service_account["metadata"]["name"], pod)
     [policy] = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     return {
         "objects": objects,
         "own": own["metadata"]["name"],
         "other": other["metadata"]["name"],
-        "client": cluster.plane.client(token),
+        "client": each_cluster.plane.client(token),
         "service_account": service_account["metadata"]["name"],
         "policy": policy["metadata"]["name"],
     }
 
 
-def test_every_rendered_object_is_accepted(cluster: Cluster) -> None:
-    objects = cluster.install_chart()
+def test_every_rendered_object_is_accepted(each_cluster: Cluster) -> None:
+    objects = each_cluster.install_chart()
     kinds = {o["kind"] for o in objects}
     assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Service"} <= kinds  # fmt: skip
     [daemonset] = [o for o in objects if o["kind"] == "DaemonSet"]
-    stored = cluster.api.get(f"/apis/apps/v1/namespaces/{cluster.namespace}/daemonsets/"
+    stored = each_cluster.api.get(f"/apis/apps/v1/namespaces/{each_cluster.namespace}/daemonsets/"
                              f"{daemonset['metadata']['name']}")  # fmt: skip
     assert (
         stored["spec"]["template"]["spec"]["serviceAccountName"]
         == (daemonset["spec"]["template"]["spec"]["serviceAccountName"])
     )
-    classes = {dc["metadata"]["name"] for dc in cluster.api.items("/apis/resource.k8s.io/v1/deviceclasses")}
+    classes = {
+        dc["metadata"]["name"] for dc in each_cluster.api.items("/apis/resource.k8s.io/v1/deviceclasses")
+    }
     assert {spec.name for spec in facts.DEVICE_CLASSES} <= classes
 
 
-def test_admission_policy_type_checks_clean(cluster: Cluster) -> None:
+def test_admission_policy_type_checks_clean(each_cluster: Cluster) -> None:
     """The server's own type check of the policy's CEL (the status controller): no warnings."""
-    objects = cluster.install_chart()
+    objects = each_cluster.install_chart()
     [policy] = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy['metadata']['name']}"
 
     def checked() -> dict[str, Any] | None:
-        stored = cluster.api.get(path)
+        stored = each_cluster.api.get(path)
         status = stored.get("status") or {}
         done = (
             status.get("observedGeneration") == stored["metadata"]["generation"] and "typeChecking" in status
@@ -94,7 +96,9 @@ def test_admission_policy_type_checks_clean(cluster: Cluster) -> None:
     assert not status["typeChecking"].get("expressionWarnings"), status
 
 
-def test_plugin_token_writes_its_own_nodes_slices(cluster: Cluster, plugin_setup: dict[str, Any]) -> None:
+def test_plugin_token_writes_its_own_nodes_slices(
+    each_cluster: Cluster, plugin_setup: dict[str, Any]
+) -> None:
     client: Client = plugin_setup["client"]
     own = resource_slice(plugin_setup["own"])
     created = client.create(SLICES, own)
@@ -108,14 +112,16 @@ def test_plugin_token_writes_its_own_nodes_slices(cluster: Cluster, plugin_setup
     ]
     assert names == [own["metadata"]["name"]]
     client.delete(f"{SLICES}/{own['metadata']['name']}")
-    assert not cluster.slices_of(plugin_setup["own"])
+    assert not each_cluster.slices_of(plugin_setup["own"])
 
 
-def test_another_nodes_slice_is_refused_by_the_policy(cluster: Cluster, plugin_setup: dict[str, Any]) -> None:
+def test_another_nodes_slice_is_refused_by_the_policy(
+    each_cluster: Cluster, plugin_setup: dict[str, Any]
+) -> None:
     client: Client = plugin_setup["client"]
     # A new policy takes effect within a second or two: until then a write may pass (and is undone).
     error = wait_until(
-        lambda: refusal(client, cluster.api, resource_slice(plugin_setup["other"])), timeout=30
+        lambda: refusal(client, each_cluster.api, resource_slice(plugin_setup["other"])), timeout=30
     )
     assert error is not None, "the policy never refused a slice of another node"
     assert error.status == 403
@@ -124,10 +130,10 @@ def test_another_nodes_slice_is_refused_by_the_policy(cluster: Cluster, plugin_s
         f"the kubelet plugin on node '{plugin_setup['own']}' may only write ResourceSlices of its own node, "
         f"not slices of node '{plugin_setup['other']}'"
     ) in error.message
-    assert not cluster.slices_of(plugin_setup["other"])
+    assert not each_cluster.slices_of(plugin_setup["other"])
 
     # Nor may it change or delete a slice another node's plugin published.
-    theirs = cluster.api.create(SLICES, resource_slice(plugin_setup["other"]))
+    theirs = each_cluster.api.create(SLICES, resource_slice(plugin_setup["other"]))
     path = f"{SLICES}/{theirs['metadata']['name']}"
     theirs["spec"]["devices"].append({"name": "gpu-9"})
     with pytest.raises(ApiError) as update:
@@ -141,34 +147,36 @@ def test_another_nodes_slice_is_refused_by_the_policy(cluster: Cluster, plugin_s
     # Moving a slice to another node is refused by the API server itself: spec.nodeName is immutable.
     theirs["spec"]["nodeName"] = plugin_setup["own"]
     with pytest.raises(ApiError) as move:
-        cluster.api.replace(path, theirs)
+        each_cluster.api.replace(path, theirs)
     assert move.value.status == 422 and "field is immutable" in move.value.message
-    cluster.api.delete(path)
+    each_cluster.api.delete(path)
 
 
 def test_a_token_not_bound_to_a_pod_on_a_node_writes_no_slice(
-    cluster: Cluster, plugin_setup: dict[str, Any]
+    each_cluster: Cluster, plugin_setup: dict[str, Any]
 ) -> None:
-    client = cluster.plane.client(cluster.token(plugin_setup["service_account"]))
-    error = wait_until(lambda: refusal(client, cluster.api, resource_slice(plugin_setup["own"])), timeout=30)
+    client = each_cluster.plane.client(each_cluster.token(plugin_setup["service_account"]))
+    error = wait_until(
+        lambda: refusal(client, each_cluster.api, resource_slice(plugin_setup["own"])), timeout=30
+    )
     assert error is not None and error.status == 403
     assert "no node is associated with this request" in error.message
 
 
-def test_the_cluster_role_grants_nothing_else(cluster: Cluster, plugin_setup: dict[str, Any]) -> None:
+def test_the_cluster_role_grants_nothing_else(each_cluster: Cluster, plugin_setup: dict[str, Any]) -> None:
     client: Client = plugin_setup["client"]
     own = plugin_setup["own"]
     assert client.get(f"/api/v1/nodes/{own}")["metadata"]["name"] == own
     for method, path in [
-        ("GET", f"/api/v1/namespaces/{cluster.namespace}/pods"),
+        ("GET", f"/api/v1/namespaces/{each_cluster.namespace}/pods"),
         ("GET", f"{SLICES}/anything"),  # list and watch, never get
         ("PATCH", f"/api/v1/nodes/{own}"),
-        ("GET", f"/apis/resource.k8s.io/v1/namespaces/{cluster.namespace}/resourceclaims"),
+        ("GET", f"/apis/resource.k8s.io/v1/namespaces/{each_cluster.namespace}/resourceclaims"),
     ]:
         with pytest.raises(ApiError) as denied:
             client.request(method, path, {} if method == "PATCH" else None,
                            content_type="application/merge-patch+json")  # fmt: skip
         assert denied.value.status == 403, (method, path)
-        assert f"system:serviceaccount:{cluster.namespace}:{plugin_setup['service_account']}" in (
+        assert f"system:serviceaccount:{each_cluster.namespace}:{plugin_setup['service_account']}" in (
             denied.value.message
         )

@@ -73,7 +73,9 @@ def test_published_slice_is_accepted_and_restored_after_deletion(cluster: Cluste
     assert cluster.slices_of(name), "slices stay when the plugin stops"
 
 
-def test_claim_allocated_by_the_scheduler_is_prepared(cluster: Cluster) -> None:
+def test_claim_allocated_by_the_scheduler_is_prepared(each_cluster: Cluster) -> None:
+    """On 1.36 and on emulated 1.34: the same slices, claims and allocation."""
+    cluster = each_cluster
     plugin, node = start_on_node(cluster)
     name = node["metadata"]["name"]
     cluster.apply(claim_template("single-gpu"))
