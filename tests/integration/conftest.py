@@ -19,7 +19,8 @@ import pytest
 from .cluster import Cluster
 from .controlplane import ControlPlane, missing_assets
 
-HERE = Path(__file__).parent
+#: Fixtures that start a control plane: the tests using them form the tier (marker `envtest`).
+PLANE_FIXTURES = frozenset({"control_plane", "control_plane_134", "each_cluster"})
 
 
 class _Tier:
@@ -36,15 +37,28 @@ class _Tier:
 TIER = _Tier()
 
 
+def in_tier(item: pytest.Item) -> bool:
+    return bool(PLANE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HERE in Path(str(item.fspath)).parents:
+        if in_tier(item):
             item.add_marker(pytest.mark.envtest)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Without the binaries every test of the tier is skipped from here: one location, so `-ra` folds
+    them into one line."""
+    if in_tier(item):
+        reason = missing_assets()
+        if reason:
+            pytest.skip(reason)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    if HERE not in Path(str(item.fspath)).parents:
+    if not in_tier(item):
         return (yield)
     TIER.first = TIER.first or time.monotonic()
     try:
@@ -56,7 +70,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if HERE in Path(str(item.fspath)).parents:
+    if in_tier(item):
         if report.when == "call" or (report.when == "setup" and not report.passed):
             TIER.outcomes[report.outcome] = TIER.outcomes.get(report.outcome, 0) + 1
         if report.failed:

@@ -8,6 +8,7 @@ removed; the logs are printed when the control plane does not come up or a test 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,12 +30,13 @@ from typing import Any
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 #: What to do when they are missing (one line: the tier's skip reason).
 HOW_TO_GET = (
-    "set KUBEBUILDER_ASSETS to a folder with etcd, kube-apiserver, kube-scheduler and kube-controller-manager "
-    "(`setup-envtest use 1.36 -p path` where the internet is reachable; on CI .ci/run unpacks ../shared/envtest)"
+    "set KUBEBUILDER_ASSETS to a folder with etcd, kube-apiserver, kube-scheduler and "
+    "kube-controller-manager (`setup-envtest use 1.36 -p path` where the internet is reachable; "
+    "on CI .ci/run unpacks ../shared/envtest)"
 )
 #: Start-up to /readyz ok takes 3-8 s on a 2-core machine; a loaded one gets this long.
 READY_TIMEOUT = 90.0
-ADMIN_TOKEN = "envtest-admin-token"  # noqa: S105 (a test cluster's own credential)
+ADMIN_TOKEN = "envtest-admin-token"  # the test cluster's own credential (--token-auth-file)
 #: Controllers a cluster without kubelets can run: no node lifecycle controller (it would taint the
 #: test's Nodes unreachable), no daemonset controller (tests create the plugin pods themselves).
 CONTROLLERS = ",".join(
@@ -387,7 +389,5 @@ def stop_processes(processes: Iterable[subprocess.Popen[Any]], grace: float = 15
 
 
 def _signal(proc: subprocess.Popen[Any], sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass

@@ -1,5 +1,5 @@
-"""The chart's objects on a real API server (1.36 and emulated 1.34): RBAC with a real service-account token, and the
-ValidatingAdmissionPolicy that confines the kubelet plugin to its own node's ResourceSlices."""
+"""The chart's objects on a real API server (1.36 and emulated 1.34): RBAC with a real service-account
+token, and the ValidatingAdmissionPolicy that confines the kubelet plugin to its own node's ResourceSlices."""
 
 from __future__ import annotations
 

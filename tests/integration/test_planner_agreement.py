@@ -8,6 +8,7 @@ The nodes are the stack's pool at its maximum size (2 x ecs.gni3cl.44xlarge: 4 x
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -69,9 +70,13 @@ def deployment(name: str, replicas: int, claim: str, namespace: str) -> dict[str
 #: name: (templates, deployments in creation order as (name, replicas, template)).
 SCENARIOS: dict[str, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]] = {
     # Spreading puts the one-GPU pods 2 + 2: no node keeps 4 GPUs free for the whole-node pod.
-    "spread-leaves-a-whole-node-pod-pending": ([("one", 1), ("four", 4)], [("small", 4, "one"), ("whole", 1, "four")]),
+    "spread-leaves-a-whole-node-pod-pending": (
+        [("one", 1), ("four", 4)], [("small", 4, "one"), ("whole", 1, "four")]
+    ),
     # Spreading puts the one-GPU pods 1 + 1: both three-GPU pods find a node.
-    "spread-leaves-room-for-larger-pods": ([("one", 1), ("three", 3)], [("small", 2, "one"), ("large", 2, "three")]),
+    "spread-leaves-room-for-larger-pods": (
+        [("one", 1), ("three", 3)], [("small", 2, "one"), ("large", 2, "three")]
+    ),
 }  # fmt: skip
 
 
@@ -142,7 +147,7 @@ def schedule(cluster: Cluster, deployments: list[tuple[str, int, str]]) -> dict[
     verdict = {}
     for name, replicas, claim in deployments:
         cluster.apply(deployment(name, replicas, claim, cluster.namespace))
-        pods = wait_until(lambda n=name, r=replicas: settled(cluster, n, r), timeout=90)
+        pods = wait_until(functools.partial(settled, cluster, name, replicas), timeout=90)
         assert pods, (
             f"Deployment {name}: pods neither scheduled nor unschedulable: {cluster.pods(f'app={name}')}"
         )
@@ -164,11 +169,11 @@ def test_planner_verdict_is_the_schedulers(cluster: Cluster, scenario: str) -> N
     assert schedule(cluster, deployments) == planned
 
 
-@pytest.mark.parametrize("version", ["1.34", "1.36"])
-def test_planner_admission_is_the_api_servers(version: str, request: pytest.FixtureRequest) -> None:
+def test_planner_admission_is_the_api_servers(each_cluster: Cluster) -> None:
     """distinctAttribute: refused on 1.34 (the field is dropped, the constraint is then empty), accepted
     and allocated on 1.36, by the planner and by the API server of that version alike."""
-    cluster: Cluster = request.getfixturevalue("cluster_134" if version == "1.34" else "cluster")
+    cluster = each_cluster
+    version = cluster.plane.emulated_version or "1.36"
     claim = template("distinct", 2, distinct=True)
     report = plan(cluster, [claim, deployment("app", 1, "distinct", cluster.namespace)], version)
     [planned] = report["templates"]
