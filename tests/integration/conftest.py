@@ -106,7 +106,7 @@ def _start(name: str, emulated_version: str | None) -> Iterator[ControlPlane]:
         yield plane
     finally:
         TIER.planes.pop(name, None)
-        plane.stop()
+        plane.stop(keep=bool(os.environ.get("ENVTEST_KEEP")))
 
 
 @pytest.fixture(scope="session")
