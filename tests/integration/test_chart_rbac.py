@@ -180,3 +180,27 @@ def test_the_cluster_role_grants_nothing_else(each_cluster: Cluster, plugin_setu
         assert f"system:serviceaccount:{each_cluster.namespace}:{plugin_setup['service_account']}" in (
             denied.value.message
         )
+
+
+def test_the_server_is_the_version_it_emulates(each_cluster: Cluster) -> None:
+    version = each_cluster.api.get("/version")
+    expected = each_cluster.plane.emulated_version or "1.36"
+    assert (version["gitVersion"], f"{version['emulationMajor']}.{version['emulationMinor']}") == (
+        "v1.36.2",
+        expected,
+    )
+
+
+def test_device_taints_are_kept_on_136_and_dropped_on_134(each_cluster: Cluster) -> None:
+    """DRADeviceTaints is beta (on) in 1.36 and off in 1.34, where the API server drops the field: a 1.34
+    cluster never sees the taints a driver might publish."""
+    node = each_cluster.node_name("taints")
+    obj = resource_slice(node)
+    taint = {"key": "example.com/unhealthy", "value": "true", "effect": "NoSchedule"}
+    obj["spec"]["devices"][0]["taints"] = [taint]
+    created = each_cluster.apply(obj)
+    kept = created["spec"]["devices"][0].get("taints")
+    if each_cluster.plane.emulated_version == "1.34":
+        assert kept is None
+    else:
+        assert kept and kept[0]["key"] == taint["key"] and kept[0]["effect"] == "NoSchedule"
