@@ -30,7 +30,16 @@ from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import CHART_DIR, find_helm
 
-from .controlplane import ApiError, Client, ControlPlane, path_of, stop_processes, wait_until
+from .controlplane import (
+    CLUSTER_SCOPED,
+    PLURALS,
+    ApiError,
+    Client,
+    ControlPlane,
+    path_of,
+    stop_processes,
+    wait_until,
+)
 
 #: The label the tests' Nodes carry, valued with the test's namespace: the chart's kubelet plugin and the
 #: tests' pods select it, so tests never see each other's nodes.
@@ -86,10 +95,10 @@ class Cluster:
     def for_test(cls, plane: ControlPlane, test_name: str) -> Iterator[Cluster]:
         slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:24].rstrip("-")
         namespace = f"t{next(_COUNTER)}-{slug}"
-        tmp = Path(tempfile.mkdtemp(prefix="et", dir="/tmp"))  # short: unix socket paths
         api = plane.admin()
         api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                           "metadata": {"name": namespace}})  # fmt: skip
+        tmp = Path(tempfile.mkdtemp(prefix="et", dir="/tmp"))  # short: unix socket paths
         cluster = cls(plane, namespace, api, tmp)
         try:
             yield cluster
@@ -97,19 +106,17 @@ class Cluster:
             cluster.close()
 
     def close(self) -> None:
-        stop_processes(self.processes)
-        for path in reversed(self.cluster_scoped):
-            try:
-                self.api.delete(path)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+        """Stop the test's processes, delete what it made cluster-wide and its namespace and folder."""
         try:
-            self.api.delete(f"/api/v1/namespaces/{self.namespace}")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-        shutil.rmtree(self.tmp, ignore_errors=True)
+            stop_processes(self.processes)
+            for path in [*reversed(self.cluster_scoped), f"/api/v1/namespaces/{self.namespace}"]:
+                try:
+                    self.api.delete(path)
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     # ------------------------------------------------------------------ objects
 
@@ -118,18 +125,17 @@ class Cluster:
         are deleted after the test, unless `shared` (identical for every test, e.g. the DeviceClasses:
         created once, an existing one is kept)."""
         obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
+        cluster_scoped = PLURALS[obj["kind"]] in CLUSTER_SCOPED
+        if not cluster_scoped:
+            obj.setdefault("metadata", {}).setdefault("namespace", self.namespace)
         collection = path_of(obj, name=False)
-        if "/namespaces/" not in collection and obj["kind"] not in _CLUSTER_KINDS:
-            meta.setdefault("namespace", self.namespace)
-            collection = path_of(obj, name=False)
         try:
             created: JSON = self.api.create(collection, obj)
         except ApiError as exc:
             if shared and exc.status == 409:
                 return dict(self.api.get(path_of(obj)))
             raise
-        if obj["kind"] in _CLUSTER_KINDS and not shared:
+        if cluster_scoped and not shared:
             self.cluster_scoped.append(path_of(created))
         return created
 
@@ -301,17 +307,3 @@ class Cluster:
             )
         self.processes.append(process)
         return Plugin(process, root, node)
-
-
-_CLUSTER_KINDS = frozenset(
-    {
-        "Namespace",
-        "Node",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-        "DeviceClass",
-        "ResourceSlice",
-    }
-)
