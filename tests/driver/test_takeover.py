@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.sharing import Mounter, NvidiaSmi
+from vke_gpu_dra.sharing.runners import Mounter, NvidiaSmi
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra.takeover import LEDGER_FILE, Takeover, Tools, adoption, cleanup, nvidia_checkpoint
 from vke_gpu_dra.takeover.nvidia_checkpoint import (
@@ -22,7 +22,7 @@ from vke_gpu_dra.takeover.nvidia_checkpoint import (
     parse,
 )
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, PreparedDevice
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
 from tests.driver.claims import claim, result
 from tests.driver.devices import full_gpu, mig_device

@@ -1,6 +1,6 @@
 """Claim templates fit the GPU node pools: the capacity check of `vke-gpu-dra plan`, as a stack policy.
 
-The check lives in the operator tools (`vke_gpu_dra_ops.capacity.check_stack`); this module hands it the
+The check lives in the capacity planner (`vke_gpu_dra_planner.check_stack`); this module hands it the
 stack's resources and the stack config's GPU catalog rows (`<project>:gpuInstanceTypes`). It reports
 nothing it cannot decide: unknown values in preview, stacks without a DRA node pool, and references to
 missing templates or DeviceClasses (claim-references reports those), and claims whose admission depends
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import resources as r
-from vke_gpu_dra_ops.capacity import check_stack
+from vke_gpu_dra_planner import check_stack
 
 from .. import context
 from . import Violation

@@ -9,17 +9,17 @@ its claim CDI spec, MPS daemon, compute mode and time-slice, see `cleanup`) and 
 adopted `PrepareStarted` claim is released before it is prepared anew. Nothing is kept in memory
 between calls: the ledger is read from disk each time, so two plugin processes agree.
 
-Used by `state.DeviceState` through three calls: `start()`, `adopted(uid)`/`answer(...)` in prepare and
-`release(...)` in unprepare.
+Used by `state.DeviceState` through one hook per phase: `start()` in restore, `adopted(uid)`/`answer(...)`
+in prepare and `release(...)` in unprepare. The plugin builds it with its tools (`Tools`: the API,
+`nvidia-smi`, the mounter) in a start-up step of its own.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from ..cdi import claim_device_id
 from ..fsutil import atomic_write
@@ -160,13 +160,3 @@ class Takeover:
 
     def _save(self, entries: Mapping[str, LedgerEntry]) -> None:
         atomic_write(self.ledger_path, adoption.encode(entries), mode=0o600)
-
-
-def tools_for(
-    *,
-    cdi_root: Path,
-    plugin_data_dir: Path,
-    namespace: str = DEFAULT_NVIDIA_NAMESPACE,
-) -> Tools:
-    """Tools without runners (attach `api`, `smi`, `mounter` once known)."""
-    return Tools(cdi_root=cdi_root, plugin_data_dir=plugin_data_dir, namespace=namespace)

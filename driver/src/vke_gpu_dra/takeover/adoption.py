@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device, PreparedDevice
+from vke_gpu_dra_core.device_model import Device, PreparedDevice
 
 from .nvidia_checkpoint import (
     AllocatedResult,

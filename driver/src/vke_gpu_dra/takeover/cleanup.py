@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from .adoption import NVIDIA_MPS_DIR, device_names, nvidia_mps_root
 from .nvidia_checkpoint import NvidiaClaim
