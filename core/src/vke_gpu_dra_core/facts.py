@@ -42,9 +42,19 @@ ATTR_ARCHITECTURE: Final = "architecture"
 ATTR_CUDA_COMPUTE_CAPABILITY: Final = "cudaComputeCapability"
 ATTR_DRIVER_VERSION: Final = "driverVersion"
 ATTR_CUDA_DRIVER_VERSION: Final = "cudaDriverVersion"
+#: NVIDIA 25.8.1's bus ID attribute (driver domain); kept beside the standard one so selectors written for
+#: 25.8.1 still match.
 ATTR_PCIE_BUS_ID: Final = "pcieBusID"
-#: Standard Kubernetes attribute (qualified with its own domain).
+#: Standard Kubernetes attributes (qualified with their own domain, k8s.io/dynamic-resource-allocation's
+#: `deviceattribute` package).
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+#: The PCI bus ID in extended BDF form (`0000:3b:00.0`), as NVIDIA's driver publishes it since 25.12.
+ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
+#: How the GPU addresses system memory on coherent-memory platforms (NVIDIA's driver since 25.12):
+#: `HMM`, `ATS` or `None` (supported but inactive); omitted where NVML does not support the query.
+ATTR_ADDRESSING_MODE: Final = "addressingMode"
+#: The apiserver's limit on the attributes plus capacities of one device in a ResourceSlice.
+MAX_ATTRIBUTES_AND_CAPACITIES: Final = 32
 
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_MULTIPROCESSORS: Final = "multiprocessors"
