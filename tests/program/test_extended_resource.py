@@ -1,4 +1,4 @@
-"""nvidia.com/gpu through DRA: the gpu.nvidia.com DeviceClass's extendedResourceName and the classic sample."""
+"""nvidia.com/gpu through DRA: gpu.nvidia.com's extendedResourceName and the classic sample."""
 
 from __future__ import annotations
 
