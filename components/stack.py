@@ -45,6 +45,10 @@ def verify_commands(cfg: StackConfig) -> list[str]:
             f"kubectl describe resourceclaims -n {sns}",
             f"kubectl logs deployment/{manifests.SAMPLE_DEPLOYMENT} -n {sns} --all-pods=true",
         ]
+        if _classic_sample(cfg):
+            commands.append(
+                f"kubectl logs deployment/{manifests.SAMPLE_CLASSIC_DEPLOYMENT} -n {sns} --all-pods=true"
+            )
     return commands
 
 

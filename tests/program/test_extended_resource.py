@@ -60,6 +60,10 @@ def test_classic_sample_is_written_for_the_device_plugin() -> None:
     gpu_class = next(r for r in run.by_type(DEVICE_CLASS) if r.inputs["metadata"]["name"] == "gpu.nvidia.com")
     assert run.depends_on(classic, gpu_class)
     assert run.exports["sample"]["classicDeployment"] == "gpu-test-classic"
+    assert (
+        run.exports["verifyCommands"][-1]
+        == "kubectl logs deployment/gpu-test-classic -n default --all-pods=true"
+    )
 
 
 def test_nvidia_chart_gets_no_classic_sample() -> None:
