@@ -151,16 +151,15 @@ def test_the_shapes_pass_the_136_schemas(requests: dict[str, str], init: bool, r
     assert request_name == f"container-{index}-request-{names.index(facts.GPU_EXTENDED_RESOURCE)}"
 
 
-@pytest.mark.parametrize("request_name", [REQUEST, REQUEST_AFTER_INIT])
-@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+@pytest.mark.parametrize(
+    "case",
+    [(v, n) for v in ("v1", "v1beta1") for n in (REQUEST, REQUEST_AFTER_INIT)],
+    ids="-".join,
+)
 def test_scheduler_made_claim_prepares_and_unprepares(
-    plugin: Plugin,
-    kubelet: Kubelet,
-    fake_api: FakeAPIServer,
-    short_tmp: Path,
-    request_name: str,
-    version: str,
+    plugin: Plugin, kubelet: Kubelet, fake_api: FakeAPIServer, short_tmp: Path, case: tuple[str, str]
 ) -> None:
+    version, request_name = case
     fake_api.add_claim(scheduler_claim(request_name, "gpu-3"))
     result = kubelet.prepare([("default", CLAIM, CLAIM_UID)], version=version)
     assert result[CLAIM_UID]["error"] == ""

@@ -54,7 +54,7 @@ def daemon_set(image: str, **pod: Any) -> r.Res:
 )
 def test_device_plugin_chart_on_dra_nodes_is_refused(chart: str) -> None:
     (v,) = er.device_plugin_on_dra_nodes([pool(), release(chart)])
-    assert v.urn.endswith("::plugin")
+    assert v.urn is not None and v.urn.endswith("::plugin")
     assert "NVIDIA's nvidia-device-plugin chart" in v.message
     assert f"{facts.LABEL_GPU_PRESENT}=true" in v.message
     assert "the VKE DRA procedure forbids" in v.message  # no mapping in this stack
