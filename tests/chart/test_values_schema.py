@@ -184,6 +184,10 @@ def test_values_contract() -> None:
             {"deviceClasses": {"gpuExtendedResourceName": "nvidia.com/GPU one"}},
             "at '/deviceClasses/gpuExtendedResourceName'",
         ),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "deviceclass.resource.kubernetes.io/gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
         ({"nvidiaCDIHookPath": "bin/nvidia-cdi-hook"}, "at '/nvidiaCDIHookPath'"),
     ],
 )
