@@ -2,6 +2,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, PreparedDevice, Version, binary_si, render_attribute
 from vke_gpu_dra_core.discovery import normalize
 from vke_gpu_dra_core.discovery.devices import GpuFacts, mig_device
+from vke_gpu_dra_testing.fake_apiserver import MAX_ATTRS_AND_CAPS
 
 
 def test_binary_si_uses_largest_exact_suffix():
@@ -92,4 +93,4 @@ def test_the_largest_device_stays_within_the_apiserver_limit():
         facts.ATTR_ADDRESSING_MODE,
     ):
         assert name in mig.attributes
-    assert len(mig.attributes) + len(mig.capacity) == 29 <= facts.MAX_ATTRIBUTES_AND_CAPACITIES
+    assert len(mig.attributes) + len(mig.capacity) == 29 <= MAX_ATTRS_AND_CAPS

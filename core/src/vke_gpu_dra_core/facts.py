@@ -53,8 +53,6 @@ ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
 #: How the GPU addresses system memory on coherent-memory platforms (NVIDIA's driver since 25.12):
 #: `HMM`, `ATS` or `None` (supported but inactive); omitted where NVML does not support the query.
 ATTR_ADDRESSING_MODE: Final = "addressingMode"
-#: The apiserver's limit on the attributes plus capacities of one device in a ResourceSlice.
-MAX_ATTRIBUTES_AND_CAPACITIES: Final = 32
 
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_MULTIPROCESSORS: Final = "multiprocessors"
