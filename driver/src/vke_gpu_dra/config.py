@@ -20,6 +20,7 @@ from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
 from vke_gpu_dra_core.object_names import is_dns_subdomain
 
 from . import __version__
+from .checkpoint import DEFAULT_BOOT_ID_PATH
 from .kubelet.registration import dra_socket_name, registration_socket_name
 from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 
@@ -65,6 +66,8 @@ class Config:
     feature_gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
     namespace: str = "default"
     image_name: str | None = None
+    #: The file of the node's boot id (a reboot is told by a new one); tests point it elsewhere.
+    boot_id_path: Path = DEFAULT_BOOT_ID_PATH
 
     @property
     def dra_socket(self) -> Path:
@@ -250,6 +253,14 @@ OPTIONS: tuple[_Option, ...] = (
     ),
     _Option("namespace", "NAMESPACE", _dns_subdomain(63), "default", "namespace of the MPS control daemons"),
     _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS daemons (the plugin's own)"),
+    _Option(
+        "boot_id_path",
+        "BOOT_ID_PATH",
+        _abs_path,
+        str(DEFAULT_BOOT_ID_PATH),
+        "file of the node's boot id; a new id at start means a reboot, and prepared claims get back "
+        "their GPU settings before registration",
+    ),
 )
 
 
