@@ -609,7 +609,7 @@ class DeviceState:
             ) from exc
 
     def _remove_leftovers(self) -> list[Path]:
-        """Temp files of our interrupted atomic writes: the checkpoint's and the claim specs'."""
+        """Temp files of our interrupted atomic writes: the checkpoint's, the boot id's, the claim specs'."""
         removed = remove_temp_leftovers(
             self._plugin_data_dir, lambda name: name in (CHECKPOINT_FILE, BOOT_ID_FILE)
         )
