@@ -267,3 +267,12 @@ def test_an_mps_daemon_deleted_while_the_node_was_down_is_created_by_the_next_pr
     )
     prepare(after, "m", "gpu-0", MPS)
     assert len(api.deployments) == 1 and after.entries()["m"].state is ClaimState.PREPARE_COMPLETED
+
+
+def test_an_interrupted_write_of_the_boot_id_leaves_nothing_behind(node):
+    node.data.mkdir(parents=True)
+    leftover = node.data / f".{BOOT_ID_FILE}.k3x9q2mz.tmp"
+    leftover.write_text(BOOT_1[:8])
+    state = node.start(BOOT_1)
+    assert state.removed_leftovers == [leftover] and not leftover.exists()
+    assert CheckpointStore(node.data).load_boot_id() == BOOT_1
