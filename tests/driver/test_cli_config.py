@@ -73,7 +73,20 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--log-format": "LOG_FORMAT",
         "--log-level": "LOG_LEVEL",
         "--rolling-update-id": "ROLLING_UPDATE_ID",
+        "--boot-id-path": "BOOT_ID_PATH",
     }
+
+
+def test_boot_id_path_defaults_to_the_kernels_and_must_be_absolute() -> None:
+    assert parse_config(["--node-name", "n"], environ={}).boot_id_path == Path(
+        "/proc/sys/kernel/random/boot_id"
+    )
+    config = parse_config(["--node-name", "n"], environ={"BOOT_ID_PATH": "/tmp/boot_id"})
+    assert config.boot_id_path == Path("/tmp/boot_id")
+    with pytest.raises(
+        PluginConfigError, match=r"invalid value 'boot_id' for --boot-id-path \[env BOOT_ID_PATH\]"
+    ):
+        parse_config(["--node-name", "n", "--boot-id-path", "boot_id"], environ={})
 
 
 def test_driver_root_as_the_chart_sets_it() -> None:

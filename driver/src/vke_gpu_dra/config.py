@@ -20,6 +20,7 @@ from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
 from vke_gpu_dra_core.object_names import is_dns_subdomain
 
 from . import __version__
+from .checkpoint import DEFAULT_BOOT_ID_PATH
 from .kubelet.registration import dra_socket_name, registration_socket_name
 from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 
@@ -67,6 +68,8 @@ class Config:
     image_name: str | None = None
     # --- taking a node over from NVIDIA's plugin ---
     nvidia_namespace: str = "nvidia-dra-driver-gpu"
+    #: The file of the node's boot id (a reboot is told by a new one); tests point it elsewhere.
+    boot_id_path: Path = DEFAULT_BOOT_ID_PATH
 
     @property
     def dra_socket(self) -> Path:
@@ -259,6 +262,15 @@ OPTIONS: tuple[_Option, ...] = (
         _dns_subdomain(63),
         "nvidia-dra-driver-gpu",
         "namespace of NVIDIA's plugin, where its MPS control daemons of adopted claims are deleted",
+    ),
+    # --- the node ---
+    _Option(
+        "boot_id_path",
+        "BOOT_ID_PATH",
+        _abs_path,
+        str(DEFAULT_BOOT_ID_PATH),
+        "file of the node's boot id; a new id at start means a reboot, and prepared claims get back "
+        "their GPU settings before registration",
     ),
 )
 

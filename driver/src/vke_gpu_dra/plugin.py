@@ -2,9 +2,10 @@
 
 Start order (`_start`, one method per step): open the API -> discover devices -> create the
 directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
--> load the prepared claims (checkpoint and restore, with the sharing manager on the API, then the
-claims NVIDIA's plugin prepared adopted) -> DRA socket -> ResourceSlices -> health and metrics ->
-registration socket last, so kubelet only registers a plugin that can serve.
+-> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
+reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
+can call; then the claims NVIDIA's plugin prepared adopted) -> DRA socket -> ResourceSlices -> health
+and metrics -> registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -28,6 +29,7 @@ from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
 from . import __version__, userspace
+from .checkpoint import BootIdError, read_boot_id
 from .config import Config
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
@@ -188,9 +190,14 @@ class Plugin:
         self.takeover = self._new_takeover()
 
     def _load_prepared_claims(self) -> None:
-        """The device state: reads the checkpoint of claims prepared before a restart, restores
-        what an interrupted run left and adopts NVIDIA's claims (see `state`)."""
+        """The device state: reads the checkpoint of claims prepared before a restart, restores what an
+        interrupted run left and what a reboot reset when the node's boot id changed, and adopts
+        NVIDIA's claims (see `state`)."""
         cfg = self.config
+        try:
+            boot_id = read_boot_id(cfg.boot_id_path)
+        except BootIdError as err:
+            raise StartupError(f"{err} (--boot-id-path, env BOOT_ID_PATH)") from None
         try:
             self.state = DeviceState(
                 driver_name=cfg.driver_name,
@@ -202,6 +209,7 @@ class Plugin:
                 gates=cfg.feature_gates,
                 sharing_manager=self._sharing_manager(),
                 takeover=self.takeover,
+                boot_id=boot_id,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
