@@ -27,6 +27,8 @@ from vke_gpu_dra_core.model import Device
 from . import __version__, driver_userspace
 from .cdi_edits import DriverEdits
 from .config import Config
+from .health.policy import DEFAULT_IGNORED_XIDS
+from .health.setup import HealthWatching
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
@@ -94,6 +96,7 @@ class Plugin:
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
+        self.health: HealthWatching | None = None
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
         self._reg: grpc.Server | None = None
@@ -176,15 +179,32 @@ class Plugin:
         add_dra_servicer(self._dra, self._dra_servicer)
         add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
         self._dra.start()
-        # 4. ResourceSlices
+        # 4. ResourceSlices, and the GPU health watching that changes them
+        self.health = HealthWatching.prepare(
+            api,
+            driver=cfg.driver_name,
+            node_name=cfg.node_name,
+            devices=self.devices,
+            board=self.health_board,
+            metrics=self.metrics,
+            recovery_window=float(cfg.health_recovery_window),
+            ignored_xids=DEFAULT_IGNORED_XIDS | cfg.additional_xids_to_ignore,
+        )
         self.slices = SliceController(
             api,
             driver=cfg.driver_name,
             node_name=cfg.node_name,
-            entries=[d.slice_entry() for d in self.devices],
+            entries=self.health.monitor.desired_entries(),
             metrics=self.metrics,
+            max_per_slice=self.health.slice_size,
         )
         self.slices.start()
+        self.health.start(
+            source,
+            simulated=cfg.device_source == "simulated",
+            plugin_data_dir=cfg.plugin_data_dir,
+            publish=self.slices.set_entries,
+        )
         # 5. health and metrics endpoints
         if cfg.healthcheck_port:
             self._health = start_health_server(
@@ -248,6 +268,8 @@ class Plugin:
         remove_socket(cfg.dra_socket)
         if self._dra_servicer is not None:
             self._dra_servicer.close()  # its claim-reader pool, once no call can use it
+        if self.health is not None:
+            self.health.stop()
         if self.slices is not None:
             self.slices.stop()
         if self._health is not None:
