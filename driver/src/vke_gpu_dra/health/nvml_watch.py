@@ -129,6 +129,8 @@ class NvmlHealthWatcher:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid.encode())
                 supported = int(pynvml.nvmlDeviceGetSupportedEventTypes(handle))
+                if not EVENT_MASK & supported:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # none of the events we watch
                 pynvml.nvmlDeviceRegisterEvents(handle, EVENT_MASK & supported, self._event_set)
                 self._resolve(gpu_uuid, names)
             except pynvml.NVMLError as err:

@@ -219,6 +219,15 @@ class HealthTracker:
 
         return self._changes(state.devices, mutate)
 
+    def monitored(self, gpu: str) -> list[Change]:
+        """The GPU's events are watched again (the simulated source's line went away)."""
+        state = self._gpus[gpu]
+
+        def mutate() -> None:
+            state.unmonitored_since = None
+
+        return self._changes(state.devices, mutate)
+
     def tick(self, now: float, gpus: Iterable[str] | None = None) -> list[Change]:
         """End the problems whose recovery window has passed."""
         changes: list[Change] = []

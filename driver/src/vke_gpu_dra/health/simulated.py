@@ -117,10 +117,11 @@ class SimulatedHealthFile:
             if kind == "lost":
                 changes += self.tracker.lost(device, now)
                 continue
-            changes += self.tracker.answered(device, now)
-            if kind == "xid" and xid is not None:
+            changes += self.tracker.answered(device, now)  # ends what the window allows, then:
+            if kind == "xid" and xid is not None:  # what the file still says holds
                 changes += self.tracker.xid(device, xid, now)
-            elif kind == "unmonitored":
+            if kind == "unmonitored":
                 changes += self.tracker.unmonitored(device, now)
-        changes += self.tracker.tick(now)
+            else:
+                changes += self.tracker.monitored(device)
         self._monitor.apply(changes)
