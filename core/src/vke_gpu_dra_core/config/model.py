@@ -167,6 +167,9 @@ class DriverConfig:
     nvidia_driver_root: str = "/"
     #: Feature gates set explicitly (name -> enabled), from driver.featureGates.
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    #: GPU health (python): XIDs ignored on top of NVIDIA's list ("74,79"), and the recovery window.
+    additional_xids_to_ignore: str = ""
+    health_recovery_window_seconds: int = 300
 
 
 BUILD_CR: Final = "cr"
