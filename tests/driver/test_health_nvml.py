@@ -2,6 +2,7 @@
 makes a GPU lost and back), through the real pynvml. Windows run on an injected clock."""
 
 import ctypes
+import json
 import logging
 
 import pynvml
@@ -65,13 +66,14 @@ class Env:
         self.board = DeviceHealthBoard("node-a", self.devices)
         self.metrics = Metrics()
         self.published: list[list[dict]] = []
+        self.notes: list[dict[str, str]] = []
         self.monitor = HealthMonitor(
             driver="gpu.nvidia.com",
             entries=[d.slice_entry() for d in self.devices],
             board=self.board,
             metrics=self.metrics,
             support=support,
-            publish=self.published.append,
+            publish=self.publish,
         )
         self.clock = Clock()
         self.watcher = NvmlHealthWatcher(
@@ -85,6 +87,10 @@ class Env:
             probe_interval=0.0,
             clock=self.clock,
         )
+
+    def publish(self, entries: list[dict], annotations: dict[str, str]) -> None:
+        self.published.append(entries)
+        self.notes.append(annotations)
 
     def __enter__(self):
         self.watcher.start()
@@ -139,6 +145,13 @@ def test_fatal_xid_makes_the_gpu_unhealthy_tainted_and_counted(fake_lib, lib, tm
         assert env.metric("vke_gpu_dra_device_health_problem", device="gpu-1", reason="xid") == 1
         assert env.metric("vke_gpu_dra_health_events_total", kind="xid", outcome="fatal") == 1
         assert env.metric("vke_gpu_dra_devices_unhealthy") == 1
+        assert json.loads(env.notes[-1]["gpu.nvidia.com/device-health"]) == [
+            {
+                "device": "gpu-1",
+                "health": "unhealthy",
+                "problems": [{"reason": "xid", "since": "2027-01-15T08:00:00Z", "xid": 79}],
+            }
+        ]
     assert "device unhealthy: tainted" in caplog.text
 
 
@@ -178,6 +191,7 @@ def test_a_lost_gpu_is_unhealthy_and_back_after_the_window(fake_lib, lib, tmp_pa
         env.clock.now += WINDOW
         assert wait_until(lambda: env.status("gpu-0") == ("healthy", ""))
         assert [e["name"] for e in env.published[-1]] == ["gpu-0", "gpu-1"]
+        assert env.notes[-1] == {}
         assert env.metric("vke_gpu_dra_device_health_transitions_total", device="gpu-0", to="healthy") == 1
 
 

@@ -4,6 +4,7 @@ GPUs made unhealthy by the health file."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,13 +14,14 @@ from vke_gpu_dra.health import taint_support
 from vke_gpu_dra.health.simulated import FILE_NAME, parse
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.plugin import Plugin
-from vke_gpu_dra.slices import new_slice, slice_spec
+from vke_gpu_dra.slices import SyncPlan, new_slice, plan_sync, slice_spec
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_args, wait_until
 
 DRIVER = facts.DRIVER_NAME
+NOTE = f"{DRIVER}/device-health"
 
 
 def tainted_slice(fake_api: FakeAPIServer, taints: list[dict], devices: int = 1) -> dict:
@@ -138,6 +140,29 @@ def test_version_parsing() -> None:
     assert taint_support.parse_version({}) is None
 
 
+# --- managed annotations in the slice plan ---
+
+
+def test_plan_sets_updates_and_removes_managed_annotations() -> None:
+    def plan(existing: list[dict], notes: dict[str, str]) -> SyncPlan:
+        return plan_sync(
+            existing, [{"name": "gpu-0"}], driver=DRIVER, node_name=NODE, node_uid="u",
+            annotations=notes, managed_annotations=(NOTE,),
+        )  # fmt: skip
+
+    [created] = plan([], {NOTE: "[1]"}).creates
+    assert created["metadata"]["annotations"] == {NOTE: "[1]"}
+    stored = {
+        **created,
+        "metadata": {**created["metadata"], "name": "s", "annotations": {NOTE: "[1]", "x": "y"}},
+    }
+    assert plan([stored], {NOTE: "[1]"}).in_sync
+    [changed] = plan([stored], {NOTE: "[2]"}).updates
+    assert changed["metadata"]["annotations"] == {NOTE: "[2]", "x": "y"}  # foreign annotations kept
+    [cleared] = plan([stored], {}).updates
+    assert cleared["metadata"]["annotations"] == {"x": "y"}
+
+
 # --- the simulated health file ---
 
 
@@ -205,11 +230,20 @@ def test_on_1_34_an_unhealthy_device_is_left_out_and_prepared_claims_still_work(
         assert first["error"] == ""
         health_file(plugin).write_text("gpu-1 lost\n")
         assert wait_until(lambda: sorted(published(fake_api)) == ["gpu-0"])
+        [notes] = [json.loads(s["metadata"]["annotations"][NOTE]) for s in fake_api.slices_of(NODE)]
+        assert [(n["device"], n["health"], n["problems"][0]["reason"]) for n in notes] == [
+            ("gpu-1", "unhealthy", "gpu-lost")
+        ]
         again = kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]
         assert again == first  # the claim already prepared keeps its answer
         assert kubelet.unprepare([("default", "c1", "uid-1")])["uid-1"] == ""
         health_file(plugin).unlink()
         assert wait_until(lambda: sorted(published(fake_api)) == ["gpu-0", "gpu-1"])
+        assert wait_until(
+            lambda: all(
+                NOTE not in (s["metadata"].get("annotations") or {}) for s in fake_api.slices_of(NODE)
+            )
+        )
     finally:
         kubelet.close()
 

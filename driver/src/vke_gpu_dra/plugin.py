@@ -197,6 +197,7 @@ class Plugin:
             entries=self.health.monitor.desired_entries(),
             metrics=self.metrics,
             max_per_slice=self.health.slice_size,
+            managed_annotations=self.health.managed_annotations,
         )
         self.slices.start()
         self.health.start(

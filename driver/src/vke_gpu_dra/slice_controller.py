@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .kubeapi import KubeAPI, KubeError, Watch
@@ -47,6 +47,7 @@ class SliceController:
         backoff_initial: float = 0.2,
         backoff_max: float = 30.0,
         max_per_slice: int = MAX_DEVICES_PER_SLICE,
+        managed_annotations: Sequence[str] = (),
     ) -> None:
         self._api = api
         self._driver = driver
@@ -58,6 +59,8 @@ class SliceController:
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._max_per_slice = max_per_slice
+        self._managed_annotations = tuple(managed_annotations)
+        self._annotations: dict[str, str] = {}
         self._node_uid = ""
         self._generation = 0
         # canonical(desired spec) -> canonical(spec as the apiserver stored it), for servers that
@@ -102,10 +105,14 @@ class SliceController:
         """Ask for a reconcile round now."""
         self._dirty.set()
 
-    def set_entries(self, entries: Sequence[dict[str, Any]]) -> None:
-        """Publish these device entries from now on (health changes: taints, devices left out)."""
+    def set_entries(
+        self, entries: Sequence[dict[str, Any]], annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """Publish these device entries (and managed annotations) from now on (health changes: taints,
+        devices left out, the devices' health for operators)."""
         with self._lock:
             self._entries = list(entries)
+            self._annotations = dict(annotations or {})
         self._dirty.set()
 
     @property
@@ -151,7 +158,7 @@ class SliceController:
         self._node_uid = self._read_node_uid()
         existing, _ = self._api.list_slices(self._driver, self._node)
         with self._lock:
-            entries = self._entries
+            entries, annotations = self._entries, self._annotations
         plan = plan_sync(
             existing,
             entries,
@@ -161,6 +168,8 @@ class SliceController:
             known_generation=self._generation,
             matches=self._matches,
             max_per_slice=self._max_per_slice,
+            annotations=annotations,
+            managed_annotations=self._managed_annotations,
         )
         if not plan.in_sync:
             log.info(

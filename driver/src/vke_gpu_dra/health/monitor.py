@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from ..kubelet.resource_health import DeviceHealthBoard
 from ..metrics import Metrics
-from .policy import Change, DeviceHealth, TaintSupport, published_entries
+from .policy import Change, DeviceHealth, TaintSupport, health_annotations, published_entries
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class HealthMonitor:
         board: DeviceHealthBoard,
         metrics: Metrics,
         support: TaintSupport,
-        publish: Callable[[list[dict[str, Any]]], None],
+        publish: Callable[[list[dict[str, Any]], dict[str, str]], None],
     ) -> None:
         self._driver = driver
         self._entries = list(entries)
@@ -51,6 +51,10 @@ class HealthMonitor:
         with self._lock:
             return published_entries(self._entries, self._health, driver=self._driver, support=self.support)
 
+    def desired_annotations(self) -> dict[str, str]:
+        with self._lock:
+            return health_annotations(self._health, driver=self._driver)
+
     def health(self, device: str) -> DeviceHealth:
         with self._lock:
             return self._health.get(device, DeviceHealth(device))
@@ -64,7 +68,8 @@ class HealthMonitor:
             entries = published_entries(
                 self._entries, self._health, driver=self._driver, support=self.support
             )
-        self._publish(entries)
+            notes = health_annotations(self._health, driver=self._driver)
+        self._publish(entries, notes)
 
     def _record(self, change: Change) -> None:
         after = change.after

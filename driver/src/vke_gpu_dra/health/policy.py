@@ -22,6 +22,7 @@ Time is passed in (`now`, seconds), so tests drive the windows with their own cl
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -287,6 +288,38 @@ def taints_for(health: DeviceHealth, *, driver: str, support: TaintSupport) -> l
         taint["timeAdded"] = rfc3339(problem.since)
         taints.append(taint)
     return taints[: support.max_taints]
+
+
+#: Annotation (under the driver name) on every slice of the node's pool listing its devices with health
+#: problems, for operators (`vke-gpu-dra verify`): on servers without device taints an unhealthy device
+#: is not in the slice at all, so this is where its XID and since when are seen.
+HEALTH_ANNOTATION_SUFFIX: Final = "device-health"
+
+
+def health_annotation_key(driver: str) -> str:
+    return f"{driver}/{HEALTH_ANNOTATION_SUFFIX}"
+
+
+def health_annotations(health: Mapping[str, DeviceHealth], *, driver: str) -> dict[str, str]:
+    """`{<driver>/device-health: JSON}` listing the devices with problems; empty when there are none.
+
+    The JSON is a list of `{"device", "health", "problems": [{"reason", "xid"?, "since"}]}`.
+    """
+    rows: list[dict[str, Any]] = []
+    for name in sorted(health):
+        state = health[name]
+        if not state.problems:
+            continue
+        problems = []
+        for p in state.problems:
+            row: dict[str, Any] = {"reason": p.kind, "since": rfc3339(p.since)}
+            if p.xid is not None:
+                row["xid"] = p.xid
+            problems.append(row)
+        rows.append({"device": name, "health": state.status, "problems": problems})
+    if not rows:
+        return {}
+    return {health_annotation_key(driver): json.dumps(rows, separators=(",", ":"))}
 
 
 def published_entries(

@@ -17,7 +17,7 @@ from ..metrics import Metrics
 from ..slices import MAX_DEVICES_PER_SLICE
 from . import taint_support
 from .monitor import HealthMonitor, Watcher
-from .policy import TaintSupport
+from .policy import TaintSupport, health_annotation_key
 from .simulated import FILE_NAME, SimulatedHealthFile
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,12 @@ class HealthWatching:
         ignored_xids: frozenset[int],
     ) -> None:
         self.support = support
+        self._driver = driver
         self._devices = list(devices)
         self._metrics = metrics
         self._recovery_window = recovery_window
         self._ignored_xids = ignored_xids
-        self._publish: Callable[[list[dict[str, Any]]], None] = lambda _entries: None
+        self._publish: Callable[[list[dict[str, Any]], dict[str, str]], None] = lambda _entries, _notes: None
         self.monitor = HealthMonitor(
             driver=driver,
             entries=[d.slice_entry() for d in self._devices],
@@ -54,8 +55,8 @@ class HealthWatching:
         )
         self.watcher: Watcher | None = None
 
-    def _relay(self, entries: list[dict[str, Any]]) -> None:
-        self._publish(entries)
+    def _relay(self, entries: list[dict[str, Any]], annotations: dict[str, str]) -> None:
+        self._publish(entries, annotations)
 
     @classmethod
     def prepare(
@@ -88,6 +89,11 @@ class HealthWatching:
         )
 
     @property
+    def managed_annotations(self) -> tuple[str, ...]:
+        """The slice annotations the health monitor sets (the slice controller removes them when unset)."""
+        return (health_annotation_key(self._driver),)
+
+    @property
     def slice_size(self) -> int:
         """Devices per slice: a slice whose devices may carry taints holds fewer on 1.35+ servers."""
         return self.support.max_devices_with_taints if self.support.taints else MAX_DEVICES_PER_SLICE
@@ -98,7 +104,7 @@ class HealthWatching:
         *,
         simulated: bool,
         plugin_data_dir: Path,
-        publish: Callable[[list[dict[str, Any]]], None],
+        publish: Callable[[list[dict[str, Any]], dict[str, str]], None],
     ) -> None:
         self._publish = publish
         if simulated:
