@@ -85,6 +85,21 @@ def test_taint_field_rules_per_version(
     assert err.value.status == 422 and message in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "key", ["gpu.nvidia.com/xid", "gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/unmonitored"]
+)
+def test_nvidias_taint_keys_are_label_keys(fake_api: FakeAPIServer, kube: KubeAPI, key: str) -> None:
+    fake_api.k8s_version = "1.36.0"
+    stored = kube.create_slice(tainted_slice(fake_api, [{"key": key, "effect": "NoSchedule"}]))
+    assert stored["spec"]["devices"][0]["taints"][0]["key"] == key
+
+
+def test_a_taint_key_must_be_a_label_key(fake_api: FakeAPIServer, kube: KubeAPI) -> None:
+    fake_api.k8s_version = "1.36.0"
+    with pytest.raises(KubeError, match="must be a qualified name"):
+        kube.create_slice(tainted_slice(fake_api, [{"key": "gpu.nvidia.com/-lost", "effect": "NoSchedule"}]))
+
+
 def test_effect_none_is_valid_from_1_35(fake_api: FakeAPIServer, kube: KubeAPI) -> None:
     fake_api.k8s_version, fake_api.feature_gates = "1.35.0", {"DRADeviceTaints"}
     kube.create_slice(tainted_slice(fake_api, [{"key": "gpu.nvidia.com/unmonitored", "effect": "None"}]))
@@ -215,6 +230,9 @@ def test_on_1_36_a_fatal_xid_taints_the_device_and_recovery_lifts_it(start, fake
     health_file(plugin).write_text("")  # window 0: healthy at the next read
     assert wait_until(lambda: "taints" not in published(fake_api)["gpu-1"])
     assert plugin.health_board.entry("gpu-1").status == "healthy"
+    health_file(plugin).write_text("gpu-0 lost\n")
+    assert wait_until(lambda: "taints" in published(fake_api)["gpu-0"])
+    assert [t["key"] for t in published(fake_api)["gpu-0"]["taints"]] == ["gpu.nvidia.com/gpu-lost"]
 
 
 def test_on_1_34_an_unhealthy_device_is_left_out_and_prepared_claims_still_work(

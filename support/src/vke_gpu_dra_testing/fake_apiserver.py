@@ -166,6 +166,14 @@ def device_rule_errors(path: str, dev: dict[str, Any]) -> list[str]:
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+def _label_key(key: str) -> bool:
+    """A label key (validation.IsQualifiedName): optional DNS-subdomain prefix, a name of 1-63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and not _dns_subdomain(prefix):
+        return False
+    return 0 < len(name) <= 63 and bool(LABEL_VALUE.match(name))
+
+
 def version_tuple(version: str) -> tuple[int, int]:
     major, minor = version.lstrip("v").split(".")[:2]
     return int(major), int(minor)
@@ -196,7 +204,7 @@ def taint_rule_errors(obj: dict[str, Any], version: str) -> list[str]:
             )
         for j, taint in enumerate(taints):
             path = f"spec.devices[{i}].taints[{j}]"
-            if not _qualified_name(str(taint.get("key", ""))):
+            if not _label_key(str(taint.get("key", ""))):
                 errors.append(f"{path}.key: Invalid value: {taint.get('key')!r}: must be a qualified name")
             value = str(taint.get("value", ""))
             if len(value) > 63 or not LABEL_VALUE.match(value):

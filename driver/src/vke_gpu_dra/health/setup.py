@@ -4,6 +4,7 @@ pick the source (NVML events for real GPUs, the health file for simulated ones) 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -107,21 +108,11 @@ class HealthWatching:
         publish: Callable[[list[dict[str, Any]], dict[str, str]], None],
     ) -> None:
         self._publish = publish
-        if simulated:
-            self.watcher = SimulatedHealthFile(
-                plugin_data_dir / FILE_NAME,
-                [d.name for d in self._devices],
-                self.monitor,
-                recovery_window=self._recovery_window,
-                ignored_xids=self._ignored_xids,
-            )
-        else:
-            from ..discovery.nvml import NvmlSource  # noqa: PLC0415  (NVML bindings load only in nvml mode)
+        # An NvmlSource can only exist once its module is loaded: NVML bindings are not imported otherwise.
+        nvml = sys.modules.get("vke_gpu_dra.discovery.nvml")
+        if nvml is not None and isinstance(source, nvml.NvmlSource):
             from .nvml_watch import NvmlHealthWatcher  # noqa: PLC0415
 
-            if not isinstance(source, NvmlSource):
-                log.info("this device source reports no health events; health is not watched")
-                return
             self.watcher = NvmlHealthWatcher(
                 source,
                 self._devices,
@@ -130,6 +121,17 @@ class HealthWatching:
                 recovery_window=self._recovery_window,
                 ignored_xids=self._ignored_xids,
             )
+        elif simulated:
+            self.watcher = SimulatedHealthFile(
+                plugin_data_dir / FILE_NAME,
+                [d.name for d in self._devices],
+                self.monitor,
+                recovery_window=self._recovery_window,
+                ignored_xids=self._ignored_xids,
+            )
+        else:
+            log.info("this device source reports no health events; health is not watched")
+            return
         try:
             self.watcher.start()
         except Exception as err:
