@@ -242,6 +242,16 @@ def test_an_unmonitored_gpu_is_still_published_on_a_server_without_taints(
         assert [e["name"] for e in env.published[-1]] == ["gpu-0", "gpu-1"]
 
 
+def test_without_an_event_set_every_gpu_is_unmonitored_and_lost_gpus_are_still_found(
+    fake_lib, lib, tmp_path, monkeypatch
+):
+    settings = {**TWO_GPUS, "event_set_error": 3}
+    with Env(fake_lib, lib, tmp_path, monkeypatch, settings) as env:
+        assert env.status("gpu-0") == env.status("gpu-1") == ("unknown", "unmonitored")
+        lib.fakeNvmlSetLost(1, 1)
+        assert wait_until(lambda: env.status("gpu-1") == ("unhealthy", "gpu-lost, unmonitored"))
+
+
 def test_a_mig_device_event_lands_on_that_mig_device(fake_lib, lib, tmp_path, monkeypatch):
     with Env(fake_lib, lib, tmp_path, monkeypatch, mig_settings()) as env:
         by_uuid = {d.uuid: d.name for d in env.devices}

@@ -3,6 +3,7 @@
  * file named in $FAKE_NVML_CONFIG (read at every nvmlInitWithFlags). One "key=value" per line:
  *
  *   init_error=9                      nvmlInitWithFlags returns this code (9 = DRIVER_NOT_LOADED)
+ *   event_set_error=3                 nvmlEventSetCreate returns this code (3 = NOT_SUPPORTED)
  *   driver_version=535.104.05         cuda_driver_version=12040      device_count=2
  *   gpu.<i>.name / .uuid / .bus_id    strings (bus_id like 00000000:3B:00.0)
  *   gpu.<i>.minor / .brand / .arch    unsigned integers (brand/arch are NVML enum values)
@@ -93,7 +94,7 @@ static fake_dev migs[MAX_GPUS][MAX_MIGS];
 static fake_profile profiles[MAX_GPUS][MAX_PROFILES];
 static fake_instance gis[MAX_GPUS][MAX_MIGS], cis[MAX_GPUS][MAX_MIGS];
 static unsigned device_count;
-static int initialized, init_error, cuda_driver_version;
+static int initialized, init_error, event_set_error, cuda_driver_version;
 static char driver_version[80];
 static int init_calls, shutdown_calls, init_refs;
 
@@ -116,6 +117,7 @@ static void set_defaults(void) {
     memset(profiles, 0, sizeof profiles);
     device_count = 0;
     init_error = 0;
+    event_set_error = 0;
     cuda_driver_version = 12040;
     strcpy(driver_version, "535.104.05");
     for (int i = 0; i < MAX_GPUS; i++) {
@@ -204,6 +206,7 @@ static void load_config(void) {
         const char *key = line, *value = eq + 1;
         int i, consumed = 0;
         if (!strcmp(key, "init_error")) init_error = atoi(value);
+        else if (!strcmp(key, "event_set_error")) event_set_error = atoi(value);
         else if (!strcmp(key, "driver_version")) copy_str(driver_version, sizeof driver_version, value);
         else if (!strcmp(key, "cuda_driver_version")) cuda_driver_version = atoi(value);
         else if (!strcmp(key, "device_count")) device_count = (unsigned)strtoul(value, NULL, 10);
@@ -469,6 +472,7 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, void **handle) {
 int nvmlEventSetCreate(void **set) {
     if (!initialized) return ERR_UNINITIALIZED;
     if (!set) return ERR_INVALID_ARGUMENT;
+    if (event_set_error) return event_set_error;
     pthread_mutex_lock(&ev_lock);
     for (int i = 0; i < MAX_SETS; i++) {
         if (!set_used[i]) {

@@ -95,7 +95,19 @@ class NvmlHealthWatcher:
         self._source.open()
         try:
             self._event_set = pynvml.nvmlEventSetCreate()
-            self._register()
+        except pynvml.NVMLError as err:
+            # Without events (an old driver, a library without the event API) the probe still finds lost GPUs.
+            log.warning(
+                "cannot create an NVML event set; every GPU is unmonitored, lost GPUs are still found",
+                extra={"fields": {"error": str(err)}},
+            )
+            now = self._clock()
+            self._monitor.apply(
+                [c for gpu in gpu_groups(self._devices) for c in self.tracker.unmonitored(gpu, now)]
+            )
+        try:
+            if self._event_set is not None:
+                self._register()
         except Exception:
             self._close()
             raise
@@ -161,22 +173,29 @@ class NvmlHealthWatcher:
         next_probe = 0.0
         self.watching.set()
         while not self._stop.is_set():
-            try:
-                data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
-            except pynvml.NVMLError as err:
-                code = err.value
-                if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                    next_probe = 0.0  # find out which GPU
-                elif code != pynvml.NVML_ERROR_TIMEOUT:
-                    log.debug("waiting for NVML events failed", extra={"fields": {"error": str(err)}})
-                    self._stop.wait(0.1)
-            else:
-                self._monitor.apply(self._event(data))
+            if self._event_set is None:
+                self._stop.wait(self._wait_ms / 1000)
+            elif self._wait_for_event():
+                next_probe = 0.0  # a GPU is lost: find out which one now
             now = self._clock()
             if now >= next_probe:
                 self._monitor.apply(self._probe(now))
                 next_probe = now + self._probe_interval
             self._monitor.apply(self.tracker.tick(self._clock()))
+
+    def _wait_for_event(self) -> bool:
+        """Wait up to `wait_ms` for one event and apply it; True when NVML answers GPU_IS_LOST."""
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
+        except pynvml.NVMLError as err:
+            if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                return True
+            if err.value != pynvml.NVML_ERROR_TIMEOUT:
+                log.debug("waiting for NVML events failed", extra={"fields": {"error": str(err)}})
+                self._stop.wait(0.1)
+            return False
+        self._monitor.apply(self._event(data))
+        return False
 
     def _event(self, data: Any) -> list[Change]:
         event_type = int(data.eventType)
