@@ -22,8 +22,9 @@ Time is passed in (`now`, seconds), so tests drive the windows with their own cl
 from __future__ import annotations
 
 import datetime
+import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -175,7 +176,7 @@ class HealthTracker:
 
     # --- observations ---
 
-    def _changes(self, devices: Iterable[str], mutate: Any) -> list[Change]:
+    def _changes(self, devices: Iterable[str], mutate: Callable[[], None]) -> list[Change]:
         devices = list(devices)
         before = {d: self.health(d) for d in devices}
         mutate()
@@ -236,17 +237,16 @@ class HealthTracker:
             state = self._gpus[gpu]
             if state.answering_since is None:
                 continue  # still lost: nothing recovers
-            stable = now - state.answering_since >= self.recovery_window
-
-            def mutate(state: _GpuState = state, stable: bool = stable) -> None:
-                if state.lost_since is not None and stable:
-                    state.lost_since = None
-                for dev, (_, _, last) in list(state.xid.items()):
-                    if now - last >= self.recovery_window and stable:
-                        del state.xid[dev]
-
-            changes += self._changes(state.devices, mutate)
+            if now - state.answering_since >= self.recovery_window:
+                changes += self._changes(state.devices, functools.partial(self._recover, state, now))
         return changes
+
+    def _recover(self, state: _GpuState, now: float) -> None:
+        """End what the window allows on a GPU that has answered for a whole window."""
+        state.lost_since = None
+        for dev, (_, _, last) in list(state.xid.items()):
+            if now - last >= self.recovery_window:
+                del state.xid[dev]
 
 
 # --- what the published slice says ---
