@@ -202,8 +202,8 @@ def counting_fsyncs() -> Iterator[list[int]]:
 def count_fsyncs(root: Path, gpus: int) -> tuple[int, int]:
     """fsyncs of one prepare and one unprepare of a 1-device claim, counted on the real DeviceState."""
     from vke_gpu_dra.state import DeviceState  # noqa: PLC0415
+    from vke_gpu_dra_core.device_model import ClaimRef  # noqa: PLC0415
     from vke_gpu_dra_core.discovery.simulated import SimulatedSource  # noqa: PLC0415
-    from vke_gpu_dra_core.model import ClaimRef  # noqa: PLC0415
 
     devices = SimulatedSource(gpus, "NVIDIA A30", NODE).discover().devices
     state = DeviceState(

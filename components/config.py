@@ -10,10 +10,10 @@ import os
 
 import pulumi
 from pulumi.runtime import config as runtime_config
-from vke_gpu_dra_core.config import ConfigError, RawConfig, SecretStr, StackConfig
+from vke_gpu_dra_core.config import RawConfig, SecretStr, StackConfig, StackConfigError
 from vke_gpu_dra_core.config import load as load_raw
 
-__all__ = ["ConfigError", "load", "raw_from_pulumi_runtime", "secret"]
+__all__ = ["StackConfigError", "load", "raw_from_pulumi_runtime", "secret"]
 
 
 def raw_from_pulumi_runtime() -> RawConfig:
@@ -27,7 +27,7 @@ def raw_from_pulumi_runtime() -> RawConfig:
 
 
 def load(raw: RawConfig | None = None) -> StackConfig:
-    """The validated stack config of `raw`, by default the running engine's; raises ConfigError."""
+    """The validated stack config of `raw`, by default the running engine's; raises StackConfigError."""
     return load_raw(raw if raw is not None else raw_from_pulumi_runtime())
 
 

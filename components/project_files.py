@@ -21,7 +21,10 @@ DRIVER_CHART: Final = f"./{DRIVER_DIR}/chart"
 DRIVER_CHART_FILE: Final = f"{DRIVER_CHART}/Chart.yaml"
 #: The shared contract's sources: the image installs them too (from the `project` context).
 CORE_DIR: Final = "core"
-#: What goes into the image (driver/Dockerfile copies these; `project` provides constraints.txt and core/).
+#: The Kubernetes client set-up the driver shares with the operator tools: in the image too.
+KUBE_DIR: Final = "kube"
+#: What goes into the image (driver/Dockerfile copies these; `project` provides constraints.txt, core/
+#: and kube/).
 IMAGE_INPUTS: Final = (
     DOCKERFILE,
     f"{DRIVER_DIR}/pyproject.toml",
@@ -30,5 +33,8 @@ IMAGE_INPUTS: Final = (
     f"{CORE_DIR}/pyproject.toml",
     f"{CORE_DIR}/README.md",
     f"{CORE_DIR}/src",
+    f"{KUBE_DIR}/pyproject.toml",
+    f"{KUBE_DIR}/README.md",
+    f"{KUBE_DIR}/src",
     "constraints.txt",
 )

@@ -1,5 +1,5 @@
 """Entry point the Pulumi CLI runs: serve the policy pack's analyzer."""
 
-from vke_dra_policies.pack import serve
+from vke_dra_policies.server import serve
 
 serve()

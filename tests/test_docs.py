@@ -1,4 +1,5 @@
-"""The README stays a short front door, and every relative link in the docs leads somewhere that exists."""
+"""The READMEs stay short front doors, every relative link in the docs leads somewhere that exists, and
+the driver's reference pages name every flag."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 150
+#: The driver's README is a front door too; its reference is in driver/docs/.
+DRIVER_README_MAX_LINES = 100
+DRIVER_DOCS = ROOT / "driver" / "docs"
 
-#: The Markdown files whose links are checked: the front door, docs/ and the package READMEs it links to.
+#: The Markdown files whose links are checked: the front door, docs/, the package READMEs it links to and
+#: the driver's reference pages.
 DOCS = sorted(
     {
         ROOT / "README.md",
         ROOT / "policy" / "README.md",
         ROOT / "driver" / "README.md",
         *(ROOT / "docs").glob("*.md"),
+        *DRIVER_DOCS.glob("*.md"),
     }
 )
 
@@ -73,6 +79,28 @@ def broken_links(doc: Path) -> list[str]:
 def test_readme_is_a_front_door_of_at_most_150_lines() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_driver_readme_is_a_front_door_linking_every_reference_page() -> None:
+    text = (ROOT / "driver" / "README.md").read_text()
+    assert len(text.splitlines()) <= DRIVER_README_MAX_LINES, (
+        "driver/README.md: move detail into driver/docs/"
+    )
+    pages = sorted(DRIVER_DOCS.glob("*.md"))
+    assert pages
+    assert [p.name for p in pages if f"docs/{p.name}" not in links(text)] == []
+
+
+def test_driver_command_line_page_documents_every_flag_and_its_variable() -> None:
+    from vke_gpu_dra.config import OPTIONS
+
+    rows = [
+        line
+        for line in (DRIVER_DOCS / "command-line.md").read_text().splitlines()
+        if line.startswith("| `--")
+    ]
+    documented = {tuple(cell.strip().strip("`") for cell in row.split("|")[1:3]) for row in rows}
+    assert sorted({(o.flag, o.env) for o in OPTIONS} - documented) == []
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))

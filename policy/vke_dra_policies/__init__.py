@@ -1,1 +1,1 @@
-"""Policy pack for GPU DRA on VKE: pure validators (checks/) and their pulumi_policy glue (pack.py)."""
+"""Policy pack for GPU DRA on VKE: pure validators (checks/), the table (pack.py), the server."""

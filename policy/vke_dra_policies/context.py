@@ -1,14 +1,16 @@
-"""What a policy call knows beyond its arguments: decoded resources and the stack's config.
+"""What a policy call knows beyond its arguments: the stack under analysis and the run's decoded resources.
 
-The analyzer servicer (pack.py) fills these per request; policies read them. Outside a request
-(direct calls in tests) the policies fall back to converting pulumi_policy's own arguments.
+The analyzer server (server.py) builds one `Run` per request (the stack of its last ConfigureStack and
+the request's resources, decoded with their secretness) and runs the pack's policies for it; the
+policies hand the run's stack to the checks. A policy called outside a run (directly, as in the tests)
+converts pulumi_policy's own arguments, and its checks read `STACK`, the stack the process environment
+names; the server starts from it and never changes it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +19,6 @@ from vke_gpu_dra_core import policy_names
 from vke_gpu_dra_core import resources as r
 
 from . import wire
-
-#: URN -> decoded resource for the request being analyzed.
-CURRENT: ContextVar[Mapping[str, r.Res] | None] = ContextVar("vke_dra_current", default=None)
 
 
 @dataclass
@@ -41,11 +40,21 @@ class StackInfo:
         return matches[0] if len(matches) == 1 else None
 
 
+#: The stack the process environment names (the CLI sets PULUMI_PROJECT, PULUMI_STACK, PULUMI_CONFIG):
+#: the stack of a call outside a run, and where the server's runs start before ConfigureStack.
 STACK = StackInfo(
     project=os.environ.get("PULUMI_PROJECT", ""),
     stack=os.environ.get("PULUMI_STACK", ""),
     config=wire.parse_config_env(os.environ.get("PULUMI_CONFIG")),
 )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One analyzer request: the stack under analysis and the request's resources (URN -> decoded)."""
+
+    stack: StackInfo
+    resources: Mapping[str, r.Res] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,8 @@ class Production:
     problem: str | None = None
 
 
-def production(policy_config: Mapping[str, Any]) -> Production:
-    """Policy config `production` wins; else the stack config `<project>:production`.
+def production(policy_config: Mapping[str, Any], stack: StackInfo) -> Production:
+    """Policy config `production` wins; else `stack`'s config `<project>:production`.
 
     Both are read with the program's own boolean parser (`vke_gpu_dra_core.config.parse_bool`), so the
     pack and the program agree on every value: anything but true/false is a problem, and the stack counts as
@@ -69,7 +78,7 @@ def production(policy_config: Mapping[str, Any]) -> Production:
             f"policy config {policy_names.PRODUCTION_PROTECTION}.production",
         )
     else:
-        raw = STACK.config_value("production")
+        raw = stack.config_value("production")
         if raw is None:
             return Production(False)
         where = f"stack config {stack_config.PROJECT}:production"
@@ -80,5 +89,5 @@ def production(policy_config: Mapping[str, Any]) -> Production:
     return Production(value)
 
 
-def is_production(policy_config: Mapping[str, Any]) -> bool:
-    return production(policy_config).value
+def is_production(policy_config: Mapping[str, Any], stack: StackInfo) -> bool:
+    return production(policy_config, stack).value

@@ -13,22 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from google.protobuf import json_format, struct_pb2
-from pulumi_policy import proxy
 from vke_gpu_dra_core import resources as r
+
+from .pulumi_policy_private import UNKNOWN_SENTINELS, unwrap_proxy
 
 SIG_KEY: Final = "4dabf18193072939515e22adb298388d"
 SECRET_SIG: Final = "1b47061264138c4ac30d75fd1eb44270"
-UNKNOWN_SENTINELS: Final = frozenset(
-    {
-        proxy.UNKNOWN_BOOLEAN_VALUE,
-        proxy.UNKNOWN_NUMBER_VALUE,
-        proxy.UNKNOWN_STRING_VALUE,
-        proxy.UNKNOWN_ARRAY_VALUE,
-        proxy.UNKNOWN_ASSET_VALUE,
-        proxy.UNKNOWN_ARCHIVE_VALUE,
-        proxy.UNKNOWN_OBJECT_VALUE,
-    }
-)
 
 
 def decode(value: Any, path: r.Path = (), secrets: set[r.Path] | None = None) -> Any:
@@ -81,8 +71,7 @@ def config_from_request(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def from_proxy(value: Any) -> Any:
     """Plain data from pulumi_policy's proxies (used when policies run without the raw request)."""
-    if isinstance(value, proxy._DictProxy | proxy._ListProxy):
-        value = value["__target"]
+    value = unwrap_proxy(value)
     if isinstance(value, str):
         return r.UNKNOWN if value in UNKNOWN_SENTINELS else value
     if isinstance(value, Mapping):

@@ -190,7 +190,7 @@ def test_the_project_context_sends_only_what_the_builder_copies_and_the_tag_hash
     from components.driver_image import IMAGE_INPUTS
 
     copied = [c.split()[1] for c in builder.args("COPY") if c.startswith("--from=project ")]
-    assert sorted(copied) == ["constraints.txt", "core"]
+    assert sorted(copied) == ["constraints.txt", "core", "kube"]
     patterns = [
         line.strip()
         for line in (DRIVER_DIR.parent / ".dockerignore").read_text().splitlines()
@@ -200,5 +200,6 @@ def test_the_project_context_sends_only_what_the_builder_copies_and_the_tag_hash
     let_through = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
     outside_driver = {name for name in IMAGE_INPUTS if not name.startswith("driver/")}
     assert let_through == outside_driver
-    assert all(name == "constraints.txt" or name.startswith("core/") for name in let_through)
+    assert all(name == "constraints.txt" or name.startswith(("core/", "kube/")) for name in let_through)
     assert {"core/src/**/__pycache__", "core/src/**/*.egg-info"} <= set(patterns)
+    assert {"kube/src/**/__pycache__", "kube/src/**/*.egg-info"} <= set(patterns)

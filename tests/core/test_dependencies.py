@@ -51,7 +51,7 @@ def test_core_imports_the_standard_library_and_yaml_only() -> None:
         ("def f():\n    from vke_gpu_dra.config import Config", {"vke_gpu_dra"}),
         ("if TYPE_CHECKING:\n    import pulumi", {"pulumi"}),
         ("import yaml, re\nfrom . import facts\nfrom .model import Device", set()),
-        ("from vke_gpu_dra_core.model import Device\nfrom __future__ import annotations", set()),
+        ("from vke_gpu_dra_core.device_model import Device\nfrom __future__ import annotations", set()),
     ],
 )
 def test_the_walk_finds_every_kind_of_import(source: str, expected: set[str]) -> None:

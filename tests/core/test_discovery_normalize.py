@@ -1,7 +1,7 @@
 import pytest
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.discovery import normalize as n
-from vke_gpu_dra_core.model import Version
 
 
 @pytest.mark.parametrize(

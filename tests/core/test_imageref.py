@@ -46,7 +46,7 @@ def test_parses_valid_references(text: str, repository: str, tag: str, digest: s
     ],
 )
 def test_rejects_invalid_references(text: str, why: str) -> None:
-    with pytest.raises(imageref.ReferenceError, match=None) as info:
+    with pytest.raises(imageref.ImageReferenceError, match=None) as info:
         imageref.parse(text)
     assert why in str(info.value)
 

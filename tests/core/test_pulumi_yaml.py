@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from vke_gpu_dra_core.config import ConfigError, load_pulumi_yaml, parse_bool, raw_from_stack_file
+from vke_gpu_dra_core.config import StackConfigError, load_pulumi_yaml, parse_bool, raw_from_stack_file
 
 
 @pytest.mark.parametrize("word", ["yes", "Yes", "YES", "no", "No", "on", "On", "off", "OFF", "y", "n"])
@@ -56,7 +56,7 @@ def test_a_value_that_is_not_json_shaped_or_a_key_that_is_not_a_word_is_one_erro
     stack = load_pulumi_yaml(
         "123: 4\nvke-gpu-dra:cluster.name: !!binary aGVsbG8=\nvolcengine:region: !!set {a}\n"
     )
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(StackConfigError) as info:
         raw_from_stack_file(stack)
     assert [str(i) for i in info.value.issues] == [
         "vke-gpu-dra:123 = (set): allowed: config keys are words such as nodePool.minReplicas",

@@ -4,12 +4,38 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from vke_gpu_dra import cdi
 from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+
+
+@pytest.fixture(autouse=True)
+def every_cdi_spec_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CDI spec the driver builds or writes in a test passes the CDI 1.1.0 rules (`cdi_check`).
+
+    The driver does not validate its specs at prepare time; this keeps every test that prepares a
+    claim in process a check of the spec it produced. A test that replaces `cdi.write_claim_spec`
+    itself (a failing write) replaces this check for that call.
+    """
+    build, write = cdi.build_claim_spec, cdi.write_claim_spec
+
+    def checked_build(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        spec = build(*args, **kwargs)
+        cdi_check.validate_spec(spec)
+        return spec
+
+    def checked_write(cdi_root: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:
+        cdi_check.validate_spec(spec)
+        return write(cdi_root, claim_uid, spec)
+
+    monkeypatch.setattr(cdi, "build_claim_spec", checked_build)
+    monkeypatch.setattr(cdi, "write_claim_spec", checked_write)
 
 
 @pytest.fixture

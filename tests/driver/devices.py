@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 
 def full_gpu(minor: int, uuid: str, attributes: Mapping[str, Any] | None = None) -> Device:

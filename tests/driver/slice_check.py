@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import kubernetes_validate
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device, Version
-
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
-C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+from vke_gpu_dra_core.device_model import Device, Version
+from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
+from vke_gpu_dra_testing.fake_apiserver import C_IDENTIFIER, SEMVER
 
 
 def resource_slice(devices: Sequence[Device], node: str = "node-a") -> dict[str, object]:
@@ -35,7 +27,7 @@ def resource_slice(devices: Sequence[Device], node: str = "node-a") -> dict[str,
 
 def qualified_name_ok(name: str) -> bool:
     domain, _, ident = name.rpartition("/")
-    if domain and (len(domain) > 63 or not DNS_SUBDOMAIN.match(domain)):
+    if domain and not is_dns_subdomain(domain, 63):
         return False
     return len(ident) <= 32 and bool(C_IDENTIFIER.match(ident))
 
@@ -49,7 +41,7 @@ def apiserver_problems(devices: Sequence[Device]) -> list[str]:
     if len(devices) > 128:
         problems.append(f"{len(devices)} devices > 128")
     for dev in devices:
-        if len(dev.name) > 63 or not DNS_LABEL.match(dev.name):
+        if not is_dns_label(dev.name):
             problems.append(f"{dev.name}: not a DNS label")
         if len(dev.attributes) + len(dev.capacity) > 32:
             problems.append(f"{dev.name}: more than 32 attributes and capacities")

@@ -6,8 +6,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra.kubeapi import KubeAPI, KubeConfigError, KubeError, load_api_client, slice_field_selector
+from vke_gpu_dra.kubeapi import KubeAPI, KubeError, load_api_client, slice_field_selector
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_testing.fake_apiserver import ApiError, FakeAPIServer, parse_field_selector
 
 DRIVER = facts.DRIVER_NAME
@@ -147,5 +148,5 @@ def test_requests_need_the_kubeconfig_token(fake_api: FakeAPIServer, short_tmp: 
 
 
 def test_missing_kubeconfig_is_a_clear_error(short_tmp: Path) -> None:
-    with pytest.raises(KubeConfigError, match="does not exist"):
+    with pytest.raises(KubeconfigError, match="does not exist"):
         load_api_client(short_tmp / "missing")

@@ -5,8 +5,9 @@ import pytest
 import yaml
 from vke_gpu_dra import cdi
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_testing import cdi_check
 
 from .devices import full_gpu, mig_device
 
@@ -33,7 +34,7 @@ def test_names_and_ids(tmp_path):
         cdi.device_name_from_cdi(UID, "other-gpu-0")
 
 
-def test_real_gpu_spec_has_device_nodes_and_visible_devices():
+def test_real_gpu_spec_has_device_nodes_per_device_and_no_visible_devices_list():
     spec = cdi.build_claim_spec(
         UID, [real_gpu(0, "GPU-a"), real_gpu(3, "GPU-b")], optional_nodes=["/dev/nvidia-uvm"]
     )
@@ -43,7 +44,7 @@ def test_real_gpu_spec_has_device_nodes_and_visible_devices():
     assert spec["devices"][1]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia3"}]}
     common = spec["containerEdits"]
     assert common["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
-    assert "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b" in common["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in common["env"]  # each device is its nodes, never a spec-wide list
     assert f"DRA_RESOURCE_CLAIM_UID={UID}" in common["env"]
 
 
@@ -60,12 +61,11 @@ def test_simulated_spec_is_env_only():
     devices = SimulatedSource(2, "NVIDIA A30", "node-a").discover().devices
     spec = cdi.build_claim_spec("abc-uid", devices)
     assert spec["cdiVersion"] == "0.3.0"  # letter-led names, env only
-    assert spec["devices"][1]["containerEdits"] == {"env": ["GPU_DEVICE_1=gpu-1"]}
+    assert spec["devices"][1]["containerEdits"] == {
+        "env": ["GPU_DEVICE_1=gpu-1", f"GPU_DEVICE_1_UUID={devices[1].uuid}"]
+    }
     assert "deviceNodes" not in spec["containerEdits"]
-    assert spec["containerEdits"]["env"] == [
-        f"NVIDIA_VISIBLE_DEVICES={devices[0].uuid},{devices[1].uuid}",
-        "DRA_RESOURCE_CLAIM_UID=abc-uid",
-    ]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void", "DRA_RESOURCE_CLAIM_UID=abc-uid"]
 
 
 def test_empty_claim_and_nodeless_real_device_are_rejected():
@@ -100,7 +100,14 @@ def test_write_replaces_atomically_and_leaves_no_temp_files(tmp_path):
     assert "/dev/nvidia1" in cdi.claim_spec_path(tmp_path, UID).read_text()
 
 
-def test_write_refuses_an_invalid_spec(tmp_path):
+def test_the_checker_refuses_a_device_without_edits():
+    spec = cdi.build_claim_spec(UID, [real_gpu(0)])
+    spec["devices"][0]["containerEdits"] = {}
+    with pytest.raises(cdi.CdiSpecError, match=r"devices\[0\]\.containerEdits: must not be empty"):
+        cdi_check.validate_spec(spec)
+
+
+def test_every_spec_a_test_writes_is_checked(tmp_path):
     spec = cdi.build_claim_spec(UID, [real_gpu(0)])
     spec["devices"][0]["containerEdits"] = {}
     with pytest.raises(cdi.CdiSpecError, match=r"devices\[0\]\.containerEdits: must not be empty"):
@@ -174,7 +181,7 @@ def edits(**fields):
 )
 def test_validator_rejects_with_a_clear_message(change, message):
     with pytest.raises(cdi.CdiSpecError, match=message):
-        cdi.validate_spec(mutated(change))
+        cdi_check.validate_spec(mutated(change))
 
 
 @pytest.mark.parametrize(
@@ -191,6 +198,6 @@ def test_minimum_version_per_field(change, version):
     spec = mutated(change)
     assert cdi.minimum_version(spec) == version
     spec["cdiVersion"] = version
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)
     spec["cdiVersion"] = "1.1.0"  # newer than needed is still valid
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)

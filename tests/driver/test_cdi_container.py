@@ -1,8 +1,10 @@
 """A claim's CDI spec applied the way a runtime applies it, with the kernel's own mechanisms.
 
 No container runtime: a minimal image (the host's loader and libc copied in, nothing else; no
-ld.so.cache), the spec's mounts bind-mounted and its device nodes made in a private mount namespace
-(`unshare -m`), its environment set, then `chroot` into the image and run the spec's `nvidia-smi`:
+ld.so.cache), the edits a runtime injects for the container's CDI devices (`cdi_check.inject`: the
+spec's own edits, then each device's) applied: mounts bind-mounted and device nodes made in a
+private mount namespace (`unshare -m`), the environment set (`cdi_check.container_env`), then
+`chroot` into the image and run the spec's `nvidia-smi`:
 a gcc-built stub that dlopen()s `libnvidia-ml.so.1` by SONAME (the tests' fake NVML) and prints
 `GPU 0: <product> (UUID: GPU-...)` like `nvidia-smi -L`.
 """
@@ -15,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.cdi_edits import DriverEdits
-from vke_gpu_dra.userspace import DriverRoot, discover, node_source
+from vke_gpu_dra.userspace import DriverEdits, DriverRoot, discover, node_source
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
+from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver
 from tests.driver.fake_driver import BUS_ID, VERSION
@@ -58,14 +60,17 @@ def minimal_image(image: Path, binary: Path) -> Path:
     return image
 
 
-def apply_script(spec: dict, image: Path, *, then: str = "") -> str:
-    """Shell commands that apply the spec's mounts and device nodes under `image`, then run nvidia-smi."""
-    edits = [spec["containerEdits"], *[d["containerEdits"] for d in spec["devices"]]]
+def apply_script(spec: dict, image: Path, *, then: str = "", devices: list[str] | None = None) -> str:
+    """Shell commands that apply what a runtime injects for the spec's `devices` (default: all of
+    them, fully qualified CDI IDs) under `image`, then run nvidia-smi."""
+    ids = devices if devices is not None else [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
+    edits = cdi_check.inject([spec], ids)
     lines = [
         "set -e",
         f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(image / 'dev'))}",
     ]  # as a runtime's /dev
-    for mount in [m for e in edits for m in e.get("mounts", [])]:
+    # a runtime replaces a mount or a device node met again at the same container path
+    for mount in {m["containerPath"]: m for m in edits["mounts"]}.values():
         target = shlex.quote(str(image) + mount["containerPath"])
         flags = [o for o in mount["options"] if o in ("ro", "nosuid", "nodev", "noexec")]
         lines += [
@@ -74,14 +79,15 @@ def apply_script(spec: dict, image: Path, *, then: str = "") -> str:
             f"mount --bind {shlex.quote(mount['hostPath'])} {target}",
             f"mount -o remount,bind,{','.join(flags)} {target}",
         ]
-    for node in [n for e in edits for n in e.get("deviceNodes", [])]:
+    for node in {n["path"]: n for n in edits["deviceNodes"]}.values():
         st = os.stat(node["hostPath"])
         target = shlex.quote(str(image) + node["path"])
         lines += [
             f"mkdir -p $(dirname {target})",
             f"mknod -m 666 {target} c {os.major(st.st_rdev)} {os.minor(st.st_rdev)}",
         ]
-    env = [*spec["containerEdits"]["env"], "FAKE_NVML_CONFIG=/etc/fake-nvml.conf", "PATH=/usr/bin"]
+    base = ["FAKE_NVML_CONFIG=/etc/fake-nvml.conf", "PATH=/usr/bin"]
+    env = [f"{k}={v}" for k, v in cdi_check.container_env(edits, base).items()]
     lines.append(then)
     lines.append(
         f"exec env -i {' '.join(shlex.quote(e) for e in env)} {CHROOT} {shlex.quote(str(image))} nvidia-smi"
@@ -99,21 +105,25 @@ def run_in_namespace(script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def claim_spec(tmp_path: Path, layout: str, hook: str | None) -> tuple[dict, Path]:
-    fake = fake_driver.build(tmp_path / "root", layout=layout)
-    root = DriverRoot(fake.path, str(fake.path))
-    edits = DriverEdits(discover(root, VERSION), hook, node_source(root), fake.sysfs)
-    gpu = Device(
-        name="gpu-0",
+def gpu(minor: int, uuid: str = GPU_UUID) -> Device:
+    return Device(
+        name=f"gpu-{minor}",
         device_type=facts.DEVICE_TYPE_GPU,
-        uuid=GPU_UUID,
+        uuid=uuid,
         attributes={facts.ATTR_TYPE: "gpu", facts.ATTR_PCIE_BUS_ID: BUS_ID},
         capacity={},
-        minor=0,
-        device_nodes=("/dev/nvidia0",),
+        minor=minor,
+        device_nodes=(f"/dev/nvidia{minor}",),
     )
-    spec = cdi.build_claim_spec(UID, [gpu], driver=edits)
-    cdi.validate_spec(spec)
+
+
+def claim_spec(tmp_path: Path, layout: str, hook: str | None, gpus: int = 1) -> tuple[dict, Path]:
+    fake = fake_driver.build(tmp_path / "root", layout=layout, gpus=gpus)
+    root = DriverRoot(fake.path, str(fake.path))
+    edits = DriverEdits(discover(root, VERSION), hook, node_source(root), fake.sysfs)
+    devices = [gpu(0)] + [gpu(i, f"GPU-{i:08x}-0000-4000-8000-000000000000") for i in range(1, gpus)]
+    spec = cdi.build_claim_spec(UID, devices, driver=edits)
+    cdi_check.validate_spec(spec)
     return spec, minimal_image(tmp_path / "image", fake.local("/usr/bin/nvidia-smi"))
 
 
@@ -138,3 +148,20 @@ def test_image_whose_loader_does_not_search_the_folder_needs_update_ldcache(tmp_
     hooked = run_in_namespace(apply_script(spec, image, then=f"ldconfig -r {shlex.quote(str(image))}"))
     assert hooked.returncode == 0, hooked.stderr
     assert hooked.stdout == f"GPU 0: {PRODUCT} (UUID: {GPU_UUID})\n"
+
+
+def test_a_container_given_one_device_of_a_two_gpu_claim_gets_only_its_node(tmp_path):
+    # Real GPUs: a container sees the device nodes of its own CDI devices; NVIDIA_VISIBLE_DEVICES is void.
+    spec, image = claim_spec(tmp_path, "debian", hook=None, gpus=2)
+    dev = shlex.quote(str(image / "dev"))
+    for own, other in ((0, 1), (1, 0)):
+        devices = [cdi.claim_device_id(UID, f"gpu-{own}")]
+        check = f"test -c {dev}/nvidia{own} && test -c {dev}/nvidiactl && ! test -e {dev}/nvidia{other}"
+        done = run_in_namespace(apply_script(spec, image, then=check, devices=devices))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("GPU 0: ")
+        assert cdi_check.container_env(cdi_check.inject([spec], devices))["NVIDIA_VISIBLE_DEVICES"] == "void"
+    both = [cdi.claim_device_id(UID, f"gpu-{i}") for i in (0, 1)]
+    check = f"test -c {dev}/nvidia0 && test -c {dev}/nvidia1"
+    done = run_in_namespace(apply_script(spec, image, then=check, devices=both))
+    assert done.returncode == 0, done.stderr

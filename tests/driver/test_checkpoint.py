@@ -4,7 +4,7 @@ import pytest
 from vke_gpu_dra import checkpoint as cp
 from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import PreparedDevice
+from vke_gpu_dra_core.device_model import PreparedDevice
 
 DEV = PreparedDevice(("gpu",), "node-a", "gpu-0", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=u1-gpu-0",))
 ENTRIES = {

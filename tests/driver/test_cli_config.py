@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra.config import OPTIONS, ConfigError, parse_config
+from vke_gpu_dra.config import OPTIONS, PluginConfigError, parse_config
 from vke_gpu_dra.logs import setup_logging
 from vke_gpu_dra_core import facts
 
@@ -100,7 +100,7 @@ def test_driver_root_as_the_chart_sets_it() -> None:
     assert config.driver_root_path == Path("/driver-root")
     assert config.nvidia_cdi_hook_path == Path("/usr/bin/nvidia-cdi-hook")
     with pytest.raises(
-        ConfigError,
+        PluginConfigError,
         match="invalid value 'bin/hook' for --nvidia-cdi-hook-path from env "
         "NVIDIA_CDI_HOOK_PATH: must be an absolute path",
     ):
@@ -160,7 +160,7 @@ def test_environment_and_flag_precedence() -> None:
     ],
 )
 def test_errors_name_flag_env_value_and_what_is_allowed(argv: list[str], env: dict, message: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(PluginConfigError) as err:
         parse_config(["--node-name", "n", *argv], environ=env)
     assert message in str(err.value)
     assert "\n" not in str(err.value)

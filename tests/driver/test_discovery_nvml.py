@@ -9,8 +9,8 @@ import pynvml
 import pytest
 from vke_gpu_dra.discovery.nvml import LIBRARY_DIRS, NvmlSource, NvmlUnavailableError, find_library
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
-from vke_gpu_dra_core.model import Version
 
 from tests.driver.fake_nvml import build, write_config
 from tests.driver.slice_check import assert_publishable

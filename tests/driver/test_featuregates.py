@@ -1,5 +1,5 @@
 import pytest
-from vke_gpu_dra.config import ConfigError, parse_config
+from vke_gpu_dra.config import PluginConfigError, parse_config
 from vke_gpu_dra_core.featuregates import FeatureGateError, FeatureGates, parse
 
 
@@ -44,18 +44,18 @@ def test_flag_and_env():
     assert config.feature_gates.mps and not config.feature_gates.time_slicing and config.image_name == "img:1"
     assert not parse_config(["--node-name", "n"], {}).feature_gates.mps
     with pytest.raises(
-        ConfigError,
+        PluginConfigError,
         match=r"invalid value 'X=true' for --feature-gates from env FEATURE_GATES: "
         "unrecognized feature gate: X",
     ):
         parse_config(["--node-name", "n"], {"FEATURE_GATES": "X=true"})
     with pytest.raises(
-        ConfigError, match=r"--image-name .* is required when feature gate MPSSupport is enabled"
+        PluginConfigError, match=r"--image-name .* is required when feature gate MPSSupport is enabled"
     ):
         parse_config(["--node-name", "n", "--feature-gates", "MPSSupport=true"], {})
 
 
 def test_namespace_flag():
     assert parse_config(["--node-name", "n"], {"NAMESPACE": "gpu-dra"}).namespace == "gpu-dra"
-    with pytest.raises(ConfigError, match="--namespace"):
+    with pytest.raises(PluginConfigError, match="--namespace"):
         parse_config(["--node-name", "n", "--namespace", "Bad_NS"], {})

@@ -26,7 +26,7 @@ from vke_gpu_dra.kubelet.resource_health import (
 from vke_gpu_dra.kubelet.sockets import SocketError, prepare_socket_path, unix_server
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_testing.kubelet_client import TIMEOUT as KUBELET_TIMEOUT
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra.kubeapi import KubeConfigError, load_api_client
+from vke_gpu_dra.kubeapi import load_api_client
 from vke_gpu_dra.kubelet.registration import registration_socket_name
 from vke_gpu_dra_core import facts, kubeconfig
 from vke_gpu_dra_testing.plugin_env import plugin_args
@@ -102,7 +102,7 @@ def test_each_bad_kubeconfig_is_one_line_naming_the_file(tmp_path: Path, case: s
     assert message.startswith(f"kubeconfig {path}") and what in message
     assert "\n" not in message and SECRET not in message
     # The driver's API client refuses it with the same message.
-    with pytest.raises(KubeConfigError) as client_err:
+    with pytest.raises(kubeconfig.KubeconfigError) as client_err:
         load_api_client(path)
     assert str(client_err.value) == message
 

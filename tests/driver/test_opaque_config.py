@@ -1,8 +1,8 @@
 import pytest
 from vke_gpu_dra.opaque_config import (
     NO_SHARING,
-    ConfigError,
     MpsSettings,
+    OpaqueConfigError,
     Sharing,
     config_for,
     decode_configs,
@@ -91,7 +91,7 @@ def test_null_or_absent_sharing_is_accepted():
     ],
 )
 def test_strict_decoding_names_kind_and_field(params, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(OpaqueConfigError, match=message):
         decode_parameters(params, "config[0]")
 
 
@@ -119,7 +119,7 @@ def test_quantities_as_kubernetes_parses_them(text, value):
 
 @pytest.mark.parametrize("text", ["1GB", "1 Gi", "Gi", ".", "1ki", "1.2.3", "", "1e", True, None])
 def test_bad_quantities_are_refused(text):
-    with pytest.raises(ConfigError, match="must be a quantity"):
+    with pytest.raises(OpaqueConfigError, match="must be a quantity"):
         quantity_bytes(text, "q")
 
 
@@ -136,7 +136,7 @@ SHARING_CASES = [
 @pytest.mark.parametrize("sharing", SHARING_CASES)
 def test_gates_off_every_strategy_fails_with_nvidias_message(sharing):
     with pytest.raises(
-        ConfigError, match=f"unknown GPU sharing strategy: {sharing['strategy']}; feature gate"
+        OpaqueConfigError, match=f"unknown GPU sharing strategy: {sharing['strategy']}; feature gate"
     ):
         one(gpu_config(sharing=sharing), OFF)
 
@@ -144,14 +144,16 @@ def test_gates_off_every_strategy_fails_with_nvidias_message(sharing):
 def test_each_gate_enables_only_its_strategy():
     assert one(gpu_config(sharing={"strategy": "TimeSlicing"}), TS).strategy == "TimeSlicing"
     with pytest.raises(
-        ConfigError, match="unknown GPU sharing strategy: MPS; feature gate MPSSupport is off"
+        OpaqueConfigError, match="unknown GPU sharing strategy: MPS; feature gate MPSSupport is off"
     ):
         one(gpu_config(sharing={"strategy": "MPS"}), TS)
     assert one(gpu_config(sharing={"strategy": "MPS"}), MPS).strategy == "MPS"
-    with pytest.raises(ConfigError, match="strategy: TimeSlicing; feature gate TimeSlicingSettings is off"):
+    with pytest.raises(
+        OpaqueConfigError, match="strategy: TimeSlicing; feature gate TimeSlicingSettings is off"
+    ):
         one(gpu_config(sharing={"strategy": "TimeSlicing"}), MPS)
     with pytest.raises(
-        ConfigError, match=r"unknown GPU sharing strategy: Exclusive \(allowed: TimeSlicing, MPS"
+        OpaqueConfigError, match=r"unknown GPU sharing strategy: Exclusive \(allowed: TimeSlicing, MPS"
     ):
         one(gpu_config(sharing={"strategy": "Exclusive"}), BOTH)
 
@@ -204,7 +206,7 @@ def test_intervals_map_to_nvidia_smi_numbers(interval, number):
     ],
 )
 def test_validation_rules_per_field(sharing, gates, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(OpaqueConfigError, match=message):
         one(gpu_config(sharing=sharing), gates)
 
 
@@ -252,7 +254,7 @@ def test_mps_settings_and_limits_as_nvidia_passes_them():
     ],
 )
 def test_mps_limit_errors(settings, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(OpaqueConfigError, match=message):
         mps_limits(settings, ["GPU-a", "GPU-b"], "c")
 
 
@@ -272,9 +274,9 @@ def test_other_drivers_configs_are_ignored_and_class_configs_come_first():
 
 
 def test_bad_source_and_non_opaque_configs_are_errors():
-    with pytest.raises(ConfigError, match="source must be FromClass or FromClaim"):
+    with pytest.raises(OpaqueConfigError, match="source must be FromClass or FromClaim"):
         decode_configs([opaque(gpu_config(), source="FromPod")], DRIVER)
-    with pytest.raises(ConfigError, match="only opaque parameters are supported by this driver"):
+    with pytest.raises(OpaqueConfigError, match="only opaque parameters are supported by this driver"):
         decode_configs([{"source": "FromClaim", "requests": ["a"]}], DRIVER)
 
 
@@ -336,8 +338,8 @@ def test_gpu_config_aimed_at_a_mig_device_is_an_error():
     message = (
         r"cannot apply GPU config to request: m \(GpuConfig from .*device gpu-0-mig-19-0-1 is of type mig"
     )
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(OpaqueConfigError, match=message):
         config_for("m", MIG, "gpu-0-mig-19-0-1", configs)
     configs = decode_configs([opaque(mig_config(), requests=["g"])], DRIVER)
-    with pytest.raises(ConfigError, match="cannot apply MIG device config to request: g"):
+    with pytest.raises(OpaqueConfigError, match="cannot apply MIG device config to request: g"):
         config_for("g", GPU, "gpu-0", configs)

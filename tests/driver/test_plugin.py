@@ -16,6 +16,7 @@ from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_config, wait_until
@@ -319,3 +320,16 @@ def test_registration_socket_appears_only_once_the_dra_socket_serves(
     finally:
         starter.join(10)
         p.stop()
+
+
+def test_the_api_is_opened_before_the_devices_and_the_claims(short_tmp: Path) -> None:
+    p = Plugin(plugin_config(short_tmp), stop_grace=1)  # no kubeconfig was written
+    with pytest.raises(KubeconfigError):
+        p.start()
+    assert p.devices == [] and p.state is None
+    assert not (short_tmp / "plugins" / facts.DRIVER_NAME / LOCK_FILE).exists()
+
+
+def test_the_sharing_manager_gets_the_api_when_it_is_built(plugin: Plugin) -> None:
+    assert plugin.state is not None
+    assert plugin.state._sharing is not None and plugin.state._sharing.api is plugin._api is not None

@@ -55,7 +55,8 @@ def test_simulated_plugin_with_a_fake_root_serves_and_reports_what_it_lacks(
         assert "NVIDIA_VISIBLE_DEVICES=void" in edits["env"]
         mounted = {m["containerPath"] for m in edits["mounts"]}
         assert "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" in mounted  # the SONAME fallback
-        assert spec["devices"][0]["containerEdits"] == {"env": ["GPU_DEVICE_0=gpu-0"]}
+        assert spec["devices"][0]["containerEdits"]["env"][0] == "GPU_DEVICE_0=gpu-0"
+        assert spec["devices"][0]["containerEdits"]["env"][1].startswith("GPU_DEVICE_0_UUID=GPU-")
     finally:
         kubelet.close()
         plugin.stop()

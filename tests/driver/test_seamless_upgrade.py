@@ -19,6 +19,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args, wait_until
@@ -130,6 +131,8 @@ def test_two_instances_share_one_consistent_checkpoint(
     assert sorted(c["uid"] for c in doc["claims"]) == expected
     assert {c["state"] for c in doc["claims"]} == {"PrepareCompleted"}
     assert sorted(cdi.list_claim_specs(short_tmp / "cdi")) == expected
+    for path in cdi.list_claim_specs(short_tmp / "cdi").values():  # the plugin processes' specs too
+        cdi_check.load_and_validate(path)
     # the old instance leaves; the new one unprepares everything, including what the old one prepared
     old.stop()
     errors = new.kubelet.unprepare([("default", "-", u) for u in expected])

@@ -5,11 +5,12 @@ import json
 import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
-from vke_gpu_dra.sharing import Mounter, NvidiaSmi, SharingManager, default_shm_size
+from vke_gpu_dra.sharing.manager import SharingManager
+from vke_gpu_dra.sharing.runners import Mounter, NvidiaSmi, default_shm_size
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 from vke_gpu_dra_core.featuregates import parse
-from vke_gpu_dra_core.model import ClaimError, ClaimRef
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 from tests.driver.sharing_env import FakeDriverRoot, gpu, mig
@@ -208,7 +209,7 @@ def mps_state(env, kube, fake_api, *, ready=True, sleeps=None):
 
 
 def test_nvidias_mps_example_starts_a_daemon_pinned_to_the_node(env, kube, fake_api):
-    from vke_gpu_dra.sharing import daemon_id
+    from vke_gpu_dra.sharing.mps import daemon_id
 
     state = mps_state(env, kube, fake_api)
     got = state.prepare(ref(), claim("uid-1", result("gpu-0"), config=[opaque(MPS_EXAMPLE)]))

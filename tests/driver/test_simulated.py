@@ -1,8 +1,8 @@
 import pytest
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.discovery import DeviceSource
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import Version
 from vke_gpu_dra_core.profiles import UnknownProductError
 
 from tests.driver.slice_check import assert_publishable

@@ -12,8 +12,8 @@ from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.state import DeviceState, StateLockTimeout
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 
@@ -57,7 +57,11 @@ def test_prepare_writes_spec_and_checkpoint_and_answers(dirs):
     ]
     spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
     assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-0", "uid-1-gpu-2"]
-    assert f"NVIDIA_VISIBLE_DEVICES={DEVICES[0].uuid},{DEVICES[2].uuid}" in spec["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
+    assert [d["containerEdits"]["env"][1] for d in spec["devices"]] == [
+        f"GPU_DEVICE_0_UUID={DEVICES[0].uuid}",
+        f"GPU_DEVICE_2_UUID={DEVICES[2].uuid}",
+    ]
     doc = checkpoint_doc(dirs)
     assert [(c["uid"], c["namespace"], c["name"], c["state"]) for c in doc["claims"]] == [
         ("uid-1", "default", "c", "PrepareCompleted"),
@@ -270,7 +274,7 @@ def test_real_gpu_spec_uses_control_nodes_present_under_dev_root(dirs, tmp_path)
     spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
     assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
     assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
-    assert "NVIDIA_VISIBLE_DEVICES=GPU-real" in spec["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
 
 
 def test_duplicate_device_names_are_rejected(dirs):
@@ -505,3 +509,42 @@ def test_a_bug_met_by_one_claim_of_a_batch_fails_only_that_claim(dirs, monkeypat
         state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
     assert state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))[0].device_name == "gpu-0"
     assert list(state.entries()) == ["uid-1"]
+
+
+def test_a_bug_met_by_one_claim_of_a_shared_batch_spares_the_others(dirs, monkeypatch):
+    state = make_state(dirs)
+    real_save, real_allocated = state._store.save, state_module.allocated_devices
+    first_inside, release = threading.Event(), threading.Event()
+    saves = []
+
+    def held_first_save(entries):
+        saves.append(set(entries))
+        if len(saves) == 1:
+            first_inside.set()
+            release.wait(timeout=30)
+        real_save(entries)
+
+    def bug_for_uid_2(ref, *args, **kwargs):
+        if ref.uid == "uid-2":
+            raise KeyError("status")
+        return real_allocated(ref, *args, **kwargs)
+
+    monkeypatch.setattr(state._store, "save", held_first_save)
+    monkeypatch.setattr(state_module, "allocated_devices", bug_for_uid_2)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
+        assert first_inside.wait(timeout=30)
+        good = pool.submit(state.prepare, ref("uid-1"), claim("uid-1", result("gpu-1")))
+        bad = pool.submit(state.prepare, ref("uid-2"), claim("uid-2", result("gpu-2")))
+        for _ in range(3000):  # until both wait behind the held batch
+            with state._queue_guard:
+                if len(state._queue) == 2:
+                    break
+            threading.Event().wait(0.01)
+        release.set()
+        assert first.result(timeout=30)[0].device_name == "gpu-0"
+        assert good.result(timeout=30)[0].device_name == "gpu-1"
+        with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: KeyError\('status'\)"):
+            bad.result(timeout=30)
+    assert saves[2] == {"uid-0", "uid-1"}  # one batch: uid-1 went on without uid-2
+    assert sorted(state.entries()) == ["uid-0", "uid-1"]

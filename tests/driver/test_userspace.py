@@ -9,25 +9,27 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.cdi_edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra.checkpoint import ClaimState
 from vke_gpu_dra.discovery.nvml import find_library
-from vke_gpu_dra.driver_userspace import UserSpaceSettings, setup
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra.userspace import (
     NVML_SONAME,
     DriverRoot,
     UserSpaceError,
+    UserSpaceSettings,
     discover,
     elf,
     find_binary,
     ldcache,
     node_source,
+    setup,
 )
 from vke_gpu_dra.userspace import find_library as find_soname
+from vke_gpu_dra.userspace.edits import MOUNT_OPTIONS, DriverEdits
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.model import ClaimRef, Device
+from vke_gpu_dra_core.device_model import ClaimRef, Device
+from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver
 from tests.driver.claims import claim, result
@@ -199,7 +201,7 @@ def test_debian_root_gives_nvidias_common_edits(make_root, host):
             for p in ("/dev/nvidia0", "/dev/dri/card1", "/dev/dri/renderD128")
         ]
     }
-    cdi.validate_spec(spec)
+    cdi_check.validate_spec(spec)
 
 
 @needs_mknod

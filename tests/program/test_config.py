@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 from vke_gpu_dra_core import config, facts
-from vke_gpu_dra_core.config import ConfigError, RawConfig
+from vke_gpu_dra_core.config import RawConfig, StackConfigError
 from vke_gpu_dra_core.versions import format_version
 
 from components import config as program_config
@@ -34,7 +34,7 @@ def raw(values: dict[str, Any], secrets: dict[str, str] | None = None, region: b
 
 
 def problems(values: dict[str, Any], **kwargs: Any) -> list[config.Issue]:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(StackConfigError) as info:
         config.load(raw(values, **kwargs))
     return list(info.value.issues)
 
@@ -97,7 +97,7 @@ def test_errors_are_collected_into_one_exception() -> None:
         "nodePool.containerdVersion",
         "driver.implementation",
     }
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(StackConfigError) as info:
         config.load(raw({"cluster.kubernetesVersion": "1.33", "driver.implementation": "rust"}))
     message = str(info.value)
     assert "2 problem(s)" in message
@@ -297,7 +297,7 @@ def test_login_needs_exactly_one_of_key_pair_and_password() -> None:
 
 
 def test_password_must_be_a_secret_and_is_never_shown() -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(StackConfigError) as info:
         config.load(raw({"nodePool.keyPairName": None, "nodePool.password": "S3cret!pass"}))
     assert [i.key for i in info.value.issues] == ["nodePool.password"]
     assert "S3cret!pass" not in str(info.value)

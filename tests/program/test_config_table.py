@@ -14,7 +14,7 @@ import pytest
 import vke_gpu_dra_core
 from vke_gpu_dra_core import config
 from vke_gpu_dra_core.config import __main__ as generate
-from vke_gpu_dra_core.config import keys, model, reader, render
+from vke_gpu_dra_core.config import keys, reader, render, stack_config
 
 from tests.program import harness
 
@@ -84,13 +84,13 @@ def test_every_dataclass_field_is_filled_by_exactly_one_row() -> None:
         filled.setdefault(key.target, []).append(key.name)
     for target, names in filled.items():
         assert len(names) == 1, (target, names)
-    for section, cls in model.SECTIONS.items():
+    for section, cls in stack_config.SECTIONS.items():
         for f in dataclasses.fields(cls):
             if section == "" and f.name in reader.SECTION_FIELDS:
                 continue
             assert (section, f.name) in filled or (section, f.name) in reader.DERIVED, (section, f.name)
     for section, name in filled:
-        assert name in {f.name for f in dataclasses.fields(model.SECTIONS[section])}, (section, name)
+        assert name in {f.name for f in dataclasses.fields(stack_config.SECTIONS[section])}, (section, name)
 
 
 def test_field_names_are_derived_from_key_names() -> None:

@@ -195,7 +195,7 @@ def test_given_image_builds_nothing(image: str) -> None:
 
 
 def _issues(stack: str, overrides: dict[str, Any], remove: tuple[str, ...] = ()) -> list[config_mod.Issue]:
-    with pytest.raises(config_mod.ConfigError) as info:
+    with pytest.raises(config_mod.StackConfigError) as info:
         config_mod.load(harness.stack_raw_config(stack, overrides, remove=remove))
     return list(info.value.issues)
 
@@ -223,7 +223,7 @@ def test_vke_stack_without_registry_or_image_names_the_keys_to_set() -> None:
     assert issue.key == "driver.registry.name"
     assert "pulumi config set driver.registry.name" in issue.allowed
     assert "driver.image" in issue.allowed
-    assert "allowed" in str(config_mod.ConfigError([issue]))
+    assert "allowed" in str(config_mod.StackConfigError([issue]))
 
 
 def test_local_stack_without_image_or_build_target_fails_with_one_message() -> None:

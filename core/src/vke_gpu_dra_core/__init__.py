@@ -2,12 +2,13 @@
 operator tools must agree on, as pure logic and data (standard library and PyYAML only).
 
 * `facts` — the driver name, attribute names, DeviceClasses and their CEL selectors, node labels;
-* `model`, `profiles` — the device model a ResourceSlice publishes, and the GPU product profiles;
+* `device_model`, `profiles` — the device model a ResourceSlice publishes, and the GPU product profiles;
 * `discovery` — the pure half of device discovery: normalisation and the simulated source;
 * `catalog` — the GPU ECS instance types (data in `gpu_catalog.yaml`);
-* `quantity`, `semver` — Kubernetes quantities and strict semantic versions, parsed exactly;
+* `quantity` — Kubernetes quantities, parsed exactly;
 * `objects` — reading fields of Kubernetes objects as the API returns them;
 * `versions` — release versions (`1.34`, `v1.34.2-vke.3`, `containerd://2.1.3`) read as (major, minor);
+* `object_names` — DNS labels and subdomains, the names Kubernetes objects take;
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
 * `config` — the stack configuration: the key table, its dataclasses, the loader, Pulumi.yaml.
 * `pulumi_types`, `policy_names` — the Pulumi type tokens of a stack's resources and where a workload's

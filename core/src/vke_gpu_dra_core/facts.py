@@ -9,7 +9,7 @@ outside the standard library so that every part of the project can depend on it 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal, get_args
 
 #: Name of the DRA driver (NVIDIA's gpu.nvidia.com, so workloads written for it run unchanged).
 DRIVER_NAME: Final = "gpu.nvidia.com"
@@ -21,6 +21,10 @@ DRIVER_NAMESPACE: Final = "nvidia-dra-driver-gpu"
 NVIDIA_CHART: Final = "nvidia-dra-driver-gpu"
 #: The Helm repository NVIDIA publishes it in.
 NVIDIA_CHART_REPO: Final = "https://helm.ngc.nvidia.com/nvidia"
+
+#: Where the driver's devices come from (`--device-source`, stack config `driver.deviceSource`).
+DeviceSource = Literal["nvml", "simulated"]
+DEVICE_SOURCES: Final[tuple[DeviceSource, ...]] = get_args(DeviceSource)
 
 #: CDI vendor and classes (NVIDIA: "k8s." + driver name; classes "device" and "claim").
 CDI_VENDOR: Final = f"k8s.{DRIVER_NAME}"

@@ -48,7 +48,7 @@ class ImageReference:
         return text
 
 
-class ReferenceError(ValueError):
+class ImageReferenceError(ValueError):
     """A reference that is not a valid OCI image reference; the message says why."""
 
 
@@ -61,32 +61,32 @@ def registry_domain(repository: str) -> str:
 
 
 def parse(text: str) -> ImageReference:
-    """Parse `text` or raise ReferenceError naming the part that is wrong."""
+    """Parse `text` or raise ImageReferenceError naming the part that is wrong."""
     if not text or text != text.strip():
-        raise ReferenceError("an image reference without spaces, e.g. registry/path:tag")
+        raise ImageReferenceError("an image reference without spaces, e.g. registry/path:tag")
     name, at, digest = text.partition("@")
     if at and not _DIGEST_RE.match(digest):
-        raise ReferenceError(f"digest {digest!r} is not sha256: followed by 64 lower-case hex digits")
+        raise ImageReferenceError(f"digest {digest!r} is not sha256: followed by 64 lower-case hex digits")
     repository, tag = name, ""
     last = name.rsplit("/", 1)[-1]
     if ":" in last:
         repository, tag = name.rsplit(":", 1)
         if not _TAG_RE.match(tag):
-            raise ReferenceError(f"tag {tag!r} is not 1-128 letters, digits, '_', '.' or '-'")
+            raise ImageReferenceError(f"tag {tag!r} is not 1-128 letters, digits, '_', '.' or '-'")
     first, sep, rest = repository.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost"):
         if not _DOMAIN_RE.match(first):
-            raise ReferenceError(f"registry {first!r} is not a host name with an optional port")
+            raise ImageReferenceError(f"registry {first!r} is not a host name with an optional port")
         path = rest
     else:
         path = repository
     if not _PATH_RE.match(path):
-        raise ReferenceError(
+        raise ImageReferenceError(
             f"repository path {path!r} must be lower-case components of letters and digits "
             "separated by '/', '.', '_' or '-'"
         )
     if not tag and not digest:
-        raise ReferenceError("a tag (repo:tag) or a digest (repo@sha256:...) is required")
+        raise ImageReferenceError("a tag (repo:tag) or a digest (repo@sha256:...) is required")
     return ImageReference(repository=repository, tag=tag, digest=digest)
 
 

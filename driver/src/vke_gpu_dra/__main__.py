@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from vke_gpu_dra_core import kubeconfig
 
-from .config import PROG, ConfigError, parse_config
+from .config import PROG, PluginConfigError, parse_config
 from .logs import setup_logging
 
 log = logging.getLogger("vke_gpu_dra")
@@ -20,7 +20,7 @@ EXIT_STARTUP = 1
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(sys.argv[1:] if argv is None else argv)
-    except ConfigError as err:
+    except PluginConfigError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     if config.kubeconfig is not None:
@@ -33,13 +33,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
     from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
 
-    from .kubeapi import KubeConfigError  # noqa: PLC0415
     from .kubelet.sockets import SocketError  # noqa: PLC0415
     from .plugin import Plugin, StartupError  # noqa: PLC0415
 
     try:
         return Plugin(config).run()
-    except (StartupError, DiscoveryError, KubeConfigError, SocketError, OSError) as err:
+    except (StartupError, DiscoveryError, kubeconfig.KubeconfigError, SocketError, OSError) as err:
         log.error("cannot start", extra={"fields": {"error": str(err)}})
         return EXIT_STARTUP
 

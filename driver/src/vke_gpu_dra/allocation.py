@@ -6,14 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device
 from vke_gpu_dra_core.featuregates import FeatureGates
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device
 from vke_gpu_dra_core.objects import lookup
 
 from .opaque_config import (
     NO_SHARING,
-    ConfigError,
     DeviceConfig,
+    OpaqueConfigError,
     Sharing,
     config_for,
     decode_configs,
@@ -63,7 +63,7 @@ def allocated_devices(
         raise ClaimError(f"claim {label}: status.allocation.devices.results must be a list")
     try:
         configs = decode_configs(lookup(allocation, "devices", "config"), driver_name)
-    except ConfigError as exc:
+    except OpaqueConfigError as exc:
         raise ClaimError(f"claim {label}: {exc}") from None
 
     allocated = [
@@ -117,6 +117,6 @@ def _one_result(
     try:
         config = config_for(request, device.device_type, name, configs)
         sharing = resolve_sharing(config, device.device_type, gates)
-    except ConfigError as exc:
+    except OpaqueConfigError as exc:
         raise ClaimError(f"claim {label}: {exc}") from None
     return AllocatedDevice(request, device, config, sharing)

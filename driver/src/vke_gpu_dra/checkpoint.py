@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from vke_gpu_dra_core.model import PreparedDevice
+from vke_gpu_dra_core.device_model import PreparedDevice
 
 from .fsutil import atomic_write, fsync_dir
-from .sharing import SharingRecord
+from .sharing.records import SharingRecord
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
 FORMAT: Final = "vke-gpu-dra-checkpoint"

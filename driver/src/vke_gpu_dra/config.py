@@ -2,7 +2,7 @@
 
 Every flag can also be given through the environment variable named in its help (the Helm chart
 sets those); a flag on the command line wins over the environment. Any invalid value is reported
-as one `ConfigError` naming the flag, its environment variable, the value and what is allowed.
+as one `PluginConfigError` naming the flag, its environment variable, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -17,20 +17,19 @@ from typing import Any, Literal, NoReturn
 
 from vke_gpu_dra_core import facts, featuregates, profiles
 from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
+from vke_gpu_dra_core.object_names import is_dns_subdomain
 
 from . import __version__
 from .kubelet.registration import dra_socket_name, registration_socket_name
 from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 
 PROG = "dra-gpu-kubelet-plugin"
-DEVICE_SOURCES = ("nvml", "simulated")
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _ROLLING_UPDATE_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class ConfigError(Exception):
+class PluginConfigError(Exception):
     """An invalid command line or environment; the message is one line for the operator."""
 
 
@@ -42,7 +41,7 @@ class Config:
     plugin_data_dir: Path
     registrar_dir: Path
     cdi_root: Path
-    device_source: Literal["nvml", "simulated"]
+    device_source: facts.DeviceSource
     simulated_gpus: int
     simulated_product: str
     nvidia_driver_root: Path
@@ -87,7 +86,7 @@ class Config:
 
 def _dns_subdomain(limit: int) -> Callable[[str], str]:
     def parse(value: str) -> str:
-        if not (0 < len(value) <= limit and _DNS_SUBDOMAIN.match(value)):
+        if not is_dns_subdomain(value, limit):
             raise ValueError(f"must be a lowercase DNS subdomain of at most {limit} characters")
         return value
 
@@ -202,7 +201,9 @@ OPTIONS: tuple[_Option, ...] = (
         "kubelet's plugin registration directory",
     ),
     _Option("cdi_root", "CDI_ROOT", _abs_path, "/var/run/cdi", "directory for generated CDI specs"),
-    _Option("device_source", "DEVICE_SOURCE", _choice(DEVICE_SOURCES), "nvml", "where devices come from"),
+    _Option(
+        "device_source", "DEVICE_SOURCE", _choice(facts.DEVICE_SOURCES), "nvml", "where devices come from"
+    ),
     _Option(
         "simulated_gpus",
         "SIMULATED_GPUS",
@@ -281,7 +282,7 @@ OPTIONS: tuple[_Option, ...] = (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(message)
+        raise PluginConfigError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
-    """Parse flags (winning) and environment into a `Config`; raise ConfigError on the first problem."""
+    """Parse flags (winning) and environment into a `Config`; raise PluginConfigError on the first problem."""
     env = os.environ if environ is None else environ
     args = vars(build_parser().parse_args(list(argv)))
     values: dict[str, Any] = {}
@@ -317,9 +318,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
             values[opt.dest] = opt.parse(raw)
         except ValueError as err:
             where = f"from env {opt.env}" if source.startswith("env") else f"[env {opt.env}]"
-            raise ConfigError(f"invalid value {raw!r} for {opt.flag} {where}: {err}") from None
+            raise PluginConfigError(f"invalid value {raw!r} for {opt.flag} {where}: {err}") from None
     if values["node_name"] is None:
-        raise ConfigError("--node-name (env NODE_NAME) is required: the name of the node this plugin runs on")
+        raise PluginConfigError(
+            "--node-name (env NODE_NAME) is required: the name of the node this plugin runs on"
+        )
     if values["plugin_data_dir"] is None:
         values["plugin_data_dir"] = Path("/var/lib/kubelet/plugins") / values["driver_name"]
     config = Config(**values)
@@ -329,12 +332,12 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
 
 def _check_combination(config: Config) -> None:
     if config.feature_gates.mps and config.image_name is None:
-        raise ConfigError(
+        raise PluginConfigError(
             "--image-name (env IMAGE_NAME) is required when feature gate MPSSupport is enabled: "
             "the image the MPS control daemons run (the plugin's own)"
         )
     if config.healthcheck_port and config.healthcheck_port == config.metrics_port:
-        raise ConfigError(
+        raise PluginConfigError(
             f"--healthcheck-port (env HEALTHCHECK_PORT) and --metrics-port (env METRICS_PORT) "
             f"must differ, both are {config.metrics_port}"
         )
@@ -343,6 +346,6 @@ def _check_combination(config: Config) -> None:
         ("--registrar-dir", "REGISTRAR_DIR", config.registration_socket),
     ):
         if len(os.fsencode(str(path))) > MAX_SOCKET_PATH_BYTES:
-            raise ConfigError(
+            raise PluginConfigError(
                 f"{flag} (env {env}) is too long: socket path {path} exceeds {MAX_SOCKET_PATH_BYTES} bytes"
             )

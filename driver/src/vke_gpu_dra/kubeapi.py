@@ -4,9 +4,10 @@ Requests go through `kubernetes.client.ApiClient` (authentication, TLS, proxies 
 refresh come from the client's configuration) but bodies are sent and returned as camelCase
 JSON dicts, exactly as the API server speaks them.
 
-Every request has a timeout and is tried once: the client library's own retries (urllib3's
-`Retry`) are off, so a caller with a deadline (a kubelet call) can bound each request by what is
-left of it. The connection pool holds `POOL_SIZE` connections, enough for the plugin's threads.
+The client is set up by `vke_gpu_dra_kube.client`, as for the operator tools: every request has a
+timeout and is tried once (no hidden retries), so a caller with a deadline (a kubelet call) can bound
+each request by what is left of it. The connection pool holds `POOL_SIZE` connections, enough for the
+plugin's threads.
 """
 
 from __future__ import annotations
@@ -15,35 +16,26 @@ import json
 import logging
 import os
 import threading
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import urllib3
-import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from vke_gpu_dra_core import kubeconfig as kubeconfig_file
+from vke_gpu_dra_core.kubeconfig import KubeconfigError
+from vke_gpu_dra_kube import client as kube_client
+from vke_gpu_dra_kube.client import REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICE_API_VERSION = "resource.k8s.io/v1"
-#: Client-side timeouts (connect, read) for ordinary requests.
-REQUEST_TIMEOUT = (10.0, 30.0)
 #: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
 #: controller's two threads all fit, so no request finds the pool full.
 POOL_SIZE = 64
-#: No hidden retries: one attempt per request (callers decide about retrying, within their deadline).
-NO_RETRIES = urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, other=0, raise_on_status=False)
-
-
-class KubeConfigError(Exception):
-    """No usable Kubernetes client configuration."""
 
 
 class KubeError(Exception):
@@ -70,7 +62,7 @@ class KubeError(Exception):
     @property
     def timed_out(self) -> bool:
         """The API server did not answer within the request's timeout."""
-        return self.status == 0 and self.reason == "Timeout"
+        return self.status == 0 and self.reason == kube_client.TIMEOUT
 
     @property
     def unreachable(self) -> bool:
@@ -78,54 +70,24 @@ class KubeError(Exception):
         return self.status == 0
 
 
-def _configure(configuration: k8s_client.Configuration) -> k8s_client.Configuration:
-    configuration.retries = NO_RETRIES
-    configuration.connection_pool_maxsize = POOL_SIZE
-    if not configuration.verify_ssl:
-        # urllib3 would print an InsecureRequestWarning for every request: say it once, in the log.
-        warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
-        log.warning(
-            "TLS verification of the API server is off (the kubeconfig sets insecure-skip-tls-verify)",
-            extra={"fields": {"server": configuration.host}},
-        )
-    return configuration
-
-
-def _from_file(path: Path) -> k8s_client.ApiClient:
-    """An API client from the kubeconfig at `path`, checked first; KubeConfigError if unusable."""
-    try:
-        kubeconfig_file.load(path)
-    except kubeconfig_file.KubeconfigError as err:
-        raise KubeConfigError(str(err)) from None
-    configuration = k8s_client.Configuration()
-    try:
-        k8s_config.load_kube_config(
-            config_file=str(path), client_configuration=configuration, persist_config=False
-        )
-    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise KubeConfigError(f"kubeconfig {path} is not usable: {detail}") from None
-    return k8s_client.ApiClient(_configure(configuration))
-
-
 def load_api_client(kubeconfig: Path | None) -> k8s_client.ApiClient:
     """`kubeconfig` if given, else the in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
     if kubeconfig is not None:
-        return _from_file(kubeconfig)
+        return kube_client.from_kubeconfig(kubeconfig, pool_size=POOL_SIZE)
     configuration = k8s_client.Configuration()
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)
-        return k8s_client.ApiClient(_configure(configuration))
     except ConfigException as in_cluster_err:
         env = os.environ.get("KUBECONFIG")
         path = Path(env) if env else Path("~/.kube/config").expanduser()
         try:
-            return _from_file(path)
-        except KubeConfigError as err:
-            raise KubeConfigError(
+            return kube_client.from_kubeconfig(path, pool_size=POOL_SIZE)
+        except KubeconfigError as err:
+            raise KubeconfigError(
                 f"no Kubernetes configuration: not in a cluster ({in_cluster_err}) and {err}; "
                 "pass --kubeconfig"
             ) from None
+    return kube_client.api_client(configuration, pool_size=POOL_SIZE)
 
 
 def slice_field_selector(driver: str, node_name: str) -> str:
@@ -228,11 +190,8 @@ class KubeAPI:
                 method, url, header_params=headers, body=payload, _request_timeout=timeout
             )
         except ApiException as err:
-            if not err.status:  # the client reports TLS failures this way
-                detail = str(err.reason or "").strip().splitlines()[-1:] or [""]
-                raise KubeError(
-                    0, "TLSError", f"{method} {path}: TLS with the API server failed: {detail[0]}"
-                ) from err
+            if not err.status:  # no answer: the client reports TLS failures this way
+                raise _transport_error(method, path, timeout, err) from err
             raise KubeError(err.status, str(err.reason or ""), str(err.body or err)) from err
         except Exception as err:  # urllib3 transport errors
             raise _transport_error(method, path, timeout, err) from err
@@ -360,29 +319,8 @@ class KubeAPI:
 
 def _transport_error(method: str, path: str, timeout: Any, err: Exception) -> KubeError:
     """A KubeError (status 0) for a request that got no answer; timeouts have reason "Timeout"."""
-    cause: BaseException = err
-    if isinstance(err, urllib3.exceptions.MaxRetryError) and err.reason is not None:
-        cause = err.reason
-    if (
-        isinstance(cause, urllib3.exceptions.ProtocolError)
-        and cause.args
-        and isinstance(cause.args[-1], BaseException)
-    ):
-        inner = cause.args[-1]
-        if isinstance(inner, TimeoutError):
-            cause = inner
-    # NewConnectionError (refused, DNS) is a subclass of ConnectTimeoutError: test it first.
-    if isinstance(cause, urllib3.exceptions.NewConnectionError):
-        detail = str(cause).split(">: ", 1)[-1]
-        return KubeError(0, "Unreachable", f"{method} {path}: cannot connect to the API server: {detail}")
-    if isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
-        seconds = timeout if isinstance(timeout, int | float) else max(timeout)
-        return KubeError(
-            0, "Timeout", f"{method} {path}: the API server did not answer within {seconds:.1f} s"
-        )
-    if isinstance(cause, urllib3.exceptions.SSLError):
-        return KubeError(0, "TLSError", f"{method} {path}: TLS handshake with the API server failed: {cause}")
-    return KubeError(0, "TransportError", f"{method} {path}: {cause}")
+    failure = kube_client.network_failure(err, timeout)
+    return KubeError(0, failure.reason, f"{method} {path}: {failure.message}")
 
 
 def _error_from(status: int, reason: str, data: bytes | None) -> KubeError:

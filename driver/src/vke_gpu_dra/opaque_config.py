@@ -37,7 +37,7 @@ _MPS_FIELDS: Final = {
 }
 
 
-class ConfigError(ValueError):
+class OpaqueConfigError(ValueError):
     """An opaque config this driver cannot accept; the message names the config, field and allowed values."""
 
 
@@ -59,35 +59,37 @@ class DeviceConfig:
 
 def _fields(obj: Any, allowed: set[str], where: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
-        raise ConfigError(f"{where} must be an object, got {type(obj).__name__}")
+        raise OpaqueConfigError(f"{where} must be an object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - allowed)
     if unknown:
         known = ", ".join(sorted(allowed))
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {known})")
+        raise OpaqueConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {known})")
     return obj
 
 
 def quantity_bytes(value: Any, where: str) -> int:
     """A resource.Quantity (JSON string or number) as an integer, rounded up like Quantity.Value()."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
+        raise OpaqueConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
     try:
         return quantity_value(str(value).strip())
     except QuantityError:
-        raise ConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}") from None
+        raise OpaqueConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}") from None
 
 
 def _check_mps(obj: Any, where: str) -> None:
     mps = _fields(obj, _MPS_FIELDS, where)
     pct = mps.get("defaultActiveThreadPercentage")
     if pct is not None and (not isinstance(pct, int) or isinstance(pct, bool)):
-        raise ConfigError(f"{where}.defaultActiveThreadPercentage must be an integer, got {pct!r}")
+        raise OpaqueConfigError(f"{where}.defaultActiveThreadPercentage must be an integer, got {pct!r}")
     if mps.get("defaultPinnedDeviceMemoryLimit") is not None:
         quantity_bytes(mps["defaultPinnedDeviceMemoryLimit"], f"{where}.defaultPinnedDeviceMemoryLimit")
     per_device = mps.get("defaultPerDevicePinnedMemoryLimit")
     if per_device is not None:
         if not isinstance(per_device, Mapping):
-            raise ConfigError(f"{where}.defaultPerDevicePinnedMemoryLimit must be a map, got {per_device!r}")
+            raise OpaqueConfigError(
+                f"{where}.defaultPerDevicePinnedMemoryLimit must be a map, got {per_device!r}"
+            )
         for key, value in per_device.items():
             quantity_bytes(value, f"{where}.defaultPerDevicePinnedMemoryLimit[{key!r}]")
 
@@ -100,28 +102,30 @@ def _check_sharing(kind: str, obj: Any, where: str) -> Mapping[str, Any] | None:
     sharing = _fields(obj, allowed, where)
     strategy = sharing.get("strategy", "")
     if not isinstance(strategy, str):
-        raise ConfigError(f"{where}.strategy must be a string, got {strategy!r}")
+        raise OpaqueConfigError(f"{where}.strategy must be a string, got {strategy!r}")
     ts = sharing.get("timeSlicingConfig")
     if ts is not None:
         interval = _fields(ts, {"interval"}, f"{where}.timeSlicingConfig").get("interval")
         if interval is not None and not isinstance(interval, str):
-            raise ConfigError(f"{where}.timeSlicingConfig.interval must be a string, got {interval!r}")
+            raise OpaqueConfigError(f"{where}.timeSlicingConfig.interval must be a string, got {interval!r}")
     if sharing.get("mpsConfig") is not None:
         _check_mps(sharing["mpsConfig"], f"{where}.mpsConfig")
     return sharing
 
 
 def decode_parameters(params: Any, where: str) -> tuple[str, Mapping[str, Any] | None]:
-    """(kind, sharing) of NVIDIA opaque parameters; ConfigError for anything a strict decoder rejects."""
+    """(kind, sharing) of NVIDIA opaque parameters; OpaqueConfigError for what a strict decoder rejects."""
     if not isinstance(params, Mapping):
-        raise ConfigError(f"{where}: parameters must be an object, got {type(params).__name__}")
+        raise OpaqueConfigError(f"{where}: parameters must be an object, got {type(params).__name__}")
     api_version, kind = params.get("apiVersion"), params.get("kind")
     if api_version != API_VERSION:
-        raise ConfigError(f"{where}: apiVersion must be {API_VERSION!r}, got {api_version!r}")
+        raise OpaqueConfigError(f"{where}: apiVersion must be {API_VERSION!r}, got {api_version!r}")
     if kind in COMPUTE_DOMAIN_KINDS:
-        raise ConfigError(f"{where}: kind {kind} is for compute domains, which this driver does not support")
+        raise OpaqueConfigError(
+            f"{where}: kind {kind} is for compute domains, which this driver does not support"
+        )
     if kind not in KIND_DEVICE_TYPE:
-        raise ConfigError(f"{where}: kind must be one of {KIND_GPU}, {KIND_MIG}, got {kind!r}")
+        raise OpaqueConfigError(f"{where}: kind must be one of {KIND_GPU}, {KIND_MIG}, got {kind!r}")
     _fields(params, {"apiVersion", "kind", "sharing"}, f"{where} ({kind})")
     return kind, _check_sharing(kind, params.get("sharing"), f"{where} ({kind}) field sharing")
 
@@ -131,23 +135,25 @@ def decode_configs(configs: Any, driver_name: str) -> list[DeviceConfig]:
     if configs is None:
         return []
     if not isinstance(configs, list):
-        raise ConfigError(f"status.allocation.devices.config must be a list, got {type(configs).__name__}")
+        raise OpaqueConfigError(
+            f"status.allocation.devices.config must be a list, got {type(configs).__name__}"
+        )
     decoded: dict[str, list[DeviceConfig]] = {"FromClass": [], "FromClaim": []}
     for i, entry in enumerate(configs):
         where = f"config[{i}]"
         if not isinstance(entry, Mapping):
-            raise ConfigError(f"{where} must be an object, got {type(entry).__name__}")
+            raise OpaqueConfigError(f"{where} must be an object, got {type(entry).__name__}")
         source = entry.get("source")
         if source not in decoded:
-            raise ConfigError(f"{where}.source must be FromClass or FromClaim, got {source!r}")
+            raise OpaqueConfigError(f"{where}.source must be FromClass or FromClaim, got {source!r}")
         opaque = entry.get("opaque")
         if not isinstance(opaque, Mapping):
-            raise ConfigError(f"{where}: only opaque parameters are supported by this driver")
+            raise OpaqueConfigError(f"{where}: only opaque parameters are supported by this driver")
         if opaque.get("driver") != driver_name:
             continue  # another driver's config: a request may be satisfied by several drivers
         requests = entry.get("requests") or []
         if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
-            raise ConfigError(f"{where}.requests must be a list of request names, got {requests!r}")
+            raise OpaqueConfigError(f"{where}.requests must be a list of request names, got {requests!r}")
         kind, sharing = decode_parameters(opaque.get("parameters"), f"{where} ({source})")
         label = f"{where} ({source}, {kind})"
         decoded[source].append(DeviceConfig(kind, source, tuple(requests), sharing, label))
@@ -169,7 +175,7 @@ def config_for(
                 continue
             if KIND_DEVICE_TYPE[config.kind] != device_type:
                 what = "GPU" if config.kind == KIND_GPU else "MIG device"
-                raise ConfigError(
+                raise OpaqueConfigError(
                     f"cannot apply {what} config to request: {request} ({config.kind} from {config.label}; "
                     f"device {device_name} is of type {device_type})"
                 )
@@ -218,34 +224,38 @@ def resolve_sharing(config: DeviceConfig | None, device_type: str, gates: Featur
     if not ((gates.time_slicing and strategy == "TimeSlicing") or (gates.mps and strategy == "MPS")):
         gate = {"TimeSlicing": "TimeSlicingSettings", "MPS": "MPSSupport"}.get(strategy)
         hint = f"; feature gate {gate} is off" if gate else f" (allowed: {', '.join(STRATEGIES)})"
-        raise ConfigError(f"{label} field sharing: unknown GPU sharing strategy: {strategy}{hint}")
+        raise OpaqueConfigError(f"{label} field sharing: unknown GPU sharing strategy: {strategy}{hint}")
     if strategy == "TimeSlicing":
         if raw.get("mpsConfig") is not None:
-            raise ConfigError(f"{label} field sharing: cannot use MpsConfig with the 'TimeSlicing' strategy")
+            raise OpaqueConfigError(
+                f"{label} field sharing: cannot use MpsConfig with the 'TimeSlicing' strategy"
+            )
         if device_type != facts.DEVICE_TYPE_GPU:
             return Sharing("TimeSlicing")  # NVIDIA accepts it on MIG devices and sets nothing
         ts = raw.get("timeSlicingConfig")
         interval = "Default" if ts is None else ts.get("interval")
         if interval is None:
-            raise ConfigError(
+            raise OpaqueConfigError(
                 f"{label} field sharing.timeSlicingConfig.interval: must be set "
                 f"(allowed: {', '.join(INTERVALS)})"
             )
         if interval not in INTERVALS:
-            raise ConfigError(
+            raise OpaqueConfigError(
                 f"{label} field sharing.timeSlicingConfig.interval: unknown time-slice interval: {interval} "
                 f"(allowed: {', '.join(INTERVALS)})"
             )
         return Sharing("TimeSlicing", timeslice=INTERVALS[interval])
     if raw.get("timeSlicingConfig") is not None:
-        raise ConfigError(f"{label} field sharing: cannot use TimeSlicingConfig with the 'MPS' strategy")
+        raise OpaqueConfigError(
+            f"{label} field sharing: cannot use TimeSlicingConfig with the 'MPS' strategy"
+        )
     mps = raw.get("mpsConfig") or {}
     pct = mps.get("defaultActiveThreadPercentage")
     where = f"{label} field sharing.mpsConfig.defaultActiveThreadPercentage"
     if pct is not None and pct < 0:
-        raise ConfigError(f"{where}: active thread percentage must not be negative, got {pct}")
+        raise OpaqueConfigError(f"{where}: active thread percentage must not be negative, got {pct}")
     if pct is not None and pct > 100:
-        raise ConfigError(f"{where}: active thread percentage must not be greater than 100, got {pct}")
+        raise OpaqueConfigError(f"{where}: active thread percentage must not be greater than 100, got {pct}")
     return Sharing(
         "MPS",
         mps=MpsSettings(
@@ -266,7 +276,7 @@ def mps_limits(settings: MpsSettings, uuids: Sequence[str], label: str) -> dict[
     if settings.pinned_memory_limit is not None and uuids:
         value = _megabyte(settings.pinned_memory_limit, f"{base}.defaultPinnedDeviceMemoryLimit")
         if value is None:
-            raise ConfigError(
+            raise OpaqueConfigError(
                 f"{base}.defaultPinnedDeviceMemoryLimit: invalid limit: default value set too low: "
                 f"{settings.pinned_memory_limit} (at least 1Mi)"
             )
@@ -278,19 +288,19 @@ def mps_limits(settings: MpsSettings, uuids: Sequence[str], label: str) -> dict[
             try:
                 index = int(key)
             except ValueError:
-                raise ConfigError(
+                raise OpaqueConfigError(
                     f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: unable to parse key as an "
                     f"integer: {key} (use a UUID of the claim's devices or an index 0-{len(uuids) - 1})"
                 ) from None
             if not 0 <= index < len(uuids):
-                raise ConfigError(
+                raise OpaqueConfigError(
                     f"{base}.defaultPerDevicePinnedMemoryLimit: invalid device: invalid device index: "
                     f"{index} (the config applies to {len(uuids)} device(s))"
                 )
             uuid = uuids[index]
         value = _megabyte(raw, f"{base}.defaultPerDevicePinnedMemoryLimit[{key!r}]")
         if value is None:
-            raise ConfigError(
+            raise OpaqueConfigError(
                 f"{base}.defaultPerDevicePinnedMemoryLimit: invalid limit: value set too low: {key}: {raw} "
                 "(at least 1Mi)"
             )

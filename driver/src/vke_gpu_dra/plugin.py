@@ -1,7 +1,9 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
-Start order: discover devices -> device state -> DRA socket -> ResourceSlices -> health and
-metrics -> registration socket last, so kubelet only registers a plugin that can serve.
+Start order (`_start`, one method per step): open the API -> discover devices -> create the
+directories -> set up the driver's user-space -> load the prepared claims (checkpoint and restore,
+with the sharing manager on the API) -> DRA socket -> ResourceSlices -> health and metrics ->
+registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -21,11 +23,10 @@ from typing import Any
 
 import grpc
 from prometheus_client import start_http_server
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
-from vke_gpu_dra_core.model import Device
 
-from . import __version__, driver_userspace
-from .cdi_edits import DriverEdits
+from . import __version__, userspace
 from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS
 from .health.setup import HealthWatching
@@ -41,11 +42,12 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
-from .sharing import NvidiaSmi, SharingManager
+from .sharing.manager import SharingManager
+from .sharing.runners import NvidiaSmi
 from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .state import DeviceState, StateLockTimeout
-from .userspace import DriverRoot
+from .userspace import DriverEdits, DriverRoot
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,7 @@ class Plugin:
         self._stop_grace = stop_grace
         self._stopped = threading.Event()
         self.devices: list[Device] = []
+        self.driver_version: str | None = None
         self.driver_edits: DriverEdits | None = None
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
@@ -128,9 +131,25 @@ class Plugin:
             raise
 
     def _start(self) -> None:
-        cfg = self.config
-        # 1. devices
-        source = self._source or make_source(cfg)
+        self._open_api()
+        self._discover_devices()
+        self._create_directories()
+        self._set_up_driver_user_space()
+        self._load_prepared_claims()
+        self._serve_dra()
+        self._publish_slices()
+        self._serve_health_and_metrics()
+        self._register_with_kubelet()
+
+    # --- start-up steps, in the order `_start` takes them ---
+
+    def _open_api(self) -> None:
+        """The Kubernetes API client (no request yet): claims, slices and MPS daemons go through it."""
+        if self._api is None:
+            self._api = KubeAPI.from_kubeconfig(self.config.kubeconfig)
+
+    def _discover_devices(self) -> None:
+        source = self._source = self._source or make_source(self.config)
         try:
             result = source.discover()
         except DiscoveryError as err:
@@ -138,21 +157,33 @@ class Plugin:
         for problem in result.problems:
             log.warning("device left out", extra={"fields": {"problem": problem}})
         self.devices = list(result.devices)
+        self.driver_version = result.driver_version
         self.metrics.devices_discovered.set(len(self.devices))
         log.info("discovered devices", extra={"fields": {"devices": [d.name for d in self.devices]}})
-        # 2. state (reads the checkpoint of claims prepared before a restart)
-        cfg.plugin_data_dir.mkdir(parents=True, exist_ok=True)
-        cfg.cdi_root.mkdir(parents=True, exist_ok=True)
-        self.driver_edits = driver_userspace.setup(
-            driver_userspace.UserSpaceSettings(
+
+    def _create_directories(self) -> None:
+        """The plugin data directory (checkpoint, node lock, MPS) and the CDI spec directory."""
+        self.config.plugin_data_dir.mkdir(parents=True, exist_ok=True)
+        self.config.cdi_root.mkdir(parents=True, exist_ok=True)
+
+    def _set_up_driver_user_space(self) -> None:
+        """What every claim's CDI spec gets from the driver root (libraries, binaries, the hook)."""
+        cfg = self.config
+        self.driver_edits = userspace.setup(
+            userspace.UserSpaceSettings(
                 simulated=cfg.device_source == "simulated",
                 root=DriverRoot(cfg.driver_root_path, str(cfg.nvidia_driver_root)),
-                version=result.driver_version,
+                version=self.driver_version,
                 hook_path=cfg.nvidia_cdi_hook_path,
                 plugin_data_dir=cfg.plugin_data_dir,
             ),
             self.metrics,
         )
+
+    def _load_prepared_claims(self) -> None:
+        """The device state: reads the checkpoint of claims prepared before a restart and restores
+        what an interrupted run left (see `state`)."""
+        cfg = self.config
         try:
             self.state = DeviceState(
                 driver_name=cfg.driver_name,
@@ -168,20 +199,25 @@ class Plugin:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
-        api = self._api or KubeAPI.from_kubeconfig(cfg.kubeconfig)
-        self._api = api
-        self.state.set_sharing_api(api)
-        # 3. DRA socket (v1 + v1beta1 + resource health)
+
+    def _serve_dra(self) -> None:
+        """The DRA socket: v1 and v1beta1 prepare/unprepare, and resource health."""
+        cfg = self.config
+        assert self._api is not None and self.state is not None
         self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
         self._dra = unix_server(cfg.dra_socket, max_workers=DRA_WORKERS, name="dra")
-        self._dra_servicer = DRAServicer(claims=api, state=self.state, metrics=self.metrics)
+        self._dra_servicer = DRAServicer(claims=self._api, state=self.state, metrics=self.metrics)
         add_dra_servicer(self._dra, self._dra_servicer)
         add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
         self._dra.start()
-        # 4. ResourceSlices, and the GPU health watching that changes them
+
+    def _publish_slices(self) -> None:
+        """The ResourceSlices, and the GPU health watching that changes them (docs/health.md)."""
+        cfg = self.config
+        assert self._api is not None and self._source is not None and self.health_board is not None
         self.health = HealthWatching.prepare(
-            api,
+            self._api,
             driver=cfg.driver_name,
             node_name=cfg.node_name,
             devices=self.devices,
@@ -191,7 +227,7 @@ class Plugin:
             ignored_xids=DEFAULT_IGNORED_XIDS | cfg.additional_xids_to_ignore,
         )
         self.slices = SliceController(
-            api,
+            self._api,
             driver=cfg.driver_name,
             node_name=cfg.node_name,
             entries=self.health.monitor.desired_entries(),
@@ -201,12 +237,14 @@ class Plugin:
         )
         self.slices.start()
         self.health.start(
-            source,
+            self._source,
             simulated=cfg.device_source == "simulated",
             plugin_data_dir=cfg.plugin_data_dir,
             publish=self.slices.set_entries,
         )
-        # 5. health and metrics endpoints
+
+    def _serve_health_and_metrics(self) -> None:
+        cfg = self.config
         if cfg.healthcheck_port:
             self._health = start_health_server(
                 cfg.healthcheck_port,
@@ -216,7 +254,10 @@ class Plugin:
         if cfg.metrics_port:
             self._metrics_server, _ = start_http_server(cfg.metrics_port, registry=self.metrics.registry)
             self.metrics_port = cfg.metrics_port
-        # 6. registration socket last
+
+    def _register_with_kubelet(self) -> None:
+        """The registration socket, last: kubelet registers the plugin as soon as it appears."""
+        cfg = self.config
         self._reg = unix_server(cfg.registration_socket, max_workers=4, name="registration")
         add_registration_servicer(
             self._reg,
@@ -238,8 +279,9 @@ class Plugin:
         )
 
     def _sharing_manager(self) -> SharingManager:
-        """GPU sharing (time-slicing, MPS). Built whatever the gates say: the gates decide what a new
-        claim may ask, and a claim prepared while they were on is still undone after they went off."""
+        """GPU sharing (time-slicing, MPS), through the API opened first. Built whatever the gates say:
+        the gates decide what a new claim may ask, and a claim prepared while they were on is still
+        undone after they went off."""
         cfg = self.config
         return SharingManager(
             gates=cfg.feature_gates,

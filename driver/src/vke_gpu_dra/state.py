@@ -11,8 +11,20 @@ distinct claims as one batch (one checkpoint read, one write of their PrepareSta
 CDI specs in parallel, one write of the results), so concurrent prepares do not each pay for two
 checkpoint rewrites. Operations on the same claim run one after the other.
 
-At start, under the same lock, the temp files of interrupted atomic writes of this driver are
-removed and claims whose CDI spec has no checkpoint entry are recovered.
+A claim goes through three phases here, each a method that calls the sharing package once:
+
+* prepare: `_admit` checks the claim and plans its GPU sharing (`sharing.plan`, pure) before its
+  PrepareStarted entry is written; `_set_up` applies the sharing (`SharingManager.prepare`) and
+  writes the CDI spec after it, and a failure is rolled back as an unprepare of what was recorded;
+* unprepare: `_unprepare_claim` undoes the sharing (`SharingManager.unprepare`), removes the spec
+  and the entry;
+* restore: `_restore` at start, under the same lock, removes the temp files of interrupted atomic
+  writes of this driver and recovers claims whose CDI spec has no checkpoint entry;
+  `_restore_claim` rewrites the vanished spec of a prepared claim (`SharingManager.restore`).
+
+Every step of a batch runs under `_answering`, the one place where what a step raises becomes the
+answer of the calls it was for (a ClaimError as it is, anything else an error naming the claim), so
+a bug met by one claim fails that claim only; the caller gets that answer as an exception.
 """
 
 from __future__ import annotations
@@ -28,17 +40,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, Device, PreparedDevice
 
-from . import cdi, sharing
+from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
+from .sharing.plan import Plan, plan_claim
 
 if TYPE_CHECKING:
-    from .cdi_edits import DriverEdits
+    from .sharing.manager import SharingManager
+    from .userspace import DriverEdits
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +77,32 @@ class _Op:
     claim: Mapping[str, Any] | None
     deadline: float
     done: threading.Event = field(default_factory=threading.Event)
+    answered: bool = False  # its result (or error) is final
     result: list[PreparedDevice] | None = None
     error: BaseException | None = None
+    changed: bool = False  # its checkpoint entry was added (prepare) or removed (unprepare)
     devices: list[Device] = field(default_factory=list)  # a prepare's devices, once checked
     prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
-    plan: sharing.Plan | None = None  # a prepare's GPU sharing, once checked
-    record: sharing.SharingRecord = field(default_factory=sharing.SharingRecord)  # what it changes
-    record_kept: bool = False  # a failed prepare whose sharing undo failed: its entry stays for unprepare
+    plan: Plan | None = None  # a prepare's GPU sharing, once checked
+    rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref.namespace}/{self.ref.name}"
+
+    def answer(self, result: list[PreparedDevice] | None) -> None:
+        self.result, self.answered = result, True
+
+    def fail(self, error: BaseException) -> bool:
+        """Make `error` the answer; False when the operation was answered already."""
+        if self.answered:
+            return False
+        self.error, self.answered = error, True
+        return True
+
+
+def _open(ops: Sequence[_Op]) -> list[_Op]:
+    return [op for op in ops if not op.answered]
 
 
 class StateLockTimeout(Exception):
@@ -91,7 +124,7 @@ class DeviceState:
         lock_wait: float = DEFAULT_LOCK_WAIT_SECONDS,
         driver_edits: DriverEdits | None = None,
         gates: FeatureGates | None = None,
-        sharing_manager: sharing.SharingManager | None = None,
+        sharing_manager: SharingManager | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -119,8 +152,7 @@ class DeviceState:
         #: Temp files of interrupted writes removed at start.
         self.removed_leftovers: list[Path] = []
         with self._locked_or_fail("start"):
-            self.removed_leftovers = self._remove_leftovers()
-            self._read(recover_orphans=True, at_start=True)
+            self._restore()
 
     # ------------------------------------------------------------------------------------ public API
 
@@ -197,11 +229,12 @@ class DeviceState:
         if not waiting:
             op.done.wait()
             return
-        label = f"{op.ref.namespace}/{op.ref.name}"
-        op.error = ClaimError(
-            f"claim {label}: timed out waiting for the node's prepare/unprepare lock "
-            f"{self._lock.path}: another call (in this or another plugin process on the node) held it "
-            "until the call's deadline"
+        op.fail(
+            ClaimError(
+                f"claim {op.label}: timed out waiting for the node's prepare/unprepare lock "
+                f"{self._lock.path}: another call (in this or another plugin process on the node) held "
+                "it until the call's deadline"
+            )
         )
         op.done.set()
 
@@ -218,133 +251,216 @@ class DeviceState:
         return batch
 
     def _run_batch(self, batch: list[_Op]) -> None:
-        """Do `batch` (caller holds the node lock): read the checkpoint, change it, write it back."""
+        """Do `batch` (caller holds the node lock): the checkpoint is read once, each claim goes
+        through its steps, and the checkpoint is written once between steps for all of them."""
         try:
-            entries = self._read()
-            starting: list[_Op] = []
-            removed: list[_Op] = []
-            for op in batch:
-                self._plan(op, entries, starting, removed)
-            # 1. PrepareStarted entries (and removals) before any CDI spec is written
-            self._save_batch(entries, [*starting, *removed])
-            starting = [op for op in starting if op.error is None]
-            # 2. GPU sharing settings and the CDI specs, in parallel
-            self._write_specs(starting, entries)
-            rolled_back = [op for op in starting if op.error is not None and op.record and not op.record_kept]
+            entries: dict[str, ClaimEntry] = {}
+            with self._answering(batch):
+                entries.update(self._read())
+            # 1. each claim on its own: a completed one answers, a new one is checked, an unprepare undone
+            for op in _open(batch):
+                with self._answering([op]):
+                    if op.kind == "prepare":
+                        self._admit(op, entries)
+                    else:
+                        self._unprepare_claim(op, entries)
+            # 2. PrepareStarted entries (and removals) before anything is changed on the node
+            self._save(entries, [op for op in _open(batch) if op.changed])
+            for op in _open(batch):
+                if op.kind == "unprepare":
+                    op.answer(None)
+            # 3. GPU sharing settings and the CDI specs, in parallel
+            started = _open(batch)
+            self._set_up_all(started, entries)
+            # 4. PrepareCompleted entries of the claims set up; the entries of those rolled back go
+            rolled_back = [op for op in started if op.rolled_back]
             for op in rolled_back:
                 entries.pop(op.ref.uid, None)
-            self._save_batch(entries, rolled_back)
-            # 3. PrepareCompleted entries of the claims whose spec was written
-            written = [op for op in starting if op.error is None]
+            written = _open(started)
             for op in written:
+                assert op.plan is not None
                 entries[op.ref.uid] = ClaimEntry(
                     op.ref.uid,
                     op.ref.namespace,
                     op.ref.name,
                     ClaimState.PREPARE_COMPLETED,
                     tuple(op.prepared),
-                    op.record,
+                    op.plan.record,
                 )
-            self._save_batch(entries, written)
-            for op in written:
-                op.result = op.prepared
-        except Exception as exc:  # a bug, not a claim's problem: every unanswered operation fails with it
-            log.exception("prepare/unprepare batch failed")
-            for op in batch:
-                if op.error is None and (op.kind == "unprepare" or op.result is None):
-                    op.error = RuntimeError(
-                        f"{op.kind} of claim {op.ref.namespace}/{op.ref.name} failed: {exc!r}"
-                    )
-                    op.error.__cause__ = exc
+            self._save(entries, [*written, *rolled_back])
+            for op in _open(written):
+                op.answer(op.prepared)
         finally:
             for op in batch:
+                if not op.answered:  # the batch stopped early: no caller waits for an answer that never comes
+                    op.fail(RuntimeError(f"{op.kind} of claim {op.label} was not answered"))
                 op.done.set()
 
-    def _plan(self, op: _Op, entries: dict[str, ClaimEntry], starting: list[_Op], removed: list[_Op]) -> None:
-        """First step of one operation: answer from the checkpoint, check the claim, delete a spec."""
-        ref = op.ref
+    @contextlib.contextmanager
+    def _answering(self, ops: Sequence[_Op]) -> Iterator[None]:
+        """Run a step for `ops`; what it raises becomes the answer of those not answered yet: a
+        ClaimError as it is, anything else (a bug) an error naming the claim. The one catch-all of a
+        prepare or unprepare: nothing a step raises leaves the batch, so the other claims go on."""
         try:
-            if op.kind == "unprepare":
-                entry = entries.get(ref.uid)
-                if entry is not None and entry.sharing:  # a failed undo keeps the entry for a retry
-                    self._undo_sharing(ref, entry.sharing, op.deadline, entries)
-                try:
-                    cdi.delete_claim_spec(self._cdi_root, ref.uid)
-                except OSError as exc:
-                    raise ClaimError(
-                        f"claim {ref.namespace}/{ref.name}: cannot delete its CDI spec: {exc}"
-                    ) from None
-                if entries.pop(ref.uid, None) is not None:
-                    removed.append(op)
-                return
-            entry = entries.get(ref.uid)
-            if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-                self._ensure_spec(ref, entry)
-                op.result = list(entry.devices)
-                return
-            assert op.claim is not None
-            allocated = allocated_devices(
-                ref,
-                op.claim,
-                driver_name=self._driver_name,
-                pool_name=self._pool_name,
-                devices=self._by_name,
-                gates=self._gates,
-            )
-            # GPU sharing: plan, refuse conflicts with other claims, record it before changing anything
-            op.plan = sharing.plan_for(allocated)
-            op.record = self._sharing_record(ref, op.plan, entries)
-            op.devices = list({a.device.name: a.device for a in allocated}.values())
-            op.prepared = [
-                PreparedDevice(
-                    request_names=(a.request_name,),
-                    pool_name=self._pool_name,
-                    device_name=a.device.name,
-                    cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
-                )
-                for a in allocated
-            ]
-            entries[ref.uid] = ClaimEntry(
-                ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=op.record
-            )
-            starting.append(op)
+            yield
         except ClaimError as exc:
-            op.error = exc
-        except Exception as exc:  # a bug met by this claim only: the others of the batch go on
-            op.error = RuntimeError(f"{op.kind} of claim {ref.namespace}/{ref.name} failed: {exc!r}")
-            op.error.__cause__ = exc
+            for op in ops:
+                op.fail(exc)
+        except Exception as exc:
+            taken = False
+            for op in ops:
+                error = RuntimeError(f"{op.kind} of claim {op.label} failed: {exc!r}")
+                error.__cause__ = exc
+                taken = op.fail(error) or taken
+            if not taken:  # its claims were answered already: nobody else would report it
+                log.exception("prepare/unprepare step failed after its claims were answered")
 
-    def _save_batch(self, entries: Mapping[str, ClaimEntry], changed: Sequence[_Op]) -> None:
-        """Write the checkpoint when `changed` is not empty; a disk failure fails each of them."""
-        if not changed:
+    def _save(self, entries: Mapping[str, ClaimEntry], ops: Sequence[_Op]) -> None:
+        """Write the checkpoint for `ops` (none: nothing to write); a disk failure fails each of them."""
+        if not ops:
             return
-        try:
-            self._store.save(entries)
-        except OSError as exc:
-            for op in changed:
-                label = f"{op.ref.namespace}/{op.ref.name}"
-                op.error = ClaimError(f"claim {label}: cannot write checkpoint {self._store.path}: {exc}")
-
-    def _write_specs(self, ops: Sequence[_Op], entries: Mapping[str, ClaimEntry]) -> None:
-        def write(op: _Op) -> None:
+        with self._answering(ops):
             try:
-                if op.record:
-                    assert op.plan is not None
-                    self._apply_sharing(op.ref, op.plan, op.deadline)
-                self._write_spec(op.ref, op.devices, self._mps_edits(op.record))
-            except ClaimError as exc:
-                op.error = exc
-                if op.record:
-                    op.record_kept = not self._roll_back(op.ref, op.record, entries)
+                self._store.save(entries)
+            except OSError as exc:
+                why = f"cannot write checkpoint {self._store.path}: {exc}"
+                failed = [op.fail(ClaimError(f"claim {op.label}: {why}")) for op in ops]
+                if not any(failed):  # only rolled back claims: their entries stay for unprepare to remove
+                    log.warning("%s", why)
+
+    # ---------------------------------------------------------------------------------- the phases
+
+    def _admit(self, op: _Op, entries: dict[str, ClaimEntry]) -> None:
+        """Prepare, first step: a completed claim answers from the checkpoint; a new one is checked,
+        its GPU sharing planned against the other claims, and its PrepareStarted entry added."""
+        ref = op.ref
+        entry = entries.get(ref.uid)
+        if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
+            self._restore_claim(ref, entry)
+            op.answer(list(entry.devices))
+            return
+        assert op.claim is not None
+        allocated = allocated_devices(
+            ref,
+            op.claim,
+            driver_name=self._driver_name,
+            pool_name=self._pool_name,
+            devices=self._by_name,
+            gates=self._gates,
+        )
+        op.plan = plan_claim(ref, allocated, self._others(entries, ref.uid))
+        if op.plan:
+            self._manager(ref)  # a node without sharing refuses it before anything is written
+        op.devices = list({a.device.name: a.device for a in allocated}.values())
+        op.prepared = [
+            PreparedDevice(
+                request_names=(a.request_name,),
+                pool_name=self._pool_name,
+                device_name=a.device.name,
+                cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
+            )
+            for a in allocated
+        ]
+        entries[ref.uid] = ClaimEntry(
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=op.plan.record
+        )
+        op.changed = True
+
+    def _set_up_all(self, ops: Sequence[_Op], entries: Mapping[str, ClaimEntry]) -> None:
+        def set_up(op: _Op) -> None:
+            with self._answering([op]):
+                self._set_up(op, entries)
 
         if len(ops) <= 1:
             for op in ops:
-                write(op)
+                set_up(op)
             return
         if self._spec_writers is None:
             self._spec_writers = ThreadPoolExecutor(max_workers=SPEC_WRITERS, thread_name_prefix="cdi-write")
             weakref.finalize(self, self._spec_writers.shutdown, wait=False)
-        list(self._spec_writers.map(write, ops))
+        list(self._spec_writers.map(set_up, ops))
+
+    def _set_up(self, op: _Op, entries: Mapping[str, ClaimEntry]) -> None:
+        """Prepare, second step (its PrepareStarted entry is on disk): the GPU sharing, then the CDI
+        spec. On failure a claim with sharing is rolled back (its entry goes) when the undo works;
+        otherwise its PrepareStarted entry stays for unprepare to clean."""
+        plan = op.plan
+        assert plan is not None
+        try:
+            edits = self._manager(op.ref).prepare(op.ref, plan, op.deadline) if plan else {}
+            self._write_spec(op.ref, op.devices, edits)
+        except ClaimError:
+            if plan:
+                op.rolled_back = self._roll_back(op.ref, plan, entries)
+            raise
+
+    def _roll_back(self, ref: ClaimRef, plan: Plan, entries: Mapping[str, ClaimEntry]) -> bool:
+        """After a failed prepare: undo its sharing, remove its spec; False (entry kept) on failure."""
+        try:
+            self._manager(ref).unprepare(
+                ref,
+                plan.record,
+                devices=self._by_name,
+                others=self._others(entries, ref.uid),
+                deadline=time.monotonic() + ROLLBACK_SECONDS,
+            )
+            cdi.delete_claim_spec(self._cdi_root, ref.uid)
+        except (ClaimError, OSError) as exc:
+            log.warning("claim %s: rollback incomplete (%s); unprepare will retry", ref, exc)
+            return False
+        return True
+
+    def _unprepare_claim(self, op: _Op, entries: dict[str, ClaimEntry]) -> None:
+        """Unprepare: undo the claim's GPU sharing, remove its CDI spec and its entry. A failed undo
+        keeps the entry, so kubelet's retry undoes it again."""
+        ref = op.ref
+        entry = entries.get(ref.uid)
+        if entry is not None and entry.sharing:
+            self._manager(ref).unprepare(
+                ref,
+                entry.sharing,
+                devices=self._by_name,
+                others=self._others(entries, ref.uid),
+                deadline=op.deadline,
+            )
+        try:
+            cdi.delete_claim_spec(self._cdi_root, ref.uid)
+        except OSError as exc:
+            raise ClaimError(f"claim {op.label}: cannot delete its CDI spec: {exc}") from None
+        op.changed = entries.pop(ref.uid, None) is not None
+
+    def _restore(self) -> None:
+        """Start-up (caller holds the node lock): remove the temp files of interrupted writes, read the
+        checkpoint and recover the claims whose CDI spec has no entry."""
+        self.removed_leftovers = self._remove_leftovers()
+        self._read(recover_orphans=True, at_start=True)
+
+    def _restore_claim(self, ref: ClaimRef, entry: ClaimEntry) -> None:
+        """Rewrite a completed claim's CDI spec if it vanished (e.g. /var/run/cdi emptied by a reboot)."""
+        if cdi.claim_spec_path(self._cdi_root, ref.uid).exists():
+            return
+        names = list(dict.fromkeys(d.device_name for d in entry.devices))
+        missing = [n for n in names if n not in self._by_name]
+        if missing:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name} was prepared with device(s) {', '.join(missing)}, "
+                "which this node no longer publishes"
+            )
+        log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
+        edits = self._manager(ref).restore(entry.sharing) if entry.sharing else {}
+        self._write_spec(ref, [self._by_name[n] for n in names], edits)
+
+    def _manager(self, ref: ClaimRef) -> SharingManager:
+        if self._sharing is None:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: GPU sharing is not available on this node")
+        return self._sharing
+
+    @staticmethod
+    def _others(entries: Mapping[str, ClaimEntry], uid: str) -> list[ClaimEntry]:
+        """The entries of the node's other claims."""
+        return [e for other, e in entries.items() if other != uid]
+
+    # ------------------------------------------------------------------------------ disk and lock
 
     @contextlib.contextmanager
     def _locked_or_fail(self, what: str) -> Iterator[None]:
@@ -420,84 +536,3 @@ class DeviceState:
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot write its CDI spec: {exc}") from None
-
-    def _ensure_spec(self, ref: ClaimRef, entry: ClaimEntry) -> None:
-        """Rewrite a completed claim's CDI spec if it vanished (e.g. /var/run/cdi emptied by a reboot)."""
-        if cdi.claim_spec_path(self._cdi_root, ref.uid).exists():
-            return
-        names = list(dict.fromkeys(d.device_name for d in entry.devices))
-        missing = [n for n in names if n not in self._by_name]
-        if missing:
-            raise ClaimError(
-                f"claim {ref.namespace}/{ref.name} was prepared with device(s) {', '.join(missing)}, "
-                "which this node no longer publishes"
-            )
-        log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
-        self._write_spec(ref, [self._by_name[n] for n in names], self._mps_edits(entry.sharing))
-
-    # ------------------------------------------------------ sharing hooks (sharing.py does the work)
-
-    def set_sharing_api(self, api: sharing.DeploymentAPI) -> None:
-        """The API the MPS daemons are managed through (known once the plugin has connected)."""
-        if self._sharing is not None:
-            self._sharing.api = api
-
-    def _sharing_record(
-        self, ref: ClaimRef, plan: sharing.Plan, entries: Mapping[str, ClaimEntry]
-    ) -> sharing.SharingRecord:
-        if not plan.timeslice and not plan.mps:
-            return sharing.SharingRecord()
-        label = f"{ref.namespace}/{ref.name}"
-        if self._sharing is None:
-            raise ClaimError(f"claim {label}: GPU sharing is not available on this node")
-        others = [e.sharing for uid, e in entries.items() if uid != ref.uid]
-        try:
-            self._sharing.check_conflicts(plan, others, label)
-        except sharing.SharingError as exc:
-            raise ClaimError(str(exc)) from None
-        return self._sharing.record_for(ref.uid, plan)
-
-    def _apply_sharing(self, ref: ClaimRef, plan: sharing.Plan, deadline: float) -> None:
-        assert self._sharing is not None
-        try:
-            self._sharing.apply(ref.uid, plan, self._by_name, deadline)
-        except sharing.SharingError as exc:
-            raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
-
-    @staticmethod
-    def _in_use_by_others(uid: str, entries: Mapping[str, ClaimEntry]) -> set[str]:
-        used: set[str] = set()
-        for other, e in entries.items():
-            if other != uid:
-                used.update(d.device_name for d in e.devices)
-                used.update(e.sharing.timeslice)
-                used.update(n for m in e.sharing.mps for n in m.devices)
-        return used
-
-    def _undo_sharing(
-        self, ref: ClaimRef, record: sharing.SharingRecord, deadline: float, entries: Mapping[str, ClaimEntry]
-    ) -> None:
-        if self._sharing is None:
-            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot undo its GPU sharing settings here")
-        try:
-            self._sharing.undo(record, self._by_name, self._in_use_by_others(ref.uid, entries), deadline)
-        except (sharing.SharingError, OSError) as exc:
-            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot undo GPU sharing: {exc}") from None
-
-    def _roll_back(
-        self, ref: ClaimRef, record: sharing.SharingRecord, entries: Mapping[str, ClaimEntry]
-    ) -> bool:
-        """After a failed prepare: undo what was applied, remove the spec; False (entry kept) on failure."""
-        try:
-            self._undo_sharing(ref, record, time.monotonic() + ROLLBACK_SECONDS, entries)
-            cdi.delete_claim_spec(self._cdi_root, ref.uid)
-        except (ClaimError, OSError) as exc:
-            log.warning("claim %s: rollback incomplete (%s); unprepare will retry", ref, exc)
-            return False
-        return True
-
-    def _mps_edits(self, record: sharing.SharingRecord) -> dict[str, dict[str, Any]]:
-        if not record.mps or self._sharing is None:
-            return {}
-        data_dir = self._sharing.plugin_data_dir
-        return {name: sharing.mps_cdi_edits(data_dir, m.daemon_id) for m in record.mps for name in m.devices}

@@ -1,7 +1,9 @@
 """Fetch a `procedure.Snapshot` from a live cluster with the official kubernetes client.
 
-Responses are read as raw JSON (`_preload_content=False`) so the checks see exactly what the API
-server returns, independent of the client's model classes. Kubeconfig contents are never printed:
+The client is set up by `vke_gpu_dra_kube.client`, as for the kubelet plugin (one attempt per
+request, its timeouts, kubeconfig files checked before the client reads them, network failures in
+words). Responses are read as raw JSON (`_preload_content=False`) so the checks see exactly what the
+API server returns, independent of the client's model classes. Kubeconfig contents are never printed:
 errors name the file, the context and the request, nothing else.
 """
 
@@ -9,33 +11,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import urllib3
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from vke_gpu_dra_core import kubeconfig
+from vke_gpu_dra_kube import client as kube_client
+from vke_gpu_dra_kube.client import REQUEST_TIMEOUT
 
 from vke_gpu_dra_ops import procedure
 
-#: Seconds a single API request may take.
-REQUEST_TIMEOUT = 15
 #: Bytes of a pod log read for the nvidia-smi -L line.
 LOG_LIMIT_BYTES = 64 * 1024
 
 
 class ClusterError(Exception):
     """The cluster cannot be reached or refuses a request (exit code 2); the message is one line."""
-
-
-class KubeconfigError(ClusterError):
-    """A kubeconfig file that cannot be used; the message names the file and what is wrong."""
 
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -49,101 +44,47 @@ def default_kubeconfig(environ: Mapping[str, str] | None = None) -> str:
 
 
 def load_kubeconfig_dict(path: str | Path) -> dict[str, Any]:
-    """The kubeconfig file at `path` as a map; KubeconfigError naming the file and the problem otherwise.
+    """The kubeconfig file at `path` as a map; `kubeconfig.KubeconfigError` naming the file otherwise.
 
     The checks are the shared contract's (`vke_gpu_dra_core.kubeconfig`): one reader of kubeconfig files
-    for the driver and these tools.
+    for the driver and these tools. A context may name a cluster of another file of a path list, so
+    each file is checked on its own shape only.
     """
     file = Path(path).expanduser()
-    try:
-        data = kubeconfig.parse(kubeconfig.read_text(file), file)
-        for key, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
-            kubeconfig.named(data, key, inner, file)
-    except kubeconfig.KubeconfigError as exc:
-        raise KubeconfigError(str(exc)) from None
+    data = kubeconfig.parse(kubeconfig.read_text(file), file)
+    for key, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
+        kubeconfig.named(data, key, inner, file)
     return data
 
 
-def _check_kubeconfig_files(kubeconfig: str) -> None:
+def _check_kubeconfig_files(kubeconfig_paths: str) -> None:
     """Validate each file of a path list; as kubectl, missing files of a list of several are skipped."""
-    paths = [p for p in kubeconfig.split(os.pathsep) if p]
+    paths = [p for p in kubeconfig_paths.split(os.pathsep) if p]
     existing = [p for p in paths if Path(p).expanduser().exists()]
     if not existing:
         where = "--kubeconfig" if len(paths) == 1 else "--kubeconfig (from $KUBECONFIG)"
-        raise KubeconfigError(f"{where} {kubeconfig}: no such file")
+        raise ClusterError(f"{where} {kubeconfig_paths}: no such file")
     for p in existing:
-        try:
-            load_kubeconfig_dict(p)
-        except KubeconfigError as exc:
-            raise KubeconfigError(f"--kubeconfig: {exc}") from None
+        load_kubeconfig_dict(p)
 
 
-def connect(kubeconfig: str, context: str | None) -> client.ApiClient:
-    """An API client for `context` (default: the kubeconfig's current context) of `kubeconfig`."""
-    _check_kubeconfig_files(kubeconfig)
-    config_file = os.pathsep.join(str(Path(p).expanduser()) for p in kubeconfig.split(os.pathsep) if p)
+def connect(kubeconfig_paths: str, context: str | None) -> client.ApiClient:
+    """An API client for `context` (default: the kubeconfig's current context) of `kubeconfig_paths`."""
+    config_file = os.pathsep.join(str(Path(p).expanduser()) for p in kubeconfig_paths.split(os.pathsep) if p)
     try:
-        contexts, _current = config.list_kube_config_contexts(config_file=config_file)
-    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as exc:
-        raise ClusterError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({_reason(exc)})") from None
-    names = [c.get("name") for c in contexts or []]
-    if context is not None and context not in names:
-        raise ClusterError(
-            f"--context {context}: no such context in the kubeconfig (contexts: {', '.join(names) or 'none'})"
-        )
-    cfg = client.Configuration()
-    try:
-        config.load_kube_config(
-            config_file=config_file, context=context, client_configuration=cfg, persist_config=False
-        )
-    except (ConfigException, yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as exc:
-        raise ClusterError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({_reason(exc)})") from None
-    # No hidden retries (each would log a urllib3 warning line): one attempt per request.
-    cfg.retries = urllib3.Retry(total=0, connect=0, read=0, redirect=0, backoff_factor=0)
-    return client.ApiClient(cfg)
-
-
-def _reason(exc: BaseException) -> str:
-    """A kubeconfig loader's complaint, one line, without the exception class."""
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else "missing or malformed fields"
-
-
-def describe_network_error(exc: BaseException, host: str | None = None) -> str:  # noqa: PLR0911
-    """What went wrong on the way to the API server, in words (refused, DNS, TLS, timeout)."""
-    reason: BaseException = exc
-    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
-        reason = exc.reason
-    text = str(reason)
-    if (
-        isinstance(reason, urllib3.exceptions.NameResolutionError)
-        or "Name or service not known" in text
-        or ("nodename nor servname" in text or "Temporary failure in name resolution" in text)
-    ):
-        host = host or getattr(reason, "host", None) or "the server's host"
-        return f"DNS lookup of {host} failed: check the server address in the kubeconfig and the DNS"
-    if isinstance(reason, urllib3.exceptions.SSLError) or "SSL" in text or "CERTIFICATE" in text:
-        found = re.search(r"certificate verify failed: ([^()'\"]+)", text) or re.search(
-            r"\[SSL: [A-Z_]+\] ([^()'\"]+)", text
-        )
-        detail = found.group(1).strip() if found else "handshake failed"
-        return f"TLS failed ({detail}): check the kubeconfig's server URL and certificate-authority-data"
-    if isinstance(reason, ConnectionRefusedError) or "Connection refused" in text or "Errno 111" in text:
-        return "connection refused: nothing listens at that address (is the cluster running?)"
-    # urllib3's NewConnectionError (refused, unreachable) is a ConnectTimeoutError too: timeouts say so.
-    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError) and "timed out" in text:
-        return f"the connection timed out after {REQUEST_TIMEOUT} s: check the address and any firewall"
-    if isinstance(reason, urllib3.exceptions.ReadTimeoutError | TimeoutError):
-        return f"the API server did not answer within {REQUEST_TIMEOUT} s"
-    if isinstance(reason, urllib3.exceptions.ProtocolError | ConnectionResetError):
-        return "the connection was closed by the server"
-    return f"network error: {text.splitlines()[0][:200] if text else type(reason).__name__}"
+        _check_kubeconfig_files(kubeconfig_paths)
+        names = kube_client.kubeconfig_contexts(config_file)
+        if context is not None and context not in names:
+            known = ", ".join(names) or "none"
+            raise ClusterError(f"--context {context}: no such context in the kubeconfig (contexts: {known})")
+        return kube_client.api_client(kube_client.load_kubeconfig(config_file, context))
+    except kubeconfig.KubeconfigError as exc:
+        raise ClusterError(f"--kubeconfig: {exc}") from None
 
 
 def server_of(api: client.ApiClient) -> str:
     """The API server's URL for messages, without any user:password part."""
-    url = urlsplit(str(api.configuration.host))
-    return urlunsplit(url._replace(netloc=url.netloc.rpartition("@")[2]))
+    return kube_client.server_of(api.configuration)
 
 
 _STATUS_HINTS = {
@@ -170,15 +111,14 @@ class Fetcher:
         except ApiException as exc:
             if exc.status == 404 and missing_ok:
                 return None
+            if not exc.status:  # no answer: the client reports TLS failures this way
+                raise self._unreachable(what, exc) from None
             raise ClusterError(
                 f"the API server at {server_of(self.api)} answered {exc.status} {exc.reason} to {what}"
                 + _STATUS_HINTS.get(exc.status or 0, "")
             ) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ClusterError(
-                f"cannot reach the API server at {server_of(self.api)} while reading {what}: "
-                f"{describe_network_error(exc, urlsplit(server_of(self.api)).hostname)}"
-            ) from None
+            raise self._unreachable(what, exc) from None
         data = resp.data
         if what.endswith("/log"):
             return data.decode("utf-8", errors="replace")
@@ -186,6 +126,11 @@ class Fetcher:
             return json.loads(data)
         except ValueError:
             raise ClusterError(f"the API server at {server_of(self.api)} sent non-JSON for {what}") from None
+
+    def _unreachable(self, what: str, exc: BaseException) -> ClusterError:
+        server = server_of(self.api)
+        failure = kube_client.network_failure(exc, REQUEST_TIMEOUT, urlsplit(server).hostname)
+        return ClusterError(f"cannot reach the API server at {server} while reading {what}: {failure}")
 
     def api_resources(self) -> frozenset[str] | None:
         groups = self._call("/apis", self.apis.get_api_versions) or {}

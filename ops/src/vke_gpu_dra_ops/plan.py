@@ -24,25 +24,25 @@ from vke_gpu_dra_core.catalog import CatalogError
 from vke_gpu_dra_core.config import (
     ALL_KEYS,
     PROJECT,
-    ConfigError,
     PulumiYamlLoader,
     StackConfig,
+    StackConfigError,
     project_defaults,
     raw_from_stack_file,
 )
 from vke_gpu_dra_core.config import read as read_config
-
-from .capacity.admission import REFUSED, UNKNOWN
-from .capacity.claims import ManifestError
-from .capacity.stack_model import (
+from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN
+from vke_gpu_dra_planner.claims import ManifestError
+from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.stack import (
     StackModel,
     add_object,
     default_classes,
     pools_from_config,
     sample_objects,
 )
-from .capacity.stack_plan import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
-from .capacity.versions import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.verdict import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
+
 from .output import OUTPUT_FORMATS, render
 
 
@@ -95,7 +95,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if report["fits"] else 1
 
 
-def _read_yaml(path: Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
+#: Manifests are plain YAML: libyaml's safe loader reads them when PyYAML has it (same documents, faster).
+_MANIFEST_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read_yaml(path: Path, loader: Any = _MANIFEST_LOADER) -> list[Any]:
     try:
         return [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if d is not None]
     except OSError as exc:
@@ -131,12 +135,12 @@ def load_stack_config(stack_file: Path) -> StackConfig:
     values = {**_project_defaults(stack_file), **(docs[0].get("config") or {})}
     try:
         raw = raw_from_stack_file(values)
-    except ConfigError as exc:
+    except StackConfigError as exc:
         raise PlanInputError(f"{stack_file}: {exc}") from None
     cfg, issues = read_config(raw)
     blocking = [i for i in issues if i.key.strip("()") not in DEPLOYMENT_ONLY_KEYS]
     if blocking:
-        raise PlanInputError(f"{stack_file}: {ConfigError(blocking)}")
+        raise PlanInputError(f"{stack_file}: {StackConfigError(blocking)}")
     return cfg
 
 
@@ -181,8 +185,6 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
     templates = [_template_report(t) for t in plan.templates]
     violations = [v.message for v in plan_violations(plan)]
     workloads = [_workload_report(w) for w in plan.workloads]
-    undecided = [w for w in workloads if w["status"] == UNKNOWN]
-    fits = not violations and all(w["status"] == "fits" for w in workloads)
     return {
         "kubernetesVersion": plan.gates.version,
         "featureGates": {
@@ -208,10 +210,8 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
         "workloads": workloads,
         "templates": templates,
         "violations": violations,
-        "fits": fits,
-        "undecided": bool(undecided)
-        and not violations
-        and all(w["status"] in ("fits", UNKNOWN) for w in workloads),
+        "fits": plan.fits,
+        "undecided": plan.undecided,
         "selectorChecks": plan.planner.cache.stats.checks,
     }
 

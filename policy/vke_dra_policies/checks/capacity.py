@@ -1,6 +1,6 @@
 """Claim templates fit the GPU node pools: the capacity check of `vke-gpu-dra plan`, as a stack policy.
 
-The check lives in the operator tools (`vke_gpu_dra_ops.capacity.check_stack`); this module hands it the
+The check lives in the capacity planner (`vke_gpu_dra_planner.check_stack`); this module hands it the
 stack's resources and the stack config's GPU catalog rows (`<project>:gpuInstanceTypes`). It reports
 nothing it cannot decide: unknown values in preview, stacks without a DRA node pool, and references to
 missing templates or DeviceClasses (claim-references reports those), and claims whose admission depends
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import resources as r
-from vke_gpu_dra_ops.capacity import check_stack
+from vke_gpu_dra_planner import check_stack
 
 from .. import context
 from . import Violation
@@ -25,10 +25,14 @@ DESCRIPTION: Final = (
 )
 
 
-def claims_fit(resources: Sequence[r.Res], _config: Mapping[str, Any]) -> list[Violation]:
-    rows = context.STACK.config_value("gpuInstanceTypes")
+def claims_fit(
+    resources: Sequence[r.Res], _config: Mapping[str, Any], stack: context.StackInfo | None = None
+) -> list[Violation]:
+    """The capacity check over `resources` with `stack`'s config (the environment's stack when none)."""
+    info = stack if stack is not None else context.STACK
+    rows = info.config_value("gpuInstanceTypes")
     # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
-    version = context.STACK.config_value("cluster.kubernetesVersion")
+    version = info.config_value("cluster.kubernetesVersion")
     return [
         Violation(v.message, v.urn or None) for v in check_stack(resources, rows, kubernetes_version=version)
     ]

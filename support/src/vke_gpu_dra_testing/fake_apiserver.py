@@ -49,6 +49,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import kubernetes_validate
+from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
 
 TOKEN = "fake-apiserver-token"
 K8S_VERSION = "1.34.0"
@@ -56,8 +57,6 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 MAX_DEVICES = 128
 MAX_ATTRS_AND_CAPS = 32
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -84,13 +83,9 @@ class ApiError(Exception):
         }
 
 
-def _dns_subdomain(value: str, limit: int = 253) -> bool:
-    return 0 < len(value) <= limit and bool(DNS_SUBDOMAIN.match(value))
-
-
 def _qualified_name(name: str) -> bool:
     domain, _, ident = name.rpartition("/")
-    if domain and not _dns_subdomain(domain, 63):
+    if domain and not is_dns_subdomain(domain, 63):
         return False
     return 0 < len(ident) <= 32 and bool(C_IDENTIFIER.match(ident))
 
@@ -100,16 +95,16 @@ def slice_rule_errors(obj: dict[str, Any]) -> list[str]:
     errors: list[str] = []
     spec = obj.get("spec") or {}
     name = obj.get("metadata", {}).get("name", "")
-    if name and not _dns_subdomain(name):
+    if name and not is_dns_subdomain(name):
         errors.append(f"metadata.name: Invalid value: {name!r}: must be a DNS subdomain")
     driver = spec.get("driver", "")
-    if not _dns_subdomain(driver, 63):
+    if not is_dns_subdomain(driver, 63):
         errors.append(
             f"spec.driver: Invalid value: {driver!r}: must be a DNS subdomain of at most 63 characters"
         )
     pool = spec.get("pool") or {}
     pool_name = pool.get("name", "")
-    if not (0 < len(pool_name) <= 253 and all(_dns_subdomain(p) for p in pool_name.split("/"))):
+    if not (0 < len(pool_name) <= 253 and all(is_dns_subdomain(p) for p in pool_name.split("/"))):
         errors.append(f"spec.pool.name: Invalid value: {pool_name!r}")
     if int(pool.get("resourceSliceCount", 0)) <= 0:
         errors.append("spec.pool.resourceSliceCount: Invalid value: must be greater than zero")
@@ -136,7 +131,7 @@ def slice_rule_errors(obj: dict[str, Any]) -> list[str]:
 def device_rule_errors(path: str, dev: dict[str, Any]) -> list[str]:
     errors: list[str] = []
     dname = dev.get("name", "")
-    if not (len(dname) <= 63 and DNS_LABEL.match(dname)):
+    if not is_dns_label(dname):
         errors.append(f"{path}.name: Invalid value: {dname!r}: must be a DNS label")
     attrs, caps = dev.get("attributes") or {}, dev.get("capacity") or {}
     if len(attrs) + len(caps) > MAX_ATTRS_AND_CAPS:
@@ -169,7 +164,7 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 def _label_key(key: str) -> bool:
     """A label key (validation.IsQualifiedName): optional DNS-subdomain prefix, a name of 1-63 characters."""
     prefix, _, name = key.rpartition("/")
-    if prefix and not _dns_subdomain(prefix):
+    if prefix and not is_dns_subdomain(prefix):
         return False
     return 0 < len(name) <= 63 and bool(LABEL_VALUE.match(name))
 
@@ -440,22 +435,7 @@ class FakeAPIServer:
         return f"{'https' if self.ssl_context else 'http'}://{host!s}:{port}"
 
     def write_kubeconfig(self, path: Path, *, insecure: bool = False) -> Path:
-        cluster: dict[str, Any] = {"server": self.url}
-        if insecure:
-            cluster["insecure-skip-tls-verify"] = True
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "fake",
-                    "clusters": [{"name": "fake", "cluster": cluster}],
-                    "users": [{"name": "fake", "user": {"token": TOKEN}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                }
-            )
-        )
-        return path
+        return write_kubeconfig(path, self.url, insecure=insecure)
 
     # --- state helpers (all under self.cond) ---
 
@@ -634,7 +614,7 @@ class FakeAPIServer:
             message = "spec.template.metadata.labels: Invalid value: selector does not match template labels"
             raise _invalid(obj, [message])
         name = md.get("name", "")
-        if not _dns_subdomain(name):
+        if not is_dns_subdomain(name):
             raise _invalid(obj, [f"metadata.name: Invalid value: {name!r}: must be a DNS subdomain"])
         if (namespace, name) in self.deployments:
             raise ApiError(
@@ -1060,3 +1040,23 @@ class _Handler(BaseHTTPRequestHandler):
                 with api.cond:
                     api.watching -= 1
                     api.cond.notify_all()
+
+
+def write_kubeconfig(path: Path, server: str, *, insecure: bool = False) -> Path:
+    """A kubeconfig at `path` for `server` with the fake's token (context, cluster and user `fake`)."""
+    cluster: dict[str, Any] = {"server": server}
+    if insecure:
+        cluster["insecure-skip-tls-verify"] = True
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": cluster}],
+                "users": [{"name": "fake", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            }
+        )
+    )
+    return path

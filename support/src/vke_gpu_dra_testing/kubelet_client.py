@@ -1,8 +1,11 @@
-"""A kubelet-like gRPC client: registration handshake and DRA calls over unix sockets."""
+"""A kubelet-like gRPC client: registration handshake and DRA calls over unix sockets.
+
+`container_cdi_device_ids` is what kubelet then hands the container runtime for one container.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,6 +32,27 @@ def channel(path: Path | str) -> grpc.Channel:
     ch = grpc.insecure_channel(f"unix:{path}")
     grpc.channel_ready_future(ch).result(timeout=TIMEOUT)
     return ch
+
+
+def container_cdi_device_ids(
+    container: Mapping[str, Any], prepared: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[str]:
+    """The CDI device IDs kubelet gives the runtime for one container of a pod, in kubelet's order.
+
+    `container` is a pod spec's container; `prepared` maps each of the pod's `resourceClaims` names
+    to the devices of that claim's NodePrepareResources answer (`Kubelet.prepare`'s `devices`).
+    As kubelet's DRA manager: for each entry of the container's `resources.claims`, the IDs of
+    every device of the claim when the entry names no request, else of the devices whose request
+    names hold that request (a `request/subrequest` name counts for its request).
+    """
+    ids: list[str] = []
+    for ref in (container.get("resources") or {}).get("claims") or []:
+        request = ref.get("request") or ""
+        for device in prepared[ref["name"]]:
+            bases = {name.split("/", 1)[0] for name in device["request_names"]}
+            if not request or request in bases:
+                ids.extend(device["cdi_device_ids"])
+    return ids
 
 
 class Kubelet:

@@ -28,6 +28,7 @@
  *   fakeNvmlSetLost(gpu, lost)                     every call on that GPU (and its MIG devices) answers
  *                                                  NVML_ERROR_GPU_IS_LOST (15) while lost
  *   fakeNvmlWaiting()                              threads blocked in nvmlEventSetWait_v2 now
+ *   fakeNvmlQueued()                               injected events not yet delivered
  *   fakeNvmlEventSets()                            event sets created and not freed
  *   fakeNvmlReset()                                no events, no lost GPUs, no registrations
  * These survive re-reading the configuration.
@@ -590,6 +591,13 @@ int fakeNvmlWaiting(void) {
     int w = waiting;
     pthread_mutex_unlock(&ev_lock);
     return w;
+}
+
+int fakeNvmlQueued(void) {
+    pthread_mutex_lock(&ev_lock);
+    int n = queue_len;
+    pthread_mutex_unlock(&ev_lock);
+    return n;
 }
 
 int fakeNvmlEventSets(void) {

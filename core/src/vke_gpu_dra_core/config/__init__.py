@@ -1,8 +1,8 @@
 """Stack configuration: one typed, validated object, read before any resource is registered.
 
 * `keys` — the key table: every key once, with its type, default, description and constraints;
-* `model` — the frozen dataclasses the table fills (`StackConfig` and its sections), `SecretStr`,
-  `Issue` and `ConfigError`;
+* `stack_config` — the frozen dataclasses the table fills (`StackConfig` and its sections), `SecretStr`,
+  `Issue` and `StackConfigError`;
 * `raw` — raw values as the engine hands them over, `parse_bool`, stack and project files;
 * `reader` — `load(raw)` reads every key generically from the table, then the rules between keys;
 * `render` — Pulumi.yaml and docs/configuration.md's key tables, generated from the table
@@ -24,26 +24,6 @@ from .keys import (
     REPLACED_KEYS,
     Key,
 )
-from .model import (
-    BUILD_CR,
-    BUILD_KIND,
-    PROJECT,
-    TARGET_EXISTING,
-    TARGET_VKE,
-    ClusterConfig,
-    ConfigError,
-    DriverConfig,
-    DriverImageConfig,
-    Issue,
-    Label,
-    NetworkConfig,
-    NodePoolConfig,
-    SampleConfig,
-    SecretStr,
-    StackConfig,
-    Taint,
-    VolcengineAccess,
-)
 from .raw import (
     BOOLEAN_ALLOWED,
     BOOLEAN_FALSE,
@@ -57,6 +37,26 @@ from .raw import (
 )
 from .reader import load, read
 from .render import pulumi_yaml_config, render_configuration_doc, render_pulumi_yaml
+from .stack_config import (
+    BUILD_CR,
+    BUILD_KIND,
+    PROJECT,
+    TARGET_EXISTING,
+    TARGET_VKE,
+    ClusterConfig,
+    DriverConfig,
+    DriverImageConfig,
+    Issue,
+    Label,
+    NetworkConfig,
+    NodePoolConfig,
+    SampleConfig,
+    SecretStr,
+    StackConfig,
+    StackConfigError,
+    Taint,
+    VolcengineAccess,
+)
 
 __all__ = [
     "ALL_KEYS",
@@ -76,7 +76,6 @@ __all__ = [
     "TARGET_EXISTING",
     "TARGET_VKE",
     "ClusterConfig",
-    "ConfigError",
     "DriverConfig",
     "DriverImageConfig",
     "Issue",
@@ -89,6 +88,7 @@ __all__ = [
     "SampleConfig",
     "SecretStr",
     "StackConfig",
+    "StackConfigError",
     "Taint",
     "VolcengineAccess",
     "load",

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from vke_gpu_dra_core import facts, featuregates
+from vke_gpu_dra_core.object_names import is_dns_subdomain
 from vke_gpu_dra_core.versions import release_major_minor
 
-from .model import Label, Taint
+from .stack_config import Label, Taint
 
 PRIVATE_RANGES: Final = tuple(
     ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -182,13 +183,12 @@ class Convert:
 
 LABEL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE_RE: Final = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
-DNS_SUBDOMAIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 
 
 def _label_key_ok(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN_RE.match(prefix)):
+    if prefix and not is_dns_subdomain(prefix):
         return False
     return bool(LABEL_NAME_RE.match(name))
 

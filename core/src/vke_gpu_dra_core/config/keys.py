@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.facts import DEVICE_SOURCES
+from vke_gpu_dra_core.object_names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
 from .constraints import (
     FEATURE_GATES,
@@ -31,7 +33,7 @@ from .constraints import (
     PrivateCidr,
     Required,
 )
-from .model import BUILD_CR, PROJECT, TARGET_EXISTING, TARGET_VKE
+from .stack_config import BUILD_CR, PROJECT, TARGET_EXISTING, TARGET_VKE
 
 ConfigType = Literal["string", "integer", "boolean", "array"]
 
@@ -47,13 +49,10 @@ VOLUME_TYPES: Final = ("ESSD_PL0", "ESSD_FlexPL", "PTSSD")
 CHARGE_TYPES: Final = ("PostPaid", "PrePaid")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 XID_LIST_RE: Final = re.compile(r"^ *([0-9]+ *(, *[0-9]+ *)*)?$")
-DEVICE_SOURCES: Final = ("nvml", "simulated")
 REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
 #: Keys that were replaced, and by what.
 REPLACED_KEYS: Final = {"driver.imageRepository": "driver.image", "driver.imageTag": "driver.image"}
 
-DNS_SUBDOMAIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
-DNS_LABEL_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 INSTANCE_TYPE_RE: Final = re.compile(r"^ecs\.[a-z0-9-]+\.[a-z0-9-]+$")
 #: Node pool names: VKE's name rule intersected with Kubernetes label values (the pool label's value).
 POOL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,61}[A-Za-z0-9]$")

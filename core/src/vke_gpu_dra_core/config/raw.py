@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import yaml
 
-from .model import PROJECT, ConfigError, Issue
+from .stack_config import PROJECT, Issue, StackConfigError
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def raw_from_stack_file(
 
     Values are stringified as the engine does (lists and bools to JSON); `{secure: …}` entries become
     secret keys whose value is `secret_value(key)` (a placeholder by default). A key that is not a word
-    or a value that is not JSON-shaped (a `!!binary` or `!!set`) is a ConfigError naming the key.
+    or a value that is not JSON-shaped (a `!!binary` or `!!set`) is a StackConfigError naming the key.
     """
     values: dict[str, str] = {}
     secrets: set[str] = set()
@@ -134,7 +134,7 @@ def raw_from_stack_file(
                 Issue(shown, f"a YAML {type(value).__name__}", "a string, number, boolean, list or map")
             )
     if issues:
-        raise ConfigError(issues)
+        raise StackConfigError(issues)
     return RawConfig(values=values, secret_keys=frozenset(secrets))
 
 

@@ -1,7 +1,7 @@
 """Reading a stack's raw config into a `StackConfig`: generically from the key table, then the rules
 between keys (written here by hand).
 
-`load()` returns the validated, frozen config or raises one `ConfigError` that lists every problem, each
+`load()` returns the validated, frozen config or raises one `StackConfigError` that lists every problem, each
 naming the key, the value and what is allowed; `read()` returns the config as far as it can be read
 (a bad value replaced by its default) together with the problems, for tools that judge them.
 """
@@ -21,7 +21,8 @@ from vke_gpu_dra_core import imageref
 
 from .constraints import private_network
 from .keys import ALL_KEYS, IMPLEMENTATION_NVIDIA, IMPLEMENTATION_PYTHON, KEYS_BY_NAME, REPLACED_KEYS, Key
-from .model import (
+from .raw import BOOLEAN_ALLOWED, RawConfig, parse_bool
+from .stack_config import (
     BUILD_CR,
     BUILD_KIND,
     PROJECT,
@@ -29,7 +30,6 @@ from .model import (
     TARGET_EXISTING,
     TARGET_VKE,
     ClusterConfig,
-    ConfigError,
     DriverConfig,
     DriverImageConfig,
     Issue,
@@ -38,9 +38,9 @@ from .model import (
     SampleConfig,
     SecretStr,
     StackConfig,
+    StackConfigError,
     VolcengineAccess,
 )
-from .raw import BOOLEAN_ALLOWED, RawConfig, parse_bool
 
 #: Fields no row fills: a cross-field rule computes them (their value until it does).
 DERIVED: Final[Mapping[tuple[str, str], Any]] = {("driver_image", "kind_cluster"): ""}
@@ -272,7 +272,7 @@ def _driver_image_rule(r: _Reader) -> None:  # noqa: PLR0911, PLR0912 (a flat li
             r.fail("driver.image.build", build, "empty when driver.image is set (a given image is not built)")
         try:
             image = imageref.parse(text)
-        except imageref.ReferenceError as error:
+        except imageref.ImageReferenceError as error:
             r.fail("driver.image", text, f"an OCI image reference: {error}")
             return
         problem = imageref.domain_problem(image.domain, local_cluster=target != TARGET_VKE)
@@ -384,8 +384,8 @@ def read(raw: RawConfig) -> tuple[StackConfig, tuple[Issue, ...]]:
 
 
 def load(raw: RawConfig) -> StackConfig:
-    """Read and validate the whole stack configuration; raise one ConfigError listing every problem."""
+    """Read and validate the whole stack configuration; raise one StackConfigError listing every problem."""
     config, issues = read(raw)
     if issues:
-        raise ConfigError(issues)
+        raise StackConfigError(issues)
     return config

@@ -11,7 +11,7 @@ from typing import Any, Final
 import yaml
 
 from .keys import KEYS, PROVIDER_KEYS, Key
-from .model import PROJECT
+from .stack_config import PROJECT
 
 GENERATE_COMMAND: Final = "python -m vke_gpu_dra_core.config --write"
 PULUMI_YAML: Final = "Pulumi.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ..model import Device
+from ..device_model import Device
 
 
 @dataclass(frozen=True)

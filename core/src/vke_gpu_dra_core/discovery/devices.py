@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import facts
-from ..model import AttributeValue, Device, Version
+from ..device_model import AttributeValue, Device, Version
 from .normalize import gpu_device_name
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from .. import facts
-from ..model import Version
+from ..device_model import Version
 
 _VERSION_RE: Final = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import pynvml
+from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.discovery import normalize as norm
 from vke_gpu_dra_core.discovery.base import DiscoveryError, DiscoveryResult
 from vke_gpu_dra_core.discovery.devices import GpuFacts, gpu_device, mig_device
-from vke_gpu_dra_core.model import Device, Version
 
 from .. import userspace
 from .migcaps import DEFAULT_PROC, mig_caps_nodes, read_mig_minors

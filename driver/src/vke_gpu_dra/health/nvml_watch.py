@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pynvml
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from ..discovery.nvml import NvmlSource
 from ..metrics import Metrics
@@ -88,6 +88,8 @@ class NvmlHealthWatcher:
         self._thread: threading.Thread | None = None
         #: Set once the GPUs are registered and the thread waits for events (tests wait for it).
         self.watching = threading.Event()
+        #: Rounds of the thread's loop done (wait, probe, recovery): a later round has seen all before it.
+        self.rounds = 0
 
     # --- lifecycle ---
 
@@ -182,6 +184,7 @@ class NvmlHealthWatcher:
                 self._monitor.apply(self._probe(now))
                 next_probe = now + self._probe_interval
             self._monitor.apply(self.tracker.tick(self._clock()))
+            self.rounds += 1
 
     def _wait_for_event(self) -> bool:
         """Wait up to `wait_ms` for one event and apply it; True when NVML answers GPU_IS_LOST."""

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource
-from vke_gpu_dra_core.model import Device
 
 from ..kubeapi import KubeAPI
 from ..kubelet.resource_health import DeviceHealthBoard

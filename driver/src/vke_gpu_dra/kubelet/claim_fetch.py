@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vke_gpu_dra_core.model import ClaimError, ClaimRef
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
 from ..kubeapi import KubeError
 

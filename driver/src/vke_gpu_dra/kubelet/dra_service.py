@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 from prometheus_client import Counter
-from vke_gpu_dra_core.model import ClaimError, ClaimRef, PreparedDevice
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
 from ..metrics import Metrics
 from ._proto.dra.v1 import api_pb2 as v1_pb2
@@ -202,7 +202,9 @@ def answer_each_claim(
     Every claim gets an entry, even an empty one. A ClaimError becomes that claim's error as it
     is; any other exception an "internal error" naming the claim; neither stops the other claims.
     On success `answer` fills the entry from the action's outcome and returns the fields it adds
-    to the log line. `results` counts each claim by result ("success" or "error").
+    to the log line. `results` counts each claim by result ("success" or "error"). This is the
+    one catch-all of a kubelet call, where its answer is built; the device state answers each of
+    its own calls once (its `_answering`) and hands that answer over as the exception raised here.
     """
     for ref in refs:
         entry = entries[ref.uid]

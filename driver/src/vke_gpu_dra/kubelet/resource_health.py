@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import grpc
-from vke_gpu_dra_core.model import Device
+from vke_gpu_dra_core.device_model import Device
 
 from ._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
 from ._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc

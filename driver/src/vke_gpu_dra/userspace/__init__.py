@@ -1,4 +1,10 @@
-"""The NVIDIA driver's user-space under a driver root (libraries, binaries, firmware, device nodes)."""
+"""The NVIDIA driver's user-space in GPU containers, in one package.
+
+* `discover` (with `elf`, `ldcache`), `devnodes`: what a driver root holds (libraries, binaries,
+  firmware, IPC sockets, device nodes), pure apart from file reads;
+* `edits`: the CDI container edits built from it (`DriverEdits`), as nvcdi writes them;
+* `startup`: what the plugin runs once at start (`setup`: discovery, the hook binary, the self-check).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ from .discover import (
     find_library,
     locate_library,
 )
+from .edits import DriverEdits
+from .startup import UserSpaceSettings, setup
 
 __all__ = [
     "BINARIES",
@@ -30,11 +38,13 @@ __all__ = [
     "NVML_SONAME",
     "SMI_BINARY",
     "DeviceNode",
+    "DriverEdits",
     "DriverRoot",
     "File",
     "Library",
     "UserSpace",
     "UserSpaceError",
+    "UserSpaceSettings",
     "discover",
     "drm_nodes",
     "existing_nodes",
@@ -42,4 +52,5 @@ __all__ = [
     "find_library",
     "locate_library",
     "node_source",
+    "setup",
 ]

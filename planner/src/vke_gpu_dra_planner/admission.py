@@ -1,0 +1,80 @@
+"""What the API server does with a ResourceClaim(Template) on create, for one Kubernetes version.
+
+* `adminAccess: true` in a request needs the label `resource.kubernetes.io/admin-access: "true"` on the
+  claim's Namespace (`pkg/registry/resource/resourceclaim(template)/strategy.go`, DRAAdminAccess on since
+  1.34). The Namespace must be part of the stack or the manifests; otherwise its labels are unknown and
+  the answer is "unknown", never assumed.
+* `distinctAttribute` belongs to DRAConsumableCapacity: with the gate off the API server drops the
+  field, and validation then refuses the empty constraint (`matchAttribute: Required value`).
+
+Messages are the API server's (`<Kind>.resource.k8s.io "<name>" is invalid: <field>: <reason>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from .claims import ClaimTemplate
+from .gates import FeatureGates
+
+ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
+ADMIN_ACCESS_FORBIDDEN: Final = (
+    "Forbidden: admin access to devices requires the "
+    f"`{ADMIN_ACCESS_LABEL}: true` label on the containing namespace"
+)
+ADMITTED: Final = "admitted"
+REFUSED: Final = "refused"
+UNKNOWN: Final = "unknown"
+
+
+@dataclass(frozen=True)
+class Admission:
+    status: str
+    #: the API server's message when refused; why it cannot be decided when unknown
+    message: str = ""
+
+
+def admit(
+    template: ClaimTemplate, namespaces: Mapping[str, Mapping[str, str]], gates: FeatureGates
+) -> Admission:
+    """Whether creating `template` succeeds; `namespaces`: the labels of every known Namespace."""
+    kind = "ResourceClaim" if template.shared else "ResourceClaimTemplate"
+    prefix = "spec" if template.shared else "spec.spec"
+    errors: list[str] = []
+    admin = [
+        ri
+        for ri, request in enumerate(template.spec.requests)
+        if not request.first_available and request.alternatives[0].admin_access
+    ]
+    undecided = ""
+    if admin and gates.admin_access:
+        labels = namespaces.get(template.namespace)
+        if labels is None:
+            undecided = (
+                f"adminAccess needs the label {ADMIN_ACCESS_LABEL}=true on namespace {template.namespace}, "
+                "which is not part of the stack or the manifests: its labels are unknown"
+            )
+        elif labels.get(ADMIN_ACCESS_LABEL) != "true":
+            errors.extend(
+                f"{prefix}.devices.requests[{ri}].exactly.adminAccess: {ADMIN_ACCESS_FORBIDDEN}"
+                for ri in admin
+            )
+    if not gates.consumable_capacity:
+        errors.extend(
+            f"{prefix}.devices.constraints[{ci}].matchAttribute: Required value"
+            for ci, constraint in enumerate(template.spec.constraints)
+            if constraint.distinct_attribute is not None
+        )
+    if errors:
+        detail = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+        message = f'{kind}.resource.k8s.io "{template.name}" is invalid: {detail}'
+        if any(c.distinct_attribute is not None for c in template.spec.constraints) and (
+            not gates.consumable_capacity
+        ):
+            message += f" (distinctAttribute is dropped: {gates.state('DRAConsumableCapacity')})"
+        return Admission(REFUSED, message)
+    if undecided:
+        return Admission(UNKNOWN, undecided)
+    return Admission(ADMITTED)
