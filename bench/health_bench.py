@@ -18,27 +18,53 @@ import ctypes
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-# The fake libnvidia-ml lives with the driver tests.
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import pynvml  # noqa: E402
-from vke_gpu_dra.config import parse_config  # noqa: E402
-from vke_gpu_dra.discovery.nvml import NvmlSource  # noqa: E402
-from vke_gpu_dra.plugin import Plugin  # noqa: E402
-from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer  # noqa: E402
-from vke_gpu_dra_testing.plugin_env import NODE, plugin_args, wait_until  # noqa: E402
-
-from tests.driver.fake_nvml import build, write_config  # noqa: E402
+import pynvml
+from vke_gpu_dra.config import parse_config
+from vke_gpu_dra.discovery.nvml import NvmlSource
+from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.plugin_env import NODE, plugin_args, wait_until
 
 TARGET_S = 10.0
 XID_79 = 79
 WHOLE_GPU = 0xFFFFFFFF
+
+
+def repository() -> Path:
+    """The work tree this benchmark belongs to, as git names it."""
+    here = Path(__file__).resolve().parent
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True, check=True
+    )
+    return Path(top.stdout.strip())
+
+
+def build_fake_nvml(out_dir: Path) -> Path:
+    """The tests' fake libnvidia-ml, built by their own helper (run from the repository root)."""
+    code = (
+        "import sys; from pathlib import Path; from tests.driver.fake_nvml import build; "
+        "print(build(Path(sys.argv[1])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out_dir)],
+        cwd=repository(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
+def write_config(path: Path, settings: dict[str, object]) -> Path:
+    """The fake's configuration file: one `key=value` line per setting."""
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    return path
 
 
 def unallocatable(server: FakeAPIServer, device: str) -> bool:
@@ -111,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be 1 or more and --window 0 or more")
     with tempfile.TemporaryDirectory(prefix="hb", dir="/tmp") as tmp_dir:
         tmp = Path(tmp_dir)
-        lib_path = build(tmp / "nvml")
+        lib_path = build_fake_nvml(tmp / "nvml")
         print("| measurement | value | target | result |")
         print("|---|---|---|---|")
         for version, how in (("1.34.0", "left out of the slice"), ("1.36.0", "tainted NoSchedule")):
