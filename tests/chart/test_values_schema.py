@@ -40,6 +40,7 @@ def test_schema_is_draft_07_and_closed_at_every_level() -> None:
         "/image",
         "/imagePullSecrets/items",
         "/deviceSource",
+        "/health",
         "/featureGates",
         "/kubeletPlugin",
         "/kubeletPlugin/resources",
@@ -86,6 +87,7 @@ def test_values_contract() -> None:
     assert values["driverName"] == facts.DRIVER_NAME
     assert values["deviceSource"] == {"type": "nvml", "simulatedGpus": 8, "simulatedProduct": "NVIDIA A30"}
     assert values["logFormat"] == "json"
+    assert values["health"] == {"additionalXidsToIgnore": "", "recoveryWindowSeconds": 300}
     assert values["healthcheckPort"] == 51516
     assert values["metricsPort"] == 8080
     assert values["nvidiaDriverRoot"] == "/"
@@ -119,6 +121,14 @@ def test_values_contract() -> None:
     ("values", "message"),
     [
         ({"healthcheckPort": "51516"}, "at '/healthcheckPort': got string, want integer"),
+        (
+            {"health": {"additionalXidsToIgnore": "74;79"}},
+            "at '/health/additionalXidsToIgnore': '74;79' does not match",
+        ),
+        (
+            {"health": {"recoveryWindowSeconds": -1}},
+            "at '/health/recoveryWindowSeconds': minimum: got -1, want 0",
+        ),
         (
             {"deviceSource": {"simulatedGpus": "8"}},
             "at '/deviceSource/simulatedGpus': got string, want integer",

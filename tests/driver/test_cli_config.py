@@ -34,6 +34,17 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.log_format == "json"
     assert config.log_level == "info"
     assert config.rolling_update_id is None  # fixed socket names
+    assert config.additional_xids_to_ignore == frozenset()
+    assert config.health_recovery_window == 300  # 5 minutes
+
+
+def test_health_flags_and_env() -> None:
+    config = parse_config(
+        ["--node-name", "n", "--health-recovery-window", "60"],
+        environ={"ADDITIONAL_XIDS_TO_IGNORE": "74, 79"},
+    )
+    assert config.additional_xids_to_ignore == {74, 79}
+    assert config.health_recovery_window == 60
 
 
 def test_rolling_update_id_names_both_sockets() -> None:
@@ -74,6 +85,8 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--log-level": "LOG_LEVEL",
         "--rolling-update-id": "ROLLING_UPDATE_ID",
         "--boot-id-path": "BOOT_ID_PATH",
+        "--additional-xids-to-ignore": "ADDITIONAL_XIDS_TO_IGNORE",  # NVIDIA's name
+        "--health-recovery-window": "HEALTH_RECOVERY_WINDOW",
     }
 
 
@@ -141,6 +154,18 @@ def test_environment_and_flag_precedence() -> None:
         ),
         ([], {"ROLLING_UPDATE_ID": "-a"}, "from env ROLLING_UPDATE_ID: must be 1 to 64"),
         (["--rolling-update-id", "a" * 65], {}, "must be 1 to 64"),
+        (
+            [],
+            {"ADDITIONAL_XIDS_TO_IGNORE": "74;79"},
+            "invalid value '74;79' for --additional-xids-to-ignore from env ADDITIONAL_XIDS_TO_IGNORE: "
+            "must be a comma-separated list of XID numbers (e.g. 74,79); '74;79' is not one",
+        ),
+        (
+            ["--health-recovery-window", "5m"],
+            {},
+            "invalid value '5m' for --health-recovery-window [env HEALTH_RECOVERY_WINDOW]: "
+            "must be an integer from 0 to 86400",
+        ),
         (
             ["--log-level", "trace"],
             {},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from vke_gpu_dra_core import facts
@@ -210,3 +211,64 @@ def test_classic_claim_not_allocated_and_deployment_without_pods() -> None:
     results = by_id(no_pods)
     assert "Deployment default/gpu-test-classic has no pods" in results["sample-claim"].found
     assert "Deployment default/gpu-test-classic has no pods" in results["sample-pod"].found
+
+
+# --------------------------------------------------------------------------- device health
+
+NOTE = f"{facts.DRIVER_NAME}/device-health"
+
+
+def tainted_slice(effect: str = "NoSchedule") -> dict[str, Any]:
+    s = fake_kube.resource_slice(devices=2)
+    s["spec"]["devices"][1]["taints"] = [
+        {"key": "gpu.nvidia.com/xid", "value": "79", "effect": effect, "timeAdded": "2026-12-01T20:00:00Z"}
+    ]
+    return s
+
+
+def test_a_tainted_device_fails_with_its_xid_and_since() -> None:
+    result = by_id(snapshot(resource_slices=[tainted_slice()]))["device-health"]
+    assert result.status is Status.FAIL
+    assert result.found == "192.168.2.8: gpu-1 xid 79 since 2026-12-01T20:00:00Z (taint NoSchedule)"
+    assert "DeviceTaintRule" in result.hint
+    assert result.as_json()["details"] == [
+        {
+            "node": "192.168.2.8",
+            "device": "gpu-1",
+            "reason": "xid",
+            "xid": 79,
+            "since": "2026-12-01T20:00:00Z",
+            "effect": "NoSchedule",
+            "blocking": True,
+        }
+    ]
+
+
+def test_a_device_left_out_is_found_through_the_annotation() -> None:
+    s = fake_kube.resource_slice(devices=1)
+    problem = {"reason": "gpu-lost", "since": "2026-12-01T20:00:05Z"}
+    s["metadata"]["annotations"] = {
+        NOTE: json.dumps([{"device": "gpu-1", "health": "unhealthy", "problems": [problem]}])
+    }
+    result = by_id(snapshot(resource_slices=[s]))["device-health"]
+    assert result.status is Status.FAIL
+    assert result.found == "192.168.2.8: gpu-1 gpu-lost since 2026-12-01T20:00:05Z (left out of the slice)"
+
+
+def test_an_unmonitored_device_is_reported_but_passes() -> None:
+    s = fake_kube.resource_slice(devices=1)
+    s["spec"]["devices"][0]["taints"] = [
+        {"key": "gpu.nvidia.com/unmonitored", "effect": "None", "timeAdded": "2026-12-01T20:00:00Z"}
+    ]
+    result = by_id(snapshot(resource_slices=[s]))["device-health"]
+    assert result.status is Status.PASS
+    assert (
+        result.found
+        == "none unhealthy; 192.168.2.8: gpu-0 unmonitored since 2026-12-01T20:00:00Z (taint None)"
+    )
+
+
+def test_healthy_devices_pass_with_no_details() -> None:
+    result = by_id(snapshot())["device-health"]
+    assert (result.status, result.found) == (Status.PASS, "none")
+    assert "details" not in result.as_json()

@@ -71,6 +71,12 @@ class Config:
     #: The file of the node's boot id (a reboot is told by a new one); tests point it elsewhere.
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
 
+    # --- GPU health (docs/health.md) ---
+    #: XIDs ignored on top of NVIDIA's application-error list (NVIDIA's --additional-xids-to-ignore).
+    additional_xids_to_ignore: frozenset[int] = frozenset()
+    #: Seconds a GPU must answer NVML without a fatal event before it is healthy again.
+    health_recovery_window: int = 300
+
     @property
     def dra_socket(self) -> Path:
         return self.plugin_data_dir / dra_socket_name(self.rolling_update_id)
@@ -146,6 +152,12 @@ def _feature_gates(value: str) -> featuregates.FeatureGates:
         return featuregates.parse(value)
     except featuregates.FeatureGateError as err:
         raise ValueError(str(err)) from None
+
+
+def _xid_list(value: str) -> frozenset[int]:
+    from .health.policy import parse_xid_list  # noqa: PLC0415  (keeps the parser's import light)
+
+    return parse_xid_list(value)
 
 
 def _product(value: str) -> str:
@@ -271,6 +283,21 @@ OPTIONS: tuple[_Option, ...] = (
         str(DEFAULT_BOOT_ID_PATH),
         "file of the node's boot id; a new id at start means a reboot, and prepared claims get back "
         "their GPU settings before registration",
+    ),
+    # --- GPU health ---
+    _Option(
+        "additional_xids_to_ignore",
+        "ADDITIONAL_XIDS_TO_IGNORE",
+        _xid_list,
+        "",
+        "comma-separated XIDs treated as application errors on top of NVIDIA's list (13,31,43,45,68,109)",
+    ),
+    _Option(
+        "health_recovery_window",
+        "HEALTH_RECOVERY_WINDOW",
+        _int_range(0, 86400),
+        "300",
+        "seconds an unhealthy GPU must answer NVML without a fatal event before it is healthy again",
     ),
 )
 

@@ -31,6 +31,8 @@ from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 from . import __version__, userspace
 from .checkpoint import BootIdError, read_boot_id
 from .config import Config
+from .health.policy import DEFAULT_IGNORED_XIDS
+from .health.setup import HealthWatching
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
@@ -103,6 +105,7 @@ class Plugin:
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
+        self.health: HealthWatching | None = None
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
         self._reg: grpc.Server | None = None
@@ -153,7 +156,7 @@ class Plugin:
             self._api = KubeAPI.from_kubeconfig(self.config.kubeconfig)
 
     def _discover_devices(self) -> None:
-        source = self._source or make_source(self.config)
+        source = self._source = self._source or make_source(self.config)
         try:
             result = source.discover()
         except DiscoveryError as err:
@@ -229,16 +232,35 @@ class Plugin:
         self._dra.start()
 
     def _publish_slices(self) -> None:
+        """The ResourceSlices, and the GPU health watching that changes them (docs/health.md)."""
         cfg = self.config
-        assert self._api is not None
+        assert self._api is not None and self._source is not None and self.health_board is not None
+        self.health = HealthWatching.prepare(
+            self._api,
+            driver=cfg.driver_name,
+            node_name=cfg.node_name,
+            devices=self.devices,
+            board=self.health_board,
+            metrics=self.metrics,
+            recovery_window=float(cfg.health_recovery_window),
+            ignored_xids=DEFAULT_IGNORED_XIDS | cfg.additional_xids_to_ignore,
+        )
         self.slices = SliceController(
             self._api,
             driver=cfg.driver_name,
             node_name=cfg.node_name,
-            entries=[d.slice_entry() for d in self.devices],
+            entries=self.health.monitor.desired_entries(),
             metrics=self.metrics,
+            max_per_slice=self.health.slice_size,
+            managed_annotations=self.health.managed_annotations,
         )
         self.slices.start()
+        self.health.start(
+            self._source,
+            simulated=cfg.device_source == "simulated",
+            plugin_data_dir=cfg.plugin_data_dir,
+            publish=self.slices.set_entries,
+        )
 
     def _serve_health_and_metrics(self) -> None:
         cfg = self.config
@@ -324,6 +346,8 @@ class Plugin:
         remove_socket(cfg.dra_socket)
         if self._dra_servicer is not None:
             self._dra_servicer.close()  # its claim-reader pool, once no call can use it
+        if self.health is not None:
+            self.health.stop()
         if self.slices is not None:
             self.slices.stop()
         if self._health is not None:

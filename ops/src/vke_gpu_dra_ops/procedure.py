@@ -9,6 +9,7 @@ checks until they pass or time out and prints the checklist.
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -59,6 +60,8 @@ class StepResult:
     found: str
     hint: str = ""
     waived: bool = False  # skipped on request (--skip): does not fail the run
+    #: Structured findings for the JSON output (device-health: one row per device with a problem).
+    details: tuple[JSON, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -76,6 +79,7 @@ class StepResult:
             "found": self.found,
             "hint": self.hint,
             "waived": self.waived,
+            **({"details": list(self.details)} if self.details else {}),
         }
 
 
@@ -392,6 +396,104 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
     return StepResult(step, title, Status.PASS, _join(found))
 
 
+#: The kubelet plugin's health reporting (docs/health.md): NVIDIA's taint keys on the slice's devices, and
+#: an annotation on the node's slices listing devices with problems (the only place an unhealthy device
+#: shows on servers without device taints, where it is left out of the slice).
+HEALTH_ANNOTATION = f"{facts.DRIVER_NAME}/device-health"
+HEALTH_TAINT_KEYS = {f"{facts.DRIVER_NAME}/{k}": k for k in ("xid", "gpu-lost", "unmonitored")}
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _newest(slices: Sequence[JSON]) -> list[JSON]:
+    newest: dict[str, int] = {}
+    for s in slices:
+        node, gen = lookup(s, "spec", "nodeName"), lookup(s, "spec", "pool", "generation") or 0
+        if node:
+            newest[node] = max(newest.get(node, gen), gen)
+    return [
+        s
+        for s in slices
+        if lookup(s, "spec", "nodeName")
+        and (lookup(s, "spec", "pool", "generation") or 0) == newest[lookup(s, "spec", "nodeName")]
+    ]
+
+
+def device_health_rows(slices: Sequence[JSON]) -> list[JSON]:
+    """One row per (node, device, problem): from the devices' taints and the health annotation.
+
+    Row: node, device, reason (xid, gpu-lost, unmonitored), xid (or None), since, effect (the taint's,
+    or "left out" when the device is not in the slice), blocking (not allocatable to new pods).
+    """
+    rows: dict[tuple[str, str, str], JSON] = {}
+    for s in _newest([s for s in slices if lookup(s, "spec", "driver") == facts.DRIVER_NAME]):
+        node = str(lookup(s, "spec", "nodeName"))
+        present = {str(d.get("name")) for d in lookup(s, "spec", "devices") or []}
+        for dev in lookup(s, "spec", "devices") or []:
+            for taint in dev.get("taints") or []:
+                reason = HEALTH_TAINT_KEYS.get(str(taint.get("key")))
+                if reason is None:
+                    continue
+                value = taint.get("value")
+                rows[(node, str(dev.get("name")), reason)] = {
+                    "node": node,
+                    "device": str(dev.get("name")),
+                    "reason": reason,
+                    "xid": int(value) if reason == "xid" and str(value).isdigit() else None,
+                    "since": taint.get("timeAdded"),
+                    "effect": taint.get("effect"),
+                    "blocking": taint.get("effect") in BLOCKING_EFFECTS,
+                }
+        try:
+            noted = json.loads((lookup(s, "metadata", "annotations") or {}).get(HEALTH_ANNOTATION) or "[]")
+        except ValueError:
+            noted = []
+        for entry in noted if isinstance(noted, list) else []:
+            device = str(entry.get("device"))
+            for problem in entry.get("problems") or []:
+                key = (node, device, str(problem.get("reason")))
+                if key in rows or (device in present and entry.get("health") != "unhealthy"):
+                    continue  # shown by its taint, or informational on a published device
+                rows[key] = {
+                    "node": node,
+                    "device": device,
+                    "reason": str(problem.get("reason")),
+                    "xid": problem.get("xid"),
+                    "since": problem.get("since"),
+                    "effect": None if device in present else "left out",
+                    "blocking": entry.get("health") == "unhealthy",
+                }
+    return [rows[k] for k in sorted(rows)]
+
+
+def _health_text(row: JSON) -> str:
+    reason = f"xid {row['xid']}" if row["reason"] == "xid" and row["xid"] is not None else row["reason"]
+    how = "left out of the slice" if row["effect"] == "left out" else f"taint {row['effect']}"
+    return f"{row['node']}: {row['device']} {reason} since {row['since'] or '?'} ({how})"
+
+
+def check_device_health(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "device-health", "No unhealthy or tainted GPU devices"
+    if snap.resource_slices is None:
+        return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
+    rows = device_health_rows(snap.resource_slices)
+    blocking = [r for r in rows if r["blocking"]]
+    if blocking:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join([_health_text(r) for r in blocking], limit=8),
+            "these GPUs reported a fatal XID or stopped answering NVML: the scheduler does not give them "
+            "to new pods until they recover (the plugin's recovery window, docs/health.md); check "
+            "`nvidia-smi -q` on the node and the plugin's logs "
+            f"(`kubectl -n {settings.namespace} logs <plugin pod>`); to evict the pods still using them, "
+            "create a DeviceTaintRule with effect NoExecute",
+            details=tuple(rows),
+        )
+    found = "none" if not rows else "none unhealthy; " + _join([_health_text(r) for r in rows], limit=8)
+    return StepResult(step, title, Status.PASS, found, details=tuple(rows))
+
+
 def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "no-device-plugin-capacity", f"DRA nodes expose no {DEVICE_PLUGIN_RESOURCE} capacity"
     if not snap.nodes:
@@ -653,6 +755,7 @@ CHECKS: tuple[Callable[[Snapshot, Settings], StepResult], ...] = (
     check_driver_pods,
     check_device_classes,
     check_resource_slices,
+    check_device_health,
     check_no_device_plugin_capacity,
     check_sample_claim,
     check_sample_pod,
@@ -666,6 +769,7 @@ STEP_IDS = (
     "driver-pods",
     "device-classes",
     "resource-slices",
+    "device-health",
     "no-device-plugin-capacity",
     "sample-claim",
     "sample-pod",

@@ -48,6 +48,7 @@ MAX_PODS_CHOICES: Final = (16, 32, 64, 128, 256)
 VOLUME_TYPES: Final = ("ESSD_PL0", "ESSD_FlexPL", "PTSSD")
 CHARGE_TYPES: Final = ("PostPaid", "PrePaid")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+XID_LIST_RE: Final = re.compile(r"^ *([0-9]+ *(, *[0-9]+ *)*)?$")
 REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
 #: driver.extendedResource: map nvidia.com/gpu on clusters that serve it by default, always, or never.
 EXTENDED_RESOURCE_AUTO: Final = "auto"
@@ -547,6 +548,21 @@ KEYS: Final[tuple[Key, ...]] = (
         "Host root of the NVIDIA driver ('/', or '/run/nvidia/driver' for a driver container); "
         "its libraries and nvidia-smi go into GPU containers through CDI.",
         checks=(Pattern(ABSOLUTE_PATH_RE, "an absolute host path such as / or /run/nvidia/driver"),),
+    ),
+    _string(
+        "driver.additionalXidsToIgnore",
+        "",
+        "python: comma-separated XIDs treated as application errors (the GPU stays healthy) on top of "
+        "NVIDIA's list 13,31,43,45,68,109 (docs/health.md).",
+        checks=(Pattern(XID_LIST_RE, "a comma-separated list of XID numbers such as 74,79"),),
+    ),
+    Key(
+        "driver.healthRecoveryWindowSeconds",
+        "integer",
+        300,
+        "python: seconds an unhealthy GPU must answer NVML without a fatal event before it is published "
+        "healthy again.",
+        checks=(IntRange(0, 86400),),
     ),
     _string(
         "driver.nvidiaChartVersion",

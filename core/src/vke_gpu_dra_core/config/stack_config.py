@@ -170,6 +170,9 @@ class DriverConfig:
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     #: driver.extendedResource: "auto", "on" or "off" (see StackConfig.gpu_extended_resource).
     extended_resource: str = "auto"
+    #: GPU health (python): XIDs ignored on top of NVIDIA's list ("74,79"), and the recovery window.
+    additional_xids_to_ignore: str = ""
+    health_recovery_window_seconds: int = 300
 
 
 BUILD_CR: Final = "cr"

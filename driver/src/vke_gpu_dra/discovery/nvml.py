@@ -154,6 +154,21 @@ class NvmlSource:
                 except pynvml.NVMLError as exc:
                     log.warning("nvmlShutdown failed: %s", exc)
 
+    def open(self) -> None:
+        """Load and initialise NVML for a long-lived user (the health watcher); `close()` undoes it.
+        NVML counts initialisations, so an enumeration's shutdown does not end this one."""
+        with _NVML_LOCK:
+            self._load()
+            self._init()
+
+    @staticmethod
+    def close() -> None:
+        with _NVML_LOCK:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError as exc:
+                log.warning("nvmlShutdown failed: %s", exc)
+
     def _enumerate(self) -> DiscoveryResult:
         raw_version: str | None = None
         try:
