@@ -85,9 +85,9 @@ def test_shares_are_published_as_nvidia_publishes_them():
     assert sharing.policies[facts.CAPACITY_MEMORY] == RequestPolicy(memory, SHARE_STEP, memory, SHARE_STEP)
     entry = slice_device(device, sharing)
     assert entry["allowMultipleAllocations"] is True
-    assert entry["capacity"][facts.CAPACITY_MEMORY]["requestPolicy"] == {  # type: ignore[index]
+    assert entry["capacity"][facts.CAPACITY_MEMORY]["requestPolicy"] == {
         "default": f"{memory // SHARE_STEP}Mi" if memory % GI else f"{memory // GI}Gi",
-        "validRange": {"min": "1Mi", "max": entry["capacity"][facts.CAPACITY_MEMORY]["value"], "step": "1Mi"},  # type: ignore[index]
+        "validRange": {"min": "1Mi", "max": entry["capacity"][facts.CAPACITY_MEMORY]["value"], "step": "1Mi"},
     }
     assert memory_shares(device) == sharing
     assert shared_pool(shares=False).node(0).sharing == ()
@@ -183,7 +183,7 @@ def deployment(name: str, replicas: int, *, claim: str | None = None, limits: di
 
 
 def mapped_class(resource: str = "nvidia.com/gpu") -> dict[str, Any]:
-    manifest = facts.DEVICE_CLASS_GPU.manifest()
+    manifest: dict[str, Any] = facts.DEVICE_CLASS_GPU.manifest()
     return {**manifest, "spec": {**manifest["spec"], "extendedResourceName": resource}}
 
 

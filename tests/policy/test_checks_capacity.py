@@ -107,7 +107,7 @@ def test_pods_asking_nvidia_gpu_count_against_the_pool_on_136_only(dev):
         s.one(CLUSTER).props["kubernetesVersion"] = "1.36"
 
     def mapped(s: Stack) -> None:
-        manifest = facts.DEVICE_CLASS_GPU.manifest()
+        manifest: dict[str, Any] = facts.DEVICE_CLASS_GPU.manifest()
         props = {**manifest, "spec": {**manifest["spec"], "extendedResourceName": "nvidia.com/gpu"}}
         s.append(SimRes(pt.DEVICE_CLASS, "gpu-class", props, urn="urn:pulumi:dev::vke-gpu-dra::gpu-class"))
 
