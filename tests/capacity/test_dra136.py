@@ -370,3 +370,14 @@ def test_plan_command_shares_gpus_with_the_driver_gate_on_136_only(tmp_path, cap
     }
     [half_template] = [t for t in report["templates"] if t["name"] == "half"]
     assert half_template["admission"] == "admitted" and half_template["admissionDropped"]
+
+
+def test_extended_resource_pods_kept_off_the_gpu_pools_are_not_planned():
+    pod = deployment("elsewhere", 1, limits={"nvidia.com/gpu": 1})
+    pod["spec"]["template"]["spec"]["nodeSelector"] = {facts.LABEL_GPU_SCHEDULE: "nvidia"}
+    labelled = GpuPool(
+        "pool", "ecs.test.x", "NVIDIA L20", 2, 1, 1, labels=tuple(facts.REQUIRED_NODE_LABELS.items())
+    )
+    assert verdicts(model(mapped_class(), pod, pool=labelled), "1.34") == {}
+    del pod["spec"]["template"]["spec"]["nodeSelector"]
+    assert verdicts(model(mapped_class(), pod, pool=labelled), "1.34") == {"elsewhere": ("pending", 0)}

@@ -273,8 +273,9 @@ def plan_model(
         plan = WorkloadPlan(workload, "pending", wanted, 0, 0, 0, [], {}, {}, [])
         if workload.extended:
             spec, unschedulable = extended_claim(model, workload, gates)
-            if spec is None and not unschedulable and not workload.claims:
-                continue  # extended resources of other nodes: not the GPU pools' business
+            elsewhere = all(excluded(p, workload.placement) is not None for v in model.pools for p in v)
+            if not workload.claims and ((spec is None and not unschedulable) or (model.pools and elsewhere)):
+                continue  # extended resources of other nodes, or pods kept off the GPU pools
             if unschedulable:
                 plan.reasons = unschedulable
                 plans.append(plan)
