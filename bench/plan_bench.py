@@ -11,7 +11,7 @@ the two trees take turns, `--runs` times each, after one untimed run each that w
 The previous revision (`--ref`, default the last commit before the planner became a package of its
 own) is taken out of git into a temporary directory with `git archive` and run with PYTHONPATH at its
 core/src and ops/src. Both must give the same report (`-o json`, less the selector-cache lookups, a
-counter of the work done).
+counter of the work done, and less the fields the previous revision's report does not have yet).
 
 Then the capacity policy's share of a preview: in a fresh process of the pack's environment
 (policy/venv when it is there, else this interpreter), the time to import the pack's capacity check and
@@ -163,6 +163,15 @@ def verdict(report_json: str) -> dict[str, Any]:
     return dict(report)
 
 
+def _known(value: Any, older: Any) -> Any:
+    """`value` less the object fields `older` (the same report of a previous revision) does not have."""
+    if isinstance(value, dict) and isinstance(older, dict):
+        return {k: _known(v, older[k]) for k, v in value.items() if k in older}
+    if isinstance(value, list) and isinstance(older, list) and len(value) == len(older):
+        return [_known(v, o) for v, o in zip(value, older, strict=True)]
+    return value
+
+
 def compare(
     trees: dict[str, Sequence[Path]], stack: Path, objects: Path, runs: int
 ) -> dict[str, dict[str, Any]]:
@@ -277,7 +286,9 @@ def main() -> None:
             f"CPU median {statistics.median(f['cpu']):.2f} s (exit {f['status']})"
         )
     now, before = (figures[name] for name in trees)
-    same = now["verdict"] == before["verdict"] and now["status"] == before["status"]
+    same = (
+        _known(now["verdict"], before["verdict"]) == before["verdict"] and now["status"] == before["status"]
+    )
     print(
         f"  speed-up: {statistics.median(before['seconds']) / statistics.median(now['seconds']):.1f}x; "
         f"reports {'identical' if same else 'DIFFER'}"

@@ -37,6 +37,7 @@ from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates
 from vke_gpu_dra_planner.stack import (
     StackModel,
     add_object,
+    consumable_shares,
     default_classes,
     pools_from_config,
     sample_objects,
@@ -148,6 +149,7 @@ def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel
     cfg = load_stack_config(stack_file)
     model = StackModel(classes=default_classes())
     model.pools = [pools_from_config(cfg)]
+    model.consumable_shares = consumable_shares(cfg)
     model.kubernetes_version = cfg.cluster.kubernetes_version
     objects: list[Mapping[str, Any]]
     if manifests is None:
@@ -193,7 +195,9 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
             "DRAConsumableCapacity": plan.gates.consumable_capacity,
             "DRAPartitionableDevices": plan.gates.partitionable_devices,
             "DRADeviceTaints": plan.gates.device_taints,
+            "DRAExtendedResource": plan.gates.extended_resource,
         },
+        "consumableShares": model.consumable_shares,
         "pools": [
             {
                 "name": p.name,
@@ -246,6 +250,7 @@ def _template_report(plan: TemplatePlan) -> dict[str, Any]:
         "scope": ALONE,
         "admission": admission.status,
         "admissionMessage": admission.message or None,
+        "admissionDropped": list(admission.dropped),
         "replicasWanted": wanted,
         "fitsAlone": result.fits and not refused,
         "replicasAtMin": 0 if refused else result.at_min,

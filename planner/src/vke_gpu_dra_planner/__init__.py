@@ -4,7 +4,8 @@ Modules, from the ground up (each imports only those above it and core):
 
 * `semver`, `cel` — strict semantic versions; the DRA CEL environment (quantity(), semver(),
   type-checked like the apiserver);
-* `claims`, `inventory` — DeviceClasses, claims and pod claim references; the devices a pool publishes;
+* `claims`, `inventory` — DeviceClasses, claims and pod claim references; the devices a pool publishes
+  (and how they are shared with the driver gate ConsumableShares);
 * `placement`, `selection` — where a workload's pods may run; which devices a selector accepts (cached);
 * `allocator` — resource.k8s.io/v1 structured allocation on one node;
 * `gates`, `admission` — feature-gate defaults per Kubernetes version; what the API server refuses;

@@ -257,8 +257,9 @@ class Planner:
                 d.name,
                 tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
                 tuple(sorted(d.capacity.items())),
+                node.sharing_of(i),
             )
-            for d in node.devices
+            for i, d in enumerate(node.devices)
         )
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:

@@ -77,14 +77,14 @@ class _Node:
     requested: tuple[int, int] = (0, 0)
     nonzero: tuple[int, int] = (0, 0)
     counts: dict[int, int] = field(default_factory=dict)
-    #: pod shape -> devices in use when it last did not fit
-    failed: dict[object, frozenset[int]] = field(default_factory=dict)
-    #: the allocator's devices in use, frozen after each placement
-    in_use: frozenset[int] = frozenset()
+    #: pod shape -> what was allocated when it last did not fit
+    failed: dict[object, frozenset[object]] = field(default_factory=dict)
+    #: what the allocator holds (devices in use, capacity consumed of shared ones), after each placement
+    in_use: frozenset[object] = frozenset()
 
     @property
     def used(self) -> int:
-        return len(self.allocator.in_use)
+        return self.allocator.used
 
 
 @dataclass
@@ -357,7 +357,7 @@ class Simulation:
             shared_at.setdefault(key, node)
         if node.pods == 0:
             self._touched[node.pool] += 1
-        node.in_use = frozenset(node.allocator.in_use)
+        node.in_use = node.allocator.state()
         node.pods += 1
         node.requested = (node.requested[0] + pod.requests[0], node.requested[1] + pod.requests[1])
         node.nonzero = (node.nonzero[0] + pod.nonzero[0], node.nonzero[1] + pod.nonzero[1])

@@ -667,7 +667,9 @@ KEYS: Final[tuple[Key, ...]] = (
         "driver.featureGates",
         "",
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
-        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates.",
+        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default; ConsumableShares=true: "
+        "GPUs shared by memory between claims on Kubernetes 1.36+, not with MPSSupport); "
+        "the chart's featureGates.",
         convert=FEATURE_GATES,
     ),
     # --- nvidia.com/gpu through DRA (DeviceClass extendedResourceName) ---
