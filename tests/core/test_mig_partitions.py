@@ -91,7 +91,7 @@ def test_one_gpu_fits_one_slice_on_1_34_and_1_35_on(product):
 
 def test_slice_limits_by_version():
     assert slice_limits(34) is LIMITS_1_34 and slice_limits(36) is LIMITS_1_35
-    with pytest.raises(MigCatalogError, match="1.33; allowed: 1.34 or later"):
+    with pytest.raises(MigCatalogError, match=r"1\.33; allowed: 1\.34 or later"):
         slice_limits(33)
 
 
@@ -103,7 +103,7 @@ def test_bad_rows_name_the_field():
     data = {"products": {"X": {"memorySlices": 8, "source": "s", "profiles": {"1g.5gb": row}}}}
     with pytest.raises(MigCatalogError, match=r"\['1g.5gb'\].placements: start 7 with size 2 passes"):
         parse_catalog(data)
-    with pytest.raises(MigCatalogError, match="no MIG profile '9g.1gb'; allowed: 1g.5gb"):
+    with pytest.raises(MigCatalogError, match=r"no MIG profile '9g\.1gb'; allowed: 1g\.5gb"):
         mig_product("NVIDIA A100-SXM4-40GB").profile("9g.1gb")
     with pytest.raises(MigCatalogError, match="no MIG profiles catalogued for GPU product 'NVIDIA A10'"):
         mig_product("NVIDIA A10")

@@ -69,7 +69,7 @@ class MigCatalogError(ValueError):
 
 @dataclass(frozen=True)
 class MigPlacement:
-    """A GPU-instance placement as NVML reports it (nvmlGpuInstancePlacement_t): memory slices start..+size."""
+    """A GPU-instance placement as NVML reports it (nvmlGpuInstancePlacement_t): slices start..start+size."""
 
     start: int
     size: int
@@ -168,8 +168,8 @@ def _profile(at: str, name: Any, raw: Any, memory_slices: int) -> MigProfile:
     if not isinstance(starts, list) or not starts:
         raise MigCatalogError(f"{at}.placements: {starts!r}; allowed: a non-empty list of placement starts")
     placements = []
-    for start in starts:
-        start = _count(at, "placements", start)
+    for raw_start in starts:
+        start = _count(at, "placements", raw_start)
         if start + size > memory_slices:
             raise MigCatalogError(
                 f"{at}.placements: start {start} with size {size} passes the GPU's {memory_slices} memory "
@@ -462,6 +462,7 @@ def check_slice_limits(
     consumed = sum(len(d.consumes) for d in devices)
     if limits.max_device_counters_per_slice is not None and consumed > limits.max_device_counters_per_slice:
         problems.append(
-            f"devices consume {consumed} counters in one slice; {k} allows {limits.max_device_counters_per_slice}"
+            f"devices consume {consumed} counters in one slice; {k} allows "
+            f"{limits.max_device_counters_per_slice}"
         )
     return problems
