@@ -124,7 +124,9 @@ static void parse_fail(fake_dev *d, const char *value) {
     d->fail_code = atoi(colon + 1);
 }
 
+static void mig_before_config(void);
 static void mig_after_config(void);
+static void mig_apply_global(const char *key, const char *value);
 static void mig_apply_key(int i, const char *field, const char *value);
 
 static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *value) {
@@ -162,6 +164,7 @@ static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *val
 
 static void load_config(void) {
     set_defaults();
+    mig_before_config();
     const char *path = getenv("FAKE_NVML_CONFIG");
     if (!path) return;
     FILE *f = fopen(path, "r");
@@ -180,6 +183,8 @@ static void load_config(void) {
         else if (!strcmp(key, "device_count")) device_count = (unsigned)strtoul(value, NULL, 10);
         else if (sscanf(key, "gpu.%d.%n", &i, &consumed) == 1 && consumed > 0 && i >= 0 && i < MAX_GPUS)
             apply_gpu_key(&gpus[i], i, key + consumed, value);
+        else
+            mig_apply_global(key, value);
     }
     fclose(f);
     if (device_count > MAX_GPUS) device_count = MAX_GPUS;

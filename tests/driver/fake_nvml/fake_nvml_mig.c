@@ -14,7 +14,15 @@
  *
  * Every call here is logged as "<symbol> <gpu>" lines: fakeNvmlMigCallLog() returns them,
  * fakeNvmlMigClearCallLog() empties the log.
+ *
+ * As in the real driver, instances outlive the NVML session and the process when $FAKE_NVML_MIG_STATE names a
+ * file: every change (MIG mode, GI/CI created or destroyed) rewrites it (a new file renamed over the old one),
+ * and the next nvmlInit reads it instead of the configured gpu.<i>.mig.<slot> devices. Crash injection:
+ *
+ *   mig_crash_after=<symbol>      the process kills itself (SIGKILL) right after that call's change is saved
  */
+#include <signal.h>
+#include <unistd.h>
 
 #define ERR_IN_USE 19
 #define ERR_INSUFFICIENT_RESOURCES 23
@@ -40,6 +48,7 @@ static unsigned placement_start[MAX_GPUS][MAX_PROFILES][MAX_PLACEMENTS];
 static char profile_names[MAX_GPUS][MAX_PROFILES][32];
 static int mig_pending[MAX_GPUS];
 static char call_log[16384];
+static char crash_after[96];
 
 const char *fakeNvmlMigCallLog(void) { return call_log; }
 void fakeNvmlMigClearCallLog(void) { call_log[0] = 0; }
@@ -47,6 +56,26 @@ void fakeNvmlMigClearCallLog(void) { call_log[0] = 0; }
 static void log_call(const char *symbol, int gpu) {
     size_t used = strlen(call_log);
     snprintf(call_log + used, sizeof call_log - used, "%s %d\n", symbol, gpu);
+}
+
+static void mig_load_state(void);
+
+static void mig_before_config(void) {
+    crash_after[0] = 0;
+    memset(mgis, 0, sizeof mgis);
+    memset(placement_count, 0, sizeof placement_count);
+    memset(profile_names, 0, sizeof profile_names);
+    for (int g = 0; g < MAX_GPUS; g++) {
+        mig_pending[g] = -1;
+        for (int k = 0; k < MAX_MIGS; k++) {
+            gi_handles[g][k].gpu = g;
+            gi_handles[g][k].slot = k;
+        }
+    }
+}
+
+static void mig_apply_global(const char *key, const char *value) {
+    if (!strcmp(key, "mig_crash_after")) copy_str(crash_after, sizeof crash_after, value);
 }
 
 static void mig_apply_key(int i, const char *field, const char *value) {
@@ -71,13 +100,8 @@ static void mig_apply_key(int i, const char *field, const char *value) {
 
 /* The configured MIG devices (gpu.<i>.mig.<slot>) define the GPU instances that exist at start. */
 static void mig_after_config(void) {
-    memset(mgis, 0, sizeof mgis);
     for (int g = 0; g < MAX_GPUS; g++) {
         mig_pending[g] = gpus[g].mig_mode;
-        for (int k = 0; k < MAX_MIGS; k++) {
-            gi_handles[g][k].gpu = g;
-            gi_handles[g][k].slot = k;
-        }
         for (int s = 0; s < MAX_MIGS; s++) {
             fake_dev *m = &migs[g][s];
             if (!m->present) continue;
@@ -91,6 +115,71 @@ static void mig_after_config(void) {
         }
     }
     /* not reset: the call log, cleared by the tests */
+    mig_load_state();
+}
+
+/* ------------------------------------------------------------------------------- state across sessions */
+
+static void mig_save_state(const char *symbol) {
+    const char *path = getenv("FAKE_NVML_MIG_STATE");
+    if (path && *path) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            for (int g = 0; g < MAX_GPUS; g++) {
+                fprintf(f, "mode %d %d\n", g, gpus[g].mig_mode);
+                for (int k = 0; k < MAX_MIGS; k++) {
+                    mig_gi *gi = &mgis[g][k];
+                    if (gi->used)
+                        fprintf(f, "gi %d %d %u %u %u %u\n", g, k, gi->id, gi->profile_index, gi->start, gi->size);
+                }
+                for (int s = 0; s < MAX_MIGS; s++) {
+                    fake_dev *m = &migs[g][s];
+                    if (m->present)
+                        fprintf(f, "ci %d %d %u %u %u %u %u %u %s\n", g, s, m->gi_id, m->ci_id, m->profile_index,
+                                m->placement_start, m->placement_size, m->ci_slices, m->uuid);
+                }
+            }
+            fclose(f);
+            rename(tmp, path);
+        }
+    }
+    if (crash_after[0] && !strcmp(crash_after, symbol)) raise(SIGKILL);
+}
+
+static void mig_load_state(void) {
+    const char *path = getenv("FAKE_NVML_MIG_STATE");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    memset(mgis, 0, sizeof mgis);
+    for (int g = 0; g < MAX_GPUS; g++)
+        for (int s = 0; s < MAX_MIGS; s++) migs[g][s].present = 0;
+    char line[256], uuid[96];
+    while (fgets(line, sizeof line, f)) {
+        int g, k, mode;
+        unsigned a, b, c, d, e, f2;
+        if (sscanf(line, "mode %d %d", &g, &mode) == 2 && g >= 0 && g < MAX_GPUS) {
+            gpus[g].mig_mode = mig_pending[g] = mode;
+        } else if (sscanf(line, "gi %d %d %u %u %u %u", &g, &k, &a, &b, &c, &d) == 6 && g >= 0 && g < MAX_GPUS &&
+                   k >= 0 && k < MAX_MIGS) {
+            mgis[g][k] = (mig_gi){1, a, b, c, d};
+        } else if (sscanf(line, "ci %d %d %u %u %u %u %u %u %95s", &g, &k, &a, &b, &c, &d, &e, &f2, uuid) == 9 &&
+                   g >= 0 && g < MAX_GPUS && k >= 0 && k < MAX_MIGS) {
+            fake_dev *m = &migs[g][k];
+            m->present = 1;
+            m->gi_id = a;
+            m->ci_id = b;
+            m->profile_index = c;
+            m->placement_start = d;
+            m->placement_size = e;
+            m->ci_slices = f2;
+            copy_str(m->uuid, sizeof m->uuid, uuid);
+            if (gpus[g].mig_max < (unsigned)k + 1) gpus[g].mig_max = (unsigned)k + 1;
+        }
+    }
+    fclose(f);
 }
 
 static int check_gpu(void *handle, const char *symbol, fake_dev **out) {
@@ -160,6 +249,7 @@ int nvmlDeviceSetMigMode(void *h, unsigned mode, int *activation_status) {
     if (gi_count(d->gpu)) return ERR_IN_USE;
     d->mig_mode = mig_pending[d->gpu] = (int)mode;
     if (activation_status) *activation_status = OK;
+    mig_save_state("nvmlDeviceSetMigMode");
     return OK;
 }
 
@@ -247,6 +337,7 @@ int nvmlDeviceCreateGpuInstanceWithPlacement(void *h, unsigned profile_id, const
         }
         mgis[g][k] = (mig_gi){1, id, index, placement->start, placement->size};
         *gi_out = &gi_handles[g][k];
+        mig_save_state("nvmlDeviceCreateGpuInstanceWithPlacement");
         return OK;
     }
     return ERR_INSUFFICIENT_RESOURCES;
@@ -305,6 +396,7 @@ int nvmlGpuInstanceDestroy(void *handle) {
     for (int s = 0; s < MAX_MIGS; s++)
         if (migs[g][s].present && migs[g][s].gi_id == gi->id) return ERR_IN_USE;
     gi->used = 0;
+    mig_save_state("nvmlGpuInstanceDestroy");
     return OK;
 }
 
@@ -360,6 +452,7 @@ int nvmlGpuInstanceCreateComputeInstance(void *handle, unsigned profile, void **
                  gi->id * 16 + (unsigned)s);
         if (gpus[g].mig_max < (unsigned)s + 1) gpus[g].mig_max = (unsigned)s + 1;
         *ci_out = &cis[g][s];
+        mig_save_state("nvmlGpuInstanceCreateComputeInstance");
         return OK;
     }
     return ERR_INSUFFICIENT_RESOURCES;
@@ -433,5 +526,6 @@ int nvmlComputeInstanceDestroy(void *handle) {
     if (!initialized) return ERR_UNINITIALIZED;
     if (!m) return ERR_INVALID_ARGUMENT;
     m->present = 0;
+    mig_save_state("nvmlComputeInstanceDestroy");
     return OK;
 }
