@@ -209,3 +209,31 @@ def test_a_kill_during_create_leaves_a_gpu_instance_a_restart_finds(configure, f
         assert session.gpu_instances_without_compute(GPU1) == [(1, MigPlacement(4, 4))]
         session.destroy(GPU1, 1, None)
         assert session.gpu_instances_without_compute(GPU1) == []
+
+
+class _ProfileInfoV3(ctypes.Structure):
+    """nvmlGpuInstanceProfileInfo_v3_t as nvml.h lays it out (pynvml has no v3)."""
+
+    _fields_ = [
+        *((name, ctypes.c_uint) for name in ("version", "id", "sliceCount", "instanceCount")),
+        *((name, ctypes.c_uint) for name in ("multiprocessorCount", "copyEngineCount", "decoderCount")),
+        *((name, ctypes.c_uint) for name in ("encoderCount", "jpegCount", "ofaCount")),
+        ("memorySizeMB", ctypes.c_ulonglong),
+        ("name", ctypes.c_char * 96),
+        ("capabilities", ctypes.c_uint),
+    ]
+
+
+def test_the_fake_answers_every_profile_info_version_alike(configure, fake_lib):
+    mig = configure(two_gpus())
+    with mig.session():
+        handle = pynvml.nvmlDeviceGetHandleByIndex(1)
+        v1 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, 9, version=1)
+        v2 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, 9)
+        by_id = pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(handle, 15)
+        v3 = _ProfileInfoV3(version=0x03000098)
+        rc = ctypes.CDLL(str(fake_lib)).nvmlDeviceGetGpuInstanceProfileInfoV(handle, 9, ctypes.byref(v3))
+    assert rc == 0
+    for info in (v1, v2, by_id, v3):
+        assert (info.id, info.sliceCount, info.multiprocessorCount, info.memorySizeMB) == (15, 1, 26, 20096)
+    assert (v2.name, v3.name, v2.instanceCount, v3.instanceCount) == ("MIG 1g.20gb", b"MIG 1g.20gb", 4, 4)

@@ -27,6 +27,7 @@
 #define ERR_IN_USE 19
 #define ERR_INSUFFICIENT_RESOURCES 23
 #define GI_PROFILE_INFO_V2 0x02000098
+#define GI_PROFILE_INFO_V3 0x03000098
 #define CI_PROFILE_INFO_V2 0x02000088
 #define MAX_PLACEMENTS 8
 
@@ -34,6 +35,20 @@ typedef struct {
     int used;
     unsigned id, profile_index, start, size;
 } mig_gi;
+
+/* nvmlGpuInstanceProfileInfo_t (v1: no version, no name) and _v3_t (no isP2pSupported; capabilities last). */
+typedef struct {
+    unsigned id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+        encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} gi_profile_info_v1_t;
+typedef struct {
+    unsigned version, id, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+        encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+    unsigned capabilities;
+} gi_profile_info_v3_t;
 
 typedef struct {
     unsigned version, id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
@@ -185,7 +200,7 @@ static void mig_load_state(void) {
 static int check_gpu(void *handle, const char *symbol, fake_dev **out) {
     int rc = check(handle, symbol, out);
     if (rc == OK) log_call(symbol, (*out)->gpu);
-    if (rc == OK && (*out)->is_mig) return ERR_INVALID_ARGUMENT;
+    if (rc == OK && (*out)->is_mig) return strcmp(symbol, "nvmlDeviceGetMigMode") ? ERR_INVALID_ARGUMENT : ERR_NOT_SUPPORTED;
     return rc;
 }
 #define CHECK_GPU(handle, symbol) \
@@ -255,9 +270,9 @@ int nvmlDeviceSetMigMode(void *h, unsigned mode, int *activation_status) {
 
 /* ------------------------------------------------------------------------------- GPU-instance profiles */
 
-int nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned index, gi_profile_info_v2_t *info) {
-    CHECK_GPU(h, "nvmlDeviceGetGpuInstanceProfileInfoV");
-    if (index >= MAX_PROFILES || info->version != GI_PROFILE_INFO_V2) return ERR_INVALID_ARGUMENT;
+/* Fills a v2 record (the one every version is copied from). */
+static int gi_profile(fake_dev *d, unsigned index, gi_profile_info_v2_t *info) {
+    if (index >= MAX_PROFILES) return ERR_INVALID_ARGUMENT;
     fake_profile *p = &profiles[d->gpu][index];
     if (d->mig_mode < 0 || !p->valid) return ERR_NOT_SUPPORTED;
     info->id = p->id;
@@ -276,6 +291,48 @@ int nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned index, gi_profile_inf
     else
         snprintf(info->name, sizeof info->name, "MIG %ug", p->slices);
     return OK;
+}
+
+int nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned index, void *out) {
+    CHECK_GPU(h, "nvmlDeviceGetGpuInstanceProfileInfoV");
+    if (!out) return ERR_INVALID_ARGUMENT;
+    unsigned version = *(unsigned *)out;
+    if (version != GI_PROFILE_INFO_V2 && version != GI_PROFILE_INFO_V3) return ERR_INVALID_ARGUMENT;
+    gi_profile_info_v2_t v2;
+    int rc = gi_profile(d, index, &v2);
+    if (rc != OK) return rc;
+    if (version == GI_PROFILE_INFO_V2) {
+        v2.version = version;
+        memcpy(out, &v2, sizeof v2);
+        return OK;
+    }
+    gi_profile_info_v3_t *v3 = out;
+    *v3 = (gi_profile_info_v3_t){version, v2.id, v2.sliceCount, v2.instanceCount, v2.multiprocessorCount,
+                                 v2.copyEngineCount, v2.decoderCount, v2.encoderCount, v2.jpegCount, v2.ofaCount,
+                                 v2.memorySizeMB, {0}, 0};
+    memcpy(v3->name, v2.name, sizeof v3->name);
+    return OK;
+}
+
+int nvmlDeviceGetGpuInstanceProfileInfo(void *h, unsigned index, gi_profile_info_v1_t *info) {
+    CHECK_GPU(h, "nvmlDeviceGetGpuInstanceProfileInfo");
+    if (!info) return ERR_INVALID_ARGUMENT;
+    gi_profile_info_v2_t v2;
+    int rc = gi_profile(d, index, &v2);
+    if (rc != OK) return rc;
+    *info = (gi_profile_info_v1_t){v2.id, v2.isP2pSupported, v2.sliceCount, v2.instanceCount,
+                                   v2.multiprocessorCount, v2.copyEngineCount, v2.decoderCount, v2.encoderCount,
+                                   v2.jpegCount, v2.ofaCount, v2.memorySizeMB};
+    return OK;
+}
+
+int nvmlDeviceGetGpuInstanceProfileInfoByIdV(void *h, unsigned profile_id, gi_profile_info_v2_t *info) {
+    CHECK_GPU(h, "nvmlDeviceGetGpuInstanceProfileInfoByIdV");
+    if (!info || info->version != GI_PROFILE_INFO_V2) return ERR_INVALID_ARGUMENT;
+    unsigned index;
+    if (d->mig_mode < 0) return ERR_NOT_SUPPORTED;
+    if (!profile_by_id(d->gpu, profile_id, &index)) return ERR_INVALID_ARGUMENT;
+    return gi_profile(d, index, info);
 }
 
 int nvmlDeviceGetGpuInstancePossiblePlacements_v2(void *h, unsigned profile_id, placement_t *placements,
