@@ -390,8 +390,10 @@ class SliceLimits:
     max_device_counters_per_slice: int | None
 
 
-#: 1.34 (v1, DRAPartitionableDevices alpha): ResourceSliceMaxSharedCounters 32, ...MaxCountersPerDevice 32,
-#: ...MaxDeviceCountersPerSlice 1024, ...MaxDevices 128; counters sit in the slice of their devices.
+#: 1.34 (v1, DRAPartitionableDevices alpha): ResourceSliceMaxSharedCounters 32 ("the maximum number of counters
+#: in all sets is 32"), ResourceSliceMaxCountersPerDevice 32 and ResourceSliceMaxDeviceCountersPerSlice 1024
+#: ("<= 32 ... the total number in the entire ResourceSlice must be <= 1024"), ResourceSliceMaxDevices 128;
+#: counters sit in the slice of the devices consuming them.
 LIMITS_1_34: Final = SliceLimits(
     kubernetes="1.34",
     max_devices=128,
@@ -399,7 +401,7 @@ LIMITS_1_34: Final = SliceLimits(
     max_counter_sets=None,
     max_counters_per_set=32,
     max_shared_counters=32,
-    max_consumptions_per_device=2,
+    max_consumptions_per_device=32,
     max_counters_per_device=32,
     max_device_counters_per_slice=1024,
 )
