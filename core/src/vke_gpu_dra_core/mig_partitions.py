@@ -390,10 +390,10 @@ class SliceLimits:
     max_device_counters_per_slice: int | None
 
 
-#: 1.34 (v1, DRAPartitionableDevices alpha): ResourceSliceMaxSharedCounters 32 ("the maximum number of counters
-#: in all sets is 32"), ResourceSliceMaxCountersPerDevice 32 and ResourceSliceMaxDeviceCountersPerSlice 1024
-#: ("<= 32 ... the total number in the entire ResourceSlice must be <= 1024"), ResourceSliceMaxDevices 128;
-#: counters sit in the slice of the devices consuming them.
+#: 1.34 (v1, DRAPartitionableDevices alpha): ResourceSliceMaxSharedCounters 32 ("the maximum number
+#: of counters in all sets is 32"), ResourceSliceMaxCountersPerDevice 32 and
+#: ResourceSliceMaxDeviceCountersPerSlice 1024 ("<= 32 ... the total number in the entire ResourceSlice
+#: must be <= 1024"), ResourceSliceMaxDevices 128; counters sit in the slice of the devices consuming them.
 LIMITS_1_34: Final = SliceLimits(
     kubernetes="1.34",
     max_devices=128,
