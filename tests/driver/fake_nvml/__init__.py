@@ -57,7 +57,7 @@ def mig_settings(gpu: int, product: str) -> dict[str, object]:
     settings: dict[str, object] = {
         f"gpu.{gpu}.name": product,
         f"gpu.{gpu}.memory": get_profile(product).memory_bytes,
-        f"gpu.{gpu}.mig_max": 0,
+        f"gpu.{gpu}.mig_max": max(len(p.placements) for p in mig_product(product).profiles),
     }
     for p in mig_product(product).profiles:
         settings[f"gpu.{gpu}.profile.{p.index}"] = (
