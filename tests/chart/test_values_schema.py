@@ -107,7 +107,10 @@ def test_values_contract() -> None:
     assert values["seamlessUpgrades"] == {"enabled": True}
     assert values["logLevel"] == "info"
     assert plugin["priorityClassName"] == "system-node-critical"
-    assert values["deviceClasses"] == {"enabled": True}
+    assert values["deviceClasses"] == {
+        "enabled": True,
+        "gpuExtendedResourceName": facts.GPU_EXTENDED_RESOURCE,
+    }
     for key in ("nameOverride", "fullnameOverride", "serviceAccount", "podAnnotations"):
         assert key in values
 
@@ -173,6 +176,18 @@ def test_values_contract() -> None:
             "at '/metrics': additional properties 'servicemonitor' not allowed",
         ),
         ({"nvidiaDriverRoot": "run/nvidia/driver"}, "at '/nvidiaDriverRoot'"),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "nvidia.com/GPU one"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "deviceclass.resource.kubernetes.io/gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
         ({"nvidiaCDIHookPath": "bin/nvidia-cdi-hook"}, "at '/nvidiaCDIHookPath'"),
     ],
 )

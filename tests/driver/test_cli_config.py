@@ -68,6 +68,7 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--feature-gates": "FEATURE_GATES",
         "--namespace": "NAMESPACE",
         "--image-name": "IMAGE_NAME",
+        "--nvidia-namespace": "NVIDIA_NAMESPACE",
         "--metrics-port": "METRICS_PORT",
         "--log-format": "LOG_FORMAT",
         "--log-level": "LOG_LEVEL",

@@ -53,6 +53,14 @@ def test_healthy_cluster_passes_every_step(tmp_path: Path) -> None:
     assert err == ""
 
 
+def test_classic_sample_is_checked_through_the_api(tmp_path: Path) -> None:
+    code, out, _ = run_cli(tmp_path, fake_kube.classic_cluster(), "--expected-devices-per-node", "2")
+    assert code == 0, out
+    assert set(status_lines(out).values()) == {"PASS"}
+    assert f"{fake_kube.CLASSIC_CLAIM}: allocated gpu-1" in out
+    assert "GPU-0d1e2f3a" in out
+
+
 def test_json_output_is_one_document(tmp_path: Path) -> None:
     code, out, _ = run_cli(
         tmp_path, fake_kube.healthy_cluster(devices=2), "--output", "json", "--expected-devices-per-node", "2"

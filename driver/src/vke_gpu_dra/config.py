@@ -65,6 +65,8 @@ class Config:
     feature_gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
     namespace: str = "default"
     image_name: str | None = None
+    # --- taking a node over from NVIDIA's plugin ---
+    nvidia_namespace: str = "nvidia-dra-driver-gpu"
 
     @property
     def dra_socket(self) -> Path:
@@ -250,6 +252,14 @@ OPTIONS: tuple[_Option, ...] = (
     ),
     _Option("namespace", "NAMESPACE", _dns_subdomain(63), "default", "namespace of the MPS control daemons"),
     _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS daemons (the plugin's own)"),
+    # --- taking a node over from NVIDIA's plugin ---
+    _Option(
+        "nvidia_namespace",
+        "NVIDIA_NAMESPACE",
+        _dns_subdomain(63),
+        "nvidia-dra-driver-gpu",
+        "namespace of NVIDIA's plugin, where its MPS control daemons of adopted claims are deleted",
+    ),
 )
 
 

@@ -1,8 +1,9 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
 Start order (`_start`, one method per step): open the API -> discover devices -> create the
-directories -> set up the driver's user-space -> load the prepared claims (checkpoint and restore,
-with the sharing manager on the API) -> DRA socket -> ResourceSlices -> health and metrics ->
+directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
+-> load the prepared claims (checkpoint and restore, with the sharing manager on the API, then the
+claims NVIDIA's plugin prepared adopted) -> DRA socket -> ResourceSlices -> health and metrics ->
 registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
@@ -41,10 +42,12 @@ from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, 
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
 from .sharing.manager import SharingManager
-from .sharing.runners import NvidiaSmi
+from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .state import DeviceState, StateLockTimeout
+from .takeover import Takeover
+from .takeover import Tools as TakeoverTools
 from .userspace import DriverEdits, DriverRoot
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,7 @@ class Plugin:
         self.devices: list[Device] = []
         self.driver_version: str | None = None
         self.driver_edits: DriverEdits | None = None
+        self.takeover: Takeover | None = None
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
@@ -132,6 +136,7 @@ class Plugin:
         self._discover_devices()
         self._create_directories()
         self._set_up_driver_user_space()
+        self._build_takeover()
         self._load_prepared_claims()
         self._serve_dra()
         self._publish_slices()
@@ -177,9 +182,14 @@ class Plugin:
             self.metrics,
         )
 
+    def _build_takeover(self) -> None:
+        """Claims NVIDIA's plugin prepared on this node: adopted when the prepared claims load, NVIDIA's
+        leftovers undone at their unprepare (see `takeover`)."""
+        self.takeover = self._new_takeover()
+
     def _load_prepared_claims(self) -> None:
-        """The device state: reads the checkpoint of claims prepared before a restart and restores
-        what an interrupted run left (see `state`)."""
+        """The device state: reads the checkpoint of claims prepared before a restart, restores
+        what an interrupted run left and adopts NVIDIA's claims (see `state`)."""
         cfg = self.config
         try:
             self.state = DeviceState(
@@ -191,6 +201,7 @@ class Plugin:
                 driver_edits=self.driver_edits,
                 gates=cfg.feature_gates,
                 sharing_manager=self._sharing_manager(),
+                takeover=self.takeover,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -270,6 +281,22 @@ class Plugin:
             image=cfg.image_name,
             host_driver_root=cfg.nvidia_driver_root,
             api=self._api,
+        )
+
+    def _new_takeover(self) -> Takeover:
+        """The takeover, its tools through the API opened first: NVIDIA's MPS daemons are deleted in
+        `--nvidia-namespace`, its GPU settings reset through `nvidia-smi`."""
+        cfg = self.config
+        return Takeover(
+            TakeoverTools(
+                cdi_root=cfg.cdi_root,
+                plugin_data_dir=cfg.plugin_data_dir,
+                namespace=cfg.nvidia_namespace,
+                api=self._api,
+                smi=NvidiaSmi(cfg.driver_root_path),
+                mounter=Mounter(),
+                driver_name=cfg.driver_name,
+            )
         )
 
     def stop(self, grace: float | None = None) -> None:

@@ -22,6 +22,11 @@ A claim goes through three phases here, each a method that calls the sharing pac
   writes of this driver and recovers claims whose CDI spec has no checkpoint entry;
   `_restore_claim` rewrites the vanished spec of a prepared claim (`SharingManager.restore`).
 
+Claims NVIDIA's plugin prepared on this node (`takeover/`) join through three small hooks, one per
+phase: `_adopt_nvidia_claims` at the end of `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
+completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
+in `_unprepare_claim` (NVIDIA's leftovers undone).
+
 Every step of a batch runs under `_answering`, the one place where what a step raises becomes the
 answer of the calls it was for (a ClaimError as it is, anything else an error naming the claim), so
 a bug met by one claim fails that claim only; the caller gets that answer as an exception.
@@ -48,10 +53,12 @@ from .allocation import allocated_devices
 from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
-from .sharing.plan import Plan, plan_claim
+from .sharing.plan import Plan, devices_in_use, plan_claim
+from .takeover import AdoptionError, CleanupError, NvidiaClaimState
 
 if TYPE_CHECKING:
     from .sharing.manager import SharingManager
+    from .takeover import Takeover
     from .userspace import DriverEdits
 
 log = logging.getLogger(__name__)
@@ -85,6 +92,7 @@ class _Op:
     prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
     plan: Plan | None = None  # a prepare's GPU sharing, once checked
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
+    adopted_edits: dict[str, dict[str, Any]] = field(default_factory=dict)  # takeover: NVIDIA's MPS edits
 
     @property
     def label(self) -> str:
@@ -125,6 +133,7 @@ class DeviceState:
         driver_edits: DriverEdits | None = None,
         gates: FeatureGates | None = None,
         sharing_manager: SharingManager | None = None,
+        takeover: Takeover | None = None,
     ) -> None:
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -142,6 +151,7 @@ class DeviceState:
         self._driver_edits = driver_edits
         self._gates = gates or FeatureGates()
         self._sharing = sharing_manager
+        self._takeover = takeover
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._queue: list[_Op] = []
@@ -339,6 +349,8 @@ class DeviceState:
             self._restore_claim(ref, entry)
             op.answer(list(entry.devices))
             return
+        if self._admit_adopted(op, entries):  # takeover: a claim NVIDIA's plugin completed
+            return
         assert op.claim is not None
         allocated = allocated_devices(
             ref,
@@ -388,7 +400,7 @@ class DeviceState:
         assert plan is not None
         try:
             edits = self._manager(op.ref).prepare(op.ref, plan, op.deadline) if plan else {}
-            self._write_spec(op.ref, op.devices, edits)
+            self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits})
         except ClaimError:
             if plan:
                 op.rolled_back = self._roll_back(op.ref, plan, entries)
@@ -414,6 +426,7 @@ class DeviceState:
         """Unprepare: undo the claim's GPU sharing, remove its CDI spec and its entry. A failed undo
         keeps the entry, so kubelet's retry undoes it again."""
         ref = op.ref
+        self._release_adopted(op, entries)  # takeover: NVIDIA's leftovers first
         entry = entries.get(ref.uid)
         if entry is not None and entry.sharing:
             self._manager(ref).unprepare(
@@ -431,9 +444,10 @@ class DeviceState:
 
     def _restore(self) -> None:
         """Start-up (caller holds the node lock): remove the temp files of interrupted writes, read the
-        checkpoint and recover the claims whose CDI spec has no entry."""
+        checkpoint and recover the claims whose CDI spec has no entry; then adopt NVIDIA's claims."""
         self.removed_leftovers = self._remove_leftovers()
         self._read(recover_orphans=True, at_start=True)
+        self._adopt_nvidia_claims()
 
     def _restore_claim(self, ref: ClaimRef, entry: ClaimEntry) -> None:
         """Rewrite a completed claim's CDI spec if it vanished (e.g. /var/run/cdi emptied by a reboot)."""
@@ -454,6 +468,52 @@ class DeviceState:
         if self._sharing is None:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: GPU sharing is not available on this node")
         return self._sharing
+
+    # ------------------------------------------- takeover hooks (the takeover package does the work)
+
+    def _adopt_nvidia_claims(self) -> None:
+        """Restore, last: the claims of NVIDIA's checkpoint join the takeover's ledger."""
+        if self._takeover is not None:
+            self._takeover.start()
+
+    def _admit_adopted(self, op: _Op, entries: dict[str, ClaimEntry]) -> bool:
+        """Prepare of a claim NVIDIA's plugin completed: its devices under this plugin's CDI ids, with
+        NVIDIA's time-slice and MPS daemon left in force (True, its PrepareStarted entry added). One
+        NVIDIA only started: its leftovers are released and it is admitted anew (False)."""
+        if self._takeover is None:
+            return False
+        claim = self._takeover.adopted(op.ref.uid)
+        if claim is None:
+            return False
+        if claim.state is not NvidiaClaimState.PREPARE_COMPLETED:
+            self._release_adopted(op, entries)
+            return False
+        try:
+            answer = self._takeover.answer(claim, pool_name=self._pool_name, devices=self._by_name)
+        except AdoptionError as exc:
+            raise ClaimError(f"claim {op.label}: {exc}") from None
+        op.plan = Plan(op.ref.uid)  # no sharing of this plugin's own
+        op.devices, op.prepared, op.adopted_edits = answer.devices, answer.prepared, answer.extra_edits
+        entries[op.ref.uid] = ClaimEntry(
+            op.ref.uid, op.ref.namespace, op.ref.name, ClaimState.PREPARE_STARTED
+        )
+        op.changed = True
+        return True
+
+    def _release_adopted(self, op: _Op, entries: Mapping[str, ClaimEntry]) -> None:
+        """Undo what NVIDIA's plugin left for an adopted claim (nothing for any other claim); GPUs the
+        node's other claims hold keep their settings."""
+        if self._takeover is None:
+            return
+        try:
+            self._takeover.release(
+                op.ref.uid,
+                devices=self._by_name,
+                in_use=devices_in_use(self._others(entries, op.ref.uid)),
+                deadline=op.deadline,
+            )
+        except CleanupError as exc:
+            raise ClaimError(f"claim {op.label}: {exc}") from None
 
     @staticmethod
     def _others(entries: Mapping[str, ClaimEntry], uid: str) -> list[ClaimEntry]:

@@ -30,6 +30,9 @@ DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
 #: The procedure's sample workload ("Validating results").
 SAMPLE_DEPLOYMENT = "gpu-test"
 SAMPLE_CLAIM_TEMPLATE = "single-gpu"
+#: The program's second sample, written for the device plugin (`nvidia.com/gpu: 1`, no claim): deployed where
+#: gpu.nvidia.com maps nvidia.com/gpu, its pods get GPUs through the claim the scheduler makes for them.
+CLASSIC_DEPLOYMENT = "gpu-test-classic"
 
 #: Label selector of the nodes DRA GPUs are scheduled on.
 DRA_NODE_SELECTOR = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
@@ -93,6 +96,8 @@ class Snapshot:
     sample_pods: Sequence[JSON] = ()  # pods selected by the sample Deployment
     claims: Sequence[JSON] | None = None  # ResourceClaims of the workload namespace
     pod_logs: Mapping[str, str] = field(default_factory=dict)  # pod name -> log of its GPU container
+    classic_deployment: JSON | None = None  # the classic sample, where the stack deploys it
+    classic_pods: Sequence[JSON] = ()  # pods selected by the classic sample Deployment
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class Settings:
     expected_devices_per_node: int | None = None
     sample_deployment: str = SAMPLE_DEPLOYMENT
     sample_claim_template: str = SAMPLE_CLAIM_TEMPLATE
+    classic_deployment: str = CLASSIC_DEPLOYMENT
     skip: frozenset[str] = frozenset()  # step ids not to check
     # Label selector of the nodes that must have DRA GPUs; None: what the kubelet plugin DaemonSet selects.
     node_selector: str | None = DRA_NODE_SELECTOR
@@ -445,9 +451,102 @@ def _claim_name_of(pod: JSON, template: str) -> tuple[str | None, str | None]:
     return entries[0], None
 
 
+def _classic_ref(settings: Settings) -> str:
+    return f"Deployment {settings.workload_namespace}/{settings.classic_deployment}"
+
+
+def _classic_pods(snap: Snapshot, settings: Settings) -> tuple[list[JSON], list[str]]:
+    """The classic sample's live pods, and a problem when it is deployed without any (nothing when absent)."""
+    if snap.classic_deployment is None:
+        return [], []
+    pods = _live(snap.classic_pods)
+    return pods, [] if pods else [f"{_classic_ref(settings)} has no pods"]
+
+
+def _gpu_class_mapping(snap: Snapshot) -> str | None:
+    """The extended resource the gpu.nvidia.com DeviceClass maps, as the API server keeps it."""
+    for dc in snap.device_classes or ():
+        if _name(dc) == facts.DEVICE_CLASS_GPU.name:
+            value = lookup(dc, "spec", "extendedResourceName")
+            return str(value) if value else None
+    return None
+
+
+@dataclass
+class _Findings:
+    problems: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+
+    def result(self, step: str, title: str) -> StepResult:
+        if self.problems:
+            return StepResult(
+                step, title, Status.FAIL, _join(self.problems), _join(sorted(set(self.hints)), 2)
+            )
+        return StepResult(step, title, Status.PASS, _join(self.found))
+
+
+def _check_claim(out: _Findings, claim: JSON, claim_name: str, pod: JSON, ns: str) -> None:
+    """The claim `claim_name` of `pod` is allocated and reserved for the pod."""
+    pod_name = _name(pod)
+    results = lookup(claim, "status", "allocation", "devices", "results") or []
+    reserved = lookup(claim, "status", "reservedFor") or []
+    pod_uid = lookup(pod, "metadata", "uid")
+    if not lookup(claim, "status", "allocation"):
+        out.problems.append(f"claim {claim_name} (pod {pod_name}) is not allocated")
+        out.hints.append(
+            f"`kubectl -n {ns} describe pod {pod_name}` shows why the scheduler cannot allocate: "
+            f"check the ResourceSlices and DeviceClass {facts.DEVICE_CLASS_GPU.name}"
+        )
+    elif not any(r.get("name") == pod_name or (pod_uid and r.get("uid") == pod_uid) for r in reserved):
+        out.problems.append(f"claim {claim_name} is allocated but not reserved for pod {pod_name}")
+        out.hints.append(f"`kubectl -n {ns} describe resourceclaim {claim_name}`")
+    else:
+        devices = ", ".join(f"{r.get('device')}@{r.get('pool')}" for r in results) or "no devices"
+        out.found.append(f"{claim_name}: allocated {devices}, reserved for {pod_name}")
+
+
+def _check_classic_claims(
+    out: _Findings, snap: Snapshot, settings: Settings, claims: Mapping[str, JSON]
+) -> None:
+    """Each classic sample pod has the claim the scheduler makes for its nvidia.com/gpu (KEP-5004)."""
+    ns = settings.workload_namespace
+    pods, problems = _classic_pods(snap, settings)
+    out.problems.extend(problems)
+    for pod in pods:
+        pod_name = _name(pod)
+        claim_name = lookup(pod, "status", "extendedResourceClaimStatus", "resourceClaimName")
+        claim = claims.get(claim_name or "")
+        if claim_name and claim is not None:
+            _check_claim(out, claim, claim_name, pod, ns)
+            continue
+        if claim_name:
+            out.problems.append(
+                f"pod {pod_name}: its {facts.GPU_EXTENDED_RESOURCE} claim {claim_name} is gone"
+            )
+            out.hints.append(f"`kubectl -n {ns} describe pod {pod_name}`")
+            continue
+        out.problems.append(
+            f"pod {pod_name} ({facts.GPU_EXTENDED_RESOURCE}: 1, no claim): "
+            "the scheduler has made no claim for it"
+        )
+        mapped = _gpu_class_mapping(snap)
+        if mapped != facts.GPU_EXTENDED_RESOURCE:
+            out.hints.append(
+                f"DeviceClass {facts.DEVICE_CLASS_GPU.name} maps {mapped or 'no extended resource'}, not "
+                f"{facts.GPU_EXTENDED_RESOURCE}: API servers before 1.36 drop extendedResourceName unless "
+                "their DRAExtendedResource gate is on (`kubectl get deviceclass "
+                f"{facts.DEVICE_CLASS_GPU.name} -o yaml`); set driver.extendedResource to auto or off there"
+            )
+        else:
+            out.hints.append(f"`kubectl -n {ns} describe pod {pod_name}` shows why it is not scheduled")
+
+
 def check_sample_claim(snap: Snapshot, settings: Settings) -> StepResult:
     step = "sample-claim"
     title = f"sample ResourceClaim (template {settings.sample_claim_template}) allocated and reserved"
+    if snap.classic_deployment is not None:
+        title += f", and the claim the scheduler made for {_classic_ref(settings)}"
     if snap.claims is None:
         return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
     missing = _sample_missing(snap, settings)
@@ -455,54 +554,42 @@ def check_sample_claim(snap: Snapshot, settings: Settings) -> StepResult:
         return StepResult(step, title, Status.FAIL, *missing)
     ns = settings.workload_namespace
     claims = {_name(c): c for c in snap.claims}
-    problems: list[str] = []
-    hints: list[str] = []
-    found: list[str] = []
+    out = _Findings()
     for pod in _live(snap.sample_pods):
         pod_name = _name(pod)
         entry, claim_name = _claim_name_of(pod, settings.sample_claim_template)
         if entry is None:
-            problems.append(f"pod {pod_name} uses no claim from template {settings.sample_claim_template}")
-            hints.append(
+            out.problems.append(
+                f"pod {pod_name} uses no claim from template {settings.sample_claim_template}"
+            )
+            out.hints.append(
                 "the pod spec needs resourceClaims[].resourceClaimTemplateName: "
                 f"{settings.sample_claim_template}"
             )
             continue
         claim = claims.get(claim_name or "")
         if claim is None:
-            problems.append(f"pod {pod_name}: no ResourceClaim generated for {entry!r} yet")
-            hints.append(
+            out.problems.append(f"pod {pod_name}: no ResourceClaim generated for {entry!r} yet")
+            out.hints.append(
                 f"`kubectl -n {ns} get resourceclaimtemplate {settings.sample_claim_template}` and "
                 f"`kubectl -n {ns} describe pod {pod_name}`"
             )
             continue
-        results = lookup(claim, "status", "allocation", "devices", "results") or []
-        reserved = lookup(claim, "status", "reservedFor") or []
-        pod_uid = lookup(pod, "metadata", "uid")
-        if not lookup(claim, "status", "allocation"):
-            problems.append(f"claim {claim_name} (pod {pod_name}) is not allocated")
-            hints.append(
-                f"`kubectl -n {ns} describe pod {pod_name}` shows why the scheduler cannot allocate: "
-                f"check the ResourceSlices and DeviceClass {facts.DEVICE_CLASS_GPU.name}"
-            )
-        elif not any(r.get("name") == pod_name or (pod_uid and r.get("uid") == pod_uid) for r in reserved):
-            problems.append(f"claim {claim_name} is allocated but not reserved for pod {pod_name}")
-            hints.append(f"`kubectl -n {ns} describe resourceclaim {claim_name}`")
-        else:
-            devices = ", ".join(f"{r.get('device')}@{r.get('pool')}" for r in results) or "no devices"
-            found.append(f"{claim_name}: allocated {devices}, reserved for {pod_name}")
-    if problems:
-        return StepResult(step, title, Status.FAIL, _join(problems), _join(sorted(set(hints)), 2))
-    return StepResult(step, title, Status.PASS, _join(found))
+        _check_claim(out, claim, str(claim_name), pod, ns)
+    _check_classic_claims(out, snap, settings, claims)
+    return out.result(step, title)
 
 
 def check_sample_pod(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "sample-pod", f"sample pod ({_sample_ref(settings)}) Running"
+    if snap.classic_deployment is not None:
+        title = f"sample pods ({_sample_ref(settings)}, {_classic_ref(settings)}) Running"
     missing = _sample_missing(snap, settings)
     if missing:
         return StepResult(step, title, Status.FAIL, *missing)
-    problems, found = [], []
-    for pod in _live(snap.sample_pods):
+    classic, problems = _classic_pods(snap, settings)
+    found = []
+    for pod in _live(snap.sample_pods) + classic:
         problem = _pod_problem(pod)
         if problem:
             problems.append(f"pod {_name(pod)} is {problem}")
@@ -525,7 +612,8 @@ def check_sample_log(snap: Snapshot, settings: Settings) -> StepResult:
     missing = _sample_missing(snap, settings)
     if missing:
         return _skip(step, title, missing[0])
-    running = [p for p in _live(snap.sample_pods) if _pod_problem(p) is None]
+    pods = _live(snap.sample_pods) + _classic_pods(snap, settings)[0]
+    running = [p for p in pods if _pod_problem(p) is None]
     if not running:
         return _skip(step, title, "no sample pod is Running")
     if settings.device_source == "simulated":

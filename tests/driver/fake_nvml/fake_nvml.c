@@ -9,6 +9,7 @@
  *   gpu.<i>.memory=<bytes>            gpu.<i>.cc=<major>.<minor>
  *   gpu.<i>.mig_mode=-1|0|1           -1: MIG not supported (default), 0: disabled, 1: enabled
  *   gpu.<i>.mig_max=<n>               nvmlDeviceGetMaxMigDeviceCount
+ *   gpu.<i>.addressing_mode=-1|0|1|2  -1: NOT_SUPPORTED (default), else nvmlDeviceGetAddressingMode's value
  *   gpu.<i>.fail=<symbol>:<code>      that call returns <code> for this GPU
  *   gpu.<i>.profile.<index>=<id>,<slices>,<sms>,<ce>,<dec>,<enc>,<jpeg>,<ofa>,<memMiB>
  *   gpu.<i>.mig.<slot>=<uuid>,<giId>,<ciId>,<profileIndex>,<placementStart>,<placementSize>,<ciSlices>
@@ -36,7 +37,7 @@ typedef struct {
     int is_mig, gpu, slot, present;
     char name[96], uuid[96], bus_id[32];
     unsigned minor, brand, arch, mig_max;
-    int mig_mode, cc_major, cc_minor;
+    int mig_mode, cc_major, cc_minor, addressing_mode;
     unsigned long long memory;
     char fail_symbol[96];
     int fail_code;
@@ -100,6 +101,7 @@ static void set_defaults(void) {
         d->memory = 24ULL << 30;
         d->cc_major = 8;
         d->mig_mode = -1;
+        d->addressing_mode = -1;
         for (int s = 0; s < MAX_MIGS; s++) {
             migs[i][s].is_mig = 1;
             migs[i][s].gpu = i;
@@ -141,6 +143,7 @@ static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *val
     else if (!strcmp(field, "memory")) d->memory = strtoull(value, NULL, 10);
     else if (!strcmp(field, "cc")) sscanf(value, "%d.%d", &d->cc_major, &d->cc_minor);
     else if (!strcmp(field, "mig_mode")) d->mig_mode = atoi(value);
+    else if (!strcmp(field, "addressing_mode")) d->addressing_mode = atoi(value);
     else if (!strcmp(field, "mig_max")) d->mig_max = (unsigned)strtoul(value, NULL, 10);
     else if (!strcmp(field, "fail")) parse_fail(d, value);
     else if (sscanf(field, "profile.%u", &idx) == 1 && idx < MAX_PROFILES) {
@@ -298,6 +301,13 @@ int nvmlDeviceGetPciInfo_v3(void *h, pci_info_t *pci) {
     copy_str(pci->busId, sizeof pci->busId, d->bus_id);
     copy_str(pci->busIdLegacy, sizeof pci->busIdLegacy, d->bus_id + 4);
     sscanf(d->bus_id, "%x:%x:%x", &pci->domain, &pci->bus, &pci->device);
+    return OK;
+}
+typedef struct { unsigned version, value; } addressing_mode_t;
+int nvmlDeviceGetAddressingMode(void *h, addressing_mode_t *mode) {
+    CHECK(h, "nvmlDeviceGetAddressingMode");
+    if (d->addressing_mode < 0) return ERR_NOT_SUPPORTED;
+    mode->value = (unsigned)d->addressing_mode;
     return OK;
 }
 int nvmlDeviceGetMaxMigDeviceCount(void *h, unsigned *count) {

@@ -49,6 +49,9 @@ VOLUME_TYPES: Final = ("ESSD_PL0", "ESSD_FlexPL", "PTSSD")
 CHARGE_TYPES: Final = ("PostPaid", "PrePaid")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
+#: driver.extendedResource: map nvidia.com/gpu on clusters that serve it by default, always, or never.
+EXTENDED_RESOURCE_AUTO: Final = "auto"
+EXTENDED_RESOURCE_MODES: Final = (EXTENDED_RESOURCE_AUTO, "on", "off")
 #: Keys that were replaced, and by what.
 REPLACED_KEYS: Final = {"driver.imageRepository": "driver.image", "driver.imageTag": "driver.image"}
 
@@ -650,6 +653,16 @@ KEYS: Final[tuple[Key, ...]] = (
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
         "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates.",
         convert=FEATURE_GATES,
+    ),
+    # --- nvidia.com/gpu through DRA (DeviceClass extendedResourceName) ---
+    _string(
+        "driver.extendedResource",
+        EXTENDED_RESOURCE_AUTO,
+        "python: the gpu.nvidia.com DeviceClass maps the extended resource nvidia.com/gpu (a pod asking "
+        "nvidia.com/gpu: 1 and no claim gets one of its GPUs): 'auto' (on when cluster.kubernetesVersion "
+        "is 1.36 or later), 'on' (older servers drop the field unless their DRAExtendedResource gate is on) "
+        "or 'off'. The sample's classic Deployment runs when it is on.",
+        checks=(Choices(EXTENDED_RESOURCE_MODES),),
     ),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),
