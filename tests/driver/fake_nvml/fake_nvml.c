@@ -161,6 +161,11 @@ static void parse_fail(fake_dev *d, const char *value) {
     d->fail_code = atoi(colon + 1);
 }
 
+static void mig_before_config(void);
+static void mig_after_config(void);
+static void mig_apply_global(const char *key, const char *value);
+static void mig_apply_key(int i, const char *field, const char *value);
+
 static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *value) {
     unsigned idx, slot;
     char rest[64];
@@ -192,11 +197,13 @@ static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *val
             copy_str(m->uuid, sizeof m->uuid, uuid);
             m->present = 1;
         }
-    }
+    } else
+        mig_apply_key(i, field, value);
 }
 
 static void load_config(void) {
     set_defaults();
+    mig_before_config();
     const char *path = getenv("FAKE_NVML_CONFIG");
     if (!path) return;
     FILE *f = fopen(path, "r");
@@ -216,9 +223,12 @@ static void load_config(void) {
         else if (!strcmp(key, "device_count")) device_count = (unsigned)strtoul(value, NULL, 10);
         else if (sscanf(key, "gpu.%d.%n", &i, &consumed) == 1 && consumed > 0 && i >= 0 && i < MAX_GPUS)
             apply_gpu_key(&gpus[i], i, key + consumed, value);
+        else
+            mig_apply_global(key, value);
     }
     fclose(f);
     if (device_count > MAX_GPUS) device_count = MAX_GPUS;
+    mig_after_config();
 }
 
 /* Every per-device call starts here: initialised, a valid handle, and the configured failure. */
@@ -349,12 +359,6 @@ int nvmlDeviceGetAddressingMode(void *h, addressing_mode_t *mode) {
     mode->value = (unsigned)d->addressing_mode;
     return OK;
 }
-int nvmlDeviceGetMigMode(void *h, unsigned *current, unsigned *pending) {
-    CHECK(h, "nvmlDeviceGetMigMode");
-    if (d->is_mig || d->mig_mode < 0) return ERR_NOT_SUPPORTED;
-    *current = *pending = (unsigned)d->mig_mode;
-    return OK;
-}
 int nvmlDeviceGetMaxMigDeviceCount(void *h, unsigned *count) {
     CHECK(h, "nvmlDeviceGetMaxMigDeviceCount");
     if (d->mig_mode < 0) return ERR_NOT_SUPPORTED;
@@ -385,73 +389,8 @@ int nvmlDeviceGetComputeInstanceId(void *h, unsigned *id) {
     *id = d->ci_id;
     return OK;
 }
-int nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned index, gi_profile_info_v2_t *info) {
-    CHECK(h, "nvmlDeviceGetGpuInstanceProfileInfoV");
-    if (index >= MAX_PROFILES || info->version != 0x02000098) return ERR_INVALID_ARGUMENT;
-    fake_profile *p = &profiles[d->gpu][index];
-    if (d->mig_mode < 0 || !p->valid) return ERR_NOT_SUPPORTED;
-    info->id = p->id;
-    info->isP2pSupported = 0;
-    info->sliceCount = p->slices;
-    info->instanceCount = 1;
-    info->multiprocessorCount = p->sms;
-    info->copyEngineCount = p->ce;
-    info->decoderCount = p->dec;
-    info->encoderCount = p->enc;
-    info->jpegCount = p->jpeg;
-    info->ofaCount = p->ofa;
-    info->memorySizeMB = p->mem_mib;
-    snprintf(info->name, sizeof info->name, "MIG %ug", p->slices);
-    return OK;
-}
-int nvmlDeviceGetGpuInstanceById(void *h, unsigned id, void **gi) {
-    CHECK(h, "nvmlDeviceGetGpuInstanceById");
-    for (int s = 0; s < MAX_MIGS; s++) {
-        if (migs[d->gpu][s].present && migs[d->gpu][s].gi_id == id) {
-            *gi = &gis[d->gpu][s];
-            return OK;
-        }
-    }
-    return ERR_NOT_FOUND;
-}
-int nvmlGpuInstanceGetInfo(void *gi_handle, gi_info_t *info) {
-    if (!initialized) return ERR_UNINITIALIZED;
-    fake_instance *gi = (fake_instance *)gi_handle;
-    fake_dev *m = &migs[gi->gpu][gi->slot];
-    if (!strcmp(m->fail_symbol, "nvmlGpuInstanceGetInfo")) return m->fail_code;
-    fake_profile *p = &profiles[gi->gpu][m->profile_index];
-    info->device = &gpus[gi->gpu];
-    info->id = m->gi_id;
-    info->profileId = p->id;
-    info->placement.start = m->placement_start;
-    info->placement.size = m->placement_size;
-    return OK;
-}
-int nvmlGpuInstanceGetComputeInstanceById(void *gi_handle, unsigned id, void **ci) {
-    if (!initialized) return ERR_UNINITIALIZED;
-    fake_instance *gi = (fake_instance *)gi_handle;
-    for (int s = 0; s < MAX_MIGS; s++) {
-        fake_dev *m = &migs[gi->gpu][s];
-        if (m->present && m->gi_id == migs[gi->gpu][gi->slot].gi_id && m->ci_id == id) {
-            *ci = &cis[gi->gpu][s];
-            return OK;
-        }
-    }
-    return ERR_NOT_FOUND;
-}
-int nvmlComputeInstanceGetInfo_v2(void *ci_handle, ci_info_t *info) {
-    if (!initialized) return ERR_UNINITIALIZED;
-    fake_instance *ci = (fake_instance *)ci_handle;
-    fake_dev *m = &migs[ci->gpu][ci->slot];
-    if (!strcmp(m->fail_symbol, "nvmlComputeInstanceGetInfo_v2")) return m->fail_code;
-    info->device = &gpus[ci->gpu];
-    info->gpuInstance = &gis[ci->gpu][ci->slot];
-    info->id = m->ci_id;
-    info->profileId = m->profile_index;
-    info->placement.start = 0;
-    info->placement.size = m->ci_slices;
-    return OK;
-}
+/* MIG: GPU and compute instances, their profiles, placements, creation and destruction. */
+#include "fake_nvml_mig.c"
 
 /* ------------------------------------------------------------------------------------------ by UUID */
 
