@@ -34,6 +34,7 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.log_format == "json"
     assert config.log_level == "info"
     assert config.rolling_update_id is None  # fixed socket names
+    assert config.claim_reconcile_interval == 600  # the chart's claimReconcileIntervalSeconds
 
 
 def test_rolling_update_id_names_both_sockets() -> None:
@@ -72,6 +73,7 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--log-format": "LOG_FORMAT",
         "--log-level": "LOG_LEVEL",
         "--rolling-update-id": "ROLLING_UPDATE_ID",
+        "--claim-reconcile-interval": "CLAIM_RECONCILE_INTERVAL",
     }
 
 
@@ -127,6 +129,12 @@ def test_environment_and_flag_precedence() -> None:
         ),
         ([], {"ROLLING_UPDATE_ID": "-a"}, "from env ROLLING_UPDATE_ID: must be 1 to 64"),
         (["--rolling-update-id", "a" * 65], {}, "must be 1 to 64"),
+        (
+            [],
+            {"CLAIM_RECONCILE_INTERVAL": "5"},
+            "invalid value '5' for --claim-reconcile-interval from env CLAIM_RECONCILE_INTERVAL: "
+            "must be an integer from 10 to 86400",
+        ),
         (
             ["--log-level", "trace"],
             {},

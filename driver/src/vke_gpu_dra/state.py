@@ -22,6 +22,12 @@ A claim goes through three phases here, each a method that calls the sharing pac
   writes of this driver and recovers claims whose CDI spec has no checkpoint entry;
   `_restore_claim` rewrites the vanished spec of a prepared claim (`SharingManager.restore`).
 
+Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim
+the API server no longer has for this node, as an unprepare does, through the same batches (so never
+alongside a prepare or unprepare of that claim), and only while the entry is still the one judged.
+A prepare whose devices another claim's entry holds raises `DevicesHeld` from `_admit`; `prepare`
+then has `holder_check` (the reconciler) check those claims at once, outside the lock, and tries again.
+
 Every step of a batch runs under `_answering`, the one place where what a step raises becomes the
 answer of the calls it was for (a ClaimError as it is, anything else an error naming the claim), so
 a bug met by one claim fails that claim only; the caller gets that answer as an exception.
@@ -38,7 +44,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
@@ -47,10 +53,12 @@ from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
+from .ghosts import DevicesHeld, Holder, admin_access_devices, find_holders
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .sharing.plan import Plan, plan_claim
 
 if TYPE_CHECKING:
+    from .allocation import AllocatedDevice
     from .sharing.manager import SharingManager
     from .userspace import DriverEdits
 
@@ -66,6 +74,17 @@ ROLLBACK_SECONDS: Final = 10.0
 
 #: Threads writing the CDI specs of one batch in parallel.
 SPEC_WRITERS: Final = 8
+
+#: How often one prepare checks the claims holding its devices and tries again.
+HOLDER_CHECKS: Final = 3
+
+
+class HolderCheck(Protocol):
+    """Checks the claims whose entries hold a new claim's devices, by `deadline` (time.monotonic()):
+    cleans the ghosts, raises ClaimError naming both claims for a live holder, and returns the UIDs of
+    live holders whose overlap is allowed (admin access)."""
+
+    def __call__(self, ref: ClaimRef, holders: Sequence[Holder], deadline: float) -> frozenset[str]: ...
 
 
 @dataclass(eq=False)
@@ -85,6 +104,8 @@ class _Op:
     prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
     plan: Plan | None = None  # a prepare's GPU sharing, once checked
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
+    expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
+    tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
 
     @property
     def label(self) -> str:
@@ -147,6 +168,9 @@ class DeviceState:
         self._queue: list[_Op] = []
         self._queue_guard = threading.Lock()
         self._spec_writers: ThreadPoolExecutor | None = None
+        #: Checks the holders of a prepare's devices against the API server (the reconciler); None:
+        #: a held device fails the prepare.
+        self.holder_check: HolderCheck | None = None
         #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
         #: Temp files of interrupted writes removed at start.
@@ -165,11 +189,30 @@ class DeviceState:
     ) -> list[PreparedDevice]:
         """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError.
 
-        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock.
+        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock and the check of
+        the claims holding its devices (`holder_check`).
         """
-        op = self._submit(_Op("prepare", ref, claim, self._deadline(deadline)))
-        assert op.result is not None
-        return op.result
+        at = self._deadline(deadline)
+        tolerated: frozenset[str] = frozenset()
+        for attempt in range(HOLDER_CHECKS + 1):
+            try:
+                op = self._submit(_Op("prepare", ref, claim, at, tolerated=tolerated))
+            except DevicesHeld as held:
+                if self.holder_check is None or attempt == HOLDER_CHECKS:
+                    raise
+                tolerated |= self.holder_check(ref, held.holders, at)
+                continue
+            assert op.result is not None
+            return op.result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def clean_ghost(self, entry: ClaimEntry, *, deadline: float | None = None) -> bool:
+        """Clean a ghost's entry exactly as an unprepare would (sharing undone, CDI spec and entry
+        removed), only if the checkpoint still holds `entry` as it was judged; True when it did.
+        Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
+        ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+        op = self._submit(_Op("unprepare", ref, None, self._deadline(deadline), expect=entry))
+        return op.changed
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
@@ -348,6 +391,7 @@ class DeviceState:
             devices=self._by_name,
             gates=self._gates,
         )
+        self._refuse_held(op, allocated, entries)
         op.plan = plan_claim(ref, allocated, self._others(entries, ref.uid))
         if op.plan:
             self._manager(ref)  # a node without sharing refuses it before anything is written
@@ -365,6 +409,19 @@ class DeviceState:
             ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=op.plan.record
         )
         op.changed = True
+
+    def _refuse_held(
+        self, op: _Op, allocated: Sequence[AllocatedDevice], entries: Mapping[str, ClaimEntry]
+    ) -> None:
+        """Raise DevicesHeld when other claims' entries hold devices of `allocated` and the overlap is
+        not allowed (see `ghosts.find_holders`)."""
+        assert op.claim is not None
+        admin = admin_access_devices(op.claim, driver_name=self._driver_name, pool_name=self._pool_name)
+        holders = find_holders(
+            op.ref, allocated, self._others(entries, op.ref.uid), admin=admin, tolerated=op.tolerated
+        )
+        if holders:
+            raise DevicesHeld(op.ref, holders)
 
     def _set_up_all(self, ops: Sequence[_Op], entries: Mapping[str, ClaimEntry]) -> None:
         def set_up(op: _Op) -> None:
@@ -415,6 +472,8 @@ class DeviceState:
         keeps the entry, so kubelet's retry undoes it again."""
         ref = op.ref
         entry = entries.get(ref.uid)
+        if op.expect is not None and entry != op.expect:
+            return  # a ghost cleanup that found the entry changed (or gone) since it was judged
         if entry is not None and entry.sharing:
             self._manager(ref).unprepare(
                 ref,
