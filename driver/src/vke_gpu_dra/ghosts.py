@@ -152,15 +152,14 @@ class DevicesHeld(ClaimError):
         super().__init__("; ".join(held_error(ref, h, live=False) for h in holders))
 
 
-def held_error(ref: ClaimRef, holder: Holder, *, live: bool = True) -> str:
-    """The per-claim error of a prepare whose devices another claim holds, naming both claims."""
+def held_error(ref: ClaimRef, holder: Holder, *, live: bool = True, failure: str = "") -> str:
+    """The per-claim error of a prepare whose devices another claim holds, naming both claims; `live`
+    False: the holder could not be checked (`failure`: why), so kubelet's retry checks it again."""
     devices = ", ".join(holder.devices)
     other = holder.entry
-    state = (
-        "which still exists and is allocated them"
-        if live
-        else "which could not be checked against the API server"
-    )
+    state = "which still exists and is allocated them"
+    if not live:
+        state = "which could not be checked against the API server" + (f" ({failure})" if failure else "")
     text = (
         f"claim {ref.namespace}/{ref.name} (uid {ref.uid}): device(s) {devices} are prepared on this node "
         f"for claim {label(other) if checkable(other) else '<unnamed>'} (uid {other.uid}), {state}"

@@ -103,13 +103,16 @@ class Reconciler:
         metrics: Metrics,
         interval: float = DEFAULT_INTERVAL_SECONDS,
         workers: int = RECONCILE_WORKERS,
+        read_timeout: float | None = None,
     ) -> None:
+        """`read_timeout`: seconds for each read of a round (None: the API client's request timeout)."""
         self._state = state
         self._api = api
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._metrics = metrics
         self._interval = interval
+        self._read_timeout = read_timeout
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claim-reconcile")
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -189,10 +192,13 @@ class Reconciler:
     def _check(self, entry: ClaimEntry) -> tuple[Reason | None, str | None]:
         """(why it was cleaned, why it was kept undecided) for one entry."""
         try:
-            cached = self._api.get_resource_claim(entry.namespace, entry.name, cached=True)
+            cached = self._api.get_resource_claim(
+                entry.namespace, entry.name, self._read_timeout, cached=True
+            )
             if judge(entry, cached, driver_name=self._driver_name, pool_name=self._pool_name) is None:
                 return None, None
-            current = self._api.get_resource_claim(entry.namespace, entry.name)  # quorum read decides
+            # the quorum read decides: a stale cache never cleans a live claim
+            current = self._api.get_resource_claim(entry.namespace, entry.name, self._read_timeout)
         except KubeError as err:
             kind = failure_kind(err)
             self._metrics.claim_reconcile_failures.labels(reason=kind).inc()
@@ -261,7 +267,7 @@ class Reconciler:
                 claim = self._api.get_resource_claim(entry.namespace, entry.name, timeout=left)
             except KubeError as err:
                 self._metrics.claim_reconcile_failures.labels(reason=failure_kind(err)).inc()
-                raise ClaimError(f"{held_error(ref, holder, live=False)}: {err}") from None
+                raise ClaimError(held_error(ref, holder, live=False, failure=str(err))) from None
             reason = judge(entry, claim, driver_name=self._driver_name, pool_name=self._pool_name)
             if reason is not None:
                 self._clean(entry, reason, deadline)
