@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from vke_gpu_dra import cdi
+from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra.ghosts import Reason, find_holders, judge
 from vke_gpu_dra.kubeapi import KubeAPI
@@ -22,14 +24,15 @@ from vke_gpu_dra.reconcile import Reconciler
 from vke_gpu_dra.sharing.mps import daemon_id
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
-from vke_gpu_dra_testing.plugin_env import NODE, plugin_config
+from vke_gpu_dra_testing.plugin_env import NODE, plugin_args, plugin_config, wait_until
 
 from tests.driver.claims import claim, gpu_config, opaque, result
 from tests.driver.sharing_env import FakeDriverRoot
+from tests.driver.test_plugin_process import REG_SOCKET, launch
 from tests.driver.test_sharing import DEVICES as SHARING_DEVICES
 from tests.driver.test_sharing import LONG, MPS_EXAMPLE, U0, make_state, mps_state
 
@@ -107,8 +110,6 @@ def test_judge(claim_json: dict | None, expected: Reason | None) -> None:
 
 
 def test_find_holders_allows_admin_access_and_sharing_only() -> None:
-    from vke_gpu_dra.allocation import allocated_devices
-
     by_name = {d.name: d for d in DEVICES}
     holder = ClaimEntry(
         "old", "default", "old", ClaimState.PREPARE_COMPLETED, tuple(_prepared_devices("old", "gpu-0"))
@@ -128,8 +129,6 @@ def test_find_holders_allows_admin_access_and_sharing_only() -> None:
 
 
 def _prepared_devices(uid: str, *names: str):
-    from vke_gpu_dra_core.device_model import PreparedDevice
-
     return [PreparedDevice(("gpu",), POOL, n, (cdi.claim_device_id(uid, n),)) for n in names]
 
 
@@ -417,3 +416,65 @@ def test_plugin_reconciles_at_start_and_each_round(short_tmp: Path, fake_api: Fa
         if s.name.endswith("_total")
     }
     assert samples == {"gone": 1.0, "replaced": 1.0}
+
+
+# --- process level: killed, the claims deleted meanwhile, restarted ---
+
+
+def test_ghosts_left_by_a_killed_plugin_are_cleaned_after_its_restart(
+    short_tmp: Path, fake_api: FakeAPIServer
+) -> None:
+    fake_api.add_node(NODE)
+    for uid, name, device in (
+        ("uid-1", "gone", "gpu-0"),
+        ("uid-2", "again", "gpu-1"),
+        ("uid-3", "live", "gpu-2"),
+    ):
+        fake_api.add_claim(api_claim(uid, name, device))
+    reg = short_tmp / "registry" / REG_SOCKET
+    checkpoint = short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE
+
+    def uids() -> list[str]:
+        return sorted(c["uid"] for c in json.loads(checkpoint.read_text())["claims"])
+
+    args = plugin_args(short_tmp, gpus=4)
+    proc = launch(args, module=True)
+    try:
+        assert wait_until(lambda: reg.exists() or proc.poll() is not None, timeout=30), (
+            "no registration socket"
+        )
+        kubelet = Kubelet(reg)
+        kubelet.register()
+        answers = kubelet.prepare(
+            [("default", "gone", "uid-1"), ("default", "again", "uid-2"), ("default", "live", "uid-3")]
+        )
+        assert all(a["error"] == "" for a in answers.values())
+        kubelet.close()
+        proc.kill()  # SIGKILL: no unprepare, nothing flushed beyond the checkpoint
+        proc.communicate()
+        assert uids() == ["uid-1", "uid-2", "uid-3"]
+        fake_api.delete_claim("default", "gone")
+        fake_api.delete_claim("default", "again")
+        fake_api.add_claim(api_claim("uid-4", "again", "gpu-1"))  # same name, new UID
+        fake_api.requests.clear()
+        proc = launch(args, module=True)
+        assert wait_until(lambda: uids() == ["uid-3"] or proc.poll() is not None, timeout=30), uids()
+        assert proc.poll() is None
+        assert sorted(cdi.list_claim_specs(short_tmp / "cdi")) == ["uid-3"]
+        assert not [
+            p for m, p in fake_api.requests if m == "GET" and p.endswith("/resourceclaims")
+        ]  # no list
+        kubelet = Kubelet(reg)
+        kubelet.register()
+        assert kubelet.prepare([("default", "again", "uid-4")])["uid-4"]["error"] == ""
+        assert kubelet.unprepare([("default", "gone", "uid-1")]) == {"uid-1": ""}
+        kubelet.close()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    cleaned = sorted((e["uid"], e["reason"]) for e in logs if e["msg"] == "cleaned ghost claim")
+    assert cleaned == [("uid-1", "gone"), ("uid-2", "replaced")]
