@@ -26,8 +26,8 @@ import yaml
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_core.model import Device, PreparedDevice
 from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet, container_cdi_device_ids
