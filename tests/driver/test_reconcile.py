@@ -148,7 +148,7 @@ def test_a_claim_deleted_without_unprepare_is_cleaned_in_one_round(
     assert sorted(cdi.list_claim_specs(dirs[0])) == ["uid-live"]
     assert counted(reconciler, "claim_ghosts_cleaned", "gone") == 1
     [line] = [r for r in caplog.records if r.getMessage() == "cleaned ghost claim"]
-    assert line.fields == {  # type: ignore[attr-defined]
+    assert line.fields == {
         "namespace": "default",
         "name": "gone",
         "uid": "uid-gone",
@@ -163,7 +163,6 @@ def test_a_claim_deleted_without_unprepare_is_cleaned_in_one_round(
             "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gone?resourceVersion=0",
             "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gone",
             "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/live?resourceVersion=0",
-            # the prepares' own reads are DeviceState's caller's (kubelet path), not made here
         ]
     )
     state.unprepare(ref("uid-gone", "gone"))  # kubelet's late unprepare succeeds
