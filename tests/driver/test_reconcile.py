@@ -286,6 +286,40 @@ def test_a_ghost_is_cleaned_as_an_unprepare_time_slice_and_mps_undone(
     assert not (env[2] / "mps" / daemon_id("uid-mps", [u1])).exists()
 
 
+def test_a_claim_prepared_between_the_read_and_the_clean_is_left_alone(
+    fake_api: FakeAPIServer, state: DeviceState, kube: KubeAPI
+) -> None:
+    """The quorum read says deallocated; before the clean, kubelet prepares the claim (allocated
+    again, same UID): its entry is unchanged on disk, yet the cleanup must not remove it."""
+    obj = api_claim("uid-1", "c", "gpu-0")
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+
+    class PrepareDuringRead:
+        def get_resource_claim(
+            self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
+        ) -> dict | None:
+            if cached:
+                return api_claim("uid-1", "c", allocated=False)
+            answer = api_claim("uid-1", "c", allocated=False)  # what the quorum read saw...
+            state.prepare(ref("uid-1", "c"), obj)  # ...while kubelet's prepare answered
+            return answer
+
+    rec = Reconciler(
+        state, PrepareDuringRead(), driver_name=facts.DRIVER_NAME, pool_name=POOL, metrics=Metrics()
+    )
+    try:
+        assert rec.run_round().cleaned == {}
+    finally:
+        rec.stop()
+    assert sorted(state.entries()) == ["uid-1"] and sorted(cdi.list_claim_specs(state_cdi(state))) == [
+        "uid-1"
+    ]
+
+
+def state_cdi(state: DeviceState) -> Path:
+    return state._cdi_root
+
+
 # --- a prepare that meets another claim's entry on its device ---
 
 

@@ -11,8 +11,9 @@ seconds (`Reconciler`, one background thread):
   read judges a ghost (`ghosts.judge`) is read again from etcd (a quorum read), and only that read
   decides, so a stale cache never cleans a live claim;
 * a ghost is cleaned by `DeviceState.clean_ghost`: exactly an unprepare, under the node lock, in the
-  batches that serialise the calls of one claim, and only if the entry is still the one judged (a
-  claim prepared or unprepared in between is left alone). One log line per ghost, counted by reason;
+  batches that serialise the calls of one claim, and only if the entry is still the one judged and
+  no prepare of it answered since that read (a claim prepared or unprepared in between is left
+  alone). One log line per ghost, counted by reason;
 * a read that fails (timeout, unreachable, 401/403, any other API error) keeps the entry and cleans
   nothing; it is counted, and logged once while the same claims keep failing.
 
@@ -68,7 +69,9 @@ class GhostState(Protocol):
 
     def entries(self) -> dict[str, ClaimEntry]: ...
 
-    def clean_ghost(self, entry: ClaimEntry, *, deadline: float | None = None) -> bool: ...
+    def clean_ghost(
+        self, entry: ClaimEntry, *, judged_at: float | None = None, deadline: float | None = None
+    ) -> bool: ...
 
 
 def failure_kind(err: KubeError) -> str:
@@ -155,6 +158,8 @@ class Reconciler:
             try:
                 self.run_round()
             except Exception:  # a bug in one round: the next one tries again
+                if self._stopping.is_set():
+                    break  # stopped mid-round: its reads were cancelled
                 log.exception("claim reconciliation round failed")
             self._wake.wait(self._interval)
             self._wake.clear()
@@ -198,6 +203,7 @@ class Reconciler:
             if judge(entry, cached, driver_name=self._driver_name, pool_name=self._pool_name) is None:
                 return None, None
             # the quorum read decides: a stale cache never cleans a live claim
+            judged_at = time.monotonic()
             current = self._api.get_resource_claim(entry.namespace, entry.name, self._read_timeout)
         except KubeError as err:
             kind = failure_kind(err)
@@ -208,15 +214,16 @@ class Reconciler:
             log.debug("cache said ghost, quorum read says live", extra={"fields": {"claim": label(entry)}})
             return None, None
         try:
-            cleaned = self._clean(entry, reason, deadline=None)
+            cleaned = self._clean(entry, reason, judged_at, deadline=None)
         except ClaimError as err:
             return None, f"cleanup: {err}"
         return (reason if cleaned else None), None
 
-    def _clean(self, entry: ClaimEntry, reason: Reason, deadline: float | None) -> bool:
-        """Clean one ghost as an unprepare; False when its entry changed meanwhile (left alone)."""
+    def _clean(self, entry: ClaimEntry, reason: Reason, judged_at: float, deadline: float | None) -> bool:
+        """Clean one ghost as an unprepare; False when its entry changed or the claim was prepared since
+        `judged_at` (left alone)."""
         try:
-            cleaned = self._state.clean_ghost(entry, deadline=deadline)
+            cleaned = self._state.clean_ghost(entry, judged_at=judged_at, deadline=deadline)
         except ClaimError as err:
             self._metrics.claim_reconcile_failures.labels(reason="cleanup").inc()
             log.warning(
@@ -263,6 +270,7 @@ class Reconciler:
             left = deadline - time.monotonic()
             if not checkable(entry) or left <= 0:
                 raise ClaimError(held_error(ref, holder, live=False))
+            judged_at = time.monotonic()
             try:
                 claim = self._api.get_resource_claim(entry.namespace, entry.name, timeout=left)
             except KubeError as err:
@@ -270,7 +278,7 @@ class Reconciler:
                 raise ClaimError(held_error(ref, holder, live=False, failure=str(err))) from None
             reason = judge(entry, claim, driver_name=self._driver_name, pool_name=self._pool_name)
             if reason is not None:
-                self._clean(entry, reason, deadline)
+                self._clean(entry, reason, judged_at, deadline)
                 continue
             assert claim is not None
             admin = admin_access_devices(claim, driver_name=self._driver_name, pool_name=self._pool_name)

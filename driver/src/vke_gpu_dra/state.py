@@ -24,7 +24,8 @@ A claim goes through three phases here, each a method that calls the sharing pac
 
 Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim
 the API server no longer has for this node, as an unprepare does, through the same batches (so never
-alongside a prepare or unprepare of that claim), and only while the entry is still the one judged.
+alongside a prepare or unprepare of that claim), and only while the entry is still the one judged
+and no prepare of the claim answered since it was judged.
 A prepare whose devices another claim's entry holds raises `DevicesHeld` from `_admit`; `prepare`
 then has `holder_check` (the reconciler) check those claims at once, outside the lock, and tries again.
 
@@ -105,6 +106,7 @@ class _Op:
     plan: Plan | None = None  # a prepare's GPU sharing, once checked
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
     expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
+    judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
     tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
 
     @property
@@ -171,6 +173,8 @@ class DeviceState:
         #: Checks the holders of a prepare's devices against the API server (the reconciler); None:
         #: a held device fails the prepare.
         self.holder_check: HolderCheck | None = None
+        #: When a prepare of each claim last answered in this process (a ghost judged before is kept).
+        self._answered_at: dict[str, float] = {}
         #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
         #: Temp files of interrupted writes removed at start.
@@ -206,12 +210,16 @@ class DeviceState:
             return op.result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def clean_ghost(self, entry: ClaimEntry, *, deadline: float | None = None) -> bool:
+    def clean_ghost(
+        self, entry: ClaimEntry, *, judged_at: float | None = None, deadline: float | None = None
+    ) -> bool:
         """Clean a ghost's entry exactly as an unprepare would (sharing undone, CDI spec and entry
-        removed), only if the checkpoint still holds `entry` as it was judged; True when it did.
-        Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
+        removed), only if the checkpoint still holds `entry` as it was judged and no prepare of the
+        claim answered since `judged_at` (time.monotonic() of the read that judged it; None: now);
+        True when it did. Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
         ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
-        op = self._submit(_Op("unprepare", ref, None, self._deadline(deadline), expect=entry))
+        at = time.monotonic() if judged_at is None else judged_at
+        op = self._submit(_Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at))
         return op.changed
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
@@ -333,6 +341,7 @@ class DeviceState:
             self._save(entries, [*written, *rolled_back])
             for op in _open(written):
                 op.answer(op.prepared)
+                self._answered_at[op.ref.uid] = time.monotonic()
         finally:
             for op in batch:
                 if not op.answered:  # the batch stopped early: no caller waits for an answer that never comes
@@ -381,6 +390,7 @@ class DeviceState:
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
             self._restore_claim(ref, entry)
             op.answer(list(entry.devices))
+            self._answered_at[ref.uid] = time.monotonic()
             return
         assert op.claim is not None
         allocated = allocated_devices(
@@ -472,8 +482,11 @@ class DeviceState:
         keeps the entry, so kubelet's retry undoes it again."""
         ref = op.ref
         entry = entries.get(ref.uid)
-        if op.expect is not None and entry != op.expect:
-            return  # a ghost cleanup that found the entry changed (or gone) since it was judged
+        if op.expect is not None and (
+            entry != op.expect or self._answered_at.get(ref.uid, -1.0) >= op.judged_at
+        ):
+            return  # a ghost cleanup that found the entry changed (or gone, or prepared) since it was judged
+        self._answered_at.pop(ref.uid, None)
         if entry is not None and entry.sharing:
             self._manager(ref).unprepare(
                 ref,
