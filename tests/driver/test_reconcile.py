@@ -244,6 +244,18 @@ def test_a_stale_cache_never_cleans_a_live_claim(
     assert len(quorum) == 2  # each suspected ghost was read again, and found live
 
 
+def test_a_deleted_claim_does_not_survive_two_rounds_of_a_lagging_cache(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+    fake_api.freeze_claim_cache()
+    fake_api.delete_claim("default", "c")
+    assert reconciler.run_round().cleaned == {}  # the cache still serves the claim
+    fake_api.thaw_claim_cache()  # the watch cache catches up (milliseconds on a healthy apiserver)
+    assert reconciler.run_round().cleaned == {"uid-1": Reason.GONE}
+    assert state.entries() == {}
+
+
 def test_an_entry_changed_since_it_was_judged_is_left_alone(
     fake_api: FakeAPIServer, state: DeviceState
 ) -> None:
