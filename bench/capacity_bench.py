@@ -29,14 +29,14 @@ import tracemalloc
 from typing import Any
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
-from vke_gpu_dra_ops.capacity.cel.environment import DeviceContext, compile_selector
-from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, PodClaimRef, parse_claim_template
-from vke_gpu_dra_ops.capacity.inventory import GpuPool
-from vke_gpu_dra_ops.capacity.planner import Planner
-from vke_gpu_dra_ops.capacity.selection import SelectionStats, SelectorCache
-from vke_gpu_dra_ops.capacity.stack_model import StackModel, Workload, default_classes
-from vke_gpu_dra_ops.capacity.stack_plan import plan_model
+from vke_gpu_dra_planner.allocator import AllocationError, NodeAllocator
+from vke_gpu_dra_planner.cel.environment import DeviceContext, compile_selector
+from vke_gpu_dra_planner.claims import ClaimTemplate, PodClaimRef, parse_claim_template
+from vke_gpu_dra_planner.fit import Planner
+from vke_gpu_dra_planner.inventory import GpuPool
+from vke_gpu_dra_planner.selection import SelectionStats, SelectorCache
+from vke_gpu_dra_planner.stack import StackModel, Workload, default_classes
+from vke_gpu_dra_planner.verdict import plan_model
 
 ATTR = f"device.attributes['{facts.DRIVER_NAME}']"
 MEM = f"device.capacity['{facts.DRIVER_NAME}'].{facts.CAPACITY_MEMORY}"
@@ -65,6 +65,11 @@ def _exactly(name: str, count: int, *selectors: str, mode: str = "ExactCount") -
 
 
 def templates() -> list[ClaimTemplate]:
+    return [parse_claim_template(doc) for doc in template_documents()]
+
+
+def template_documents() -> list[dict[str, Any]]:
+    """The 20 ResourceClaimTemplate shapes, as manifests (`metadata.name` t00 .. t19)."""
     specs: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
     for i in range(10):
         specs.append(([_exactly("gpu", 1 + i % 4, SELECTORS[i])], []))
@@ -87,20 +92,18 @@ def templates() -> list[ClaimTemplate]:
     specs.append(([_exactly("a", 1), _exactly("b", 1)], root))
     for i in range(5):
         specs.append(([_exactly("x", 1, SELECTORS[i], SELECTORS[9 - i]), _exactly("y", 1, SELECTORS[7])], []))
-    out = []
+    out: list[dict[str, Any]] = []
     for n, (requests, constraints) in enumerate(specs):
         devices: dict[str, Any] = {"requests": requests}
         if constraints:
             devices["constraints"] = constraints
         out.append(
-            parse_claim_template(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": f"t{n:02d}"},
-                    "spec": {"spec": {"devices": devices}},
-                }
-            )
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"t{n:02d}"},
+                "spec": {"spec": {"devices": devices}},
+            }
         )
     return out
 

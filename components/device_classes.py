@@ -14,7 +14,8 @@ class DeviceClasses(pulumi.ComponentResource):
     """One `resource.k8s.io/v1` DeviceClass per entry of `facts.DEVICE_CLASSES`.
 
     Registered only when the driver chart does not render them itself (our chart with
-    `deviceClasses.enabled=false`); NVIDIA's chart always renders the same two classes.
+    `deviceClasses.enabled=false`); NVIDIA's chart always renders the same two classes. With
+    `extended_resource` gpu.nvidia.com maps nvidia.com/gpu (stack config driver.extendedResource).
     """
 
     names: pulumi.Output[list[str]]
@@ -24,12 +25,13 @@ class DeviceClasses(pulumi.ComponentResource):
         name: str,
         *,
         provider: k8s.Provider,
+        extended_resource: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("vke-gpu-dra:index:DeviceClasses", name, None, opts)
         classes = []
-        for manifest in manifests.device_classes():
+        for manifest in manifests.device_classes(extended_resource):
             class_name = manifest["metadata"]["name"]
             classes.append(
                 k8s.resource.v1.DeviceClass(

@@ -14,6 +14,10 @@ from vke_gpu_dra_core.config import SampleConfig, Taint
 
 SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
 SAMPLE_DEPLOYMENT: Final = "gpu-test"
+#: The sample's second Deployment, written the classic way (`resources.limits: nvidia.com/gpu: 1`, no claim):
+#: on clusters where gpu.nvidia.com maps nvidia.com/gpu, the scheduler makes its claim.
+SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"
+SAMPLE_CLASSIC_APP_LABEL: Final = {"app": SAMPLE_CLASSIC_DEPLOYMENT}
 SAMPLE_CONTAINER: Final = "test"
 SAMPLE_REQUEST: Final = "gpu"
 SAMPLE_APP_LABEL: Final = {"app": SAMPLE_DEPLOYMENT}
@@ -36,9 +40,10 @@ def driver_namespace() -> dict[str, Any]:
     return namespace(facts.DRIVER_NAMESPACE, DRIVER_NAMESPACE_LABELS)
 
 
-def device_classes() -> list[dict[str, Any]]:
-    """gpu.nvidia.com and mig.nvidia.com, as defined by the shared facts."""
-    return [spec.manifest() for spec in facts.DEVICE_CLASSES]
+def device_classes(extended_resource: bool = False) -> list[dict[str, Any]]:
+    """gpu.nvidia.com and mig.nvidia.com, as defined by the shared facts; with `extended_resource`
+    gpu.nvidia.com maps nvidia.com/gpu (`spec.extendedResourceName`)."""
+    return [spec.manifest(extended_resource=extended_resource) for spec in facts.DEVICE_CLASSES]
 
 
 def tolerations(taints: Sequence[Taint]) -> list[dict[str, str]]:
@@ -105,6 +110,33 @@ def deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, 
             "replicas": 1,
             "selector": {"matchLabels": dict(SAMPLE_APP_LABEL)},
             "template": {"metadata": {"labels": dict(SAMPLE_APP_LABEL)}, "spec": pod_spec},
+        },
+    }
+
+
+def classic_deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, Any]:
+    """Deployment gpu-test-classic: the sample's pod written for the device plugin, `nvidia.com/gpu: 1` in
+    `resources.limits` (requests default to limits) and no claim."""
+    container: dict[str, Any] = {
+        "name": SAMPLE_CONTAINER,
+        "image": sample.image,
+        "command": list(sample.command),
+        "resources": {"limits": {facts.GPU_EXTENDED_RESOURCE: "1"}},
+    }
+    if sample.args:
+        container["args"] = list(sample.args)
+    pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 3}
+    tols = tolerations(taints)
+    if tols:
+        pod_spec["tolerations"] = tols
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": SAMPLE_CLASSIC_DEPLOYMENT, "namespace": sample.namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": dict(SAMPLE_CLASSIC_APP_LABEL)},
+            "template": {"metadata": {"labels": dict(SAMPLE_CLASSIC_APP_LABEL)}, "spec": pod_spec},
         },
     }
 

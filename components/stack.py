@@ -45,6 +45,10 @@ def verify_commands(cfg: StackConfig) -> list[str]:
             f"kubectl describe resourceclaims -n {sns}",
             f"kubectl logs deployment/{manifests.SAMPLE_DEPLOYMENT} -n {sns} --all-pods=true",
         ]
+        if _classic_sample(cfg):
+            commands.append(
+                f"kubectl logs deployment/{manifests.SAMPLE_CLASSIC_DEPLOYMENT} -n {sns} --all-pods=true"
+            )
     return commands
 
 
@@ -169,7 +173,14 @@ def _device_classes(cfg: StackConfig, target: _Target) -> list[pulumi.Resource]:
     """The DeviceClasses, unless the driver's chart renders them itself ([] then)."""
     if chart_creates_device_classes(cfg.driver):
         return []
-    return [DeviceClasses("device-classes", provider=target.provider, depends_on=target.gate)]
+    return [
+        DeviceClasses(
+            "device-classes",
+            provider=target.provider,
+            extended_resource=cfg.gpu_extended_resource,
+            depends_on=target.gate,
+        )
+    ]
 
 
 def _sample_workload(
@@ -181,13 +192,22 @@ def _sample_workload(
         cfg.sample,
         provider=target.provider,
         taints=target.taints,
+        classic=_classic_sample(cfg),
         depends_on=after_driver,
     )
-    return {
+    exports: dict[str, Any] = {
         "namespace": sample.namespace,
         "resourceClaimTemplate": sample.claim_template_name,
         "deployment": sample.deployment_name,
     }
+    if sample.classic_deployment_name is not None:
+        exports["classicDeployment"] = sample.classic_deployment_name
+    return exports
+
+
+def _classic_sample(cfg: StackConfig) -> bool:
+    """The sample's classic Deployment runs where the program's gpu.nvidia.com maps nvidia.com/gpu."""
+    return not chart_creates_device_classes(cfg.driver) and cfg.gpu_extended_resource
 
 
 def build(cfg: StackConfig | None = None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""`SampleWorkload`: the procedure's ResourceClaimTemplate `single-gpu` and Deployment `gpu-test`."""
+"""`SampleWorkload`: the procedure's ResourceClaimTemplate `single-gpu` and Deployment `gpu-test`, and
+with the nvidia.com/gpu mapping the classic Deployment `gpu-test-classic`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ class SampleWorkload(pulumi.ComponentResource):
     namespace: str
     claim_template_name: pulumi.Output[str]
     deployment_name: pulumi.Output[str]
+    #: gpu-test-classic's name, or None when the sample has no classic Deployment.
+    classic_deployment_name: pulumi.Output[str] | None
 
     def __init__(
         self,
@@ -31,6 +34,7 @@ class SampleWorkload(pulumi.ComponentResource):
         *,
         provider: k8s.Provider,
         taints: Sequence[Taint] = (),
+        classic: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -57,7 +61,20 @@ class SampleWorkload(pulumi.ComponentResource):
             spec=dep["spec"],
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[*after, template]),
         )
+        self.classic_deployment_name = None
+        outputs: dict[str, pulumi.Output[str]] = {}
+        if classic:
+            classic_dep = manifests.classic_deployment(cfg, taints)
+            self.classic_deployment_name = k8s.apps.v1.Deployment(
+                f"{name}-classic-deployment",
+                metadata=classic_dep["metadata"],
+                spec=classic_dep["spec"],
+                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after),
+            ).metadata.name
+            outputs["classicDeployment"] = self.classic_deployment_name
         self.namespace = cfg.namespace
         self.claim_template_name = template.metadata.name
         self.deployment_name = deployment.metadata.name
-        self.register_outputs({"claimTemplate": self.claim_template_name, "deployment": self.deployment_name})
+        self.register_outputs(
+            {"claimTemplate": self.claim_template_name, "deployment": self.deployment_name, **outputs}
+        )

@@ -2,7 +2,8 @@
 
 The pack's environment is `policy/venv` (scripts/setup builds it from policy/requirements.txt, as the
 Pulumi CLI does); the program's is requirements.txt. Neither installs the node daemon or its runtime
-dependencies (NVML bindings, prometheus, gRPC health checking).
+dependencies (NVML bindings, prometheus, gRPC health checking); the pack's holds the capacity planner
+but not the operator tools.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +26,8 @@ DRIVER_MODULES = (
     "grpc_health",
     "kubernetes",
 )
+#: The operator tools' package: the pack's environment installs the planner, not them.
+OPS_MODULES = ("vke_gpu_dra_ops",)
 
 _PROBE = """
 import importlib.util, json, sys
@@ -38,7 +42,7 @@ print(json.dumps({
 def test_the_pack_loads_in_its_environment_without_the_driver() -> None:
     assert PACK_PYTHON.is_file(), f"{PACK_PYTHON} is missing: run scripts/setup"
     proc = subprocess.run(
-        [str(PACK_PYTHON), "-c", _PROBE, *DRIVER_MODULES],
+        [str(PACK_PYTHON), "-c", _PROBE, *DRIVER_MODULES, *OPS_MODULES],
         cwd=POLICY_DIR,  # where the CLI runs the pack: its package is found from there
         env={"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
@@ -51,6 +55,8 @@ def test_the_pack_loads_in_its_environment_without_the_driver() -> None:
     assert "vke_dra_policies" in found["loaded"] and "vke_gpu_dra_core" in found["loaded"]
     assert [m for m in DRIVER_MODULES if m in found["loaded"]] == []
     assert found["installed"] == []
+    assert "vke_gpu_dra_planner" in found["loaded"]
+    assert [m for m in OPS_MODULES if m in found["loaded"]] == []
 
 
 def test_the_programs_requirements_name_core_not_the_driver() -> None:
@@ -60,15 +66,20 @@ def test_the_programs_requirements_name_core_not_the_driver() -> None:
     pack = [line.strip() for line in (POLICY_DIR / "requirements.txt").read_text().splitlines()]
     assert "-e ../core" in pack
     assert [line for line in pack if "driver" in line] == []
+    assert "-e ../planner" in pack
+    assert [line for line in pack if "ops" in line] == []
 
 
-def test_the_pack_environment_plans_and_names_the_extra_verify_needs() -> None:
-    # The operator tools come without the Kubernetes client there: `plan` runs, `verify` says what to install.
-    assert PACK_PYTHON.is_file(), f"{PACK_PYTHON} is missing: run scripts/setup"
+def test_the_operator_tools_without_the_kubernetes_client_plan_and_name_the_extra_verify_needs() -> None:
+    # `pip install vke-gpu-dra-ops` without the extra: `plan` runs, `verify` says what to install.
+    hide_client = (
+        "import sys; sys.modules['kubernetes'] = None; "
+        "from vke_gpu_dra_ops.__main__ import main; sys.exit(main())"
+    )
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(PACK_PYTHON), "-m", "vke_gpu_dra_ops", *args],
+            [sys.executable, "-c", hide_client, *args],
             cwd=ROOT,
             env={"PATH": os.environ.get("PATH", ""), "HOME": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"},
             capture_output=True,

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Everything that is not a test: the packages, the program, the pack, the benchmarks and the tools.
 SOURCES = (
-    "__main__.py", "components", "core/src", "kube/src", "driver/src", "ops/src",
+    "__main__.py", "components", "core/src", "kube/src", "driver/src", "planner/src", "ops/src",
     "policy", "support/src", "bench", "tools",
 )  # fmt: skip
 

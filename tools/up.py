@@ -47,6 +47,7 @@ SETUP_INPUTS = (
     "core/pyproject.toml",
     "driver/pyproject.toml",
     "kube/pyproject.toml",
+    "planner/pyproject.toml",
     "ops/pyproject.toml",
     "support/pyproject.toml",
     "tools/install_helm.py",

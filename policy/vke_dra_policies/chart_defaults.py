@@ -27,6 +27,7 @@ from vke_gpu_dra_core import yamlerrors
 PATHS: Final[tuple[tuple[str, ...], ...]] = (
     ("driverName",),  # deviceclasses: the driver name the chart's DeviceClasses select
     ("deviceClasses", "enabled"),  # deviceclasses: whether the chart renders the DeviceClasses
+    ("deviceClasses", "gpuExtendedResourceName"),  # extended_resource: what gpu.nvidia.com maps
     ("featureGates",),  # sharing: the gates a GPU sharing strategy needs
     ("image", "repository"),  # image: pinned by digest, in a registry the nodes can pull from
     ("image", "tag"),

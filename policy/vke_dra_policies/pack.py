@@ -27,6 +27,7 @@ from .checks import (
     conflicts,
     deviceclasses,
     driver,
+    extended_resource,
     image,
     nodepools,
     protection,
@@ -145,6 +146,12 @@ TABLE: Final[tuple[Row, ...]] = (
         "limits).",
         lambda res, c, _s: conflicts.device_plugin_beside_dra(res, _forbidden_addons(c)),
         config_schema=_ADDONS,
+    ),
+    StackRow(
+        names.NO_DEVICE_PLUGIN_ON_DRA_NODES,
+        "No NVIDIA device plugin of the stack (Helm release, DaemonSet) on the DRA GPU nodes: it would "
+        "advertise nvidia.com/gpu beside DRA, which gpu.nvidia.com may map too (KEP-5004).",
+        lambda res, _c, _s: extended_resource.device_plugin_on_dra_nodes(res),
     ),
     StackRow(
         names.DRIVER_VALUES,

@@ -1,6 +1,6 @@
 """DeviceClass selectors against the driver's own devices, in the DRA CEL environment of the operator tools.
 
-Compiling and evaluating is the operator tools' CEL environment (`vke_gpu_dra_ops.capacity`: type-checked
+Compiling and evaluating is the capacity planner's CEL environment (`vke_gpu_dra_planner`: type-checked
 like the apiserver, with Kubernetes' quantity() and semver() libraries); this module only supplies the sample
 devices (a full GPU from the driver's simulated discovery, a MIG device from its MIG builder) and words the
 results for the policy.
@@ -16,7 +16,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.discovery.devices import GpuFacts, mig_device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
-from vke_gpu_dra_ops.capacity import (
+from vke_gpu_dra_planner import (
     DeviceContext,
     SelectorCompileError,
     SelectorError,

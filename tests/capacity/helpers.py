@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_ops.capacity.claims import ClaimTemplate, parse_claim_template
-from vke_gpu_dra_ops.capacity.inventory import GpuPool
-from vke_gpu_dra_ops.capacity.planner import FitResult, Planner
-from vke_gpu_dra_ops.capacity.stack_model import default_classes
+from vke_gpu_dra_planner.claims import ClaimTemplate, parse_claim_template
+from vke_gpu_dra_planner.fit import FitResult, Planner
+from vke_gpu_dra_planner.inventory import GpuPool
+from vke_gpu_dra_planner.stack import default_classes
 
 #: CEL naming the driver's attributes and capacities.
 ATTRS = f"device.attributes['{facts.DRIVER_NAME}']"

@@ -1,12 +1,12 @@
 import pytest
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
-from vke_gpu_dra_ops.capacity.allocator import AllocationError, NodeAllocator
-from vke_gpu_dra_ops.capacity.inventory import GpuPool, Node
-from vke_gpu_dra_ops.capacity.placement import Placement
-from vke_gpu_dra_ops.capacity.planner import MAX_PODS_PER_NODE, Planner
-from vke_gpu_dra_ops.capacity.selection import SelectorCache, observed_ids
-from vke_gpu_dra_ops.capacity.stack_model import default_classes
+from vke_gpu_dra_planner.allocator import AllocationError, NodeAllocator
+from vke_gpu_dra_planner.fit import MAX_PODS_PER_NODE, Planner
+from vke_gpu_dra_planner.inventory import GpuPool, Node
+from vke_gpu_dra_planner.placement import Placement
+from vke_gpu_dra_planner.selection import SelectorCache, observed_ids
+from vke_gpu_dra_planner.stack import default_classes
 
 from .helpers import ATTRS, CC, MEM, exactly, fit, parsed, pool
 

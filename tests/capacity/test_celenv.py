@@ -1,7 +1,7 @@
 import pytest
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_core.facts import DRIVER_NAME
-from vke_gpu_dra_ops.capacity.cel.environment import (
+from vke_gpu_dra_planner.cel.environment import (
     SelectorCompileError,
     SelectorRuntimeError,
     compile_selector,
@@ -138,3 +138,17 @@ def test_cel_bind_body_is_type_checked():
 )
 def test_device_object_fields_compile(a30, expression):
     assert evaluate(expression, DRIVER_NAME, a30) is True
+
+
+def test_the_planner_loads_the_cel_engine_without_its_interactive_shell():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, vke_gpu_dra_planner; "
+        "from vke_gpu_dra_planner import compile_selector; "
+        "compile_selector(\"device.driver == 'gpu.nvidia.com'\"); "
+        "print(sorted(m for m in ('cel.cli', 'prompt_toolkit', 'rich') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

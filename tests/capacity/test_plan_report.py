@@ -1,8 +1,8 @@
 """`vke-gpu-dra plan` plans a stack once; its report is rendered from that plan's results alone."""
 
 from vke_gpu_dra_ops import plan as plan_command
-from vke_gpu_dra_ops.capacity.stack_model import model_from_resources
-from vke_gpu_dra_ops.capacity.stack_plan import plan_model
+from vke_gpu_dra_planner.stack import model_from_resources
+from vke_gpu_dra_planner.verdict import plan_model
 
 from .helpers import exactly
 from .test_policy import claim_template, deployment, node_pool

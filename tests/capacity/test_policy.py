@@ -4,7 +4,7 @@ from typing import Any
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
-from vke_gpu_dra_ops.capacity import check_stack
+from vke_gpu_dra_planner import check_stack
 
 from .helpers import MEM, exactly, template
 

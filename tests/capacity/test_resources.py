@@ -5,8 +5,8 @@ from typing import Any
 
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
-from vke_gpu_dra_ops.capacity import check_stack
-from vke_gpu_dra_ops.capacity.stack_model import model_from_resources
+from vke_gpu_dra_planner import check_stack
+from vke_gpu_dra_planner.stack import model_from_resources
 
 from .helpers import exactly
 from .test_policy import Unknown, claim_template, deployment, node_pool

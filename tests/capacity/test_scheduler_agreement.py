@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
-from vke_gpu_dra_ops.capacity import check_stack
-from vke_gpu_dra_ops.capacity.stack_model import model_from_resources
-from vke_gpu_dra_ops.capacity.stack_plan import plan_model
-from vke_gpu_dra_ops.capacity.versions import VersionError, feature_gates
+from vke_gpu_dra_planner import check_stack
+from vke_gpu_dra_planner.gates import VersionError, feature_gates
+from vke_gpu_dra_planner.stack import model_from_resources
+from vke_gpu_dra_planner.verdict import plan_model
 
 from .helpers import exactly
 from .test_policy import DRA_LABELS, POOL, claim_template, deployment, node_pool, res

@@ -2,7 +2,7 @@
 
 import pytest
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_ops.capacity.claims import parse_claim_template
+from vke_gpu_dra_planner.claims import parse_claim_template
 
 from .helpers import exactly, fit, pool, template
 

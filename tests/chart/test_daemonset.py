@@ -18,6 +18,7 @@ NVML_ENV = {
     "DEVICE_SOURCE": "nvml",
     "NVIDIA_DRIVER_ROOT": "/",
     "DRIVER_ROOT_CTR_PATH": "/driver-root",
+    "HEALTH_RECOVERY_WINDOW": "300",
     "HEALTHCHECK_PORT": "51516",
     "METRICS_PORT": "8080",
     "CLAIM_RECONCILE_INTERVAL": "600",
@@ -219,6 +220,7 @@ def test_env_follows_values(render: Any) -> None:
         "kubeletPluginsDir": "/data/kubelet/plugins/",
         "kubeletRegistrarDir": "/data/kubelet/plugins_registry",
         "cdiRoot": "/etc/cdi",
+        "health": {"additionalXidsToIgnore": "74,79", "recoveryWindowSeconds": 60},
     }
     env = env_of(plugin_container(render(values)))
     assert env["DRIVER_NAME"] == "gpu.example.com"
@@ -231,6 +233,8 @@ def test_env_follows_values(render: Any) -> None:
     assert env["HEALTHCHECK_PORT"] == "9443"
     assert env["METRICS_PORT"] == "9100"
     assert env["CLAIM_RECONCILE_INTERVAL"] == "1800"
+    assert env["ADDITIONAL_XIDS_TO_IGNORE"] == "74,79"
+    assert env["HEALTH_RECOVERY_WINDOW"] == "60"
 
 
 @pytest.mark.parametrize("root", ["/", "/run/nvidia/driver"])

@@ -26,9 +26,29 @@ def without_labels(obj: dict[str, Any]) -> dict[str, Any]:
 
 def test_device_classes_equal_the_facts(render: Any) -> None:
     classes = find_all(render({}), "DeviceClass")
-    assert [without_labels(c) for c in classes] == [spec.manifest() for spec in facts.DEVICE_CLASSES]
+    assert [without_labels(c) for c in classes] == [
+        spec.manifest(extended_resource=True) for spec in facts.DEVICE_CLASSES
+    ]
     for rendered in classes:
         assert set(rendered["metadata"]) == {"name", "labels"}
+
+
+def test_gpu_class_maps_nvidia_gpu_by_default_as_nvidias_chart(render: Any) -> None:
+    classes = {c["metadata"]["name"]: c["spec"] for c in find_all(render({}), "DeviceClass")}
+    assert classes[facts.DEVICE_CLASS_GPU.name]["extendedResourceName"] == facts.GPU_EXTENDED_RESOURCE
+    assert "extendedResourceName" not in classes[facts.DEVICE_CLASS_MIG.name]
+
+
+def test_extended_resource_mapping_can_be_switched_off(render: Any) -> None:
+    classes = find_all(render({"deviceClasses": {"gpuExtendedResourceName": ""}}), "DeviceClass")
+    assert [without_labels(c) for c in classes] == [spec.manifest() for spec in facts.DEVICE_CLASSES]
+
+
+def test_extended_resource_name_follows_the_value(render: Any) -> None:
+    classes = find_all(
+        render({"deviceClasses": {"gpuExtendedResourceName": "example.com/gpu"}}), "DeviceClass"
+    )
+    assert classes[0]["spec"]["extendedResourceName"] == "example.com/gpu"
 
 
 def test_device_class_selectors_follow_the_driver_name(render: Any) -> None:

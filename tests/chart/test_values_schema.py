@@ -40,6 +40,7 @@ def test_schema_is_draft_07_and_closed_at_every_level() -> None:
         "/image",
         "/imagePullSecrets/items",
         "/deviceSource",
+        "/health",
         "/featureGates",
         "/kubeletPlugin",
         "/kubeletPlugin/resources",
@@ -86,6 +87,7 @@ def test_values_contract() -> None:
     assert values["driverName"] == facts.DRIVER_NAME
     assert values["deviceSource"] == {"type": "nvml", "simulatedGpus": 8, "simulatedProduct": "NVIDIA A30"}
     assert values["logFormat"] == "json"
+    assert values["health"] == {"additionalXidsToIgnore": "", "recoveryWindowSeconds": 300}
     assert values["healthcheckPort"] == 51516
     assert values["metricsPort"] == 8080
     assert values["claimReconcileIntervalSeconds"] == 600
@@ -108,7 +110,10 @@ def test_values_contract() -> None:
     assert values["seamlessUpgrades"] == {"enabled": True}
     assert values["logLevel"] == "info"
     assert plugin["priorityClassName"] == "system-node-critical"
-    assert values["deviceClasses"] == {"enabled": True}
+    assert values["deviceClasses"] == {
+        "enabled": True,
+        "gpuExtendedResourceName": facts.GPU_EXTENDED_RESOURCE,
+    }
     for key in ("nameOverride", "fullnameOverride", "serviceAccount", "podAnnotations"):
         assert key in values
 
@@ -117,6 +122,14 @@ def test_values_contract() -> None:
     ("values", "message"),
     [
         ({"healthcheckPort": "51516"}, "at '/healthcheckPort': got string, want integer"),
+        (
+            {"health": {"additionalXidsToIgnore": "74;79"}},
+            "at '/health/additionalXidsToIgnore': '74;79' does not match",
+        ),
+        (
+            {"health": {"recoveryWindowSeconds": -1}},
+            "at '/health/recoveryWindowSeconds': minimum: got -1, want 0",
+        ),
         (
             {"deviceSource": {"simulatedGpus": "8"}},
             "at '/deviceSource/simulatedGpus': got string, want integer",
@@ -179,6 +192,18 @@ def test_values_contract() -> None:
             "at '/metrics': additional properties 'servicemonitor' not allowed",
         ),
         ({"nvidiaDriverRoot": "run/nvidia/driver"}, "at '/nvidiaDriverRoot'"),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "nvidia.com/GPU one"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
+        (
+            {"deviceClasses": {"gpuExtendedResourceName": "deviceclass.resource.kubernetes.io/gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
         ({"nvidiaCDIHookPath": "bin/nvidia-cdi-hook"}, "at '/nvidiaCDIHookPath'"),
     ],
 )

@@ -1,5 +1,8 @@
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, PreparedDevice, Version, binary_si, render_attribute
+from vke_gpu_dra_core.discovery import normalize
+from vke_gpu_dra_core.discovery.devices import GpuFacts, mig_device
+from vke_gpu_dra_testing.fake_apiserver import MAX_ATTRS_AND_CAPS
 
 
 def test_binary_si_uses_largest_exact_suffix():
@@ -51,3 +54,43 @@ def test_binary_si_falls_back_to_the_decimal_form_the_apiserver_returns():
     assert binary_si(3_000_000_000) == "3G"
     assert binary_si(1536) == "1536"
     assert binary_si(1_024_000) == "1000Ki"
+
+
+def test_the_largest_device_stays_within_the_apiserver_limit():
+    """A MIG device on a full-height placement carries every attribute and the most capacities."""
+    parent = GpuFacts(
+        minor=0,
+        uuid="GPU-parent",
+        product_name="NVIDIA H200",
+        brand="Nvidia",
+        architecture="Hopper",
+        cuda_compute_capability=Version("9.0.0"),
+        driver_version=Version("570.124.6"),
+        cuda_driver_version=Version("12.8.0"),
+        pcie_bus_id="0000:18:00.0",
+        pcie_root="pci0000:17",
+        memory_bytes=141 * 2**30,
+        addressing_mode="HMM",
+    )
+    capacity = normalize.mig_capacity(
+        multiprocessors=132,
+        copy_engines=8,
+        decoders=7,
+        encoders=0,
+        jpeg_engines=7,
+        ofa_engines=1,
+        memory_mib=140 * 1024,
+        placement_start=0,
+        placement_size=8,
+    )
+    mig = mig_device(
+        parent, name="gpu-0-mig-0-0-8", uuid="MIG-a", profile="7g.141gb", capacity=capacity, caps_nodes=()
+    )
+    for name in (
+        facts.ATTR_PCIE_BUS_ID,
+        facts.ATTR_PCI_BUS_ID,
+        facts.ATTR_PCIE_ROOT,
+        facts.ATTR_ADDRESSING_MODE,
+    ):
+        assert name in mig.attributes
+    assert len(mig.attributes) + len(mig.capacity) == 29 <= MAX_ATTRS_AND_CAPS

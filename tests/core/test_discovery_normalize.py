@@ -60,6 +60,26 @@ def test_pcie_bus_id(raw, want):
     assert n.pcie_bus_id(raw) == want
 
 
+@pytest.mark.parametrize("bus_id", ["0000:3b:00.0", "0001:ab:1e.7"])
+def test_pci_bus_id_attribute_is_the_extended_bdf(bus_id):
+    assert n.pci_bus_id_attribute(bus_id, "index 0") == bus_id
+
+
+@pytest.mark.parametrize("bus_id", ["00000000:3b:00.0", "0000:3B:00.0", "3b:00.0", ""])
+def test_pci_bus_id_attribute_refuses_other_forms(bus_id):
+    with pytest.raises(
+        ValueError, match=rf"GPU index 0: PCI bus ID '{bus_id}' is not an extended BDF"
+    ) as err:
+        n.pci_bus_id_attribute(bus_id, "index 0")
+    assert facts.ATTR_PCI_BUS_ID in str(err.value)
+
+
+def test_addressing_modes_are_go_nvlibs_names():
+    assert [n.addressing_mode_name(v, "0") for v in (0, 1, 2)] == ["None", "HMM", "ATS"]
+    with pytest.raises(ValueError, match="unknown addressing mode value 3"):
+        n.addressing_mode_name(3, "0")
+
+
 def test_enum_tables_match_the_parity_sheet():
     assert n.architecture_name(7, "0") == "Ampere"
     assert n.architecture_name(8, "0") == "Ada Lovelace"

@@ -9,7 +9,7 @@ from vke_gpu_dra_core.quantity import (
     parse_quantity,
     quantity_as_int64,
 )
-from vke_gpu_dra_core.semver import SemverError, parse_semver
+from vke_gpu_dra_planner.semver import SemverError, parse_semver
 
 
 @pytest.mark.parametrize(

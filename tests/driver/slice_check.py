@@ -8,7 +8,7 @@ import kubernetes_validate
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
-from vke_gpu_dra_testing.fake_apiserver import C_IDENTIFIER, SEMVER
+from vke_gpu_dra_testing.fake_apiserver import C_IDENTIFIER, MAX_ATTRS_AND_CAPS, SEMVER
 
 
 def resource_slice(devices: Sequence[Device], node: str = "node-a") -> dict[str, object]:
@@ -43,8 +43,8 @@ def apiserver_problems(devices: Sequence[Device]) -> list[str]:
     for dev in devices:
         if not is_dns_label(dev.name):
             problems.append(f"{dev.name}: not a DNS label")
-        if len(dev.attributes) + len(dev.capacity) > 32:
-            problems.append(f"{dev.name}: more than 32 attributes and capacities")
+        if len(dev.attributes) + len(dev.capacity) > MAX_ATTRS_AND_CAPS:
+            problems.append(f"{dev.name}: more than {MAX_ATTRS_AND_CAPS} attributes and capacities")
         for key, value in dev.attributes.items():
             if not qualified_name_ok(key):
                 problems.append(f"{dev.name}: bad attribute name {key!r}")

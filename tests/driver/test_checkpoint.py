@@ -116,3 +116,29 @@ def test_corrupt_file_is_moved_aside_with_one_message(tmp_path):
     store.path.write_bytes(b"garbage")
     second = store.load()
     assert second.moved_to != result.moved_to and second.moved_to.exists() and result.moved_to.exists()
+
+
+def test_boot_id_is_kept_next_to_a_checkpoint_the_previous_release_still_reads(tmp_path):
+    store = CheckpointStore(tmp_path)
+    assert store.load_boot_id() is None  # a new node, or a checkpoint of an earlier release
+    store.save(ENTRIES)
+    store.save_boot_id("9f2c6a1e-0d4b-4b8e-b1a7-3c5d7e9f1a2b")
+    assert store.boot_id_path == tmp_path / "vke-gpu-dra-checkpoint.boot-id"
+    assert store.boot_id_path.read_text() == "9f2c6a1e-0d4b-4b8e-b1a7-3c5d7e9f1a2b\n"
+    assert oct(store.boot_id_path.stat().st_mode & 0o777) == "0o600"
+    assert store.load_boot_id() == "9f2c6a1e-0d4b-4b8e-b1a7-3c5d7e9f1a2b"
+    # the checkpoint itself keeps version 1's exact shape, which the previous release's reader requires
+    doc = json.loads(store.path.read_bytes())
+    assert set(doc) == {"format", "version", "checksum", "claims"} and doc["version"] == 1
+    assert cp.decode(store.path.read_bytes()) == ENTRIES
+
+
+def test_read_boot_id_strips_the_line_and_names_the_file_when_it_cannot(tmp_path):
+    path = tmp_path / "boot_id"
+    path.write_text("6d1f0c8e-57a3-4c52-9d0e-2b7f4a1c3e5d\n")
+    assert cp.read_boot_id(path) == "6d1f0c8e-57a3-4c52-9d0e-2b7f4a1c3e5d"
+    with pytest.raises(cp.BootIdError, match=rf"cannot read the node's boot id from {tmp_path}/absent: "):
+        cp.read_boot_id(tmp_path / "absent")
+    path.write_text("\n")
+    with pytest.raises(cp.BootIdError, match=rf"the node's boot id file {path} is empty"):
+        cp.read_boot_id(path)

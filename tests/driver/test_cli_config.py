@@ -35,6 +35,17 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.log_level == "info"
     assert config.rolling_update_id is None  # fixed socket names
     assert config.claim_reconcile_interval == 600  # the chart's claimReconcileIntervalSeconds
+    assert config.additional_xids_to_ignore == frozenset()
+    assert config.health_recovery_window == 300  # 5 minutes
+
+
+def test_health_flags_and_env() -> None:
+    config = parse_config(
+        ["--node-name", "n", "--health-recovery-window", "60"],
+        environ={"ADDITIONAL_XIDS_TO_IGNORE": "74, 79"},
+    )
+    assert config.additional_xids_to_ignore == {74, 79}
+    assert config.health_recovery_window == 60
 
 
 def test_rolling_update_id_names_both_sockets() -> None:
@@ -69,12 +80,28 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--feature-gates": "FEATURE_GATES",
         "--namespace": "NAMESPACE",
         "--image-name": "IMAGE_NAME",
+        "--nvidia-namespace": "NVIDIA_NAMESPACE",
         "--metrics-port": "METRICS_PORT",
         "--log-format": "LOG_FORMAT",
         "--log-level": "LOG_LEVEL",
         "--rolling-update-id": "ROLLING_UPDATE_ID",
         "--claim-reconcile-interval": "CLAIM_RECONCILE_INTERVAL",
+        "--boot-id-path": "BOOT_ID_PATH",
+        "--additional-xids-to-ignore": "ADDITIONAL_XIDS_TO_IGNORE",  # NVIDIA's name
+        "--health-recovery-window": "HEALTH_RECOVERY_WINDOW",
     }
+
+
+def test_boot_id_path_defaults_to_the_kernels_and_must_be_absolute() -> None:
+    assert parse_config(["--node-name", "n"], environ={}).boot_id_path == Path(
+        "/proc/sys/kernel/random/boot_id"
+    )
+    config = parse_config(["--node-name", "n"], environ={"BOOT_ID_PATH": "/tmp/boot_id"})
+    assert config.boot_id_path == Path("/tmp/boot_id")
+    with pytest.raises(
+        PluginConfigError, match=r"invalid value 'boot_id' for --boot-id-path \[env BOOT_ID_PATH\]"
+    ):
+        parse_config(["--node-name", "n", "--boot-id-path", "boot_id"], environ={})
 
 
 def test_driver_root_as_the_chart_sets_it() -> None:
@@ -134,6 +161,18 @@ def test_environment_and_flag_precedence() -> None:
             {"CLAIM_RECONCILE_INTERVAL": "5"},
             "invalid value '5' for --claim-reconcile-interval from env CLAIM_RECONCILE_INTERVAL: "
             "must be an integer from 10 to 86400",
+        ),
+        (
+            [],
+            {"ADDITIONAL_XIDS_TO_IGNORE": "74;79"},
+            "invalid value '74;79' for --additional-xids-to-ignore from env ADDITIONAL_XIDS_TO_IGNORE: "
+            "must be a comma-separated list of XID numbers (e.g. 74,79); '74;79' is not one",
+        ),
+        (
+            ["--health-recovery-window", "5m"],
+            {},
+            "invalid value '5m' for --health-recovery-window [env HEALTH_RECOVERY_WINDOW]: "
+            "must be an integer from 0 to 86400",
         ),
         (
             ["--log-level", "trace"],

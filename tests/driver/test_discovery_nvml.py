@@ -119,6 +119,7 @@ def test_full_gpus_match_the_vke_sample(fake_lib, host, tmp_path, monkeypatch):
         facts.ATTR_DRIVER_VERSION: Version("535.129.3"),
         facts.ATTR_CUDA_DRIVER_VERSION: Version("12.2.0"),
         facts.ATTR_PCIE_BUS_ID: "0000:65:01.0",
+        facts.ATTR_PCI_BUS_ID: "0000:65:01.0",
         facts.ATTR_PCIE_ROOT: "pci0000:64",
     }
     assert a30.slice_entry()["capacity"] == {"memory": {"value": "24Gi"}}
@@ -252,6 +253,42 @@ def test_a_failing_mig_device_is_reported_and_left_out(discover):
     assert result.problems == [
         "GPU index 0 (GPU-parent) MIG slot 3 (MIG-c): nvmlComputeInstanceGetInfo failed: Unknown Error; "
         "MIG device left out",
+    ]
+
+
+@pytest.mark.parametrize(("value", "published"), [(0, "None"), (1, "HMM"), (2, "ATS")])
+def test_addressing_mode_is_published_on_gpus_and_their_mig_devices(discover, value, published):
+    settings = mig_settings(
+        **{"device_count": 2, "gpu.0.addressing_mode": value, "gpu.1.addressing_mode": value}
+    )
+    result = discover(settings)
+    assert result.problems == []
+    assert {d.attributes[facts.ATTR_ADDRESSING_MODE] for d in result.devices} == {published}
+    assert {d.device_type for d in result.devices} == {facts.DEVICE_TYPE_GPU, facts.DEVICE_TYPE_MIG}
+    assert_publishable(result.devices)
+
+
+def test_addressing_mode_not_supported_is_no_attribute(discover):
+    result = discover({"device_count": 1})  # the fake answers NOT_SUPPORTED, as a PCIe server does
+    assert result.problems == []
+    assert facts.ATTR_ADDRESSING_MODE not in result.devices[0].attributes
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        (
+            {"gpu.1.fail": "nvmlDeviceGetAddressingMode:999"},
+            "nvmlDeviceGetAddressingMode failed: Unknown Error",
+        ),
+        ({"gpu.1.addressing_mode": 7}, "unknown addressing mode value 7 (known: 0 None, 1 HMM, 2 ATS)"),
+    ],
+)
+def test_addressing_mode_failure_leaves_the_gpu_out(discover, settings, problem):
+    result = discover({"device_count": 2, **settings})
+    assert [d.name for d in result.devices] == ["gpu-0"]
+    assert result.problems == [
+        f"GPU index 1 (GPU-00000000-0000-4000-8000-000000000001): {problem}; GPU left out"
     ]
 
 

@@ -22,7 +22,7 @@ def test_chart_rendering_with_trailing_comma_and_go_booleans():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("Sharing=true", "unrecognized feature gate: Sharing (known: ContextualLogging, "),
+        ("Sharing=true", "unrecognized feature gate: Sharing (known: ConsumableShares, ContextualLogging, "),
         ("mpssupport=true", "unrecognized feature gate: mpssupport"),
         ("MPSSupport", "missing bool value for MPSSupport"),
         ("MPSSupport=yes", "invalid value of MPSSupport=yes: must be true or false"),

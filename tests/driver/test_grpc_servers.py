@@ -366,6 +366,18 @@ def test_health_stream_sends_full_list_and_changes(servers: Servers, kubelet: Ku
     stream.cancel()
 
 
+def test_health_stream_reports_an_unmonitored_device_as_unknown(servers: Servers, kubelet: Kubelet) -> None:
+    kubelet.register()
+    stream = kubelet.watch_health()
+    next(stream)
+    assert servers.board.set_status("gpu-0", "unknown", "unmonitored")
+    assert not servers.board.set_status("gpu-0", "unknown", "unmonitored")  # no change, no message
+    assert [d.health for d in next(stream).devices] == [0]  # UNKNOWN
+    entry = servers.board.entry("gpu-0")
+    assert entry is not None and entry.healthy and entry.reason == "unmonitored"
+    stream.cancel()
+
+
 def test_request_names_strip_subrequests() -> None:
     assert request_names(["a/x", "b", "a/y"]) == ("a", "b")
 

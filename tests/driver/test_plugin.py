@@ -12,14 +12,16 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, read_boot_id
+from vke_gpu_dra.config import parse_config
 from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
-from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra.plugin import Plugin, StartupError
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
-from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_config, wait_until
+from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args, plugin_config, wait_until
 
 
 @pytest.fixture
@@ -335,3 +337,24 @@ def test_the_api_is_opened_before_the_devices_and_the_claims(short_tmp: Path) ->
 def test_the_sharing_manager_gets_the_api_when_it_is_built(plugin: Plugin) -> None:
     assert plugin.state is not None
     assert plugin.state._sharing is not None and plugin.state._sharing.api is plugin._api is not None
+
+
+def test_an_unreadable_boot_id_stops_the_start_before_the_claims_and_names_the_flag(
+    short_tmp: Path, fake_api: FakeAPIServer, node: dict
+) -> None:
+    missing = short_tmp / "no-boot-id"
+    config = parse_config([*plugin_args(short_tmp), "--boot-id-path", str(missing)], environ={})
+    p = Plugin(config, stop_grace=1)
+    with pytest.raises(
+        StartupError,
+        match=rf"^cannot read the node's boot id from {missing}: .* \(--boot-id-path, env BOOT_ID_PATH\)$",
+    ):
+        p.start()
+    assert p.state is None and not p.registration_socket.exists()
+    assert not (short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE).exists()
+
+
+def test_the_start_keeps_the_nodes_boot_id_with_the_checkpoint(plugin: Plugin, short_tmp: Path) -> None:
+    kept = CheckpointStore(short_tmp / "plugins" / facts.DRIVER_NAME).load_boot_id()
+    assert kept == read_boot_id(plugin.config.boot_id_path) and plugin.state is not None
+    assert plugin.state.reboot is None

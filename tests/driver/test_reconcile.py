@@ -35,6 +35,10 @@ from tests.driver.sharing_env import FakeDriverRoot
 from tests.driver.test_plugin_process import REG_SOCKET, launch
 from tests.driver.test_sharing import DEVICES as SHARING_DEVICES
 from tests.driver.test_sharing import LONG, MPS_EXAMPLE, U0, make_state, mps_state
+from tests.driver.test_takeover import GPU2, UID_TS, nvidia_node
+from tests.driver.test_takeover import POOL as TAKEOVER_POOL
+from tests.driver.test_takeover import ledger as takeover_ledger
+from tests.driver.test_takeover import make_state as make_takeover_state
 
 POOL = NODE
 DEVICES = SimulatedSource(4, "NVIDIA A30", POOL).discover().devices
@@ -296,6 +300,28 @@ def test_a_ghost_is_cleaned_as_an_unprepare_time_slice_and_mps_undone(
     )
     assert mps.entries() == {} and cdi.list_claim_specs(env[1]) == {}
     assert not (env[2] / "mps" / daemon_id("uid-mps", [u1])).exists()
+
+
+def test_a_ghost_adopted_from_nvidia_is_released_as_its_unprepare_would(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node = nvidia_node(tmp_path)
+    driver_root, cdi_root, _ = node
+    state = make_takeover_state(node, kube)
+    ts = claim(UID_TS, result("gpu-2", "ts", pool=TAKEOVER_POOL), name="ts")
+    fake_api.add_claim(ts)
+    state.prepare(ref(UID_TS, "ts"), ts)  # NVIDIA completed it: adopted, its time-slice left in force
+    assert driver_root.calls() == [] and takeover_ledger(node)[UID_TS] is False
+    fake_api.delete_claim("default", "ts")
+    rec = Reconciler(state, kube, driver_name=facts.DRIVER_NAME, pool_name=TAKEOVER_POOL, metrics=Metrics())
+    try:
+        assert rec.run_round().cleaned == {UID_TS: Reason.GONE}
+    finally:
+        rec.stop()
+    # NVIDIA's leftovers undone first, then our spec and entry, as kubelet's unprepare does
+    assert driver_root.calls() == [f"-i {GPU2} -c DEFAULT", f"compute-policy -i {GPU2} --set-timeslice 0"]
+    assert takeover_ledger(node)[UID_TS] is True
+    assert UID_TS not in state.entries() and UID_TS not in cdi.list_claim_specs(cdi_root)
 
 
 def test_a_claim_prepared_between_the_read_and_the_clean_is_left_alone(

@@ -13,7 +13,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 from vke_gpu_dra_core.featuregates import parse
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
-from tests.driver.sharing_env import FakeDriverRoot, gpu, mig
+from tests.driver.sharing_env import FakeDriverRoot, FakeMounts, gpu, mig
 
 POOL = "node-a"
 DEVICES = [gpu(0), gpu(1), mig(2)]
@@ -281,23 +281,75 @@ def test_prepare_waits_for_the_daemon_to_be_ready(env, kube, fake_api):
     assert state.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
 
 
-def test_daemon_not_ready_within_the_deadline_is_the_claims_error_and_is_cleaned_up(env, kube, fake_api):
+def slow_daemon_state(env, kube, fake_api):
+    """An MPS node whose daemons are not Ready until the test says so, with a mount table a retry sees."""
+    state = mps_state(env, kube, fake_api, ready=False, sleeps=[])
+    state._sharing.mounter = FakeMounts()
+    return state
+
+
+def test_daemon_not_ready_by_the_deadline_stays_and_the_retry_finds_it(env, kube, fake_api):
     import time
 
-    sleeps: list[float] = []
-    state = mps_state(env, kube, fake_api, ready=False, sleeps=sleeps)
+    from vke_gpu_dra.sharing.manager import MpsDaemonPending
+
+    state = slow_daemon_state(env, kube, fake_api)
+    mps_claim = claim("uid-1", result("gpu-0"), config=[opaque(MPS_EXAMPLE)])
     with pytest.raises(
-        ClaimError,
+        MpsDaemonPending,
         match=r"claim default/c: MPS control daemon gpu-dra/mps-control-daemon-uid-1-\w+ "
         r"is not yet ready: waiting for MPS control daemon to come online",
     ):
+        state.prepare(ref(), mps_claim, deadline=time.monotonic() + 0.2)
+    # the daemon and the entry that records it stay; nothing was undone
+    [(key, daemon)] = fake_api.deployments.items()
+    first_uid = daemon["metadata"]["uid"]
+    entry = state.entries()["uid-1"]
+    assert entry.state is ClaimState.PREPARE_STARTED
+    assert [(m.daemon_id, m.devices) for m in entry.sharing.mps] == [
+        (key[1].removeprefix("mps-control-daemon-"), ("gpu-0",))
+    ]
+    assert cdi.list_claim_specs(env[1]) == {}
+    assert env[0].calls() == [f"-i {U0} -c EXCLUSIVE_PROCESS"]
+    # kubelet's retry, still before the image is pulled: the same daemon, not a new one
+    with pytest.raises(MpsDaemonPending):
+        state.prepare(ref(), mps_claim, deadline=time.monotonic() + 0.2)
+    assert fake_api.deployments[key]["metadata"]["uid"] == first_uid
+    # the pod's probe passes after the first deadlines: the next retry finds the daemon Ready
+    fake_api.set_ready(*key)
+    got = state.prepare(ref(), mps_claim, deadline=time.monotonic() + 0.2)
+    assert got[0].device_name == "gpu-0"
+    assert fake_api.deployments[key]["metadata"]["uid"] == first_uid
+    assert fake_api.count("POST", "deployments") == 1 and fake_api.count("DELETE", "deployments") == 0
+    assert state.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
+    assert [c[0] for c in state._sharing.mounter.commands] == ["mount"]  # the retries found the mount
+    assert cdi.load_spec(cdi.claim_spec_path(env[1], "uid-1"))["devices"][0]["containerEdits"]["mounts"]
+
+
+def test_daemon_kept_by_a_failed_prepare_is_removed_on_unprepare(env, kube, fake_api):
+    import time
+
+    state = slow_daemon_state(env, kube, fake_api)
+    with pytest.raises(ClaimError, match="is not yet ready"):
         state.prepare(
             ref(),
             claim("uid-1", result("gpu-0"), config=[opaque(MPS_EXAMPLE)]),
             deadline=time.monotonic() + 0.2,
         )
+    assert len(fake_api.deployments) == 1
+    env[0].clear()
+    make_state(env, gates=MPS_GATES, api=kube).unprepare(ref())  # also after a restart
     assert fake_api.deployments == {} and state.entries() == {}
-    assert env[0].calls() == [f"-i {U0} -c EXCLUSIVE_PROCESS", f"-i {U0} -c DEFAULT"]
+    assert env[0].calls() == [f"-i {U0} -c DEFAULT"]
+    assert not (env[2] / "mps").exists() or list((env[2] / "mps").iterdir()) == []
+
+
+def test_other_mps_failures_are_still_rolled_back(env, kube, fake_api):
+    state = mps_state(env, kube, fake_api)
+    env[0].fail_on("EXCLUSIVE_PROCESS")
+    with pytest.raises(ClaimError, match=rf"nvidia-smi -i {U0} -c EXCLUSIVE_PROCESS failed"):
+        state.prepare(ref(), claim("uid-1", result("gpu-0"), config=[opaque(MPS_EXAMPLE)]))
+    assert fake_api.deployments == {} and state.entries() == {}
 
 
 def test_mps_limit_errors_are_per_claim(env, kube, fake_api):

@@ -17,6 +17,7 @@ FULL_GPU_ATTRIBUTES = {
     facts.ATTR_DRIVER_VERSION,
     facts.ATTR_CUDA_DRIVER_VERSION,
     facts.ATTR_PCIE_BUS_ID,
+    facts.ATTR_PCI_BUS_ID,
     facts.ATTR_PCIE_ROOT,
 }
 

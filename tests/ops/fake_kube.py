@@ -32,6 +32,11 @@ SAMPLE_POD = "gpu-test-5c47d94bf9-fbx2k"
 SAMPLE_UID = "691d19b1-5ca8-40c0-9d61-0a1b2c3d4e5f"
 CLAIM = "gpu-test-5c47d94bf9-fbx2k-gpu-abcde"
 GPU_LOG = "GPU 0: NVIDIA A30 (UUID: GPU-c8133a35-9d03-a6b2-31dd-26aa11bb22cc)\n"
+#: The classic sample (`nvidia.com/gpu: 1`, no claim) and the claim the scheduler makes for it.
+CLASSIC_POD = "gpu-test-classic-7c9d8b6f4-x2lqz"
+CLASSIC_UID = "2f6c1d1e-8a4b-4c1e-9f1a-6d3b2a1c0e9f"
+CLASSIC_CLAIM = f"{CLASSIC_POD}-extended-resources-k8p4t"
+CLASSIC_LOG = "GPU 0: NVIDIA A30 (UUID: GPU-0d1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e5f6)\n"
 RESOURCE_V1 = [
     "deviceclasses",
     "resourceclaims",
@@ -137,6 +142,73 @@ def allocated_claim(namespace: str = "default") -> JSON:
             "reservedFor": [{"resource": "pods", "name": SAMPLE_POD, "uid": SAMPLE_UID}],
         },
     }
+
+
+def classic_pod(namespace: str = "default", claim: str | None = CLASSIC_CLAIM) -> JSON:
+    """A pod of gpu-test-classic once the 1.36 scheduler has bound it and recorded its claim."""
+    pod = running_pod(CLASSIC_POD, namespace, NODE, labels={"app": "gpu-test-classic"})
+    pod["metadata"]["uid"] = CLASSIC_UID
+    pod["spec"]["containers"] = [
+        {"name": "test", "resources": {"limits": {facts.GPU_EXTENDED_RESOURCE: "1"}}}
+    ]
+    pod["status"]["containerStatuses"][0]["name"] = "test"
+    if claim is not None:
+        pod["status"]["extendedResourceClaimStatus"] = {
+            "resourceClaimName": claim,
+            "requestMappings": [
+                {
+                    "containerName": "test",
+                    "resourceName": facts.GPU_EXTENDED_RESOURCE,
+                    "requestName": "container-0-request-0",
+                }
+            ],
+        }
+    return pod
+
+
+def classic_claim(namespace: str = "default") -> JSON:
+    request = "container-0-request-0"
+    return {
+        "metadata": _meta(
+            CLASSIC_CLAIM,
+            namespace,
+            annotations={facts.EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+            ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": CLASSIC_POD, "uid": CLASSIC_UID}],
+        ),
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": request, "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name, "count": 1}}
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": request, "driver": facts.DRIVER_NAME, "pool": NODE, "device": "gpu-1"}
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": CLASSIC_POD, "uid": CLASSIC_UID}],
+        },
+    }
+
+
+def classic_cluster() -> FakeCluster:
+    """A 1.36 cluster: gpu.nvidia.com maps nvidia.com/gpu and the classic sample runs beside gpu-test."""
+    cluster = healthy_cluster(devices=2)
+    cluster.device_classes = [spec.manifest(extended_resource=True) for spec in facts.DEVICE_CLASSES]
+    cluster.pods.append(classic_pod())
+    cluster.claims.append(classic_claim())
+    cluster.deployments.append(
+        {
+            "metadata": _meta("gpu-test-classic", "default"),
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "gpu-test-classic"}}},
+        }
+    )
+    cluster.logs[CLASSIC_POD] = CLASSIC_LOG
+    return cluster
 
 
 def healthy_cluster(devices: int = 1) -> FakeCluster:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from vke_gpu_dra_core import facts
@@ -31,6 +32,10 @@ def snapshot(cluster: fake_kube.FakeCluster | None = None, **changes: Any) -> Sn
         "sample_pods": [p for p in c.pods if p["metadata"]["labels"].get("app") == "gpu-test"],
         "claims": c.claims,
         "pod_logs": c.logs,
+        "classic_deployment": next(
+            (d for d in c.deployments if d["metadata"]["name"] == "gpu-test-classic"), None
+        ),
+        "classic_pods": [p for p in c.pods if p["metadata"]["labels"].get("app") == "gpu-test-classic"],
     }
     base.update(changes)
     return Snapshot(**base)  # type: ignore[arg-type]
@@ -150,3 +155,120 @@ def test_skipped_steps_are_waived_not_passed() -> None:
     log = results["sample-log"]
     assert (log.status, log.waived, log.ok, log.passed) == (Status.SKIP, True, True, False)
     assert log.found == "skipped on request (--skip)"
+
+
+# --- the classic sample (nvidia.com/gpu: 1 through DRA, Kubernetes 1.36) ---------------------------
+
+
+def test_classic_sample_passes_with_its_scheduler_made_claim() -> None:
+    results = by_id(snapshot(fake_kube.classic_cluster()))
+    assert all(r.status is Status.PASS for r in results.values())
+    claim = results["sample-claim"]
+    assert "the claim the scheduler made for Deployment default/gpu-test-classic" in claim.title
+    assert (
+        f"{fake_kube.CLASSIC_CLAIM}: allocated gpu-1@{fake_kube.NODE}, reserved for {fake_kube.CLASSIC_POD}"
+        in (claim.found)
+    )
+    assert fake_kube.CLASSIC_POD in results["sample-pod"].found
+    assert "GPU-0d1e2f3a" in results["sample-log"].found
+
+
+def test_without_the_classic_sample_the_checklist_is_unchanged() -> None:
+    results = by_id(snapshot())
+    assert "gpu-test-classic" not in results["sample-claim"].title + results["sample-pod"].title
+
+
+def test_classic_pod_on_a_server_that_dropped_the_mapping() -> None:
+    """A 1.34 server keeps no extendedResourceName: the pod stays Pending without a claim."""
+    cluster = fake_kube.classic_cluster()
+    cluster.device_classes = [spec.manifest() for spec in facts.DEVICE_CLASSES]
+    pending = fake_kube.classic_pod(claim=None)
+    pending["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "message": "0/2 nodes are available: Insufficient nvidia.com/gpu.",
+            }
+        ],
+    }
+    cluster.pods[-1] = pending
+    results = by_id(snapshot(cluster))
+    claim = results["sample-claim"]
+    assert claim.status is Status.FAIL
+    assert "the scheduler has made no claim for it" in claim.found
+    assert "maps no extended resource" in claim.hint and "DRAExtendedResource" in claim.hint
+    pod = results["sample-pod"]
+    assert pod.status is Status.FAIL and "Insufficient nvidia.com/gpu" in pod.found
+
+
+def test_classic_claim_not_allocated_and_deployment_without_pods() -> None:
+    cluster = fake_kube.classic_cluster()
+    del cluster.claims[-1]["status"]["allocation"]
+    assert "is not allocated" in by_id(snapshot(cluster))["sample-claim"].found
+    no_pods = snapshot(fake_kube.classic_cluster(), classic_pods=[])
+    results = by_id(no_pods)
+    assert "Deployment default/gpu-test-classic has no pods" in results["sample-claim"].found
+    assert "Deployment default/gpu-test-classic has no pods" in results["sample-pod"].found
+
+
+# --------------------------------------------------------------------------- device health
+
+NOTE = f"{facts.DRIVER_NAME}/device-health"
+
+
+def tainted_slice(effect: str = "NoSchedule") -> dict[str, Any]:
+    s = fake_kube.resource_slice(devices=2)
+    s["spec"]["devices"][1]["taints"] = [
+        {"key": "gpu.nvidia.com/xid", "value": "79", "effect": effect, "timeAdded": "2026-12-01T20:00:00Z"}
+    ]
+    return s
+
+
+def test_a_tainted_device_fails_with_its_xid_and_since() -> None:
+    result = by_id(snapshot(resource_slices=[tainted_slice()]))["device-health"]
+    assert result.status is Status.FAIL
+    assert result.found == "192.168.2.8: gpu-1 xid 79 since 2026-12-01T20:00:00Z (taint NoSchedule)"
+    assert "DeviceTaintRule" in result.hint
+    assert result.as_json()["details"] == [
+        {
+            "node": "192.168.2.8",
+            "device": "gpu-1",
+            "reason": "xid",
+            "xid": 79,
+            "since": "2026-12-01T20:00:00Z",
+            "effect": "NoSchedule",
+            "blocking": True,
+        }
+    ]
+
+
+def test_a_device_left_out_is_found_through_the_annotation() -> None:
+    s = fake_kube.resource_slice(devices=1)
+    problem = {"reason": "gpu-lost", "since": "2026-12-01T20:00:05Z"}
+    s["metadata"]["annotations"] = {
+        NOTE: json.dumps([{"device": "gpu-1", "health": "unhealthy", "problems": [problem]}])
+    }
+    result = by_id(snapshot(resource_slices=[s]))["device-health"]
+    assert result.status is Status.FAIL
+    assert result.found == "192.168.2.8: gpu-1 gpu-lost since 2026-12-01T20:00:05Z (left out of the slice)"
+
+
+def test_an_unmonitored_device_is_reported_but_passes() -> None:
+    s = fake_kube.resource_slice(devices=1)
+    s["spec"]["devices"][0]["taints"] = [
+        {"key": "gpu.nvidia.com/unmonitored", "effect": "None", "timeAdded": "2026-12-01T20:00:00Z"}
+    ]
+    result = by_id(snapshot(resource_slices=[s]))["device-health"]
+    assert result.status is Status.PASS
+    assert (
+        result.found
+        == "none unhealthy; 192.168.2.8: gpu-0 unmonitored since 2026-12-01T20:00:00Z (taint None)"
+    )
+
+
+def test_healthy_devices_pass_with_no_details() -> None:
+    result = by_id(snapshot())["device-health"]
+    assert (result.status, result.found) == (Status.PASS, "none")
+    assert "details" not in result.as_json()

@@ -53,6 +53,14 @@ def test_healthy_cluster_passes_every_step(tmp_path: Path) -> None:
     assert err == ""
 
 
+def test_classic_sample_is_checked_through_the_api(tmp_path: Path) -> None:
+    code, out, _ = run_cli(tmp_path, fake_kube.classic_cluster(), "--expected-devices-per-node", "2")
+    assert code == 0, out
+    assert set(status_lines(out).values()) == {"PASS"}
+    assert f"{fake_kube.CLASSIC_CLAIM}: allocated gpu-1" in out
+    assert "GPU-0d1e2f3a" in out
+
+
 def test_json_output_is_one_document(tmp_path: Path) -> None:
     code, out, _ = run_cli(
         tmp_path, fake_kube.healthy_cluster(devices=2), "--output", "json", "--expected-devices-per-node", "2"
@@ -183,7 +191,7 @@ def test_skip_waives_a_step(tmp_path: Path) -> None:
     code, out, _ = run_cli(tmp_path, cluster, "--skip", "sample-log")
     assert code == 0
     assert "[SKIP] sample pod log lists a GPU (nvidia-smi -L): skipped on request (--skip)" in out
-    assert out.rstrip().endswith("PASS: 7/8 checks passed, 1 skipped on request")
+    assert out.rstrip().endswith("PASS: 8/9 checks passed, 1 skipped on request")
 
 
 def test_no_v1_api_skips_the_steps_that_need_it_and_reads_nothing_there(tmp_path: Path) -> None:
@@ -227,7 +235,7 @@ def test_failing_steps_are_retried_until_they_pass(tmp_path: Path) -> None:
         )
     assert code == 0
     assert sleeps == [5]
-    assert "7/8 checks pass; waiting for sample-claim" in err.getvalue()
+    assert "8/9 checks pass; waiting for sample-claim" in err.getvalue()
     assert "[PASS] sample ResourceClaim" in out.getvalue()
 
 
@@ -491,3 +499,22 @@ def test_yaml_output_has_the_json_documents_keys(tmp_path: Path) -> None:
     assert code == 0
     assert yaml.safe_load(as_yaml) == json.loads(as_json)
     assert "workloadNamespace" in json.loads(as_json)  # one key style: camelCase, as plan and kubectl
+
+
+def test_unhealthy_devices_fail_in_text_and_json(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster(devices=2)
+    cluster.resource_slices[0]["spec"]["devices"][1]["taints"] = [
+        {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule", "timeAdded": "2026-12-01T20:00:00Z"}
+    ]
+    code, out, _ = run_cli(tmp_path, cluster)
+    assert code == 1
+    assert (
+        "[FAIL] No unhealthy or tainted GPU devices: "
+        f"{fake_kube.NODE}: gpu-1 gpu-lost since 2026-12-01T20:00:00Z (taint NoSchedule)" in out
+    )
+    code, out, _ = run_cli(tmp_path, cluster, "-o", "json")
+    [step] = [s for s in json.loads(out)["steps"] if s["id"] == "device-health"]
+    assert step["status"] == "fail"
+    assert [(d["node"], d["device"], d["reason"], d["since"]) for d in step["details"]] == [
+        (fake_kube.NODE, "gpu-1", "gpu-lost", "2026-12-01T20:00:00Z")
+    ]

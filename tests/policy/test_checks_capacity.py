@@ -8,7 +8,7 @@ from vke_dra_policies.checks import capacity
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 
-from .stacks import Stack, program_stack
+from .stacks import SimRes, Stack, program_stack
 
 DEPLOYMENT = pt.DEPLOYMENT
 POOL = pt.NODE_POOL
@@ -67,3 +67,58 @@ def test_the_cluster_version_selects_the_admission_rules(dev):
         s.one(CLUSTER).props["kubernetesVersion"] = "v1.36.0-vke.1"
 
     assert capacity.claims_fit(stack.mutated(newer), {}) == []
+
+
+def test_the_driver_gate_consumable_shares_lets_claims_share_a_gpu_on_136(dev, monkeypatch):
+    """Two pods whose claims each ask half of the GPU's memory: one GPU holds both when the driver shares
+    GPUs (driver.featureGates ConsumableShares=true) on 1.36; without the gate, or on 1.34 (the API
+    server drops the fields), each takes a whole GPU and the pool's one GPU holds one."""
+
+    def halves(s: Stack) -> None:
+        s.one(DEPLOYMENT).props["spec"]["replicas"] = 2
+        request = s.one(TEMPLATE).props["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        request["capacity"] = {"requests": {facts.CAPACITY_MEMORY: "1Gi"}}
+        s.one(CLUSTER).props["kubernetesVersion"] = "1.36"
+
+    def on_134(s: Stack) -> None:
+        s.one(CLUSTER).props["kubernetesVersion"] = "1.34"
+
+    stack = dev.mutated(halves)
+    monkeypatch.setattr(context.STACK, "project", "vke-gpu-dra")
+    (violation,) = capacity.claims_fit(stack, {})
+    assert "2 replicas wanted, 1 fit per node" in violation.message
+    monkeypatch.setattr(context.STACK, "config", {"vke-gpu-dra:driver.featureGates": "ConsumableShares=true"})
+    assert capacity.claims_fit(stack, {}) == []
+    (violation,) = capacity.claims_fit(stack.mutated(on_134), {})
+    assert "2 replicas wanted, 1 fit per node" in violation.message
+
+
+def test_pods_asking_nvidia_gpu_count_against_the_pool_on_136_only(dev):
+    """A Deployment written the classic way (`nvidia.com/gpu: 1`, no claim) beside the sample: on 1.36
+    the scheduler makes its claim through the gpu.nvidia.com DeviceClass (extendedResourceName), on 1.34
+    it stays Pending."""
+
+    def classic(s: Stack) -> None:
+        pod = s.one(DEPLOYMENT).props["spec"]["template"]["spec"]
+        del pod["resourceClaims"]
+        for container in pod["containers"]:
+            container.pop("resources", None)
+        pod["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+        s.one(CLUSTER).props["kubernetesVersion"] = "1.36"
+
+    def mapped(s: Stack) -> None:
+        manifest: dict[str, Any] = facts.DEVICE_CLASS_GPU.manifest()
+        props = {**manifest, "spec": {**manifest["spec"], "extendedResourceName": "nvidia.com/gpu"}}
+        s.append(SimRes(pt.DEVICE_CLASS, "gpu-class", props, urn="urn:pulumi:dev::vke-gpu-dra::gpu-class"))
+
+    def on_134(s: Stack) -> None:
+        s.one(CLUSTER).props["kubernetesVersion"] = "1.34"
+
+    stack = dev.mutated(classic)
+    (violation,) = capacity.claims_fit(stack, {})
+    assert "which no DeviceClass maps" in violation.message
+    stack = stack.mutated(mapped)
+    assert capacity.claims_fit(stack, {}) == []
+    (violation,) = capacity.claims_fit(stack.mutated(on_134), {})
+    assert violation.urn == dev.one(DEPLOYMENT).urn
+    assert "DRAExtendedResource is off by default in 1.34" in violation.message

@@ -23,6 +23,7 @@ MANDATORY_POLICIES = {
     names.NODE_POOL_INSTANCE_TYPES,
     names.NODE_POOL_RUNTIME,
     names.NO_DEVICE_PLUGIN,
+    names.NO_DEVICE_PLUGIN_ON_DRA_NODES,
     names.DRIVER_VALUES,
     names.DEVICE_CLASSES,
     names.CLAIM_REFERENCES,
@@ -113,6 +114,21 @@ def device_plugin_addon(s: Stack) -> None:
     )
     addon.urn = f"urn:pulumi:{s.name}::vke-gpu-dra::{addon.type}::{addon.name}"
     s.append(addon)
+
+
+def device_plugin_release(s: Stack) -> None:
+    release = SimRes(
+        pt.HELM_RELEASE,
+        "nvdp",
+        {
+            "chart": "nvidia-device-plugin",
+            "version": "0.17.1",
+            "namespace": "nvidia-device-plugin",
+            "values": {},
+        },
+    )
+    release.urn = f"urn:pulumi:{s.name}::vke-gpu-dra::{release.type}::{release.name}"
+    s.append(release)
 
 
 def unknown_class(s: Stack) -> None:
@@ -239,6 +255,15 @@ BROKEN = [
         names.NO_DEVICE_PLUGIN,
         ("gpu-device-plugin", '"nvidia-device-plugin"', "remove the add-on"),
         mutate=device_plugin_addon,
+    ),
+    Case(
+        "device-plugin-helm-release",
+        "dev",
+        "python",
+        names.NO_DEVICE_PLUGIN_ON_DRA_NODES,
+        ("nvdp", "nvidia-device-plugin", "nvidia.com/gpu.present=true", "KEP-5004"),
+        overrides={"cluster.kubernetesVersion": "1.36"},
+        mutate=device_plugin_release,
     ),
     Case(
         "cpu-instance-type",

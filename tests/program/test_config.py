@@ -340,6 +340,15 @@ def test_nvidia_rejects_simulated_devices_and_taints() -> None:
     assert [i.key for i in issues] == ["driver.deviceSource", "nodePool.taints"]
 
 
+def test_health_keys_are_checked() -> None:
+    issue = only_issue({"driver.additionalXidsToIgnore": "74;79"}, "driver.additionalXidsToIgnore")
+    assert issue.allowed == "a comma-separated list of XID numbers such as 74,79"
+    issue = only_issue({"driver.healthRecoveryWindowSeconds": -1}, "driver.healthRecoveryWindowSeconds")
+    assert issue.value == "-1"
+    loaded = config.load(raw({"driver.additionalXidsToIgnore": "74, 79"})).driver
+    assert (loaded.additional_xids_to_ignore, loaded.health_recovery_window_seconds) == ("74, 79", 300)
+
+
 def test_driver_root_must_be_an_absolute_host_path() -> None:
     issue = only_issue({"driver.nvidiaDriverRoot": "run/nvidia/driver"}, "driver.nvidiaDriverRoot")
     assert issue.value == "'run/nvidia/driver'"

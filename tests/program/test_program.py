@@ -487,6 +487,20 @@ def test_driver_root_reaches_the_chart() -> None:
     assert effective_values(run.one(RELEASE))["nvidiaDriverRoot"] == "/run/nvidia/driver"
 
 
+def test_health_settings_reach_the_chart() -> None:
+    assert effective_values(harness.run_stack("dev").one(RELEASE))["health"] == {
+        "additionalXidsToIgnore": "",
+        "recoveryWindowSeconds": 300,
+    }
+    run = harness.run_stack(
+        "dev", {"driver.additionalXidsToIgnore": "74,79", "driver.healthRecoveryWindowSeconds": 60}
+    )
+    assert effective_values(run.one(RELEASE))["health"] == {
+        "additionalXidsToIgnore": "74,79",
+        "recoveryWindowSeconds": 60,
+    }
+
+
 def test_sample_can_be_switched_off() -> None:
     run = harness.run_stack("dev", {"sample.enabled": False})
     assert run.by_type(DEPLOYMENT) == []

@@ -5,7 +5,7 @@ operator tools must agree on, as pure logic and data (standard library and PyYAM
 * `device_model`, `profiles` — the device model a ResourceSlice publishes, and the GPU product profiles;
 * `discovery` — the pure half of device discovery: normalisation and the simulated source;
 * `catalog` — the GPU ECS instance types (data in `gpu_catalog.yaml`);
-* `quantity`, `semver` — Kubernetes quantities and strict semantic versions, parsed exactly;
+* `quantity` — Kubernetes quantities, parsed exactly;
 * `objects` — reading fields of Kubernetes objects as the API returns them;
 * `versions` — release versions (`1.34`, `v1.34.2-vke.3`, `containerd://2.1.3`) read as (major, minor);
 * `object_names` — DNS labels and subdomains, the names Kubernetes objects take;

@@ -42,9 +42,17 @@ ATTR_ARCHITECTURE: Final = "architecture"
 ATTR_CUDA_COMPUTE_CAPABILITY: Final = "cudaComputeCapability"
 ATTR_DRIVER_VERSION: Final = "driverVersion"
 ATTR_CUDA_DRIVER_VERSION: Final = "cudaDriverVersion"
+#: NVIDIA 25.8.1's bus ID attribute (driver domain); kept beside the standard one so selectors written for
+#: 25.8.1 still match.
 ATTR_PCIE_BUS_ID: Final = "pcieBusID"
-#: Standard Kubernetes attribute (qualified with its own domain).
+#: Standard Kubernetes attributes (qualified with their own domain, k8s.io/dynamic-resource-allocation's
+#: `deviceattribute` package).
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+#: The PCI bus ID in extended BDF form (`0000:3b:00.0`), as NVIDIA's driver publishes it since 25.12.
+ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
+#: How the GPU addresses system memory on coherent-memory platforms (NVIDIA's driver since 25.12):
+#: `HMM`, `ATS` or `None` (supported but inactive); omitted where NVML does not support the query.
+ATTR_ADDRESSING_MODE: Final = "addressingMode"
 
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_MULTIPROCESSORS: Final = "multiprocessors"
@@ -76,6 +84,16 @@ REQUIRED_NODE_LABELS: Final = {
 MIN_KUBERNETES_VERSION: Final = (1, 34)
 MIN_CONTAINERD_VERSION: Final = (2, 1)
 
+# --- extended resources backed by DRA (KEP-5004, DeviceClass.spec.extendedResourceName) ---
+#: The classic device plugin's resource, which the gpu.nvidia.com DeviceClass maps (as NVIDIA's chart does
+#: since 25.12): a pod asking `nvidia.com/gpu: 1` and no claim gets one of the driver's GPUs.
+GPU_EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
+#: The first Kubernetes release whose DRAExtendedResource gate is on by default (beta); 1.34 and 1.35
+#: know the field (alpha) but drop it unless the gate is on.
+EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = (1, 36)
+#: The annotation the scheduler puts on the ResourceClaim it creates for a pod's extended resources.
+EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
+
 
 @dataclass(frozen=True)
 class DeviceClassSpec:
@@ -83,18 +101,26 @@ class DeviceClassSpec:
 
     name: str
     device_type: str
+    #: The extended resource this class maps when the mapping is on (None: the class maps none).
+    extended_resource_name: str | None = None
 
     @property
     def cel_expression(self) -> str:
         return device_type_selector(self.device_type)
 
-    def manifest(self, api_version: str = "resource.k8s.io/v1") -> dict[str, object]:
-        """The DeviceClass object as Kubernetes JSON."""
+    def manifest(
+        self, api_version: str = "resource.k8s.io/v1", *, extended_resource: bool = False
+    ) -> dict[str, object]:
+        """The DeviceClass object as Kubernetes JSON; `extended_resource` adds `spec.extendedResourceName`
+        to a class that maps one (NVIDIA's chart does so for gpu.nvidia.com with resource.k8s.io/v1)."""
+        spec: dict[str, object] = {"selectors": [{"cel": {"expression": self.cel_expression}}]}
+        if extended_resource and self.extended_resource_name is not None:
+            spec["extendedResourceName"] = self.extended_resource_name
         return {
             "apiVersion": api_version,
             "kind": "DeviceClass",
             "metadata": {"name": self.name},
-            "spec": {"selectors": [{"cel": {"expression": self.cel_expression}}]},
+            "spec": spec,
         }
 
 
@@ -105,7 +131,9 @@ def device_type_selector(device_type: str, driver: str = DRIVER_NAME) -> str:
 
 #: The DeviceClasses of NVIDIA's chart for GPUs (compute domains are not part of this project).
 DEVICE_CLASSES: Final = (
-    DeviceClassSpec(name="gpu.nvidia.com", device_type=DEVICE_TYPE_GPU),
+    DeviceClassSpec(
+        name="gpu.nvidia.com", device_type=DEVICE_TYPE_GPU, extended_resource_name=GPU_EXTENDED_RESOURCE
+    ),
     DeviceClassSpec(name="mig.nvidia.com", device_type=DEVICE_TYPE_MIG),
 )
 DEVICE_CLASS_GPU: Final = DEVICE_CLASSES[0]

@@ -3,7 +3,10 @@
 `--feature-gates` / `FEATURE_GATES` takes `Name=true,Other=false`; empty entries (the chart renders a
 trailing comma) are ignored, values are Go booleans (`true`, `1`, `T`, `false`, ...). Unknown names
 are one error that lists the known gates. The gates NVIDIA's 25.8.1 plugin knows are all accepted so
-that values written for it work here; only the two sharing gates change this driver's behaviour.
+that values written for it work here; only the sharing gates change this driver's behaviour.
+`ConsumableShares` (NVIDIA's newest plugin: devices published with `allowMultipleAllocations` and a
+memory capacity with a `requestPolicy`, so several claims share one GPU's memory) excludes MPS sharing:
+NVIDIA refuses MPS on a plugin with consumable shares, and so does `conflicts()`.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from typing import Final
 
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
+CONSUMABLE_SHARES: Final = "ConsumableShares"
 
 #: Gate -> default, as in NVIDIA's pkg/featuregates (project gates plus the Kubernetes logging gates it
-#: registers, ContextualLogging switched on by NVIDIA). Only the first two have an effect here.
+#: registers, ContextualLogging switched on by NVIDIA). Only the first three have an effect here.
 DEFAULTS: Final[Mapping[str, bool]] = {
     TIME_SLICING_SETTINGS: False,
     MPS_SUPPORT: False,
+    CONSUMABLE_SHARES: False,
     "IMEXDaemonsWithDNSNames": True,
     "ContextualLogging": True,
     "LoggingAlphaOptions": False,
@@ -53,9 +58,25 @@ class FeatureGates:
     def mps(self) -> bool:
         return self.enabled(MPS_SUPPORT)
 
+    @property
+    def consumable_shares(self) -> bool:
+        return self.enabled(CONSUMABLE_SHARES)
+
     def render(self) -> str:
         """Every gate as `Name=bool,...` (sorted), the form the MPS daemon's FEATURE_GATES gets."""
         return ",".join(f"{k}={'true' if self.enabled(k) else 'false'}" for k in sorted(DEFAULTS))
+
+
+def conflicts(values: Mapping[str, bool]) -> str | None:
+    """Why a set of gates cannot run together (None when it can): MPS with consumable shares."""
+    if values.get(CONSUMABLE_SHARES, DEFAULTS[CONSUMABLE_SHARES]) and values.get(
+        MPS_SUPPORT, DEFAULTS[MPS_SUPPORT]
+    ):
+        return (
+            f"{CONSUMABLE_SHARES}=true and {MPS_SUPPORT}=true: MPS sharing is not supported when "
+            "consumable shares is enabled (as in NVIDIA's plugin); enable one of them"
+        )
+    return None
 
 
 def parse(text: str) -> FeatureGates:

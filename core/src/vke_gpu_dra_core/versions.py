@@ -10,8 +10,8 @@ One grammar, `[scheme://][v]MAJOR.MINOR[.PATCH][-suffix|+suffix]`, read in three
   `containerd://2.1.3~ds1`), as kubelet reports the container runtime.
 
 Minor parts are integers: `1.4` is (1, 4), older than (1, 34). Strict semantic versions (what CEL's
-`semver()` accepts) are `semver`'s; the planner's feature-gate tables key on Kubernetes versions of
-their own (`vke_gpu_dra_ops.capacity.versions`).
+`semver()` accepts) are the capacity planner's (`vke_gpu_dra_planner.semver`), and so are its
+feature-gate tables keyed on Kubernetes versions (`vke_gpu_dra_planner.gates`).
 """
 
 from __future__ import annotations

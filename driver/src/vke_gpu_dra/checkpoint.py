@@ -10,6 +10,12 @@ Format (JSON, version 1):
 The checksum covers the canonical JSON (sorted keys, no spaces) of `{"claims": ..., "version": ...}`.
 NVIDIA's `checkpoint.json` in the same directory is never written, so a rollback to NVIDIA's plugin
 never meets a file it rejects.
+
+The node's boot id (`/proc/sys/kernel/random/boot_id`) the entries were last restored for is kept
+next to the checkpoint, in `vke-gpu-dra-checkpoint.boot-id` (the id and a newline), not inside it:
+version 1's reader accepts no other top-level field and would move the whole file aside as corrupt,
+so a rollback to the previous release reads the checkpoint unchanged and ignores the boot id file.
+A missing file (a checkpoint of the previous release, or a new node) is read as "no boot id".
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from .fsutil import atomic_write, fsync_dir
 from .sharing.records import SharingRecord
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
+#: The boot id the checkpoint's entries were last restored for, next to the checkpoint.
+BOOT_ID_FILE: Final = "vke-gpu-dra-checkpoint.boot-id"
+#: Where Linux tells the current boot apart from the others (a new random id at every boot; the
+#: host kernel's in every container, as /proc/sys is not namespaced).
+DEFAULT_BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 FORMAT: Final = "vke-gpu-dra-checkpoint"
 VERSION: Final = 1
 
@@ -100,6 +111,22 @@ class CheckpointError(ValueError):
     """The checkpoint file is not a valid checkpoint (bad JSON, checksum or shape)."""
 
 
+class BootIdError(Exception):
+    """The node's boot id cannot be read; the message names the file and why."""
+
+
+def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
+    """The current boot id: the file's first line, stripped; BootIdError when missing or empty."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise BootIdError(f"cannot read the node's boot id from {path}: {exc.strerror or exc}") from None
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].strip():
+        raise BootIdError(f"the node's boot id file {path} is empty")
+    return lines[0].strip()
+
+
 def _exact_fields(obj: Mapping[str, Any], expected: set[str], where: str) -> None:
     if set(obj) != expected:
         raise CheckpointError(f"{where} must have exactly the fields {sorted(expected)}, has {sorted(obj)}")
@@ -160,6 +187,7 @@ class CheckpointStore:
 
     def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE) -> None:
         self.path = directory / file_name
+        self.boot_id_path = directory / BOOT_ID_FILE
 
     def load(self) -> LoadResult:
         """The stored entries; a corrupt file is moved aside to `<name>.corrupt-<timestamp>`."""
@@ -179,6 +207,18 @@ class CheckpointStore:
 
     def save(self, entries: Mapping[str, ClaimEntry]) -> None:
         atomic_write(self.path, encode(entries), mode=0o600)
+
+    def load_boot_id(self) -> str | None:
+        """The boot id the entries were last restored for; None when none was kept (an earlier
+        release's checkpoint, a new node) or the file is empty."""
+        try:
+            text = self.boot_id_path.read_text(encoding="ascii", errors="replace")
+        except FileNotFoundError:
+            return None
+        return text.strip() or None
+
+    def save_boot_id(self, boot_id: str) -> None:
+        atomic_write(self.boot_id_path, f"{boot_id}\n".encode(), mode=0o600)
 
     def _move_aside(self) -> Path:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -20,6 +20,7 @@ from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
 from vke_gpu_dra_core.object_names import is_dns_subdomain
 
 from . import __version__
+from .checkpoint import DEFAULT_BOOT_ID_PATH
 from .kubelet.registration import dra_socket_name, registration_socket_name
 from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
 from .reconcile import DEFAULT_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
@@ -68,6 +69,16 @@ class Config:
     feature_gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
     namespace: str = "default"
     image_name: str | None = None
+    # --- taking a node over from NVIDIA's plugin ---
+    nvidia_namespace: str = "nvidia-dra-driver-gpu"
+    #: The file of the node's boot id (a reboot is told by a new one); tests point it elsewhere.
+    boot_id_path: Path = DEFAULT_BOOT_ID_PATH
+
+    # --- GPU health (docs/health.md) ---
+    #: XIDs ignored on top of NVIDIA's application-error list (NVIDIA's --additional-xids-to-ignore).
+    additional_xids_to_ignore: frozenset[int] = frozenset()
+    #: Seconds a GPU must answer NVML without a fatal event before it is healthy again.
+    health_recovery_window: int = 300
 
     @property
     def dra_socket(self) -> Path:
@@ -144,6 +155,12 @@ def _feature_gates(value: str) -> featuregates.FeatureGates:
         return featuregates.parse(value)
     except featuregates.FeatureGateError as err:
         raise ValueError(str(err)) from None
+
+
+def _xid_list(value: str) -> frozenset[int]:
+    from .health.policy import parse_xid_list  # noqa: PLC0415  (keeps the parser's import light)
+
+    return parse_xid_list(value)
 
 
 def _product(value: str) -> str:
@@ -261,6 +278,38 @@ OPTIONS: tuple[_Option, ...] = (
     ),
     _Option("namespace", "NAMESPACE", _dns_subdomain(63), "default", "namespace of the MPS control daemons"),
     _Option("image_name", "IMAGE_NAME", _nonempty, None, "image of the MPS daemons (the plugin's own)"),
+    # --- taking a node over from NVIDIA's plugin ---
+    _Option(
+        "nvidia_namespace",
+        "NVIDIA_NAMESPACE",
+        _dns_subdomain(63),
+        "nvidia-dra-driver-gpu",
+        "namespace of NVIDIA's plugin, where its MPS control daemons of adopted claims are deleted",
+    ),
+    # --- the node ---
+    _Option(
+        "boot_id_path",
+        "BOOT_ID_PATH",
+        _abs_path,
+        str(DEFAULT_BOOT_ID_PATH),
+        "file of the node's boot id; a new id at start means a reboot, and prepared claims get back "
+        "their GPU settings before registration",
+    ),
+    # --- GPU health ---
+    _Option(
+        "additional_xids_to_ignore",
+        "ADDITIONAL_XIDS_TO_IGNORE",
+        _xid_list,
+        "",
+        "comma-separated XIDs treated as application errors on top of NVIDIA's list (13,31,43,45,68,109)",
+    ),
+    _Option(
+        "health_recovery_window",
+        "HEALTH_RECOVERY_WINDOW",
+        _int_range(0, 86400),
+        "300",
+        "seconds an unhealthy GPU must answer NVML without a fatal event before it is healthy again",
+    ),
 )
 
 

@@ -241,8 +241,14 @@ class KubeAPI:
         )
         return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
 
-    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._json("POST", f"{RESOURCE_API}/resourceslices", body=obj)
+    def create_slice(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Create `obj`; `dry_run`: the server validates and answers what it would store, storing nothing."""
+        query = [("dryRun", "All")] if dry_run else None
+        return self._json("POST", f"{RESOURCE_API}/resourceslices", query=query, body=obj)
+
+    def server_version(self) -> dict[str, Any]:
+        """The API server's /version (gitVersion, major, minor)."""
+        return self._json("GET", "/version")
 
     def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self._json("PUT", f"{RESOURCE_API}/resourceslices/{obj['metadata']['name']}", body=obj)

@@ -124,3 +124,27 @@ class Metrics:
             "1 when CDI specs carry nvidia-cdi-hook hooks, 0 when libraries also get SONAME mounts.",
             registry=r,
         )
+        self.device_health_problem = Gauge(
+            f"{_PREFIX}_device_health_problem",
+            "1 while a device has this health problem (reason: xid, gpu-lost, unmonitored), else 0.",
+            ["device", "reason"],
+            registry=r,
+        )
+        self.device_health_transitions = Counter(
+            f"{_PREFIX}_device_health_transitions",
+            "Device health changes, by device and the health reached (healthy, unhealthy, unknown).",
+            ["device", "to"],
+            registry=r,
+        )
+        self.health_events = Counter(
+            f"{_PREFIX}_health_events",
+            "Health events by kind (xid, double-bit-ecc, gpu-lost) and outcome (fatal, ignored, unmatched).",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self.device_taints_supported = Gauge(
+            f"{_PREFIX}_device_taints_supported",
+            "1 when the API server keeps ResourceSlice device taints (unhealthy devices are tainted), "
+            "0 when unhealthy devices are left out of the slices instead.",
+            registry=r,
+        )

@@ -1,10 +1,12 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
 Start order (`_start`, one method per step): open the API -> discover devices -> create the
-directories -> set up the driver's user-space -> load the prepared claims (checkpoint and restore,
-with the sharing manager on the API) -> reconcile the claims (a round at once, then periodically,
-in the background) -> DRA socket -> ResourceSlices -> health and metrics -> registration socket
-last, so kubelet only registers a plugin that can serve.
+directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
+-> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
+reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
+can call; then the claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once,
+then periodically, in the background) -> DRA socket -> ResourceSlices -> health and metrics ->
+registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -28,7 +30,10 @@ from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
 from . import __version__, userspace
+from .checkpoint import BootIdError, read_boot_id
 from .config import Config
+from .health.policy import DEFAULT_IGNORED_XIDS
+from .health.setup import HealthWatching
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
@@ -43,10 +48,12 @@ from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
 from .reconcile import Reconciler
 from .sharing.manager import SharingManager
-from .sharing.runners import NvidiaSmi
+from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .state import DeviceState, StateLockTimeout
+from .takeover import Takeover
+from .takeover import Tools as TakeoverTools
 from .userspace import DriverEdits, DriverRoot
 
 log = logging.getLogger(__name__)
@@ -96,10 +103,12 @@ class Plugin:
         self.devices: list[Device] = []
         self.driver_version: str | None = None
         self.driver_edits: DriverEdits | None = None
+        self.takeover: Takeover | None = None
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
         self.reconciler: Reconciler | None = None
+        self.health: HealthWatching | None = None
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
         self._reg: grpc.Server | None = None
@@ -135,6 +144,7 @@ class Plugin:
         self._discover_devices()
         self._create_directories()
         self._set_up_driver_user_space()
+        self._build_takeover()
         self._load_prepared_claims()
         self._reconcile_claims()
         self._serve_dra()
@@ -150,7 +160,7 @@ class Plugin:
             self._api = KubeAPI.from_kubeconfig(self.config.kubeconfig)
 
     def _discover_devices(self) -> None:
-        source = self._source or make_source(self.config)
+        source = self._source = self._source or make_source(self.config)
         try:
             result = source.discover()
         except DiscoveryError as err:
@@ -181,10 +191,20 @@ class Plugin:
             self.metrics,
         )
 
+    def _build_takeover(self) -> None:
+        """Claims NVIDIA's plugin prepared on this node: adopted when the prepared claims load, NVIDIA's
+        leftovers undone at their unprepare (see `takeover`)."""
+        self.takeover = self._new_takeover()
+
     def _load_prepared_claims(self) -> None:
-        """The device state: reads the checkpoint of claims prepared before a restart and restores
-        what an interrupted run left (see `state`)."""
+        """The device state: reads the checkpoint of claims prepared before a restart, restores what an
+        interrupted run left and what a reboot reset when the node's boot id changed, and adopts
+        NVIDIA's claims (see `state`)."""
         cfg = self.config
+        try:
+            boot_id = read_boot_id(cfg.boot_id_path)
+        except BootIdError as err:
+            raise StartupError(f"{err} (--boot-id-path, env BOOT_ID_PATH)") from None
         try:
             self.state = DeviceState(
                 driver_name=cfg.driver_name,
@@ -195,6 +215,8 @@ class Plugin:
                 driver_edits=self.driver_edits,
                 gates=cfg.feature_gates,
                 sharing_manager=self._sharing_manager(),
+                takeover=self.takeover,
+                boot_id=boot_id,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -230,16 +252,35 @@ class Plugin:
         self._dra.start()
 
     def _publish_slices(self) -> None:
+        """The ResourceSlices, and the GPU health watching that changes them (docs/health.md)."""
         cfg = self.config
-        assert self._api is not None
+        assert self._api is not None and self._source is not None and self.health_board is not None
+        self.health = HealthWatching.prepare(
+            self._api,
+            driver=cfg.driver_name,
+            node_name=cfg.node_name,
+            devices=self.devices,
+            board=self.health_board,
+            metrics=self.metrics,
+            recovery_window=float(cfg.health_recovery_window),
+            ignored_xids=DEFAULT_IGNORED_XIDS | cfg.additional_xids_to_ignore,
+        )
         self.slices = SliceController(
             self._api,
             driver=cfg.driver_name,
             node_name=cfg.node_name,
-            entries=[d.slice_entry() for d in self.devices],
+            entries=self.health.monitor.desired_entries(),
             metrics=self.metrics,
+            max_per_slice=self.health.slice_size,
+            managed_annotations=self.health.managed_annotations,
         )
         self.slices.start()
+        self.health.start(
+            self._source,
+            simulated=cfg.device_source == "simulated",
+            plugin_data_dir=cfg.plugin_data_dir,
+            publish=self.slices.set_entries,
+        )
 
     def _serve_health_and_metrics(self) -> None:
         cfg = self.config
@@ -292,6 +333,22 @@ class Plugin:
             api=self._api,
         )
 
+    def _new_takeover(self) -> Takeover:
+        """The takeover, its tools through the API opened first: NVIDIA's MPS daemons are deleted in
+        `--nvidia-namespace`, its GPU settings reset through `nvidia-smi`."""
+        cfg = self.config
+        return Takeover(
+            TakeoverTools(
+                cdi_root=cfg.cdi_root,
+                plugin_data_dir=cfg.plugin_data_dir,
+                namespace=cfg.nvidia_namespace,
+                api=self._api,
+                smi=NvidiaSmi(cfg.driver_root_path),
+                mounter=Mounter(),
+                driver_name=cfg.driver_name,
+            )
+        )
+
     def stop(self, grace: float | None = None) -> None:
         """Stop serving; idempotent. In-flight calls get `grace` seconds to finish."""
         if self._stopped.is_set():
@@ -309,6 +366,8 @@ class Plugin:
         remove_socket(cfg.dra_socket)
         if self._dra_servicer is not None:
             self._dra_servicer.close()  # its claim-reader pool, once no call can use it
+        if self.health is not None:
+            self.health.stop()
         if self.slices is not None:
             self.slices.stop()
         if self.reconciler is not None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .kubeapi import KubeAPI, KubeError, Watch
 from .metrics import Metrics
-from .slices import SyncPlan, canonical, plan_sync
+from .slices import MAX_DEVICES_PER_SLICE, SyncPlan, canonical, plan_sync
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class SliceController:
         watch_timeout: int = 300,
         backoff_initial: float = 0.2,
         backoff_max: float = 30.0,
+        max_per_slice: int = MAX_DEVICES_PER_SLICE,
+        managed_annotations: Sequence[str] = (),
     ) -> None:
         self._api = api
         self._driver = driver
@@ -56,6 +58,9 @@ class SliceController:
         self._watch_timeout = watch_timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
+        self._max_per_slice = max_per_slice
+        self._managed_annotations = tuple(managed_annotations)
+        self._annotations: dict[str, str] = {}
         self._node_uid = ""
         self._generation = 0
         # canonical(desired spec) -> canonical(spec as the apiserver stored it), for servers that
@@ -100,6 +105,16 @@ class SliceController:
         """Ask for a reconcile round now."""
         self._dirty.set()
 
+    def set_entries(
+        self, entries: Sequence[dict[str, Any]], annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """Publish these device entries (and managed annotations) from now on (health changes: taints,
+        devices left out, the devices' health for operators)."""
+        with self._lock:
+            self._entries = list(entries)
+            self._annotations = dict(annotations or {})
+        self._dirty.set()
+
     @property
     def generation(self) -> int:
         return self._generation
@@ -142,14 +157,19 @@ class SliceController:
         """List, plan, write. Raises KubeError on API failures, NodeNotFoundError without a Node."""
         self._node_uid = self._read_node_uid()
         existing, _ = self._api.list_slices(self._driver, self._node)
+        with self._lock:
+            entries, annotations = self._entries, self._annotations
         plan = plan_sync(
             existing,
-            self._entries,
+            entries,
             driver=self._driver,
             node_name=self._node,
             node_uid=self._node_uid,
             known_generation=self._generation,
             matches=self._matches,
+            max_per_slice=self._max_per_slice,
+            annotations=annotations,
+            managed_annotations=self._managed_annotations,
         )
         if not plan.in_sync:
             log.info(
@@ -171,7 +191,7 @@ class SliceController:
             self._api.delete_slice(name, uid or None)
         self._generation = plan.generation
         self._metrics.pool_generation.set(plan.generation)
-        self._metrics.devices_published.set(len(self._entries))
+        self._metrics.devices_published.set(len(entries))
         self._metrics.resource_slices.set(
             len(existing) if plan.in_sync else len(plan.updates) + len(plan.creates)
         )

@@ -2,14 +2,15 @@
 
 One pool named after the node holds every device; slices carry at most 128 devices, so larger
 pools are split. The pool generation goes up on every change, so consumers only ever combine
-slices of one consistent publication.
+slices of one consistent publication. Annotations the plugin manages (`annotations`, the health of
+devices for operators) are set on every slice of the pool; a managed key that is not wanted is removed.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,26 @@ def owner_reference(node_name: str, node_uid: str) -> dict[str, Any]:
 
 def generate_name(driver: str, node_name: str) -> str:
     return f"{node_name}-{driver}-"
+
+
+def with_annotations(
+    obj: dict[str, Any], annotations: Mapping[str, str], managed: Sequence[str]
+) -> dict[str, Any]:
+    """`obj` (changed in place) with the `managed` annotation keys set as `annotations` says."""
+    current = dict(obj["metadata"].get("annotations") or {})
+    for key in managed:
+        current.pop(key, None)
+    current.update(annotations)
+    if current:
+        obj["metadata"]["annotations"] = current
+    else:
+        obj["metadata"].pop("annotations", None)
+    return obj
+
+
+def annotations_match(obj: dict[str, Any], annotations: Mapping[str, str], managed: Sequence[str]) -> bool:
+    current = obj.get("metadata", {}).get("annotations") or {}
+    return all(current.get(key) == annotations.get(key) for key in {*managed, *annotations})
 
 
 def new_slice(spec: dict[str, Any], *, driver: str, node_name: str, node_uid: str) -> dict[str, Any]:
@@ -149,6 +170,8 @@ def plan_sync(
     known_generation: int = 0,
     matches: SpecMatcher = _exact,
     max_per_slice: int = MAX_DEVICES_PER_SLICE,
+    annotations: Mapping[str, str] | None = None,
+    managed_annotations: Sequence[str] = (),
 ) -> SyncPlan:
     """Compare the slices that exist with the desired pool and plan the writes.
 
@@ -157,8 +180,9 @@ def plan_sync(
     desired slice is written with generation max+1: slices whose devices match a chunk are
     updated in place, then other existing slices are reused, missing ones created, the rest deleted.
     Slices of another pool are never reused (the apiserver refuses to change `spec.pool.name`):
-    they are deleted.
+    they are deleted. `annotations` (keys among `managed_annotations`) must be on every slice too.
     """
+    wanted_notes = dict(annotations or {})
     ours = sorted((s for s in existing if pool_name(s) == node_name), key=slice_name)
     foreign = sorted((s for s in existing if pool_name(s) != node_name), key=slice_name)
     current = max([known_generation, *(pool_generation(s) for s in ours)])
@@ -180,7 +204,11 @@ def plan_sync(
                 if found is not None:
                     assigned[i] = found
                     unused.remove(found)
-                    in_sync = in_sync and has_owner(found, node_name, node_uid)
+                    in_sync = (
+                        in_sync
+                        and has_owner(found, node_name, node_uid)
+                        and annotations_match(found, wanted_notes, managed_annotations)
+                    )
         in_sync = in_sync and not unused and not foreign and all(a is not None for a in assigned)
         if in_sync:
             return SyncPlan(generation=current)
@@ -192,8 +220,10 @@ def plan_sync(
         )
         target = assigned[i] or (unused.pop(0) if unused else None)
         if target is None:
-            plan.creates.append(new_slice(spec, driver=driver, node_name=node_name, node_uid=node_uid))
+            obj = new_slice(spec, driver=driver, node_name=node_name, node_uid=node_uid)
+            plan.creates.append(with_annotations(obj, wanted_notes, managed_annotations))
         else:
-            plan.updates.append(updated_slice(target, spec, node_name=node_name, node_uid=node_uid))
+            obj = updated_slice(target, spec, node_name=node_name, node_uid=node_uid)
+            plan.updates.append(with_annotations(obj, wanted_notes, managed_annotations))
     plan.deletes = [(s["metadata"]["name"], s["metadata"].get("uid", "")) for s in (*unused, *foreign)]
     return plan

@@ -15,16 +15,30 @@ A claim goes through three phases here, each a method that calls the sharing pac
 
 * prepare: `_admit` checks the claim and plans its GPU sharing (`sharing.plan`, pure) before its
   PrepareStarted entry is written; `_set_up` applies the sharing (`SharingManager.prepare`) and
-  writes the CDI spec after it, and a failure is rolled back as an unprepare of what was recorded;
-* unprepare: `_unprepare_claim` undoes the sharing (`SharingManager.unprepare`), removes the spec
-  and the entry;
+  writes the CDI spec after it, and a failure is rolled back as an unprepare of what was recorded,
+  except an MPS daemon that is only slow to become Ready: it stays with the PrepareStarted entry
+  that records it, and kubelet's retry finds it;
+* unprepare: `_unprepare_claim` cleans the claim with `_clean_claim` (the one clean-up of an entry,
+  also for a claim that is gone): undoes the sharing (`SharingManager.unprepare`, a kept MPS daemon
+  included), removes the spec and the entry;
 * restore: `_restore` at start, under the same lock, removes the temp files of interrupted atomic
-  writes of this driver and recovers claims whose CDI spec has no checkpoint entry;
-  `_restore_claim` rewrites the vanished spec of a prepared claim (`SharingManager.restore`).
+  writes of this driver and recovers claims whose CDI spec has no checkpoint entry; when the node's
+  boot id is not the one kept with the checkpoint, `_restore_after_reboot` gives every completed
+  claim back what the reboot reset before the plugin registers with kubelet, and a claim that
+  cannot be restored becomes PrepareStarted, so its next prepare prepares it again and answers
+  with what still fails; `_restore_claim` rewrites the vanished spec of a prepared claim (also on a
+  repeated prepare) and, after a reboot, applies its sharing again
+  (`SharingManager.reapply_after_reboot`).
+
+Claims NVIDIA's plugin prepared on this node (`takeover/`) join through three small hooks, one per
+phase: `_adopt_nvidia_claims` at the end of `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
+completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
+in `_unprepare_claim` (NVIDIA's leftovers undone).
 
 Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim
-the API server no longer has for this node, as an unprepare does, through the same batches (so never
-alongside a prepare or unprepare of that claim), and only while the entry is still the one judged
+the API server no longer has for this node as an unprepare: an unprepare operation through the same
+batches and `_unprepare_claim` itself (so `_release_adopted`, then `_clean_claim`, and never
+alongside a prepare or unprepare of that claim), done only while the entry is still the one judged
 and no prepare of the claim answered since it was judged.
 A prepare whose devices another claim's entry holds raises `DevicesHeld` from `_admit`; `prepare`
 then has `holder_check` (the reconciler) check those claims at once, outside the lock, and tries again.
@@ -43,7 +57,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
@@ -52,15 +66,18 @@ from vke_gpu_dra_core.featuregates import FeatureGates
 
 from . import cdi
 from .allocation import allocated_devices
-from .checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
+from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
 from .ghosts import DevicesHeld, Holder, admin_access_devices, find_holders
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
-from .sharing.plan import Plan, plan_claim
+from .sharing.manager import MpsDaemonPending
+from .sharing.plan import Plan, devices_in_use, plan_claim
+from .takeover import AdoptionError, CleanupError, NvidiaClaimState
 
 if TYPE_CHECKING:
     from .allocation import AllocatedDevice
     from .sharing.manager import SharingManager
+    from .takeover import Takeover
     from .userspace import DriverEdits
 
 log = logging.getLogger(__name__)
@@ -73,8 +90,25 @@ DEFAULT_LOCK_WAIT_SECONDS: Final = 45.0
 #: Time allowed to undo a failed prepare's sharing changes (kubelet's deadline may be spent by then).
 ROLLBACK_SECONDS: Final = 10.0
 
-#: Threads writing the CDI specs of one batch in parallel.
+#: Threads writing the CDI specs of one batch in parallel (and restoring claims after a reboot).
 SPEC_WRITERS: Final = 8
+
+#: How long the start after a reboot waits for the claims' MPS daemons to be Ready again (the old
+#: pod's end, then the new one's start; the image is the plugin's own, already on the node).
+RESTORE_SECONDS: Final = 60.0
+
+
+@dataclass(frozen=True)
+class RebootRestore:
+    """What the start after a reboot gave back (`DeviceState.reboot`)."""
+
+    previous_boot_id: str
+    boot_id: str
+    #: UIDs of the completed claims that got everything back.
+    restored: tuple[str, ...] = ()
+    #: UID -> why a claim could not be restored; it is PrepareStarted now, prepared again by its next prepare.
+    failed: Mapping[str, str] = field(default_factory=dict)
+
 
 #: How often one prepare checks the claims holding its devices and tries again.
 HOLDER_CHECKS: Final = 3
@@ -105,6 +139,7 @@ class _Op:
     prepared: list[PreparedDevice] = field(default_factory=list)  # its answer, once its spec is written
     plan: Plan | None = None  # a prepare's GPU sharing, once checked
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
+    adopted_edits: dict[str, dict[str, Any]] = field(default_factory=dict)  # takeover: NVIDIA's MPS edits
     expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
     judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
     tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
@@ -148,7 +183,13 @@ class DeviceState:
         driver_edits: DriverEdits | None = None,
         gates: FeatureGates | None = None,
         sharing_manager: SharingManager | None = None,
+        takeover: Takeover | None = None,
+        boot_id: str | None = None,
+        restore_wait: float = RESTORE_SECONDS,
     ) -> None:
+        """`boot_id`: the node's current boot id (`checkpoint.read_boot_id`); None (tests, inspection)
+        leaves reboots undetected. `restore_wait`: how long a restore after a reboot waits for MPS
+        daemons."""
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -165,6 +206,9 @@ class DeviceState:
         self._driver_edits = driver_edits
         self._gates = gates or FeatureGates()
         self._sharing = sharing_manager
+        self._takeover = takeover
+        self._boot_id = boot_id
+        self._restore_wait = restore_wait
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._queue: list[_Op] = []
@@ -179,6 +223,8 @@ class DeviceState:
         self.load_problem: str | None = None
         #: Temp files of interrupted writes removed at start.
         self.removed_leftovers: list[Path] = []
+        #: What the start gave back after a reboot; None when the boot id was the one kept (or unknown).
+        self.reboot: RebootRestore | None = None
         with self._locked_or_fail("start"):
             self._restore()
 
@@ -213,10 +259,11 @@ class DeviceState:
     def clean_ghost(
         self, entry: ClaimEntry, *, judged_at: float | None = None, deadline: float | None = None
     ) -> bool:
-        """Clean a ghost's entry exactly as an unprepare would (sharing undone, CDI spec and entry
-        removed), only if the checkpoint still holds `entry` as it was judged and no prepare of the
-        claim answered since `judged_at` (time.monotonic() of the read that judged it; None: now);
-        True when it did. Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
+        """Clean a ghost's entry exactly as an unprepare would, through `_unprepare_claim` (NVIDIA's
+        leftovers of an adopted claim and the sharing undone, CDI spec and entry removed), only if the
+        checkpoint still holds `entry` as it was judged and no prepare of the claim answered since
+        `judged_at` (time.monotonic() of the read that judged it; None: now); True when it did.
+        Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
         ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
         at = time.monotonic() if judged_at is None else judged_at
         op = self._submit(_Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at))
@@ -392,6 +439,8 @@ class DeviceState:
             op.answer(list(entry.devices))
             self._answered_at[ref.uid] = time.monotonic()
             return
+        if self._admit_adopted(op, entries):  # takeover: a claim NVIDIA's plugin completed
+            return
         assert op.claim is not None
         allocated = allocated_devices(
             ref,
@@ -450,12 +499,20 @@ class DeviceState:
     def _set_up(self, op: _Op, entries: Mapping[str, ClaimEntry]) -> None:
         """Prepare, second step (its PrepareStarted entry is on disk): the GPU sharing, then the CDI
         spec. On failure a claim with sharing is rolled back (its entry goes) when the undo works;
-        otherwise its PrepareStarted entry stays for unprepare to clean."""
+        otherwise its PrepareStarted entry stays for unprepare to clean. An MPS daemon that exists but
+        is not Ready yet (`MpsDaemonPending`: its image may take longer than a call to pull) is not
+        rolled back: it stays with the entry that records it, and kubelet's retry waits for it again."""
         plan = op.plan
         assert plan is not None
         try:
             edits = self._manager(op.ref).prepare(op.ref, plan, op.deadline) if plan else {}
-            self._write_spec(op.ref, op.devices, edits)
+            self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits})
+        except MpsDaemonPending:
+            log.info(
+                "MPS control daemon not ready yet: it stays for kubelet's retry",
+                extra={"fields": {"claim": op.label, "uid": op.ref.uid}},
+            )
+            raise
         except ClaimError:
             if plan:
                 op.rolled_back = self._roll_back(op.ref, plan, entries)
@@ -478,38 +535,128 @@ class DeviceState:
         return True
 
     def _unprepare_claim(self, op: _Op, entries: dict[str, ClaimEntry]) -> None:
-        """Unprepare: undo the claim's GPU sharing, remove its CDI spec and its entry. A failed undo
-        keeps the entry, so kubelet's retry undoes it again."""
-        ref = op.ref
-        entry = entries.get(ref.uid)
+        """Unprepare (and a ghost cleanup, `clean_ghost`): NVIDIA's leftovers of an adopted claim
+        first (takeover), then clean the claim (`_clean_claim`). A failed undo keeps the entry, so
+        kubelet's retry (or the next reconcile round) undoes it again. A ghost cleanup does nothing
+        when the entry changed (or went, or its claim was prepared) since the read that judged it."""
         if op.expect is not None and (
-            entry != op.expect or self._answered_at.get(ref.uid, -1.0) >= op.judged_at
+            entries.get(op.ref.uid) != op.expect or self._answered_at.get(op.ref.uid, -1.0) >= op.judged_at
         ):
-            return  # a ghost cleanup that found the entry changed (or gone, or prepared) since it was judged
-        self._answered_at.pop(ref.uid, None)
+            return
+        self._answered_at.pop(op.ref.uid, None)
+        self._release_adopted(op, entries)  # takeover: NVIDIA's leftovers first
+        op.changed = self._clean_claim(op.ref, entries, op.deadline) or op.changed
+
+    def _clean_claim(self, ref: ClaimRef, entries: dict[str, ClaimEntry], deadline: float) -> bool:
+        """Undo everything the claim's entry records, in either state: its GPU sharing (an MPS daemon
+        kept across failed prepares included), its CDI spec, then its entry; True when an entry was
+        removed. The caller holds the node lock and writes `entries` afterwards. Raises ClaimError
+        (the entry stays). `_unprepare_claim` calls it, for kubelet's unprepare and for the cleanup
+        of a ghost (`clean_ghost`) alike."""
+        entry = entries.get(ref.uid)
         if entry is not None and entry.sharing:
             self._manager(ref).unprepare(
                 ref,
                 entry.sharing,
                 devices=self._by_name,
                 others=self._others(entries, ref.uid),
-                deadline=op.deadline,
+                deadline=deadline,
             )
         try:
             cdi.delete_claim_spec(self._cdi_root, ref.uid)
         except OSError as exc:
-            raise ClaimError(f"claim {op.label}: cannot delete its CDI spec: {exc}") from None
-        op.changed = entries.pop(ref.uid, None) is not None
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: cannot delete its CDI spec: {exc}") from None
+        return entries.pop(ref.uid, None) is not None
 
     def _restore(self) -> None:
         """Start-up (caller holds the node lock): remove the temp files of interrupted writes, read the
-        checkpoint and recover the claims whose CDI spec has no entry."""
+        checkpoint and recover the claims whose CDI spec has no entry; then give the completed claims
+        back what a reboot reset (`_restore_if_rebooted`); then adopt NVIDIA's claims."""
         self.removed_leftovers = self._remove_leftovers()
-        self._read(recover_orphans=True, at_start=True)
+        entries = self._read(recover_orphans=True, at_start=True)
+        self._restore_if_rebooted(entries)
+        self._adopt_nvidia_claims()
 
-    def _restore_claim(self, ref: ClaimRef, entry: ClaimEntry) -> None:
-        """Rewrite a completed claim's CDI spec if it vanished (e.g. /var/run/cdi emptied by a reboot)."""
-        if cdi.claim_spec_path(self._cdi_root, ref.uid).exists():
+    def _restore_if_rebooted(self, entries: dict[str, ClaimEntry]) -> None:
+        """When the node's boot id is not the one kept with the checkpoint, restore the completed claims
+        (`_restore_after_reboot`) and keep the new boot id. No boot id kept (a checkpoint of an earlier
+        release, a new node): the claims are taken as prepared in this boot, as NVIDIA's plugin takes
+        them."""
+        if self._boot_id is None:
+            return
+        kept = self._store.load_boot_id()
+        if kept == self._boot_id:
+            return
+        if kept is not None:
+            self._restore_after_reboot(entries, kept, self._boot_id)
+        elif entries:
+            log.info(
+                "no boot id kept with the checkpoint (an earlier release wrote it): its claims are taken "
+                "as prepared in this boot",
+                extra={"fields": {"boot_id": self._boot_id}},
+            )
+        self._store.save_boot_id(self._boot_id)  # after the restore: a crash before it restores again
+
+    def _restore_after_reboot(self, entries: dict[str, ClaimEntry], previous: str, boot_id: str) -> None:
+        """The node rebooted since the checkpoint's boot: every completed claim gets back what the
+        reboot reset (`_restore_claim`), claims in parallel, MPS daemons within `restore_wait`. One that
+        cannot be restored is logged and becomes PrepareStarted (devices and sharing record kept, so
+        unprepare still undoes it): its next prepare prepares it again and answers with what still
+        fails; the others are unaffected."""
+        completed = [e for e in entries.values() if e.state is ClaimState.PREPARE_COMPLETED]
+        deadline = time.monotonic() + self._restore_wait
+
+        def restore(entry: ClaimEntry) -> str | None:
+            ref = ClaimRef(entry.namespace, entry.name, entry.uid)
+            try:
+                self._restore_claim(ref, entry, deadline=deadline)
+            except ClaimError as exc:
+                return str(exc)
+            except Exception as exc:  # a bug met by one claim leaves the others restored
+                log.exception("restoring claim %s/%s failed", entry.namespace, entry.name)
+                return f"claim {entry.namespace}/{entry.name}: restore failed: {exc!r}"
+            return None
+
+        if len(completed) > 1:
+            with ThreadPoolExecutor(max_workers=SPEC_WRITERS, thread_name_prefix="restore") as pool:
+                reasons = list(pool.map(restore, completed))
+        else:
+            reasons = [restore(e) for e in completed]
+        failed: dict[str, str] = {}
+        for entry, reason in zip(completed, reasons, strict=True):
+            if reason is None:
+                continue
+            failed[entry.uid] = reason
+            entries[entry.uid] = replace(entry, state=ClaimState.PREPARE_STARTED)
+            log.error(
+                "claim not restored after the node rebooted; its next prepare prepares it again",
+                extra={
+                    "fields": {"claim": f"{entry.namespace}/{entry.name}", "uid": entry.uid, "reason": reason}
+                },
+            )
+        if failed:
+            self._store.save(entries)
+        restored = tuple(e.uid for e, reason in zip(completed, reasons, strict=True) if reason is None)
+        self.reboot = RebootRestore(previous, boot_id, restored, failed)
+        log.warning(
+            "node rebooted since the checkpoint was written: prepared claims restored",
+            extra={
+                "fields": {
+                    "previous_boot_id": previous,
+                    "boot_id": boot_id,
+                    "restored": len(restored),
+                    "failed": len(failed),
+                }
+            },
+        )
+
+    def _restore_claim(self, ref: ClaimRef, entry: ClaimEntry, *, deadline: float | None = None) -> None:
+        """Give a completed claim back what it lost: its CDI spec if it vanished (a reboot empties
+        /var/run/cdi; also checked on a repeated prepare) and, after a reboot (at start, `deadline`
+        given), its devices (`_restore_partitions`) and its GPU sharing settings, before the spec."""
+        rebooted = deadline is not None
+        spec_missing = not cdi.claim_spec_path(self._cdi_root, ref.uid).exists()
+        if not (rebooted or spec_missing):
             return
         names = list(dict.fromkeys(d.device_name for d in entry.devices))
         missing = [n for n in names if n not in self._by_name]
@@ -518,14 +665,73 @@ class DeviceState:
                 f"claim {ref.namespace}/{ref.name} was prepared with device(s) {', '.join(missing)}, "
                 "which this node no longer publishes"
             )
-        log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
-        edits = self._manager(ref).restore(entry.sharing) if entry.sharing else {}
-        self._write_spec(ref, [self._by_name[n] for n in names], edits)
+        if deadline is not None:
+            self._restore_partitions(ref, entry)
+            if entry.sharing:
+                self._manager(ref).reapply_after_reboot(
+                    ref, entry.sharing, devices=self._by_name, deadline=deadline
+                )
+        if spec_missing:
+            log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
+            edits = self._manager(ref).restore(entry.sharing) if entry.sharing else {}
+            self._write_spec(ref, [self._by_name[n] for n in names], edits)
+
+    def _restore_partitions(self, ref: ClaimRef, entry: ClaimEntry) -> None:
+        """After a reboot, before the claim's sharing and spec: the devices a reboot removes. MIG
+        devices are made before the plugin starts today (discovered and published as they are), so
+        there is nothing to do; once dynamic MIG creates a claim's MIG devices at prepare, this is
+        where they are created again (and a failure here fails this claim's restore only)."""
 
     def _manager(self, ref: ClaimRef) -> SharingManager:
         if self._sharing is None:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: GPU sharing is not available on this node")
         return self._sharing
+
+    # ------------------------------------------- takeover hooks (the takeover package does the work)
+
+    def _adopt_nvidia_claims(self) -> None:
+        """Restore, last: the claims of NVIDIA's checkpoint join the takeover's ledger."""
+        if self._takeover is not None:
+            self._takeover.start()
+
+    def _admit_adopted(self, op: _Op, entries: dict[str, ClaimEntry]) -> bool:
+        """Prepare of a claim NVIDIA's plugin completed: its devices under this plugin's CDI ids, with
+        NVIDIA's time-slice and MPS daemon left in force (True, its PrepareStarted entry added). One
+        NVIDIA only started: its leftovers are released and it is admitted anew (False)."""
+        if self._takeover is None:
+            return False
+        claim = self._takeover.adopted(op.ref.uid)
+        if claim is None:
+            return False
+        if claim.state is not NvidiaClaimState.PREPARE_COMPLETED:
+            self._release_adopted(op, entries)
+            return False
+        try:
+            answer = self._takeover.answer(claim, pool_name=self._pool_name, devices=self._by_name)
+        except AdoptionError as exc:
+            raise ClaimError(f"claim {op.label}: {exc}") from None
+        op.plan = Plan(op.ref.uid)  # no sharing of this plugin's own
+        op.devices, op.prepared, op.adopted_edits = answer.devices, answer.prepared, answer.extra_edits
+        entries[op.ref.uid] = ClaimEntry(
+            op.ref.uid, op.ref.namespace, op.ref.name, ClaimState.PREPARE_STARTED
+        )
+        op.changed = True
+        return True
+
+    def _release_adopted(self, op: _Op, entries: Mapping[str, ClaimEntry]) -> None:
+        """Undo what NVIDIA's plugin left for an adopted claim (nothing for any other claim); GPUs the
+        node's other claims hold keep their settings."""
+        if self._takeover is None:
+            return
+        try:
+            self._takeover.release(
+                op.ref.uid,
+                devices=self._by_name,
+                in_use=devices_in_use(self._others(entries, op.ref.uid)),
+                deadline=op.deadline,
+            )
+        except CleanupError as exc:
+            raise ClaimError(f"claim {op.label}: {exc}") from None
 
     @staticmethod
     def _others(entries: Mapping[str, ClaimEntry], uid: str) -> list[ClaimEntry]:
@@ -546,8 +752,10 @@ class DeviceState:
             ) from exc
 
     def _remove_leftovers(self) -> list[Path]:
-        """Temp files of our interrupted atomic writes: the checkpoint's and the claim specs'."""
-        removed = remove_temp_leftovers(self._plugin_data_dir, lambda name: name == CHECKPOINT_FILE)
+        """Temp files of our interrupted atomic writes: the checkpoint's, the boot id's, the claim specs'."""
+        removed = remove_temp_leftovers(
+            self._plugin_data_dir, lambda name: name in (CHECKPOINT_FILE, BOOT_ID_FILE)
+        )
         removed += remove_temp_leftovers(self._cdi_root, cdi.is_claim_spec_name)
         if removed:
             log.warning(

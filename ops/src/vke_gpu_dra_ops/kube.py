@@ -174,27 +174,9 @@ class Fetcher:
                 self.resource.list_namespaced_resource_claim,
                 s.workload_namespace,
             )["items"]
-        deployment = self._call(
-            f"deployment {s.workload_namespace}/{s.sample_deployment}",
-            self.apps.read_namespaced_deployment,
-            s.sample_deployment,
-            s.workload_namespace,
-            missing_ok=True,
-        )
-        sample_pods: list[dict[str, Any]] = []
         logs: dict[str, str] = {}
-        match_labels = (deployment or {}).get("spec", {}).get("selector", {}).get("matchLabels") or {}
-        if match_labels:
-            selector = ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
-            sample_pods = self._call(
-                f"pods in {s.workload_namespace}",
-                self.core.list_namespaced_pod,
-                s.workload_namespace,
-                label_selector=selector,
-            )["items"]
-            for pod in sample_pods:
-                if pod.get("status", {}).get("phase") == "Running":
-                    logs[pod["metadata"]["name"]] = self.pod_log(pod)
+        deployment, sample_pods = self._deployment_and_pods(s.sample_deployment, logs)
+        classic, classic_pods = self._deployment_and_pods(s.classic_deployment, logs)
         return procedure.Snapshot(
             api_resources=api_resources,
             nodes=nodes,
@@ -205,7 +187,29 @@ class Fetcher:
             sample_pods=sample_pods,
             claims=claims,
             pod_logs=logs,
+            classic_deployment=classic,
+            classic_pods=classic_pods,
         )
+
+    def _deployment_and_pods(
+        self, name: str, logs: dict[str, str]
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """A workload Deployment (None when absent) and its pods; logs of its Running pods go to `logs`."""
+        ns = self.settings.workload_namespace
+        deployment = self._call(
+            f"deployment {ns}/{name}", self.apps.read_namespaced_deployment, name, ns, missing_ok=True
+        )
+        match_labels = (deployment or {}).get("spec", {}).get("selector", {}).get("matchLabels") or {}
+        if not match_labels:
+            return deployment, []
+        selector = ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+        pods: list[dict[str, Any]] = self._call(
+            f"pods in {ns}", self.core.list_namespaced_pod, ns, label_selector=selector
+        )["items"]
+        for pod in pods:
+            if pod.get("status", {}).get("phase") == "Running":
+                logs[pod["metadata"]["name"]] = self.pod_log(pod)
+        return deployment, pods
 
     def pod_log(self, pod: dict[str, Any]) -> str:
         """Log of the pod's container that uses a claim (else its first container); '' if unreadable."""

@@ -31,18 +31,19 @@ from vke_gpu_dra_core.config import (
     raw_from_stack_file,
 )
 from vke_gpu_dra_core.config import read as read_config
-
-from .capacity.admission import REFUSED, UNKNOWN
-from .capacity.claims import ManifestError
-from .capacity.stack_model import (
+from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN
+from vke_gpu_dra_planner.claims import ManifestError
+from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.stack import (
     StackModel,
     add_object,
+    consumable_shares,
     default_classes,
     pools_from_config,
     sample_objects,
 )
-from .capacity.stack_plan import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
-from .capacity.versions import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.verdict import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
+
 from .output import OUTPUT_FORMATS, render
 
 
@@ -95,7 +96,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if report["fits"] else 1
 
 
-def _read_yaml(path: Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
+#: Manifests are plain YAML: libyaml's safe loader reads them when PyYAML has it (same documents, faster).
+_MANIFEST_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read_yaml(path: Path, loader: Any = _MANIFEST_LOADER) -> list[Any]:
     try:
         return [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if d is not None]
     except OSError as exc:
@@ -144,6 +149,7 @@ def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel
     cfg = load_stack_config(stack_file)
     model = StackModel(classes=default_classes())
     model.pools = [pools_from_config(cfg)]
+    model.consumable_shares = consumable_shares(cfg)
     model.kubernetes_version = cfg.cluster.kubernetes_version
     objects: list[Mapping[str, Any]]
     if manifests is None:
@@ -181,8 +187,6 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
     templates = [_template_report(t) for t in plan.templates]
     violations = [v.message for v in plan_violations(plan)]
     workloads = [_workload_report(w) for w in plan.workloads]
-    undecided = [w for w in workloads if w["status"] == UNKNOWN]
-    fits = not violations and all(w["status"] == "fits" for w in workloads)
     return {
         "kubernetesVersion": plan.gates.version,
         "featureGates": {
@@ -191,7 +195,9 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
             "DRAConsumableCapacity": plan.gates.consumable_capacity,
             "DRAPartitionableDevices": plan.gates.partitionable_devices,
             "DRADeviceTaints": plan.gates.device_taints,
+            "DRAExtendedResource": plan.gates.extended_resource,
         },
+        "consumableShares": model.consumable_shares,
         "pools": [
             {
                 "name": p.name,
@@ -208,10 +214,8 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
         "workloads": workloads,
         "templates": templates,
         "violations": violations,
-        "fits": fits,
-        "undecided": bool(undecided)
-        and not violations
-        and all(w["status"] in ("fits", UNKNOWN) for w in workloads),
+        "fits": plan.fits,
+        "undecided": plan.undecided,
         "selectorChecks": plan.planner.cache.stats.checks,
     }
 
@@ -246,6 +250,7 @@ def _template_report(plan: TemplatePlan) -> dict[str, Any]:
         "scope": ALONE,
         "admission": admission.status,
         "admissionMessage": admission.message or None,
+        "admissionDropped": list(admission.dropped),
         "replicasWanted": wanted,
         "fitsAlone": result.fits and not refused,
         "replicasAtMin": 0 if refused else result.at_min,

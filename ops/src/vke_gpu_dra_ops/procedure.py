@@ -9,6 +9,7 @@ checks until they pass or time out and prints the checklist.
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,9 @@ DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
 #: The procedure's sample workload ("Validating results").
 SAMPLE_DEPLOYMENT = "gpu-test"
 SAMPLE_CLAIM_TEMPLATE = "single-gpu"
+#: The program's second sample, written for the device plugin (`nvidia.com/gpu: 1`, no claim): deployed where
+#: gpu.nvidia.com maps nvidia.com/gpu, its pods get GPUs through the claim the scheduler makes for them.
+CLASSIC_DEPLOYMENT = "gpu-test-classic"
 
 #: Label selector of the nodes DRA GPUs are scheduled on.
 DRA_NODE_SELECTOR = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
@@ -56,6 +60,8 @@ class StepResult:
     found: str
     hint: str = ""
     waived: bool = False  # skipped on request (--skip): does not fail the run
+    #: Structured findings for the JSON output (device-health: one row per device with a problem).
+    details: tuple[JSON, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -73,6 +79,7 @@ class StepResult:
             "found": self.found,
             "hint": self.hint,
             "waived": self.waived,
+            **({"details": list(self.details)} if self.details else {}),
         }
 
 
@@ -93,6 +100,8 @@ class Snapshot:
     sample_pods: Sequence[JSON] = ()  # pods selected by the sample Deployment
     claims: Sequence[JSON] | None = None  # ResourceClaims of the workload namespace
     pod_logs: Mapping[str, str] = field(default_factory=dict)  # pod name -> log of its GPU container
+    classic_deployment: JSON | None = None  # the classic sample, where the stack deploys it
+    classic_pods: Sequence[JSON] = ()  # pods selected by the classic sample Deployment
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class Settings:
     expected_devices_per_node: int | None = None
     sample_deployment: str = SAMPLE_DEPLOYMENT
     sample_claim_template: str = SAMPLE_CLAIM_TEMPLATE
+    classic_deployment: str = CLASSIC_DEPLOYMENT
     skip: frozenset[str] = frozenset()  # step ids not to check
     # Label selector of the nodes that must have DRA GPUs; None: what the kubelet plugin DaemonSet selects.
     node_selector: str | None = DRA_NODE_SELECTOR
@@ -386,6 +396,104 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
     return StepResult(step, title, Status.PASS, _join(found))
 
 
+#: The kubelet plugin's health reporting (docs/health.md): NVIDIA's taint keys on the slice's devices, and
+#: an annotation on the node's slices listing devices with problems (the only place an unhealthy device
+#: shows on servers without device taints, where it is left out of the slice).
+HEALTH_ANNOTATION = f"{facts.DRIVER_NAME}/device-health"
+HEALTH_TAINT_KEYS = {f"{facts.DRIVER_NAME}/{k}": k for k in ("xid", "gpu-lost", "unmonitored")}
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _newest(slices: Sequence[JSON]) -> list[JSON]:
+    newest: dict[str, int] = {}
+    for s in slices:
+        node, gen = lookup(s, "spec", "nodeName"), lookup(s, "spec", "pool", "generation") or 0
+        if node:
+            newest[node] = max(newest.get(node, gen), gen)
+    return [
+        s
+        for s in slices
+        if lookup(s, "spec", "nodeName")
+        and (lookup(s, "spec", "pool", "generation") or 0) == newest[lookup(s, "spec", "nodeName")]
+    ]
+
+
+def device_health_rows(slices: Sequence[JSON]) -> list[JSON]:
+    """One row per (node, device, problem): from the devices' taints and the health annotation.
+
+    Row: node, device, reason (xid, gpu-lost, unmonitored), xid (or None), since, effect (the taint's,
+    or "left out" when the device is not in the slice), blocking (not allocatable to new pods).
+    """
+    rows: dict[tuple[str, str, str], JSON] = {}
+    for s in _newest([s for s in slices if lookup(s, "spec", "driver") == facts.DRIVER_NAME]):
+        node = str(lookup(s, "spec", "nodeName"))
+        present = {str(d.get("name")) for d in lookup(s, "spec", "devices") or []}
+        for dev in lookup(s, "spec", "devices") or []:
+            for taint in dev.get("taints") or []:
+                reason = HEALTH_TAINT_KEYS.get(str(taint.get("key")))
+                if reason is None:
+                    continue
+                value = taint.get("value")
+                rows[(node, str(dev.get("name")), reason)] = {
+                    "node": node,
+                    "device": str(dev.get("name")),
+                    "reason": reason,
+                    "xid": int(value) if reason == "xid" and str(value).isdigit() else None,
+                    "since": taint.get("timeAdded"),
+                    "effect": taint.get("effect"),
+                    "blocking": taint.get("effect") in BLOCKING_EFFECTS,
+                }
+        try:
+            noted = json.loads((lookup(s, "metadata", "annotations") or {}).get(HEALTH_ANNOTATION) or "[]")
+        except ValueError:
+            noted = []
+        for entry in noted if isinstance(noted, list) else []:
+            device = str(entry.get("device"))
+            for problem in entry.get("problems") or []:
+                key = (node, device, str(problem.get("reason")))
+                if key in rows or (device in present and entry.get("health") != "unhealthy"):
+                    continue  # shown by its taint, or informational on a published device
+                rows[key] = {
+                    "node": node,
+                    "device": device,
+                    "reason": str(problem.get("reason")),
+                    "xid": problem.get("xid"),
+                    "since": problem.get("since"),
+                    "effect": None if device in present else "left out",
+                    "blocking": entry.get("health") == "unhealthy",
+                }
+    return [rows[k] for k in sorted(rows)]
+
+
+def _health_text(row: JSON) -> str:
+    reason = f"xid {row['xid']}" if row["reason"] == "xid" and row["xid"] is not None else row["reason"]
+    how = "left out of the slice" if row["effect"] == "left out" else f"taint {row['effect']}"
+    return f"{row['node']}: {row['device']} {reason} since {row['since'] or '?'} ({how})"
+
+
+def check_device_health(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "device-health", "No unhealthy or tainted GPU devices"
+    if snap.resource_slices is None:
+        return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
+    rows = device_health_rows(snap.resource_slices)
+    blocking = [r for r in rows if r["blocking"]]
+    if blocking:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join([_health_text(r) for r in blocking], limit=8),
+            "these GPUs reported a fatal XID or stopped answering NVML: the scheduler does not give them "
+            "to new pods until they recover (the plugin's recovery window, docs/health.md); check "
+            "`nvidia-smi -q` on the node and the plugin's logs "
+            f"(`kubectl -n {settings.namespace} logs <plugin pod>`); to evict the pods still using them, "
+            "create a DeviceTaintRule with effect NoExecute",
+            details=tuple(rows),
+        )
+    found = "none" if not rows else "none unhealthy; " + _join([_health_text(r) for r in rows], limit=8)
+    return StepResult(step, title, Status.PASS, found, details=tuple(rows))
+
+
 def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "no-device-plugin-capacity", f"DRA nodes expose no {DEVICE_PLUGIN_RESOURCE} capacity"
     if not snap.nodes:
@@ -445,9 +553,102 @@ def _claim_name_of(pod: JSON, template: str) -> tuple[str | None, str | None]:
     return entries[0], None
 
 
+def _classic_ref(settings: Settings) -> str:
+    return f"Deployment {settings.workload_namespace}/{settings.classic_deployment}"
+
+
+def _classic_pods(snap: Snapshot, settings: Settings) -> tuple[list[JSON], list[str]]:
+    """The classic sample's live pods, and a problem when it is deployed without any (nothing when absent)."""
+    if snap.classic_deployment is None:
+        return [], []
+    pods = _live(snap.classic_pods)
+    return pods, [] if pods else [f"{_classic_ref(settings)} has no pods"]
+
+
+def _gpu_class_mapping(snap: Snapshot) -> str | None:
+    """The extended resource the gpu.nvidia.com DeviceClass maps, as the API server keeps it."""
+    for dc in snap.device_classes or ():
+        if _name(dc) == facts.DEVICE_CLASS_GPU.name:
+            value = lookup(dc, "spec", "extendedResourceName")
+            return str(value) if value else None
+    return None
+
+
+@dataclass
+class _Findings:
+    problems: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+
+    def result(self, step: str, title: str) -> StepResult:
+        if self.problems:
+            return StepResult(
+                step, title, Status.FAIL, _join(self.problems), _join(sorted(set(self.hints)), 2)
+            )
+        return StepResult(step, title, Status.PASS, _join(self.found))
+
+
+def _check_claim(out: _Findings, claim: JSON, claim_name: str, pod: JSON, ns: str) -> None:
+    """The claim `claim_name` of `pod` is allocated and reserved for the pod."""
+    pod_name = _name(pod)
+    results = lookup(claim, "status", "allocation", "devices", "results") or []
+    reserved = lookup(claim, "status", "reservedFor") or []
+    pod_uid = lookup(pod, "metadata", "uid")
+    if not lookup(claim, "status", "allocation"):
+        out.problems.append(f"claim {claim_name} (pod {pod_name}) is not allocated")
+        out.hints.append(
+            f"`kubectl -n {ns} describe pod {pod_name}` shows why the scheduler cannot allocate: "
+            f"check the ResourceSlices and DeviceClass {facts.DEVICE_CLASS_GPU.name}"
+        )
+    elif not any(r.get("name") == pod_name or (pod_uid and r.get("uid") == pod_uid) for r in reserved):
+        out.problems.append(f"claim {claim_name} is allocated but not reserved for pod {pod_name}")
+        out.hints.append(f"`kubectl -n {ns} describe resourceclaim {claim_name}`")
+    else:
+        devices = ", ".join(f"{r.get('device')}@{r.get('pool')}" for r in results) or "no devices"
+        out.found.append(f"{claim_name}: allocated {devices}, reserved for {pod_name}")
+
+
+def _check_classic_claims(
+    out: _Findings, snap: Snapshot, settings: Settings, claims: Mapping[str, JSON]
+) -> None:
+    """Each classic sample pod has the claim the scheduler makes for its nvidia.com/gpu (KEP-5004)."""
+    ns = settings.workload_namespace
+    pods, problems = _classic_pods(snap, settings)
+    out.problems.extend(problems)
+    for pod in pods:
+        pod_name = _name(pod)
+        claim_name = lookup(pod, "status", "extendedResourceClaimStatus", "resourceClaimName")
+        claim = claims.get(claim_name or "")
+        if claim_name and claim is not None:
+            _check_claim(out, claim, claim_name, pod, ns)
+            continue
+        if claim_name:
+            out.problems.append(
+                f"pod {pod_name}: its {facts.GPU_EXTENDED_RESOURCE} claim {claim_name} is gone"
+            )
+            out.hints.append(f"`kubectl -n {ns} describe pod {pod_name}`")
+            continue
+        out.problems.append(
+            f"pod {pod_name} ({facts.GPU_EXTENDED_RESOURCE}: 1, no claim): "
+            "the scheduler has made no claim for it"
+        )
+        mapped = _gpu_class_mapping(snap)
+        if mapped != facts.GPU_EXTENDED_RESOURCE:
+            out.hints.append(
+                f"DeviceClass {facts.DEVICE_CLASS_GPU.name} maps {mapped or 'no extended resource'}, not "
+                f"{facts.GPU_EXTENDED_RESOURCE}: API servers before 1.36 drop extendedResourceName unless "
+                "their DRAExtendedResource gate is on (`kubectl get deviceclass "
+                f"{facts.DEVICE_CLASS_GPU.name} -o yaml`); set driver.extendedResource to auto or off there"
+            )
+        else:
+            out.hints.append(f"`kubectl -n {ns} describe pod {pod_name}` shows why it is not scheduled")
+
+
 def check_sample_claim(snap: Snapshot, settings: Settings) -> StepResult:
     step = "sample-claim"
     title = f"sample ResourceClaim (template {settings.sample_claim_template}) allocated and reserved"
+    if snap.classic_deployment is not None:
+        title += f", and the claim the scheduler made for {_classic_ref(settings)}"
     if snap.claims is None:
         return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
     missing = _sample_missing(snap, settings)
@@ -455,54 +656,42 @@ def check_sample_claim(snap: Snapshot, settings: Settings) -> StepResult:
         return StepResult(step, title, Status.FAIL, *missing)
     ns = settings.workload_namespace
     claims = {_name(c): c for c in snap.claims}
-    problems: list[str] = []
-    hints: list[str] = []
-    found: list[str] = []
+    out = _Findings()
     for pod in _live(snap.sample_pods):
         pod_name = _name(pod)
         entry, claim_name = _claim_name_of(pod, settings.sample_claim_template)
         if entry is None:
-            problems.append(f"pod {pod_name} uses no claim from template {settings.sample_claim_template}")
-            hints.append(
+            out.problems.append(
+                f"pod {pod_name} uses no claim from template {settings.sample_claim_template}"
+            )
+            out.hints.append(
                 "the pod spec needs resourceClaims[].resourceClaimTemplateName: "
                 f"{settings.sample_claim_template}"
             )
             continue
         claim = claims.get(claim_name or "")
         if claim is None:
-            problems.append(f"pod {pod_name}: no ResourceClaim generated for {entry!r} yet")
-            hints.append(
+            out.problems.append(f"pod {pod_name}: no ResourceClaim generated for {entry!r} yet")
+            out.hints.append(
                 f"`kubectl -n {ns} get resourceclaimtemplate {settings.sample_claim_template}` and "
                 f"`kubectl -n {ns} describe pod {pod_name}`"
             )
             continue
-        results = lookup(claim, "status", "allocation", "devices", "results") or []
-        reserved = lookup(claim, "status", "reservedFor") or []
-        pod_uid = lookup(pod, "metadata", "uid")
-        if not lookup(claim, "status", "allocation"):
-            problems.append(f"claim {claim_name} (pod {pod_name}) is not allocated")
-            hints.append(
-                f"`kubectl -n {ns} describe pod {pod_name}` shows why the scheduler cannot allocate: "
-                f"check the ResourceSlices and DeviceClass {facts.DEVICE_CLASS_GPU.name}"
-            )
-        elif not any(r.get("name") == pod_name or (pod_uid and r.get("uid") == pod_uid) for r in reserved):
-            problems.append(f"claim {claim_name} is allocated but not reserved for pod {pod_name}")
-            hints.append(f"`kubectl -n {ns} describe resourceclaim {claim_name}`")
-        else:
-            devices = ", ".join(f"{r.get('device')}@{r.get('pool')}" for r in results) or "no devices"
-            found.append(f"{claim_name}: allocated {devices}, reserved for {pod_name}")
-    if problems:
-        return StepResult(step, title, Status.FAIL, _join(problems), _join(sorted(set(hints)), 2))
-    return StepResult(step, title, Status.PASS, _join(found))
+        _check_claim(out, claim, str(claim_name), pod, ns)
+    _check_classic_claims(out, snap, settings, claims)
+    return out.result(step, title)
 
 
 def check_sample_pod(snap: Snapshot, settings: Settings) -> StepResult:
     step, title = "sample-pod", f"sample pod ({_sample_ref(settings)}) Running"
+    if snap.classic_deployment is not None:
+        title = f"sample pods ({_sample_ref(settings)}, {_classic_ref(settings)}) Running"
     missing = _sample_missing(snap, settings)
     if missing:
         return StepResult(step, title, Status.FAIL, *missing)
-    problems, found = [], []
-    for pod in _live(snap.sample_pods):
+    classic, problems = _classic_pods(snap, settings)
+    found = []
+    for pod in _live(snap.sample_pods) + classic:
         problem = _pod_problem(pod)
         if problem:
             problems.append(f"pod {_name(pod)} is {problem}")
@@ -525,7 +714,8 @@ def check_sample_log(snap: Snapshot, settings: Settings) -> StepResult:
     missing = _sample_missing(snap, settings)
     if missing:
         return _skip(step, title, missing[0])
-    running = [p for p in _live(snap.sample_pods) if _pod_problem(p) is None]
+    pods = _live(snap.sample_pods) + _classic_pods(snap, settings)[0]
+    running = [p for p in pods if _pod_problem(p) is None]
     if not running:
         return _skip(step, title, "no sample pod is Running")
     if settings.device_source == "simulated":
@@ -565,6 +755,7 @@ CHECKS: tuple[Callable[[Snapshot, Settings], StepResult], ...] = (
     check_driver_pods,
     check_device_classes,
     check_resource_slices,
+    check_device_health,
     check_no_device_plugin_capacity,
     check_sample_claim,
     check_sample_pod,
@@ -578,6 +769,7 @@ STEP_IDS = (
     "driver-pods",
     "device-classes",
     "resource-slices",
+    "device-health",
     "no-device-plugin-capacity",
     "sample-claim",
     "sample-pod",

@@ -1,12 +1,13 @@
 """Claim templates fit the GPU node pools: the capacity check of `vke-gpu-dra plan`, as a stack policy.
 
-The check lives in the operator tools (`vke_gpu_dra_ops.capacity.check_stack`); this module hands it the
+The check lives in the capacity planner (`vke_gpu_dra_planner.check_stack`); this module hands it the
 stack's resources and the stack config's GPU catalog rows (`<project>:gpuInstanceTypes`). It reports
 nothing it cannot decide: unknown values in preview, stacks without a DRA node pool, and references to
 missing templates or DeviceClasses (claim-references reports those), and claims whose admission depends
 on a Namespace outside the stack. Claims the API server refuses for the cluster's Kubernetes version
 (adminAccess without the namespace label, distinctAttribute before 1.36) and pods the default scheduler
-leaves pending are violations.
+leaves pending are violations. The stack config's `driver.featureGates` says whether the driver shares
+GPUs (its gate ConsumableShares: several claims on one GPU, on Kubernetes 1.36 and later).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from vke_gpu_dra_core import featuregates
 from vke_gpu_dra_core import resources as r
-from vke_gpu_dra_ops.capacity import check_stack
+from vke_gpu_dra_planner import check_stack
 
 from .. import context
 from . import Violation
@@ -34,5 +36,17 @@ def claims_fit(
     # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
     version = info.config_value("cluster.kubernetesVersion")
     return [
-        Violation(v.message, v.urn or None) for v in check_stack(resources, rows, kubernetes_version=version)
+        Violation(v.message, v.urn or None)
+        for v in check_stack(resources, rows, kubernetes_version=version, consumable_shares=_shares(info))
     ]
+
+
+def _shares(info: context.StackInfo) -> bool:
+    """The driver gate ConsumableShares, as the stack config's driver.featureGates sets it (a value the
+    config policy reports when it does not parse counts as off here)."""
+    text = info.config_value("driver.featureGates")
+    try:
+        gates = featuregates.parse_explicit(text) if isinstance(text, str) else {}
+    except featuregates.FeatureGateError:
+        return False
+    return gates.get(featuregates.CONSUMABLE_SHARES, False)

@@ -17,6 +17,15 @@ set — an API server that accepts connections but does not answer. Every object
 sent is validated with kubernetes-validate (1.34, strict) plus the apiserver-only rules the
 schema does not express; invalid objects get 422 Invalid with a Status body.
 
+It emulates one Kubernetes version (`k8s_version`, "1.34.0" by default; `/version` answers it; the
+JSON schema of that version validates) with its device-taint rules for `spec.devices[].taints`
+(KEP-5055): the field is dropped silently unless the server serves it (1.36+, where the beta is on by
+default, or an older version with "DRADeviceTaints" in `feature_gates`); where served, at most 4 taints
+per device on 1.34 and 16 from 1.35 (and then at most 64 devices in a slice whose devices carry
+taints), effects NoSchedule and NoExecute, plus None from 1.35, keys qualified names, values label
+values, and `timeAdded` set to the current time when missing. `?dryRun=All` on a create validates,
+defaults and answers without storing.
+
 Optionally it runs the garbage collector's rule for owner references (`start_garbage_collector`):
 a slice whose owner references all name a Node that does not exist with that UID is deleted,
 as kube-controller-manager does with dependents of absent owners (an owner reference is
@@ -151,12 +160,66 @@ def device_rule_errors(path: str, dev: dict[str, Any]) -> list[str]:
     return errors
 
 
-def validate_slice(obj: dict[str, Any]) -> None:
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _label_key(key: str) -> bool:
+    """A label key (validation.IsQualifiedName): optional DNS-subdomain prefix, a name of 1-63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and not is_dns_subdomain(prefix):
+        return False
+    return 0 < len(name) <= 63 and bool(LABEL_VALUE.match(name))
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+def taints_served(version: str, feature_gates: set[str]) -> bool:
+    """Device taints: beta and on by default from 1.36; alpha (gate off by default) in 1.33-1.35."""
+    v = version_tuple(version)
+    return v >= (1, 36) or (v >= (1, 33) and "DRADeviceTaints" in feature_gates)
+
+
+def taint_rule_errors(obj: dict[str, Any], version: str) -> list[str]:
+    """The apiserver's device-taint validation of that version."""
+    v = version_tuple(version)
+    max_taints = 4 if v < (1, 35) else 16
+    effects = ("NoSchedule", "NoExecute") if v < (1, 35) else ("None", "NoSchedule", "NoExecute")
+    errors: list[str] = []
+    devices = (obj.get("spec") or {}).get("devices") or []
+    if v >= (1, 35) and any(d.get("taints") for d in devices) and len(devices) > 64:
+        errors.append(
+            f"spec.devices: Too many: {len(devices)}: must have at most 64 items when devices have taints"
+        )
+    for i, dev in enumerate(devices):
+        taints = dev.get("taints") or []
+        if len(taints) > max_taints:
+            errors.append(
+                f"spec.devices[{i}].taints: Too many: {len(taints)}: must have at most {max_taints} items"
+            )
+        for j, taint in enumerate(taints):
+            path = f"spec.devices[{i}].taints[{j}]"
+            if not _label_key(str(taint.get("key", ""))):
+                errors.append(f"{path}.key: Invalid value: {taint.get('key')!r}: must be a qualified name")
+            value = str(taint.get("value", ""))
+            if len(value) > 63 or not LABEL_VALUE.match(value):
+                errors.append(f"{path}.value: Invalid value: {value!r}: must be a valid label value")
+            if taint.get("effect") not in effects:
+                errors.append(
+                    f"{path}.effect: Unsupported value: {taint.get('effect')!r}: supported values: "
+                    + ", ".join(f'"{e}"' for e in effects)
+                )
+    return errors
+
+
+def validate_slice(obj: dict[str, Any], version: str = K8S_VERSION) -> None:
     try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.ValidationError as err:
         raise _invalid(obj, [str(err.message) if hasattr(err, "message") else str(err)]) from err
-    errors = slice_rule_errors(obj)
+    errors = slice_rule_errors(obj) + taint_rule_errors(obj, version)
     if errors:
         raise _invalid(obj, errors)
 
@@ -330,6 +393,10 @@ class FakeAPIServer:
         #: What a claim read with `resourceVersion=0` sees while `freeze_claim_cache` holds it (None: the
         #: cache is current, as it is within milliseconds on a healthy apiserver).
         self.claim_cache: dict[tuple[str, str], dict[str, Any]] | None = None
+        #: The Kubernetes version emulated (/version, the schema, the device-taint rules).
+        self.k8s_version = K8S_VERSION
+        #: Feature gates on beyond the version's defaults (e.g. "DRADeviceTaints" before 1.36).
+        self.feature_gates: set[str] = set()
 
     # --- lifecycle ---
 
@@ -614,7 +681,25 @@ class FakeAPIServer:
         if isinstance(spec, dict) and spec.get("devices") == []:
             del spec["devices"]
 
-    def _create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def version_info(self) -> dict[str, Any]:
+        major, minor = version_tuple(self.k8s_version)
+        return {"major": str(major), "minor": str(minor), "gitVersion": f"v{self.k8s_version}"}
+
+    def _taint_fields(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """Drop `taints` where the server does not serve them (kept on an update of an object that
+        had them, as the apiserver's dropDisabledFields does); default `timeAdded` where it does."""
+        devices = (obj.get("spec") or {}).get("devices") or []
+        old_used = any(d.get("taints") for d in ((old or {}).get("spec") or {}).get("devices") or [])
+        served = taints_served(self.k8s_version, self.feature_gates) or old_used
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for dev in devices:
+            if not served:
+                dev.pop("taints", None)
+                continue
+            for taint in dev.get("taints") or []:
+                taint.setdefault("timeAdded", now)
+
+    def _create_slice(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         md = obj.setdefault("metadata", {})
         if md.get("resourceVersion"):
             raise ApiError(400, "BadRequest", "resourceVersion should not be set on objects to be created")
@@ -624,7 +709,8 @@ class FakeAPIServer:
                 raise _invalid(obj, ["metadata.name: Required value: name or generateName is required"])
             suffix = "".join(self._random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
             md["name"] = prefix + suffix
-        validate_slice(obj)
+        self._taint_fields(obj)
+        validate_slice(obj, self.k8s_version)
         self._as_stored(obj)
         if md["name"] in self.slices:
             raise ApiError(
@@ -633,6 +719,9 @@ class FakeAPIServer:
                 f'resourceslices.resource.k8s.io "{md["name"]}" already exists',
                 {"name": md["name"], "group": "resource.k8s.io", "kind": "resourceslices"},
             )
+        if dry_run:
+            md.update(uid=str(uuid.uuid4()), generation=1)
+            return obj
         md.update(
             uid=str(uuid.uuid4()),
             resourceVersion=self._next_rv(),
@@ -669,7 +758,8 @@ class FakeAPIServer:
                 "the object has been modified; please apply your changes to the latest version and try again",
                 {"name": name, "group": "resource.k8s.io", "kind": "resourceslices"},
             )
-        validate_slice(obj)
+        self._taint_fields(obj, current)
+        validate_slice(obj, self.k8s_version)
         immutable = [f for f in ("driver", "nodeName") if obj["spec"].get(f) != current["spec"].get(f)]
         if obj["spec"]["pool"]["name"] != current["spec"]["pool"]["name"]:
             immutable.append("pool.name")
@@ -806,6 +896,8 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.api
         parts = path.strip("/").split("/")
         with api.cond:
+            if method == "GET" and parts == ["version"]:
+                return 200, api.version_info()
             if method == "GET" and len(parts) == 4 and parts[:3] == ["api", "v1", "nodes"]:
                 node = api.nodes.get(parts[3])
                 if node is None:
@@ -857,7 +949,8 @@ class _Handler(BaseHTTPRequestHandler):
                         "items": items,
                     }
                 if method == "POST":
-                    return 201, copy.deepcopy(api._create_slice(body))
+                    dry_run = query.get("dryRun") == "All"
+                    return 201, copy.deepcopy(api._create_slice(body, dry_run=dry_run))
             if path.startswith(f"{RESOURCE}/resourceslices/") and len(parts) == 5:
                 name = parts[4]
                 if method == "GET":

@@ -26,6 +26,7 @@ def build(out_dir: Path) -> Path:
             "-Wall",
             "-Wextra",
             "-Werror",
+            "-pthread",
             f"-Wl,-soname,{LIBRARY_NAME}",
             "-o",
             str(target),

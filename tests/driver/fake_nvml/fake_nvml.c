@@ -3,23 +3,42 @@
  * file named in $FAKE_NVML_CONFIG (read at every nvmlInitWithFlags). One "key=value" per line:
  *
  *   init_error=9                      nvmlInitWithFlags returns this code (9 = DRIVER_NOT_LOADED)
+ *   event_set_error=3                 nvmlEventSetCreate returns this code (3 = NOT_SUPPORTED)
  *   driver_version=535.104.05         cuda_driver_version=12040      device_count=2
  *   gpu.<i>.name / .uuid / .bus_id    strings (bus_id like 00000000:3B:00.0)
  *   gpu.<i>.minor / .brand / .arch    unsigned integers (brand/arch are NVML enum values)
  *   gpu.<i>.memory=<bytes>            gpu.<i>.cc=<major>.<minor>
  *   gpu.<i>.mig_mode=-1|0|1           -1: MIG not supported (default), 0: disabled, 1: enabled
  *   gpu.<i>.mig_max=<n>               nvmlDeviceGetMaxMigDeviceCount
+ *   gpu.<i>.addressing_mode=-1|0|1|2  -1: NOT_SUPPORTED (default), else nvmlDeviceGetAddressingMode's value
  *   gpu.<i>.fail=<symbol>:<code>      that call returns <code> for this GPU
  *   gpu.<i>.profile.<index>=<id>,<slices>,<sms>,<ce>,<dec>,<enc>,<jpeg>,<ofa>,<memMiB>
  *   gpu.<i>.mig.<slot>=<uuid>,<giId>,<ciId>,<profileIndex>,<placementStart>,<placementSize>,<ciSlices>
  *   gpu.<i>.mig.<slot>.fail=<symbol>:<code>
  *
+ *   gpu.<i>.events=<mask>             nvmlDeviceGetSupportedEventTypes (default 0xB: single/double-bit ECC, XID)
+ *
  * Unset GPU fields get defaults (an A30 at minor <i>). fakeNvmlInitCount()/fakeNvmlShutdownCount()
- * let tests check that NVML was shut down after use.
+ * let tests check that NVML was shut down after use. NVML counts initialisations: the file is read when
+ * the count goes from 0 to 1, and only the last nvmlShutdown ends the session.
+ *
+ * Events (nvml.h's event API: nvmlEventSetCreate, nvmlDeviceGetSupportedEventTypes,
+ * nvmlDeviceRegisterEvents, nvmlEventSetWait_v2, nvmlEventSetFree) come from the test:
+ *   fakeNvmlInjectEvent(gpu, type, data, gi, ci)   queue an event for GPU <gpu> (delivered to the sets the
+ *                                                  GPU is registered on for <type>)
+ *   fakeNvmlSetLost(gpu, lost)                     every call on that GPU (and its MIG devices) answers
+ *                                                  NVML_ERROR_GPU_IS_LOST (15) while lost
+ *   fakeNvmlWaiting()                              threads blocked in nvmlEventSetWait_v2 now
+ *   fakeNvmlQueued()                               injected events not yet delivered
+ *   fakeNvmlEventSets()                            event sets created and not freed
+ *   fakeNvmlReset()                                no events, no lost GPUs, no registrations
+ * These survive re-reading the configuration.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_GPUS 16
 #define MAX_MIGS 8
@@ -31,16 +50,21 @@
 #define ERR_NOT_SUPPORTED 3
 #define ERR_NOT_FOUND 6
 #define ERR_INSUFFICIENT_SIZE 7
+#define ERR_TIMEOUT 10
+#define ERR_GPU_IS_LOST 15
+#define MAX_EVENTS 64
+#define MAX_SETS 8
 
 typedef struct {
     int is_mig, gpu, slot, present;
     char name[96], uuid[96], bus_id[32];
     unsigned minor, brand, arch, mig_max;
-    int mig_mode, cc_major, cc_minor;
+    int mig_mode, cc_major, cc_minor, addressing_mode;
     unsigned long long memory;
     char fail_symbol[96];
     int fail_code;
     unsigned gi_id, ci_id, profile_index, placement_start, placement_size, ci_slices;
+    unsigned long long events;
 } fake_dev;
 
 typedef struct {
@@ -72,9 +96,19 @@ static fake_dev migs[MAX_GPUS][MAX_MIGS];
 static fake_profile profiles[MAX_GPUS][MAX_PROFILES];
 static fake_instance gis[MAX_GPUS][MAX_MIGS], cis[MAX_GPUS][MAX_MIGS];
 static unsigned device_count;
-static int initialized, init_error, cuda_driver_version;
+static int initialized, init_error, event_set_error, cuda_driver_version;
 static char driver_version[80];
-static int init_calls, shutdown_calls;
+static int init_calls, shutdown_calls, init_refs;
+
+/* Event state: not part of the configuration, so it survives re-reading it. */
+typedef struct { void *device; unsigned long long eventType, eventData; unsigned gpuInstanceId, computeInstanceId; } event_data_t;
+typedef struct { int gpu; unsigned long long type, data; unsigned gi, ci; } fake_event;
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cond = PTHREAD_COND_INITIALIZER;
+static fake_event queue[MAX_EVENTS];
+static int queue_len, waiting, lost[MAX_GPUS];
+static int set_used[MAX_SETS];
+static unsigned long long registered[MAX_SETS][MAX_GPUS];
 
 int fakeNvmlInitCount(void) { return init_calls; }
 int fakeNvmlShutdownCount(void) { return shutdown_calls; }
@@ -85,6 +119,7 @@ static void set_defaults(void) {
     memset(profiles, 0, sizeof profiles);
     device_count = 0;
     init_error = 0;
+    event_set_error = 0;
     cuda_driver_version = 12040;
     strcpy(driver_version, "535.104.05");
     for (int i = 0; i < MAX_GPUS; i++) {
@@ -100,6 +135,8 @@ static void set_defaults(void) {
         d->memory = 24ULL << 30;
         d->cc_major = 8;
         d->mig_mode = -1;
+        d->addressing_mode = -1;
+        d->events = 0xB;
         for (int s = 0; s < MAX_MIGS; s++) {
             migs[i][s].is_mig = 1;
             migs[i][s].gpu = i;
@@ -136,8 +173,10 @@ static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *val
     else if (!strcmp(field, "memory")) d->memory = strtoull(value, NULL, 10);
     else if (!strcmp(field, "cc")) sscanf(value, "%d.%d", &d->cc_major, &d->cc_minor);
     else if (!strcmp(field, "mig_mode")) d->mig_mode = atoi(value);
+    else if (!strcmp(field, "addressing_mode")) d->addressing_mode = atoi(value);
     else if (!strcmp(field, "mig_max")) d->mig_max = (unsigned)strtoul(value, NULL, 10);
     else if (!strcmp(field, "fail")) parse_fail(d, value);
+    else if (!strcmp(field, "events")) d->events = strtoull(value, NULL, 0);
     else if (sscanf(field, "profile.%u", &idx) == 1 && idx < MAX_PROFILES) {
         fake_profile *p = &profiles[i][idx];
         p->valid = sscanf(value, "%u,%u,%u,%u,%u,%u,%u,%u,%llu", &p->id, &p->slices, &p->sms, &p->ce, &p->dec,
@@ -171,6 +210,7 @@ static void load_config(void) {
         const char *key = line, *value = eq + 1;
         int i, consumed = 0;
         if (!strcmp(key, "init_error")) init_error = atoi(value);
+        else if (!strcmp(key, "event_set_error")) event_set_error = atoi(value);
         else if (!strcmp(key, "driver_version")) copy_str(driver_version, sizeof driver_version, value);
         else if (!strcmp(key, "cuda_driver_version")) cuda_driver_version = atoi(value);
         else if (!strcmp(key, "device_count")) device_count = (unsigned)strtoul(value, NULL, 10);
@@ -182,10 +222,18 @@ static void load_config(void) {
 }
 
 /* Every per-device call starts here: initialised, a valid handle, and the configured failure. */
+static int is_lost(int gpu) {
+    pthread_mutex_lock(&ev_lock);
+    int l = lost[gpu];
+    pthread_mutex_unlock(&ev_lock);
+    return l;
+}
+
 static int check(void *handle, const char *symbol, fake_dev **out) {
     if (!initialized) return ERR_UNINITIALIZED;
     fake_dev *d = (fake_dev *)handle;
     if (!d) return ERR_INVALID_ARGUMENT;
+    if (is_lost(d->gpu)) return ERR_GPU_IS_LOST;
     if (d->fail_symbol[0] && !strcmp(d->fail_symbol, symbol)) return d->fail_code;
     *out = d;
     return OK;
@@ -197,9 +245,12 @@ static int check(void *handle, const char *symbol, fake_dev **out) {
 
 int nvmlInitWithFlags(unsigned flags) {
     (void)flags;
-    load_config();
     init_calls++;
-    if (init_error) return init_error;
+    if (init_refs == 0) {
+        load_config();
+        if (init_error) return init_error;
+    }
+    init_refs++;
     initialized = 1;
     return OK;
 }
@@ -207,7 +258,7 @@ int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 int nvmlShutdown(void) {
     shutdown_calls++;
     if (!initialized) return ERR_UNINITIALIZED;
-    initialized = 0;
+    if (--init_refs == 0) initialized = 0;
     return OK;
 }
 const char *nvmlErrorString(int rc) {
@@ -235,6 +286,7 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **handle) {
     if (!initialized) return ERR_UNINITIALIZED;
     if (index >= device_count) return ERR_INVALID_ARGUMENT;
     fake_dev *d = &gpus[index];
+    if (is_lost(d->gpu)) return ERR_GPU_IS_LOST;
     if (d->fail_symbol[0] && !strcmp(d->fail_symbol, "nvmlDeviceGetHandleByIndex_v2")) return d->fail_code;
     *handle = d;
     return OK;
@@ -288,6 +340,13 @@ int nvmlDeviceGetPciInfo_v3(void *h, pci_info_t *pci) {
     copy_str(pci->busId, sizeof pci->busId, d->bus_id);
     copy_str(pci->busIdLegacy, sizeof pci->busIdLegacy, d->bus_id + 4);
     sscanf(d->bus_id, "%x:%x:%x", &pci->domain, &pci->bus, &pci->device);
+    return OK;
+}
+typedef struct { unsigned version, value; } addressing_mode_t;
+int nvmlDeviceGetAddressingMode(void *h, addressing_mode_t *mode) {
+    CHECK(h, "nvmlDeviceGetAddressingMode");
+    if (d->addressing_mode < 0) return ERR_NOT_SUPPORTED;
+    mode->value = (unsigned)d->addressing_mode;
     return OK;
 }
 int nvmlDeviceGetMigMode(void *h, unsigned *current, unsigned *pending) {
@@ -392,4 +451,178 @@ int nvmlComputeInstanceGetInfo_v2(void *ci_handle, ci_info_t *info) {
     info->placement.start = 0;
     info->placement.size = m->ci_slices;
     return OK;
+}
+
+/* ------------------------------------------------------------------------------------------ by UUID */
+
+int nvmlDeviceGetHandleByUUID(const char *uuid, void **handle) {
+    if (!initialized) return ERR_UNINITIALIZED;
+    if (!uuid) return ERR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < device_count; i++) {
+        fake_dev *d = &gpus[i];
+        if (!strcmp(d->uuid, uuid)) {
+            if (is_lost(d->gpu)) return ERR_GPU_IS_LOST;
+            if (!strcmp(d->fail_symbol, "nvmlDeviceGetHandleByUUID")) return d->fail_code;
+            *handle = d;
+            return OK;
+        }
+        for (int s = 0; s < MAX_MIGS; s++) {
+            fake_dev *m = &migs[i][s];
+            if (m->present && !strcmp(m->uuid, uuid)) {
+                if (is_lost(m->gpu)) return ERR_GPU_IS_LOST;
+                *handle = m;
+                return OK;
+            }
+        }
+    }
+    return ERR_NOT_FOUND;
+}
+
+/* ------------------------------------------------------------------------------------------- events */
+
+int nvmlEventSetCreate(void **set) {
+    if (!initialized) return ERR_UNINITIALIZED;
+    if (!set) return ERR_INVALID_ARGUMENT;
+    if (event_set_error) return event_set_error;
+    pthread_mutex_lock(&ev_lock);
+    for (int i = 0; i < MAX_SETS; i++) {
+        if (!set_used[i]) {
+            set_used[i] = 1;
+            memset(registered[i], 0, sizeof registered[i]);
+            pthread_mutex_unlock(&ev_lock);
+            *set = (void *)(long)(i + 1);
+            return OK;
+        }
+    }
+    pthread_mutex_unlock(&ev_lock);
+    return ERR_INSUFFICIENT_SIZE;
+}
+
+static int set_index(void *set) {
+    long i = (long)set - 1;
+    return (i >= 0 && i < MAX_SETS && set_used[i]) ? (int)i : -1;
+}
+
+int nvmlEventSetFree(void *set) {
+    if (!initialized) return ERR_UNINITIALIZED;
+    pthread_mutex_lock(&ev_lock);
+    int i = set_index(set);
+    if (i >= 0) set_used[i] = 0;
+    pthread_cond_broadcast(&ev_cond);
+    pthread_mutex_unlock(&ev_lock);
+    return i >= 0 ? OK : ERR_INVALID_ARGUMENT;
+}
+
+int nvmlDeviceGetSupportedEventTypes(void *h, unsigned long long *types) {
+    CHECK(h, "nvmlDeviceGetSupportedEventTypes");
+    if (d->is_mig) return ERR_NOT_SUPPORTED;
+    *types = d->events;
+    return OK;
+}
+
+int nvmlDeviceRegisterEvents(void *h, unsigned long long types, void *set) {
+    CHECK(h, "nvmlDeviceRegisterEvents");
+    if (d->is_mig) return ERR_NOT_SUPPORTED;
+    if (types & ~d->events) return ERR_NOT_SUPPORTED;
+    pthread_mutex_lock(&ev_lock);
+    int i = set_index(set);
+    if (i >= 0) registered[i][d->gpu] |= types;
+    pthread_mutex_unlock(&ev_lock);
+    return i >= 0 ? OK : ERR_INVALID_ARGUMENT;
+}
+
+int nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned timeoutms) {
+    if (!initialized) return ERR_UNINITIALIZED;
+    if (!data) return ERR_INVALID_ARGUMENT;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeoutms / 1000;
+    until.tv_nsec += (long)(timeoutms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ev_lock);
+    int rc = ERR_TIMEOUT;
+    waiting++;
+    for (;;) {
+        int i = set_index(set);
+        if (i < 0) {
+            rc = ERR_INVALID_ARGUMENT;
+            break;
+        }
+        int found = -1;
+        for (int e = 0; e < queue_len && found < 0; e++)
+            if (registered[i][queue[e].gpu] & queue[e].type) found = e;
+        if (found >= 0) {
+            fake_event ev = queue[found];
+            memmove(&queue[found], &queue[found + 1], sizeof queue[0] * (size_t)(queue_len - found - 1));
+            queue_len--;
+            data->device = &gpus[ev.gpu];
+            data->eventType = ev.type;
+            data->eventData = ev.data;
+            data->gpuInstanceId = ev.gi;
+            data->computeInstanceId = ev.ci;
+            rc = OK;
+            break;
+        }
+        if (pthread_cond_timedwait(&ev_cond, &ev_lock, &until) != 0) break;
+    }
+    waiting--;
+    pthread_mutex_unlock(&ev_lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- test controls */
+
+int fakeNvmlInjectEvent(int gpu, unsigned long long type, unsigned long long data, unsigned gi, unsigned ci) {
+    if (gpu < 0 || gpu >= MAX_GPUS) return ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ev_lock);
+    int rc = ERR_INSUFFICIENT_SIZE;
+    if (queue_len < MAX_EVENTS) {
+        queue[queue_len++] = (fake_event){gpu, type, data, gi, ci};
+        rc = OK;
+    }
+    pthread_cond_broadcast(&ev_cond);
+    pthread_mutex_unlock(&ev_lock);
+    return rc;
+}
+
+int fakeNvmlSetLost(int gpu, int is_lost_now) {
+    if (gpu < 0 || gpu >= MAX_GPUS) return ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ev_lock);
+    lost[gpu] = is_lost_now;
+    pthread_mutex_unlock(&ev_lock);
+    return OK;
+}
+
+int fakeNvmlWaiting(void) {
+    pthread_mutex_lock(&ev_lock);
+    int w = waiting;
+    pthread_mutex_unlock(&ev_lock);
+    return w;
+}
+
+int fakeNvmlQueued(void) {
+    pthread_mutex_lock(&ev_lock);
+    int n = queue_len;
+    pthread_mutex_unlock(&ev_lock);
+    return n;
+}
+
+int fakeNvmlEventSets(void) {
+    pthread_mutex_lock(&ev_lock);
+    int n = 0;
+    for (int i = 0; i < MAX_SETS; i++) n += set_used[i];
+    pthread_mutex_unlock(&ev_lock);
+    return n;
+}
+
+void fakeNvmlReset(void) {
+    pthread_mutex_lock(&ev_lock);
+    queue_len = 0;
+    memset(lost, 0, sizeof lost);
+    memset(set_used, 0, sizeof set_used);
+    memset(registered, 0, sizeof registered);
+    pthread_mutex_unlock(&ev_lock);
 }

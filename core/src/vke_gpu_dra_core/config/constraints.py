@@ -222,10 +222,15 @@ def _taints(items: Sequence[str], fail: Fail) -> tuple[Taint, ...]:
 
 def _feature_gates(text: str, fail: Fail) -> dict[str, bool]:
     try:
-        return featuregates.parse_explicit(text)
+        values = featuregates.parse_explicit(text)
     except featuregates.FeatureGateError as exc:
         fail(text, f"Name=true|false,... with known gates ({exc})")
         return {}
+    conflict = featuregates.conflicts(values)
+    if conflict is not None:
+        fail(text, f"gates that run together ({conflict})")
+        return {}
+    return values
 
 
 LABELS: Final = Convert(

@@ -48,7 +48,11 @@ MAX_PODS_CHOICES: Final = (16, 32, 64, 128, 256)
 VOLUME_TYPES: Final = ("ESSD_PL0", "ESSD_FlexPL", "PTSSD")
 CHARGE_TYPES: Final = ("PostPaid", "PrePaid")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+XID_LIST_RE: Final = re.compile(r"^ *([0-9]+ *(, *[0-9]+ *)*)?$")
 REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
+#: driver.extendedResource: map nvidia.com/gpu on clusters that serve it by default, always, or never.
+EXTENDED_RESOURCE_AUTO: Final = "auto"
+EXTENDED_RESOURCE_MODES: Final = (EXTENDED_RESOURCE_AUTO, "on", "off")
 #: Keys that were replaced, and by what.
 REPLACED_KEYS: Final = {"driver.imageRepository": "driver.image", "driver.imageTag": "driver.image"}
 
@@ -555,6 +559,21 @@ KEYS: Final[tuple[Key, ...]] = (
         checks=(IntRange(10, 86400),),
     ),
     _string(
+        "driver.additionalXidsToIgnore",
+        "",
+        "python: comma-separated XIDs treated as application errors (the GPU stays healthy) on top of "
+        "NVIDIA's list 13,31,43,45,68,109 (docs/health.md).",
+        checks=(Pattern(XID_LIST_RE, "a comma-separated list of XID numbers such as 74,79"),),
+    ),
+    Key(
+        "driver.healthRecoveryWindowSeconds",
+        "integer",
+        300,
+        "python: seconds an unhealthy GPU must answer NVML without a fatal event before it is published "
+        "healthy again.",
+        checks=(IntRange(0, 86400),),
+    ),
+    _string(
         "driver.nvidiaChartVersion",
         "25.8.1",
         "nvidia: version of NVIDIA's chart.",
@@ -657,8 +676,20 @@ KEYS: Final[tuple[Key, ...]] = (
         "driver.featureGates",
         "",
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
-        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default); the chart's featureGates.",
+        "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default; ConsumableShares=true: "
+        "GPUs shared by memory between claims on Kubernetes 1.36+, not with MPSSupport); "
+        "the chart's featureGates.",
         convert=FEATURE_GATES,
+    ),
+    # --- nvidia.com/gpu through DRA (DeviceClass extendedResourceName) ---
+    _string(
+        "driver.extendedResource",
+        EXTENDED_RESOURCE_AUTO,
+        "python: the gpu.nvidia.com DeviceClass maps the extended resource nvidia.com/gpu (a pod asking "
+        "nvidia.com/gpu: 1 and no claim gets one of its GPUs): 'auto' (on when cluster.kubernetesVersion "
+        "is 1.36 or later), 'on' (older servers drop the field unless their DRAExtendedResource gate is on) "
+        "or 'off'. The sample's classic Deployment runs when it is on.",
+        checks=(Choices(EXTENDED_RESOURCE_MODES),),
     ),
     # --- sample workload ---
     Key("sample.enabled", "boolean", True, "Deploy the sample ResourceClaimTemplate and Deployment."),

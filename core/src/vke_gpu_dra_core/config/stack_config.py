@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from vke_gpu_dra_core import facts, imageref
+from vke_gpu_dra_core.versions import parse_major_minor
 
 PROJECT: Final = "vke-gpu-dra"
 
@@ -169,6 +170,11 @@ class DriverConfig:
     claim_reconcile_interval_seconds: int = 600
     #: Feature gates set explicitly (name -> enabled), from driver.featureGates.
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    #: driver.extendedResource: "auto", "on" or "off" (see StackConfig.gpu_extended_resource).
+    extended_resource: str = "auto"
+    #: GPU health (python): XIDs ignored on top of NVIDIA's list ("74,79"), and the recovery window.
+    additional_xids_to_ignore: str = ""
+    health_recovery_window_seconds: int = 300
 
 
 BUILD_CR: Final = "cr"
@@ -224,6 +230,16 @@ class StackConfig:
     @property
     def provisions_vke(self) -> bool:
         return self.target == TARGET_VKE
+
+    @property
+    def gpu_extended_resource(self) -> bool:
+        """Whether gpu.nvidia.com maps nvidia.com/gpu: driver.extendedResource, where 'auto' means
+        cluster.kubernetesVersion is one whose DRAExtendedResource gate is on by default (1.36 or later)."""
+        mode = self.driver.extended_resource
+        if mode != "auto":
+            return mode == "on"
+        version = parse_major_minor(self.cluster.kubernetes_version)
+        return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
 
 
 #: Section name (as a key row names it) -> its dataclass; "" is StackConfig's own fields.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .. import facts
 from ..device_model import AttributeValue, Device, Version
-from .normalize import gpu_device_name
+from .normalize import gpu_device_name, pci_bus_id_attribute
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class GpuFacts:
     pcie_bus_id: str
     pcie_root: str | None
     memory_bytes: int
+    #: `HMM`, `ATS` or `None` on coherent-memory platforms; None where NVML does not support the query.
+    addressing_mode: str | None = None
 
 
 def common_attributes(gpu: GpuFacts) -> dict[str, AttributeValue]:
@@ -37,9 +39,12 @@ def common_attributes(gpu: GpuFacts) -> dict[str, AttributeValue]:
         facts.ATTR_DRIVER_VERSION: gpu.driver_version,
         facts.ATTR_CUDA_DRIVER_VERSION: gpu.cuda_driver_version,
         facts.ATTR_PCIE_BUS_ID: gpu.pcie_bus_id,
+        facts.ATTR_PCI_BUS_ID: pci_bus_id_attribute(gpu.pcie_bus_id, gpu.uuid),
     }
     if gpu.pcie_root is not None:
         attrs[facts.ATTR_PCIE_ROOT] = gpu.pcie_root
+    if gpu.addressing_mode is not None:
+        attrs[facts.ATTR_ADDRESSING_MODE] = gpu.addressing_mode
     return attrs
 
 

@@ -42,6 +42,31 @@ def pcie_bus_id(raw: str) -> str:
     return value
 
 
+#: The extended BDF form k8s.io/dynamic-resource-allocation's `deviceattribute.GetPCIBusIDAttribute` accepts.
+_EXTENDED_BDF: Final = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
+
+
+def pci_bus_id_attribute(bus_id: str, gpu: str) -> str:
+    """The `resource.kubernetes.io/pciBusID` value: the normalised bus ID, which must be an extended BDF.
+
+    NVIDIA's driver gets it from the same bus ID and fails the GPU when it is not `dddd:bb:dd.f`.
+    """
+    if not _EXTENDED_BDF.match(bus_id):
+        raise ValueError(
+            f"GPU {gpu}: PCI bus ID {bus_id!r} is not an extended BDF (domain:bus:device.function, "
+            f"like 0000:3b:00.0), which {facts.ATTR_PCI_BUS_ID} needs"
+        )
+    return bus_id
+
+
+#: nvmlDeviceGetAddressingMode -> published name (go-nvlib's GetAddressingModeAsString).
+ADDRESSING_MODES: Final[dict[int, str]] = {0: "None", 1: "HMM", 2: "ATS"}
+
+
+def addressing_mode_name(value: int, gpu: str) -> str:
+    return _enum_name(ADDRESSING_MODES, "addressing mode", value, gpu)
+
+
 #: nvmlDeviceGetArchitecture -> published name (parity sheet section 5).
 ARCHITECTURES: Final[dict[int, str]] = {
     2: "Kepler",

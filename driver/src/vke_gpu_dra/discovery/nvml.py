@@ -154,6 +154,21 @@ class NvmlSource:
                 except pynvml.NVMLError as exc:
                     log.warning("nvmlShutdown failed: %s", exc)
 
+    def open(self) -> None:
+        """Load and initialise NVML for a long-lived user (the health watcher); `close()` undoes it.
+        NVML counts initialisations, so an enumeration's shutdown does not end this one."""
+        with _NVML_LOCK:
+            self._load()
+            self._init()
+
+    @staticmethod
+    def close() -> None:
+        with _NVML_LOCK:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError as exc:
+                log.warning("nvmlShutdown failed: %s", exc)
+
     def _enumerate(self) -> DiscoveryResult:
         raw_version: str | None = None
         try:
@@ -190,6 +205,7 @@ class NvmlSource:
         label = f"index {index} ({uuid})"
         cc_major, cc_minor = _call(label, "nvmlDeviceGetCudaComputeCapability", handle)
         bus_id = norm.pcie_bus_id(_text(_call(label, "nvmlDeviceGetPciInfo", handle).busId))
+        norm.pci_bus_id_attribute(bus_id, label)
         arch = int(_call(label, "nvmlDeviceGetArchitecture", handle))
         gpu = GpuFacts(
             minor=int(_call(label, "nvmlDeviceGetMinorNumber", handle)),
@@ -203,6 +219,7 @@ class NvmlSource:
             pcie_bus_id=bus_id,
             pcie_root=self._pcie_root(label, bus_id),
             memory_bytes=int(_call(label, "nvmlDeviceGetMemoryInfo", handle).total),
+            addressing_mode=_addressing_mode(label, handle),
         )
         if not self._mig_enabled(label, handle):
             return [gpu_device(gpu)]
@@ -266,6 +283,21 @@ class NvmlSource:
             except (_GpuFailed, ValueError) as exc:
                 problems.append(f"{exc}; MIG device left out")
         return devices
+
+
+def _addressing_mode(label: str, handle: Any) -> str | None:
+    """`HMM`/`ATS`/`None`, or None (no attribute) where the library or the platform lacks the query.
+
+    As go-nvlib's GetAddressingModeAsString: a library without `nvmlDeviceGetAddressingMode` or
+    NOT_SUPPORTED (a non-coherent platform) means no attribute; any other failure fails the GPU.
+    """
+    try:
+        value = pynvml.nvmlDeviceGetAddressingMode(handle)
+    except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NotSupported):
+        return None
+    except pynvml.NVMLError as exc:
+        raise _GpuFailed(f"GPU {label}: nvmlDeviceGetAddressingMode failed: {exc}") from None
+    return norm.addressing_mode_name(int(value), label)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import grpc
 from vke_gpu_dra_core.device_model import Device
@@ -18,12 +19,25 @@ from vke_gpu_dra_core.device_model import Device
 from ._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
 from ._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
 
+#: Health as the stream reports it.
+HealthStatus = Literal["healthy", "unhealthy", "unknown"]
+_PROTO_STATUS = {
+    "healthy": health_pb2.HEALTHY,
+    "unhealthy": health_pb2.UNHEALTHY,
+    "unknown": health_pb2.UNKNOWN,
+}
+
 
 @dataclass(frozen=True)
 class DeviceHealthEntry:
     name: str
     healthy: bool
     updated_at: int
+    #: "unknown" for a device that cannot be watched (it stays allocatable).
+    status: HealthStatus = "healthy"
+    #: Why it is not healthy (`xid 79`, `gpu-lost`, `unmonitored`); "" when healthy. The v1alpha1
+    #: stream has no field for it: it goes to the log and the metrics.
+    reason: str = ""
 
 
 class DeviceHealthBoard:
@@ -33,20 +47,33 @@ class DeviceHealthBoard:
         now = int(time.time())
         self.pool_name = pool_name
         self._cond = threading.Condition()
-        self._entries = {d.name: DeviceHealthEntry(d.name, d.healthy, now) for d in devices}
+        self._entries = {
+            d.name: DeviceHealthEntry(d.name, d.healthy, now, "healthy" if d.healthy else "unhealthy")
+            for d in devices
+        }
         self._version = 0
         self._closed = False
 
     def set_health(self, device_name: str, healthy: bool) -> bool:
         """Record a device's health; True when it changed."""
+        return self.set_status(device_name, "healthy" if healthy else "unhealthy")
+
+    def set_status(self, device_name: str, status: HealthStatus, reason: str = "") -> bool:
+        """Record a device's health and why; True when it changed."""
         with self._cond:
             current = self._entries.get(device_name)
-            if current is None or current.healthy == healthy:
+            if current is None or (current.status, current.reason) == (status, reason):
                 return False
-            self._entries[device_name] = DeviceHealthEntry(device_name, healthy, int(time.time()))
+            self._entries[device_name] = DeviceHealthEntry(
+                device_name, status != "unhealthy", int(time.time()), status, reason
+            )
             self._version += 1
             self._cond.notify_all()
             return True
+
+    def entry(self, device_name: str) -> DeviceHealthEntry | None:
+        with self._cond:
+            return self._entries.get(device_name)
 
     def snapshot(self) -> tuple[int, list[DeviceHealthEntry]]:
         with self._cond:
@@ -84,7 +111,7 @@ def health_response(
     for entry in entries:
         response.devices.add(
             device=health_pb2.DeviceIdentifier(pool_name=pool_name, device_name=entry.name),
-            health=health_pb2.HEALTHY if entry.healthy else health_pb2.UNHEALTHY,
+            health=_PROTO_STATUS[entry.status],
             last_updated_time=entry.updated_at,
         )
     return response

@@ -1,9 +1,15 @@
 """The sharing manager: what a claim's GPU sharing does on the node in each phase of the claim.
 
 * prepare: apply a claim's `Plan` (its record is in the checkpoint already) and return the CDI
-  edits of its devices;
-* unprepare: reverse exactly a record, also after a restart; GPUs other claims hold keep theirs;
-* restore: what a prepared claim's CDI spec needs again when the spec is rewritten.
+  edits of its devices. An MPS daemon that exists but is not Ready by the deadline stays
+  (`MpsDaemonPending`): kubelet's retry finds it and waits again, so a daemon whose image takes
+  longer than one call to pull still comes up;
+* unprepare: reverse exactly a record, also after a restart; GPUs other claims hold keep theirs.
+  This is also how a kept MPS daemon goes: on unprepare, or when a clean-up of the claim's entry
+  (a claim that is gone) reverses its record;
+* restore: what a prepared claim's CDI spec needs again when the spec is rewritten;
+  `reapply_after_reboot`: what a reboot reset, from the record alone (time-slice and compute mode,
+  the MPS shm mount and a daemon started after it, Ready).
 
 Each phase raises the claim's error (`ClaimError`, naming the claim) itself. Time-slicing goes
 through `nvidia-smi`, MPS through a control-daemon Deployment per claim, as NVIDIA's 25.8.1 plugin
@@ -46,13 +52,40 @@ class DeploymentAPI(Protocol):
     def delete_deployment(self, namespace: str, name: str) -> None: ...
 
 
+class MpsDaemonPending(ClaimError):
+    """The claim's MPS control daemon exists but was not Ready by the deadline (or its readiness could
+    not be read): the daemon stays, so the claim's next prepare waits for it instead of starting from
+    nothing."""
+
+
+class _NotReady(SharingError):
+    """An existing daemon is not Ready (yet); becomes MpsDaemonPending."""
+
+
 @contextlib.contextmanager
 def _claim_error(ref: ClaimRef, what: str = "") -> Iterator[None]:
     """A failed sharing step becomes the claim's error: `claim <ns>/<name>: <what><why>`."""
     try:
         yield
+    except _NotReady as exc:
+        raise MpsDaemonPending(f"claim {ref.namespace}/{ref.name}: {what}{exc}") from None
     except (SharingError, OSError) as exc:
         raise ClaimError(f"claim {ref.namespace}/{ref.name}: {what}{exc}") from None
+
+
+def _being_deleted(deployment: Mapping[str, Any]) -> bool:
+    return bool((deployment.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _as_new(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """An existing Deployment as an object to create again: its spec, its name and labels."""
+    meta = deployment.get("metadata") or {}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {k: meta[k] for k in ("namespace", "name", "labels", "annotations") if k in meta},
+        "spec": deployment["spec"],
+    }
 
 
 @dataclass
@@ -75,7 +108,8 @@ class SharingManager:
     def prepare(self, ref: ClaimRef, plan: Plan, deadline: float) -> CdiEdits:
         """Apply `plan` and return the CDI edits of the claim's devices; raises ClaimError.
 
-        What was applied before a failure stays: the caller undoes the whole record (`unprepare`).
+        What was applied before a failure stays: the caller undoes the whole record (`unprepare`),
+        unless the failure is `MpsDaemonPending` (a daemon exists and only needs time: keep it).
         """
         with _claim_error(ref):
             for ts in plan.timeslice:
@@ -108,6 +142,24 @@ class SharingManager:
                     self.smi.set_compute_mode(devices[dev].uuid, "DEFAULT", deadline)
                     self.smi.set_timeslice(devices[dev].uuid, 0, deadline)
 
+    def reapply_after_reboot(
+        self, ref: ClaimRef, record: SharingRecord, *, devices: Mapping[str, Device], deadline: float
+    ) -> None:
+        """Give a prepared claim's GPUs back what a reboot reset, from its record alone: compute mode
+        and time-slice of each time-sliced GPU; for each MPS daemon, compute mode
+        `EXCLUSIVE_PROCESS`, the shm tmpfs, and the daemon started again after the mount, Ready by
+        `deadline`. `devices` are the node's, by name. Raises ClaimError (`MpsDaemonPending` for a
+        daemon not Ready in time)."""
+        with _claim_error(ref, "cannot restore GPU sharing after the node rebooted: "):
+            missing = sorted(record.device_names() - set(devices))
+            if missing:
+                raise SharingError(f"device(s) {', '.join(missing)} no longer published by this node")
+            for name, value in sorted(record.timeslice.items()):
+                self.smi.set_compute_mode(devices[name].uuid, "DEFAULT", deadline)
+                self.smi.set_timeslice(devices[name].uuid, value, deadline)
+            for mps in record.mps:
+                self._ensure_daemon(mps.daemon_id, [devices[d].uuid for d in mps.devices], None, deadline)
+
     def restore(self, record: SharingRecord) -> CdiEdits:
         """What a prepared claim's CDI devices need again when its spec is rewritten: the MPS pipe and
         shm of its daemons (the settings themselves are still in place)."""
@@ -118,12 +170,6 @@ class SharingManager:
     # ------------------------------------------------------------------------------------- MPS
 
     def _start_mps(self, claim_uid: str, group: MpsGroup, deadline: float) -> None:
-        try:
-            self._start_mps_api(claim_uid, group, deadline)
-        except KubeError as exc:
-            raise SharingError(f"MPS control daemon: API request failed: {exc}") from None
-
-    def _start_mps_api(self, claim_uid: str, group: MpsGroup, deadline: float) -> None:
         if self.api is None or self.image is None:
             raise SharingError("MPS needs API access and --image-name")
         uuids = group.uuids
@@ -132,20 +178,14 @@ class SharingManager:
             limits = mps_limits(group.settings, uuids, group.label)
         except OpaqueConfigError as exc:
             raise SharingError(str(exc)) from None
-        name = daemon_name(ident)
-        if self.api.get_deployment(self.namespace, name) is None:
-            dirs = mps_dirs(self.plugin_data_dir, ident)
-            for d in dirs.values():
-                d.mkdir(parents=True, exist_ok=True, mode=0o755)
-            if not dirs["shm"].is_mount():
-                self.mounter.mount_shm(dirs["shm"])
-            for uuid in uuids:
-                self.smi.set_compute_mode(uuid, "EXCLUSIVE_PROCESS", deadline)
-            obj = mps_deployment(
+        image = self.image
+
+        def build() -> dict[str, Any]:
+            return mps_deployment(
                 ident=ident,
                 node_name=self.node_name,
                 namespace=self.namespace,
-                image=self.image,
+                image=image,
                 host_driver_root=self.host_driver_root,
                 plugin_data_dir=self.plugin_data_dir,
                 uuids=uuids,
@@ -153,9 +193,78 @@ class SharingManager:
                 limits=limits,
                 gates=self.gates,
             )
-            self.api.create_deployment(self.namespace, obj)
-            log.info("started MPS control daemon", extra={"fields": {"daemon": name}})
-        self._wait_ready(name, deadline)
+
+        self._ensure_daemon(ident, uuids, build, deadline)
+
+    def _ensure_daemon(
+        self, ident: str, uuids: list[str], build: Callable[[], dict[str, Any]] | None, deadline: float
+    ) -> None:
+        """Bring MPS daemon `ident` for `uuids` up and wait until it is Ready: its directories, the shm
+        tmpfs, compute mode EXCLUSIVE_PROCESS, then its Deployment.
+
+        A Deployment that exists is kept (the retry of a prepare whose daemon was slow to start),
+        unless its pod predates the shm mount made now (a reboot unmounted it, and the pod's /dev/shm
+        would not be the workloads') or it is being deleted: then it is created again once the old
+        one is gone, from `build` (the claim's plan) or else as it was. A missing one is created from
+        `build`; without one (after a reboot, from the record alone) a missing Deployment is an
+        error. A daemon that exists but is not Ready by `deadline` raises `_NotReady`.
+        """
+        if self.api is None:
+            raise SharingError("MPS needs API access")
+        name = daemon_name(ident)
+        dirs = mps_dirs(self.plugin_data_dir, ident)
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True, mode=0o755)
+        remounted = not self.mounter.mounted(dirs["shm"])
+        if remounted:
+            self.mounter.mount_shm(dirs["shm"])
+        for uuid in uuids:
+            self.smi.set_compute_mode(uuid, "EXCLUSIVE_PROCESS", deadline)
+        try:
+            existing = self.api.get_deployment(self.namespace, name)
+            stale = existing is not None and (remounted or _being_deleted(existing))
+            if existing is None or stale:
+                obj = self._daemon_object(name, existing, build)
+                if existing is not None:
+                    log.warning(
+                        "MPS control daemon predates its shm mount or is being deleted: starting it again",
+                        extra={"fields": {"daemon": name}},
+                    )
+                    self._delete_and_wait(name, existing, deadline)
+                self.api.create_deployment(self.namespace, obj)
+                log.info("started MPS control daemon", extra={"fields": {"daemon": name}})
+        except KubeError as exc:
+            raise SharingError(f"MPS control daemon: API request failed: {exc}") from None
+        try:
+            self._wait_ready(name, deadline)
+        except KubeError as exc:
+            raise _NotReady(
+                f"MPS control daemon {self.namespace}/{name}: cannot read its readiness: {exc}"
+            ) from None
+
+    def _daemon_object(
+        self, name: str, existing: Mapping[str, Any] | None, build: Callable[[], dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """The Deployment to create: from the claim's plan, else as the existing one was."""
+        if build is not None:
+            return build()
+        if existing is not None:
+            return _as_new(existing)
+        raise SharingError(
+            f"MPS control daemon {self.namespace}/{name} is gone (its Deployment was deleted); "
+            "the claim's next prepare creates it again"
+        )
+
+    def _delete_and_wait(self, name: str, existing: Mapping[str, Any], deadline: float) -> None:
+        """Delete the Deployment (unless it is being deleted already) and wait until it is gone: its
+        pod's daemon must have stopped before another one starts on the same pipe directory."""
+        assert self.api is not None
+        if not _being_deleted(existing):
+            self.api.delete_deployment(self.namespace, name)
+        while self.api.get_deployment(self.namespace, name) is not None:
+            if time.monotonic() + READY_POLL_SECONDS >= deadline:
+                raise SharingError(f"MPS control daemon {self.namespace}/{name} is still being deleted")
+            self.sleep(READY_POLL_SECONDS)
 
     def _wait_ready(self, name: str, deadline: float) -> None:
         assert self.api is not None
@@ -169,7 +278,7 @@ class SharingManager:
                 if not why:
                     return
             if time.monotonic() + READY_POLL_SECONDS >= deadline:
-                raise SharingError(f"MPS control daemon {self.namespace}/{name} is not yet ready: {why}")
+                raise _NotReady(f"MPS control daemon {self.namespace}/{name} is not yet ready: {why}")
             self.sleep(READY_POLL_SECONDS)
 
     def _stop_mps(self, ident: str) -> None:

@@ -100,10 +100,14 @@ class Mounter:
             output = " ".join((done.stdout + done.stderr).split())[:300]
             raise SharingError(f"{' '.join(command)} failed (exit {done.returncode}): {output}")
 
+    def mounted(self, path: Path) -> bool:
+        """Whether something is mounted on `path` (a reboot unmounts every shm tmpfs)."""
+        return path.is_mount()
+
     def mount_shm(self, path: Path) -> None:
         options = f"rw,nosuid,nodev,noexec,relatime,size={self._shm_size()}"
         self._run(["mount", "-t", "tmpfs", "-o", options, "shm", str(path)])
 
     def unmount(self, path: Path) -> None:
-        if path.is_mount():
+        if self.mounted(path):
             self._run(["umount", str(path)])

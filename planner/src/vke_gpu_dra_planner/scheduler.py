@@ -32,9 +32,9 @@ from typing import Final
 
 from .allocator import AllocationError, NodeAllocator
 from .claims import ClaimSpec
+from .fit import MAX_PODS_PER_NODE, Planner
 from .inventory import GpuPool
 from .placement import Placement, excluded, tolerated
-from .planner import MAX_PODS_PER_NODE, Planner
 
 DEFAULT: Final = "default"
 PACKING: Final = "packing"
@@ -77,14 +77,14 @@ class _Node:
     requested: tuple[int, int] = (0, 0)
     nonzero: tuple[int, int] = (0, 0)
     counts: dict[int, int] = field(default_factory=dict)
-    #: pod shape -> devices in use when it last did not fit
-    failed: dict[object, frozenset[int]] = field(default_factory=dict)
-    #: the allocator's devices in use, frozen after each placement
-    in_use: frozenset[int] = frozenset()
+    #: pod shape -> what was allocated when it last did not fit
+    failed: dict[object, frozenset[object]] = field(default_factory=dict)
+    #: what the allocator holds (devices in use, capacity consumed of shared ones), after each placement
+    in_use: frozenset[object] = frozenset()
 
     @property
     def used(self) -> int:
-        return len(self.allocator.in_use)
+        return self.allocator.used
 
 
 @dataclass
@@ -143,6 +143,8 @@ class Simulation:
     ) -> None:
         self.planner = planner
         self.pools = list(pools)
+        #: each pool's zone label ("" when it sets none), read once
+        self._zones = [dict(p.labels).get(ZONE_LABEL, "") for p in self.pools]
         self.strategy = strategy
         self.ties = ties
         self.nodes: list[_Node] = []
@@ -264,14 +266,15 @@ class Simulation:
         return totals
 
     def _zone(self, node: _Node) -> str:
-        return dict(self.pools[node.pool].labels).get(ZONE_LABEL, "")
+        return self._zones[node.pool]
 
     def _spread(self, group: int, feasible: list[_Node]) -> list[int]:
         hosts = sum(self._equal_pristine(n.pool) if n.pods == 0 else 1 for n in feasible)
         zones = {self._zone(n) for n in feasible}
         per_zone: dict[str, int] = {}
         for node in self.nodes:
-            per_zone[self._zone(node)] = per_zone.get(self._zone(node), 0) + node.counts.get(group, 0)
+            zone = self._zones[node.pool]
+            per_zone[zone] = per_zone.get(zone, 0) + node.counts.get(group, 0)
         host_weight, zone_weight = math.log(hosts + 2), math.log(len(zones) + 2)
         raw = [
             round(
@@ -354,7 +357,7 @@ class Simulation:
             shared_at.setdefault(key, node)
         if node.pods == 0:
             self._touched[node.pool] += 1
-        node.in_use = frozenset(node.allocator.in_use)
+        node.in_use = node.allocator.state()
         node.pods += 1
         node.requested = (node.requested[0] + pod.requests[0], node.requested[1] + pod.requests[1])
         node.nonzero = (node.nonzero[0] + pod.nonzero[0], node.nonzero[1] + pod.nonzero[1])

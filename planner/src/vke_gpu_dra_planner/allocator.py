@@ -7,7 +7,19 @@ takes every matching device on the node (and fails if one is in use, or none mat
 tries its subrequests in order; `matchAttribute` constraints are checked as devices are added.
 `distinctAttribute` belongs to the DRAConsumableCapacity feature gate (alpha, off in 1.34): without it the
 apiserver drops the field and the scheduler fails the claim on the empty constraint left behind, so such a
-claim is an error unless `consumable_capacity` is set (then the constraint is enforced). A CEL runtime
+claim is an error unless `consumable_capacity` is set (then the constraint is enforced).
+
+With `consumable_capacity` (DRAConsumableCapacity, beta and on in 1.36) the allocator also follows the
+incubating allocator's `CmpRequestOverCapacity`: a device published with `allowMultipleAllocations`
+(`Node.sharing`) is never "in use"; instead, for each of its capacities, the request consumes
+`capacity.requests[name]` rounded up by the capacity's `requestPolicy` (validRange: to `min`, then to
+the next `min + n*step`; validValues: to the first value not below it), or the policy's `default`, or
+the whole capacity when the request names none and there is no default. A consumption the policy does
+not allow (above `max`, off the step, not a valid value; the default always is) or one that takes the
+sum over the claims already allocated and those being allocated past the capacity's value skips the
+device, as does a request naming a capacity the device does not have. The same device may serve
+several requests of one claim. Without the gate the API server drops both `allowMultipleAllocations`
+and `capacity.requests`: every device is allocated whole. A CEL runtime
 error on a device, a selector that does not compile, a missing DeviceClass or more than 32 devices in a
 claim fail the allocation with an error, as in the scheduler.
 """
@@ -22,7 +34,7 @@ from vke_gpu_dra_core.device_model import AttributeValue, Device, Version
 
 from .cel.environment import SelectorCompileError, SelectorError, SelectorRuntimeError
 from .claims import ALLOCATION_RESULTS_MAX_SIZE, ClaimSpec, Constraint, DeviceClass, Request, SubRequest
-from .inventory import Node
+from .inventory import Node, RequestPolicy
 from .selection import DeviceView, SelectorCache
 
 #: Upper bound on search steps per allocation attempt (the scheduler bounds its search by time).
@@ -37,6 +49,8 @@ class AllocationError(Exception):
 class DeviceResult:
     request: str
     device: str
+    #: the capacity consumed on a shared device (allowMultipleAllocations): (name, amount) by name
+    consumed: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,10 +139,57 @@ class NodeAllocator:
         self.cache = cache
         self.views = cache.views(node)
         self.in_use: set[int] = set()
+        #: shared devices (allowMultipleAllocations): device index -> capacity name -> consumed
+        self.consumed: dict[int, dict[str, int]] = {}
         self._searched = False
         #: (class, request selectors, device index) -> selectable; keyed by content, not by position,
         #: because later calls allocate other claims (the scheduler decides this afresh per Allocate)
         self._selectable: dict[tuple[str, tuple[str, ...], int], bool] = {}
+
+    def shared(self, index: int) -> bool:
+        """Whether the device takes several allocations (the API server keeps that only with the gate)."""
+        return self.consumable_capacity and self.node.sharing_of(index) is not None
+
+    def state(self) -> frozenset[object]:
+        """What is allocated on the node: device indices in use, and (index, capacity, consumed) of shared
+        ones. A state that contains another allows no more than it (the scheduler's pruning relies on it)."""
+        shares = ((i, name, amount) for i, used in self.consumed.items() for name, amount in used.items())
+        return frozenset((*self.in_use, *shares))
+
+    @property
+    def used(self) -> int:
+        """Devices with something allocated."""
+        return len(self.in_use) + len(self.consumed)
+
+    def consumption(
+        self, sub: SubRequest, index: int, allocating: Mapping[str, int] | None = None
+    ) -> dict[str, int] | None:
+        """What `sub` consumes of device `index` (CmpRequestOverCapacity), or None when it does not fit.
+
+        {} for a device taken whole; `allocating`: what this allocation already takes of the device.
+        """
+        if not self.consumable_capacity:
+            return {}
+        sharing = self.node.sharing_of(index)
+        if sharing is None and not sub.capacity:
+            return {}
+        device = self.views[index].device
+        capacity = sharing.capacity if sharing is not None else device.capacity
+        policies = sharing.policies if sharing is not None else {}
+        requested = dict(sub.capacity)
+        if any(name not in capacity for name in requested):
+            return None
+        used = self.consumed.get(index, {})
+        out: dict[str, int] = {}
+        for name, value in capacity.items():
+            policy = policies.get(name)
+            amount = consumed_capacity(requested.get(name), value, policy)
+            if violates_policy(amount, policy):
+                return None
+            if amount + used.get(name, 0) + (allocating or {}).get(name, 0) > value:
+                return None
+            out[name] = amount
+        return out if sharing is not None else {}
 
     # --- selection ---------------------------------------------------------------------------
 
@@ -229,11 +290,22 @@ class NodeAllocator:
         if not found:
             return None
         if commit:
-            # devices given with admin access stay available to others (as in the scheduler)
-            self.in_use.update(index for _, _, index, admin in search.chosen if not admin)
+            # devices given with admin access stay available to others (as in the scheduler); shared
+            # devices add what each allocation consumes
+            for _, _, index, admin, consumed in search.chosen:
+                if admin:
+                    continue
+                if self.shared(index):
+                    used = self.consumed.setdefault(index, {})
+                    for name, amount in consumed.items():
+                        used[name] = used.get(name, 0) + amount
+                else:
+                    self.in_use.add(index)
         results: list[list[DeviceResult]] = [[] for _ in claims]
-        for ci, name, index, _ in search.chosen:
-            results[ci].append(DeviceResult(name, self.views[index].device.name))
+        for ci, name, index, _, consumed in search.chosen:
+            results[ci].append(
+                DeviceResult(name, self.views[index].device.name, tuple(sorted(consumed.items())))
+            )
         return [ClaimResult(tuple(r)) for r in results]
 
 
@@ -250,8 +322,10 @@ class _Search:
         self.constraints = [[_ConstraintState(c) for c in claim.constraints] for claim in claims]
         #: device index -> claims it is being allocated for in this attempt
         self.allocating: dict[int, set[int]] = {}
-        #: (claim, request result name, device index, admin access)
-        self.chosen: list[tuple[int, str, int, bool]] = []
+        #: (claim, request result name, device index, admin access, capacity consumed)
+        self.chosen: list[tuple[int, str, int, bool, dict[str, int]]] = []
+        #: shared devices: what this attempt takes of them (allocatingCapacity)
+        self.allocating_capacity: dict[int, dict[str, int]] = {}
         self.steps = 0
 
     def run(self) -> bool:
@@ -306,10 +380,15 @@ class _Search:
         """deviceInUse, or for admin access only allocatingDeviceForClaim (the same claim)."""
         if data.sub.admin_access:
             return ci in self.allocating.get(index, ())
+        if self.alloc.shared(index):
+            return False  # a shared device is never in use; its capacity decides (in _add)
         return index in self.alloc.in_use or index in self.allocating
 
     def _add(self, ci: int, data: _RequestData, index: int, must: bool) -> bool:
         if self._unavailable(ci, data, index):
+            return False
+        consumed = self.alloc.consumption(data.sub, index, self.allocating_capacity.get(index))
+        if consumed is None:
             return False
         device = self.alloc.views[index].device
         subrequest = data.sub.name if data.request.first_available else None
@@ -327,16 +406,56 @@ class _Search:
                 return False
             added.append(state)
         self.allocating.setdefault(index, set()).add(ci)
-        self.chosen.append((ci, data.result_name, index, data.sub.admin_access))
+        self.chosen.append((ci, data.result_name, index, data.sub.admin_access, consumed))
+        if consumed:
+            taking = self.allocating_capacity.setdefault(index, {})
+            for name, amount in consumed.items():
+                taking[name] = taking.get(name, 0) + amount
         return True
 
     def _remove(self, ci: int) -> None:
-        _, _, index, _ = self.chosen.pop()
+        _, _, index, _, consumed = self.chosen.pop()
+        if consumed:
+            taking = self.allocating_capacity[index]
+            for name, amount in consumed.items():
+                taking[name] -= amount
         self.allocating[index].discard(ci)
         if not self.allocating[index]:
             del self.allocating[index]
         for state in self.constraints[ci]:
             state.remove()
+
+
+def consumed_capacity(requested: int | None, value: int, policy: RequestPolicy | None) -> int:  # noqa: PLR0911
+    # one return per case of calculateConsumedCapacity and roundUpRange / roundUpValidValues
+    """calculateConsumedCapacity: what a request of `requested` (None: not named) consumes of a capacity."""
+    if requested is None:
+        return policy.default if policy is not None and policy.default is not None else value
+    if policy is None:
+        return requested
+    if policy.minimum is not None:
+        if requested < policy.minimum:
+            return policy.minimum
+        if policy.step is None:
+            return requested
+        steps = -(-(requested - policy.minimum) // policy.step)
+        return policy.minimum + steps * policy.step
+    if policy.valid_values:
+        return next((v for v in policy.valid_values if requested <= v), requested)
+    return requested
+
+
+def violates_policy(amount: int, policy: RequestPolicy | None) -> bool:
+    """violatesPolicy: the default is always allowed; else above max, off the step or not a valid value."""
+    if policy is None or (policy.default is not None and amount == policy.default):
+        return False
+    if policy.minimum is not None:
+        if policy.maximum is not None and amount > policy.maximum:
+            return True
+        return policy.step is not None and (amount - policy.minimum) % policy.step != 0
+    if policy.valid_values:
+        return amount not in policy.valid_values
+    return False
 
 
 def _describe(constraint: Constraint) -> str:

@@ -7,7 +7,8 @@ version the control plane runs (VKE does not change DRA gates).
 |---|---|---|---|
 | DRAAdminAccess (adminAccess, namespace label admission) | beta, on | beta, on | GA |
 | DRAPrioritizedList (firstAvailable) | beta, on | beta, on | GA |
-| DRAConsumableCapacity (distinctAttribute, capacity requests) | alpha, off | alpha, off | beta, on |
+| DRAConsumableCapacity (distinctAttribute, capacity, shares) | alpha, off | alpha, off | beta, on |
+| DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on |
 | DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on |
 | DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on |
 """
@@ -32,6 +33,7 @@ class FeatureGates:
     consumable_capacity: bool
     partitionable_devices: bool
     device_taints: bool
+    extended_resource: bool = False
 
     def state(self, gate: str) -> str:
         return f"{gate} is {'on' if getattr(self, _FIELDS[gate]) else 'off'} by default in {self.version}"
@@ -43,12 +45,13 @@ _FIELDS: Final = {
     "DRAConsumableCapacity": "consumable_capacity",
     "DRAPartitionableDevices": "partitionable_devices",
     "DRADeviceTaints": "device_taints",
+    "DRAExtendedResource": "extended_resource",
 }
 
 GATES: Final = {
     "1.34": FeatureGates("1.34", True, True, False, False, False),
     "1.35": FeatureGates("1.35", True, True, False, False, False),
-    "1.36": FeatureGates("1.36", True, True, True, True, True),
+    "1.36": FeatureGates("1.36", True, True, True, True, True, extended_resource=True),
 }
 
 #: The newest version with a table; a newer cluster is planned with it.

@@ -3,6 +3,11 @@
 Parsed from Kubernetes JSON (manifests or Pulumi props, camelCase). Bad input raises `ManifestError`
 naming the object, the field, the value and what is allowed. The v1beta1 request shape (class and count
 directly in the request) is accepted only for `resource.k8s.io/v1beta1` objects, as the apiserver does.
+
+Kubernetes 1.36 fields: a DeviceClass's `spec.extendedResourceName` (DRAExtendedResource: pods asking
+that extended resource get their devices through the class) and a request's `capacity.requests`
+(DRAConsumableCapacity: how much of a device's capacity the request consumes). Both are read whatever
+the version; whether the API server keeps them is the allocator's and `admission`'s to say.
 """
 
 from __future__ import annotations
@@ -12,13 +17,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from vke_gpu_dra_core.object_names import is_dns_label
+from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
+
 ALLOCATION_MODES: Final = ("ExactCount", "All")
 #: resource/v1 limits the allocator checks.
 MAX_REQUESTS_PER_CLAIM: Final = 32
 MAX_SUBREQUESTS: Final = 8
 ALLOCATION_RESULTS_MAX_SIZE: Final = 32
-_DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _FULLY_QUALIFIED: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z_][A-Za-z0-9_]{0,31}$")
+#: a capacity name: `<id>` (the driver's domain) or `<domain>/<id>`
+_CAPACITY_NAME: Final = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z_][A-Za-z0-9_]{0,31}$")
+#: an extended resource name: `<domain>/<name>` outside kubernetes.io (KEP-5004)
+_EXTENDED_NAME: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+#: the extended resource name every DeviceClass maps implicitly (`<prefix><class name>`)
+IMPLICIT_EXTENDED_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
 
 
 class ManifestError(ValueError):
@@ -29,6 +44,12 @@ class ManifestError(ValueError):
 class DeviceClass:
     name: str
     selectors: tuple[str, ...]
+    #: `spec.extendedResourceName` (None: only the implicit `deviceclass.resource.kubernetes.io/<name>`)
+    extended_resource_name: str | None = None
+
+    def maps(self, resource: str) -> bool:
+        """Whether pods asking the extended resource `resource` get this class's devices (1.36)."""
+        return resource in (self.extended_resource_name, IMPLICIT_EXTENDED_PREFIX + self.name)
 
 
 @dataclass(frozen=True)
@@ -41,6 +62,9 @@ class SubRequest:
     allocation_mode: str = "ExactCount"
     count: int = 1
     admin_access: bool = False
+    #: `capacity.requests`: (capacity name, amount) sorted by name; amounts in the capacity's unit
+    #: (bytes for memory)
+    capacity: tuple[tuple[str, int], ...] = ()
 
     @property
     def wants_all(self) -> bool:
@@ -154,7 +178,7 @@ def _selectors(value: Any, where: str, field: str) -> tuple[str, ...]:
 
 def _name(value: Any, where: str, field: str) -> str:
     name = _string(value, where, field)
-    if not _DNS_LABEL.match(name) or len(name) > 63:
+    if not is_dns_label(name):
         raise ManifestError(
             f"{where}: field {field} must be a DNS label (lower-case letters, digits, '-'), got {name!r}"
         )
@@ -165,7 +189,50 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
     where = _where(obj, "DeviceClass")
     name = _string(_mapping(obj.get("metadata"), where, "metadata").get("name"), where, "metadata.name")
     spec = _mapping(obj.get("spec"), where, "spec")
-    return DeviceClass(name, _selectors(spec.get("selectors"), where, "spec.selectors"))
+    extended = spec.get("extendedResourceName")
+    if extended is not None and (
+        not isinstance(extended, str) or not _EXTENDED_NAME.match(extended) or _kubernetes_io(extended)
+    ):
+        raise ManifestError(
+            f"{where}: field spec.extendedResourceName is {extended!r}; allowed: an extended resource "
+            "name <domain>/<name> outside kubernetes.io, e.g. nvidia.com/gpu"
+        )
+    return DeviceClass(name, _selectors(spec.get("selectors"), where, "spec.selectors"), extended)
+
+
+def _kubernetes_io(name: str) -> bool:
+    domain = name.split("/", 1)[0]
+    return domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
+
+
+def is_extended_resource(name: str) -> bool:
+    """An extended resource name a container may ask for (not cpu, memory, hugepages-*, kubernetes.io/*),
+    or the implicit name of a DeviceClass."""
+    if name.startswith(IMPLICIT_EXTENDED_PREFIX):
+        return True
+    return bool(_EXTENDED_NAME.match(name)) and not _kubernetes_io(name) and not name.startswith("requests.")
+
+
+def _capacity(raw: Any, where: str, field: str) -> tuple[tuple[str, int], ...]:
+    requests = _mapping(_mapping(raw, where, field).get("requests"), where, f"{field}.requests")
+    out = []
+    for name, value in requests.items():
+        if not isinstance(name, str) or not _CAPACITY_NAME.match(name):
+            raise ManifestError(
+                f"{where}: field {field}.requests has key {name!r}; allowed: a capacity name <id> or "
+                "<domain>/<id>, e.g. memory"
+            )
+        try:
+            amount = parse_quantity(str(value))
+        except QuantityError:
+            amount = None
+        if amount is None or amount < 0 or amount != int(amount):
+            raise ManifestError(
+                f"{where}: field {field}.requests.{name} is {value!r}; allowed: a whole, non-negative "
+                "Kubernetes quantity such as 40Gi"
+            )
+        out.append((name, int(amount)))
+    return tuple(sorted(out))
 
 
 def _subrequest(raw: Mapping[str, Any], where: str, field: str, name: str) -> SubRequest:
@@ -185,6 +252,7 @@ def _subrequest(raw: Mapping[str, Any], where: str, field: str, name: str) -> Su
         allocation_mode=mode,
         count=1 if mode == "All" else _count(raw.get("count"), where, f"{field}.count"),
         admin_access=bool(raw.get("adminAccess") or False),
+        capacity=_capacity(raw.get("capacity"), where, f"{field}.capacity"),
     )
 
 

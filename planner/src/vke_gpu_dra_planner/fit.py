@@ -16,7 +16,6 @@ from typing import Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantity
-from vke_gpu_dra_core.semver import SemverError, parse_semver
 
 from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
 from .cel.environment import SelectorError, SelectorRuntimeError
@@ -24,6 +23,7 @@ from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
 from .placement import Placement, excluded
 from .selection import DeviceView, SelectorCache, observed_ids
+from .semver import SemverError, parse_semver
 
 #: Attributes that only identify a device (a selector naming them sees every device differently).
 _IDENTITY_IDS: Final = frozenset({facts.ATTR_UUID, facts.ATTR_PARENT_UUID})
@@ -124,7 +124,9 @@ class Planner:
     cache: SelectorCache = field(default_factory=SelectorCache)
     #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
     consumable_capacity: bool = False
-    _classes: dict[tuple[str, str], tuple[object, object]] = field(default_factory=dict, repr=False)
+    _pool_class_ids: dict[tuple[str, str, int, int], tuple[int, ...]] = field(
+        default_factory=dict, repr=False
+    )
 
     def fit(
         self,
@@ -168,7 +170,10 @@ class Planner:
         try:
             first = allocator.allocate([spec for _, spec in everything])
             if first is None:
-                return PoolFit(pool, 0, 0, 0, reasons=tuple(self.explain(node, [s for _, s in everything])))
+                # the allocator that just failed holds the node's devices and selections: ask it why
+                return PoolFit(
+                    pool, 0, 0, 0, reasons=tuple(self.explain(allocator, [s for _, s in everything]))
+                )
             count = 1
             # pods until allocation fails: adminAccess requests do not use devices up (maxPods bounds them)
             while count < MAX_PODS_PER_NODE and allocator.allocate(specs) is not None:
@@ -187,13 +192,18 @@ class Planner:
         per_node_counts: dict[object, int] = {}
         counts: list[int] = []
         chosen: tuple[tuple[str, str, str], ...] = ()
+        #: the first node's allocator: where a pod that fits no node is explained
+        first_node = self._allocator(pool.node(0))
         by_class = self._uuid_blind(specs)
+        classes = self._pool_classes(pool) if by_class else None
         try:
             for index in range(max(pool.max_nodes, 1)):
-                node = pool.node(index)
-                signature = self._node_class(node) if by_class else self._signature(node, specs)
+                signature = (
+                    classes[index] if classes is not None else self._signature(pool.node(index), specs)
+                )
                 if signature not in per_node_counts:
-                    count, first = self._fill(node, specs)
+                    node = pool.node(index)
+                    count, first = self._fill(first_node if index == 0 else self._allocator(node), specs)
                     per_node_counts[signature] = count
                     if index == 0 and first is not None:
                         chosen = tuple(
@@ -205,7 +215,8 @@ class Planner:
         except AllocationError as exc:
             return PoolFit(pool, 0, 0, 0, error=str(exc))
         per_node = counts[0] if counts else 0
-        reasons = tuple(self.explain(pool.node(0), specs)) if per_node == 0 else ()
+        # nothing was placed on the first node, so its allocator holds nothing in use
+        reasons = tuple(self.explain(first_node, specs)) if per_node == 0 else ()
         return PoolFit(
             pool, per_node, sum(counts[: pool.min_nodes]), sum(counts[: pool.max_nodes]), chosen, reasons
         )
@@ -222,23 +233,34 @@ class Planner:
                 return False
         return not any(a.rpartition("/")[2] in _IDENTITY_IDS for a in attributes)
 
-    def _node_class(self, node: Node) -> object:
-        """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
-        key = (node.pool, node.name)
-        stored = self._classes.get(key)
-        # variants of one pool (several instance types) share node names: the devices tell them apart
-        if stored is None or stored[0] is not node.devices:
-            found: object = tuple(
-                (
-                    d.name,
-                    tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
-                    tuple(sorted(d.capacity.items())),
-                )
-                for d in node.devices
+    def _pool_classes(self, pool: GpuPool) -> tuple[int, ...]:
+        """Each node's class (`_node_class`) as a small number, per node index of the pool at maximum size.
+
+        Computed once per pool variant (its nodes follow from name, product, GPUs and index), so the
+        templates planned against it compare numbers, not devices.
+        """
+        key = (pool.name, pool.product, pool.gpus_per_node, max(pool.max_nodes, 1))
+        stored = self._pool_class_ids.get(key)
+        if stored is None:
+            numbers: dict[object, int] = {}
+            stored = tuple(
+                numbers.setdefault(self._node_class(pool.node(i)), len(numbers)) for i in range(key[3])
             )
-            stored = (node.devices, found)
-            self._classes[key] = stored
-        return stored[1]
+            self._pool_class_ids[key] = stored
+        return stored
+
+    @staticmethod
+    def _node_class(node: Node) -> object:
+        """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
+        return tuple(
+            (
+                d.name,
+                tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
+                tuple(sorted(d.capacity.items())),
+                node.sharing_of(i),
+            )
+            for i, d in enumerate(node.devices)
+        )
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)
@@ -261,8 +283,8 @@ class Planner:
             attributes.extend(c.attribute for c in spec.constraints)
         return sorted(set(expressions)), sorted(set(attributes))
 
-    def _fill(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
-        allocator = self._allocator(node)
+    @staticmethod
+    def _fill(allocator: NodeAllocator, specs: Sequence[ClaimSpec]) -> tuple[int, list[ClaimResult] | None]:
         # pods until allocation fails: adminAccess requests do not use devices up (maxPods bounds them)
         count, first = 0, None
         while count < MAX_PODS_PER_NODE:
@@ -275,9 +297,13 @@ class Planner:
 
     # --- explanations -----------------------------------------------------------------------
 
-    def explain(self, node: Node, specs: Sequence[ClaimSpec]) -> list[str]:
-        """Why one pod does not fit on an empty `node`: the first thing that rules it out, per request."""
-        allocator = self._allocator(node)
+    def explain(self, allocator: NodeAllocator, specs: Sequence[ClaimSpec]) -> list[str]:
+        """Why one pod does not fit on the empty node of `allocator`: the first thing that rules it out.
+
+        `allocator` is the one whose allocation just failed (nothing in use): its device views are
+        reused, and the selector answers come from the cache the allocation filled.
+        """
+        node = allocator.node
         reasons: list[str] = []
         for spec in specs:
             needed = 0

@@ -4,6 +4,13 @@ Built from a stack's registered resources (type token + input props, read into t
 `vke_gpu_dra_core.resources` view the policy pack's validators use) or from a stack config file plus
 Kubernetes manifests (the `plan` command). DeviceClasses default to the driver's (`facts.DEVICE_CLASSES`,
 which its chart creates); a stack's own DeviceClass resources override them.
+
+A workload's pods count when they claim devices (`spec.resourceClaims`) or ask an extended resource in a
+container's `resources.limits` (or requests): on Kubernetes 1.36 a DeviceClass that maps that name
+(`extendedResourceName`, or the implicit `deviceclass.resource.kubernetes.io/<class>`) serves it through
+DRA (`Workload.extended`; the verdict turns it into the claim the scheduler creates). With the driver
+gate `ConsumableShares` (the stack config's `driver.featureGates`) the pools' GPUs are published for
+several claims each (`GpuPool.consumable_shares`).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from vke_gpu_dra_core import facts, pulumi_types
+from vke_gpu_dra_core import facts, featuregates, pulumi_types
 from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
 from vke_gpu_dra_core.config import PROJECT, StackConfig
 from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
@@ -23,6 +30,7 @@ from .claims import (
     DeviceClass,
     ManifestError,
     PodClaimRef,
+    is_extended_resource,
     parse_claim_template,
     parse_device_class,
     parse_pod_claims,
@@ -45,6 +53,8 @@ class Workload:
     #: container without a request counts 100m CPU / 200Mi memory)
     requests: tuple[int, int] = (0, 0)
     nonzero: tuple[int, int] = (100, 200 * 1024 * 1024)
+    #: extended resources the containers ask: (container index, resource name, quantity)
+    extended: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def label(self) -> str:
@@ -69,6 +79,13 @@ class StackModel:
     kubernetes_version: str | None = None
     #: the cluster's version is unknown (preview): version-gated answers cannot be decided
     version_unknown: bool = False
+    #: the driver gate ConsumableShares: GPUs take several claims (on servers that keep the fields)
+    consumable_shares: bool = False
+
+    def share_gpus(self, enabled: bool) -> None:
+        """Publish the pools' GPUs as shares (the driver gate ConsumableShares) or whole."""
+        self.consumable_shares = enabled
+        self.pools = [[replace(p, consumable_shares=enabled) for p in variants] for variants in self.pools]
 
     def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
         name = ref.template or ref.claim or ""
@@ -123,7 +140,8 @@ def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
     spec = obj.get("spec") or {}
     pod_spec, field_path = _pod_spec(kind, spec)
     claims = parse_pod_claims(pod_spec, where, field_path)
-    if not claims:
+    extended = pod_extended_resources(pod_spec, where, field_path)
+    if not claims and not extended:
         return None
     try:
         if kind in ("Deployment", "StatefulSet", "ReplicaSet"):
@@ -142,8 +160,42 @@ def parse_workload(obj: Mapping[str, Any], urn: str = "") -> Workload | None:
     namespace = str(meta.get("namespace") or "default")
     requests, nonzero = pod_requests(pod_spec, where, field_path)
     return Workload(
-        kind, name, namespace, replicas, claims, urn, parse_placement(pod_spec), requests, nonzero
+        kind, name, namespace, replicas, claims, urn, parse_placement(pod_spec), requests, nonzero, extended
     )
+
+
+def pod_extended_resources(
+    pod_spec: Mapping[str, Any], where: str, field: str
+) -> tuple[tuple[int, str, int], ...]:
+    """(container, name, quantity) of each extended resource a container asks (limits, else requests).
+
+    Init containers are not read (the scheduler's claim for them is the larger of the two; GPU pods
+    ask in their containers)."""
+    containers = pod_spec.get("containers") or []
+    found: list[tuple[int, str, int]] = []
+    for i, container in enumerate(containers if isinstance(containers, list) else []):
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        if not isinstance(resources, Mapping):
+            continue
+        asked: dict[str, tuple[str, Any]] = {}
+        for part in ("requests", "limits"):  # limits win, as the API server defaults requests from them
+            raw = resources.get(part)
+            for name, value in raw.items() if isinstance(raw, Mapping) else ():
+                if isinstance(name, str) and is_extended_resource(name):
+                    asked[name] = (part, value)
+        for name, (part, value) in sorted(asked.items()):
+            try:
+                amount = parse_quantity(str(value))
+            except QuantityError:
+                amount = None
+            if amount is None or amount < 0 or amount != int(amount):
+                raise ManifestError(
+                    f"{where}: field {field}.containers[{i}].resources.{part}.{name} is {value!r}; "
+                    "allowed: a whole number (extended resources are counted in units)"
+                )
+            if amount:
+                found.append((i, name, int(amount)))
+    return tuple(found)
 
 
 #: pkg/scheduler/util: what the scheduler counts for a container without a CPU / memory request
@@ -420,12 +472,18 @@ def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
         "labels": tuple(sorted(labels.items())),
         "taints": tuple((t.key, t.value, t.effect) for t in pool.taints),
     }
+    placement["consumable_shares"] = consumable_shares(cfg)
     name, low, high = pool.name, pool.min_replicas, pool.max_replicas
     if cfg.driver.device_source == "simulated":
         product, gpus = cfg.driver.simulated_product, cfg.driver.simulated_gpus
         note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product}, whatever its type"
         return [GpuPool(name, t, product, gpus, low, high, (note,), **placement) for t in pool.instance_types]
     return [replace(_pool(name, t, low, high, catalog=catalog), **placement) for t in pool.instance_types]
+
+
+def consumable_shares(cfg: StackConfig) -> bool:
+    """Whether the stack config's `driver.featureGates` turns on the driver gate ConsumableShares."""
+    return bool(cfg.driver.feature_gates.get(featuregates.CONSUMABLE_SHARES, False))
 
 
 def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:

@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import cel
 from cel_expr_python import cel as celcpp
 from vke_gpu_dra_core.device_model import Device, Version
 from vke_gpu_dra_core.quantity import (
@@ -34,9 +33,15 @@ from vke_gpu_dra_core.quantity import (
     quantity_as_int64,
     round_to_nano,
 )
-from vke_gpu_dra_core.semver import Semver, SemverError, is_semver, parse_semver
 
+from ..semver import Semver, SemverError, is_semver, parse_semver
+from . import engine
 from .rewrite import default_computed_domains, rewrite_bind
+
+if TYPE_CHECKING:
+    import cel
+else:
+    cel = engine.load()
 
 _Q_TAG: Final = "__kubernetes.Quantity"
 _S_TAG: Final = "__kubernetes.Semver"

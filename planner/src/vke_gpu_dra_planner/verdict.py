@@ -1,6 +1,6 @@
 """The stack plan, and the capacity policy's violations of it.
 
-`plan_model(model)` plans a `StackModel` (`stack_model`): every claim template a workload uses must fit
+`plan_model(model)` plans a `StackModel` (`stack`): every claim template a workload uses must fit
 the stack's GPU pools for its replicas. The `plan` command renders the `StackPlan`; the capacity policy
 (`policy_names.CAPACITY`) reports its `plan_violations`. `check_stack(resources)` takes a stack's
 registered resources (the policy pack's `Res` view, or anything `vke_gpu_dra_core.resources.read`
@@ -8,6 +8,13 @@ reads) and returns one `Violation` per problem. Claim templates go through the A
 rules of the cluster's Kubernetes version (`admission`); every workload is checked alone (for the
 reasons), then all workloads' pods are placed the way the default kube-scheduler places them
 (`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
+
+Pods that ask an extended resource (`nvidia.com/gpu: 1` in a container's limits) get, on Kubernetes 1.36
+(DRAExtendedResource), the claim kube-scheduler's DynamicResources plugin makes for them: one request
+per container and resource, `container-<i>-request-<j>`, exactly that many devices of the DeviceClass
+that maps the name (`extendedResourceName`, else the implicit `deviceclass.resource.kubernetes.io/<class>`);
+the GPU nodes run no device plugin, so DRA is the only way there. Before 1.36, or where no class maps
+the name, the nodes advertise none of it and the pods stay Pending (`Insufficient <name>`).
 """
 
 from __future__ import annotations
@@ -17,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .admission import REFUSED, UNKNOWN, Admission, admit
-from .claims import ClaimSpec, ClaimTemplate
+from .claims import ClaimSpec, ClaimTemplate, DeviceClass, Request, SubRequest
+from .fit import FitResult, Planner, template_subject
+from .gates import FeatureGates, feature_gates, nearest_gates
 from .inventory import GpuPool
 from .placement import excluded
-from .planner import FitResult, Planner, template_subject
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
-from .stack_model import StackModel, Workload, model_from_resources
-from .versions import FeatureGates, feature_gates, nearest_gates
+from .stack import StackModel, Workload, model_from_resources
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,69 @@ def workload_claims(model: StackModel, workload: Workload) -> tuple[PodClaims, l
         else:
             pod.claims.append((name, template.spec))
     return pod, missing
+
+
+#: the extended resource NVIDIA's device plugin advertises, which the gpu.nvidia.com DeviceClass maps
+#: from 1.36; a pod asking it is a GPU pod even when no class maps it
+CLASSIC_GPU_RESOURCE: Final = "nvidia.com/gpu"
+#: the pod claim name the plan reports for the claim the scheduler makes
+EXTENDED_CLAIM: Final = "extended resources (the scheduler's claim)"
+
+
+def mapping_class(model: StackModel, resource: str) -> DeviceClass | None:
+    """The DeviceClass that serves pods asking `resource`: an explicit extendedResourceName first (by
+    name when several set it), else the class whose implicit name it is."""
+    explicit = sorted(
+        (c for c in model.classes.values() if c.extended_resource_name == resource), key=lambda c: c.name
+    )
+    if explicit:
+        return explicit[0]
+    return next((c for c in model.classes.values() if c.maps(resource)), None)
+
+
+def extended_claim(
+    model: StackModel, workload: Workload, gates: FeatureGates
+) -> tuple[ClaimSpec | None, list[str]]:
+    """The claim the scheduler makes for the workload's extended resources, or why the pods stay Pending.
+
+    Only the resources a DeviceClass maps (or `nvidia.com/gpu`) are the GPU pools' business; others
+    are left to whatever nodes advertise them. (None, []) when none is.
+    """
+    ours = [
+        (c, name, n)
+        for c, name, n in workload.extended
+        if name == CLASSIC_GPU_RESOURCE or mapping_class(model, name) is not None
+    ]
+    if not ours:
+        return None, []
+    if not gates.extended_resource:
+        names = ", ".join(sorted({name for _, name, _ in ours}))
+        return None, [
+            f"its pods ask {names} in resources.limits; the DRA GPU nodes run no device plugin, so no node "
+            f"advertises it, and {gates.state('DRAExtendedResource')} (a DeviceClass's "
+            "extendedResourceName is dropped): the pods stay Pending (Insufficient "
+            f"{names}); ask for the GPUs with a ResourceClaimTemplate, or run Kubernetes 1.36 or later"
+        ]
+    requests: list[Request] = []
+    unmapped: list[str] = []
+    per_container: dict[int, int] = {}
+    for container, name, count in ours:
+        class_ = mapping_class(model, name)
+        if class_ is None:
+            unmapped.append(name)
+            continue
+        index = per_container.get(container, 0)
+        per_container[container] = index + 1
+        request = f"container-{container}-request-{index}"
+        requests.append(Request(request, (SubRequest(request, class_.name, count=count),)))
+    if unmapped:
+        names = ", ".join(sorted(set(unmapped)))
+        return None, [
+            f"its pods ask {names} in resources.limits, which no DeviceClass maps "
+            "(spec.extendedResourceName) and no device plugin advertises on the DRA GPU nodes: "
+            f"the pods stay Pending (Insufficient {names})"
+        ]
+    return ClaimSpec(tuple(requests)), []
 
 
 def missing_classes(model: StackModel, pod: PodClaims) -> list[str]:
@@ -127,6 +197,21 @@ class StackPlan:
     #: each template alone on an empty pool (only when asked for: the `plan` command's report)
     templates: list[TemplatePlan]
 
+    @property
+    def fits(self) -> bool:
+        """The verdict: no violation, and every workload's pods placed."""
+        return not plan_violations(self) and all(w.status == "fits" for w in self.workloads)
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing refused or pending, but some workload's admission depends on what the plan cannot see."""
+        statuses = [w.status for w in self.workloads]
+        return (
+            UNKNOWN in statuses
+            and not plan_violations(self)
+            and all(status in ("fits", UNKNOWN) for status in statuses)
+        )
+
 
 def _wanted(workload: Workload, pools: Sequence[GpuPool]) -> int:
     if workload.replicas is not None:
@@ -186,6 +271,17 @@ def plan_model(
         classes = missing_classes(model, pod)
         wanted = _wanted(workload, first_variant)
         plan = WorkloadPlan(workload, "pending", wanted, 0, 0, 0, [], {}, {}, [])
+        if workload.extended:
+            spec, unschedulable = extended_claim(model, workload, gates)
+            elsewhere = all(excluded(p, workload.placement) is not None for v in model.pools for p in v)
+            if not workload.claims and ((spec is None and not unschedulable) or (model.pools and elsewhere)):
+                continue  # extended resources of other nodes, or pods kept off the GPU pools
+            if unschedulable:
+                plan.reasons = unschedulable
+                plans.append(plan)
+                continue
+            if spec is not None:
+                pod.claims.append((EXTENDED_CLAIM, spec))
         if missing or classes:
             if not report_references:
                 continue
@@ -218,6 +314,9 @@ def plan_model(
             a.message for t in _templates(model, workload) if (a := admissions[t.key]).status == UNKNOWN
         ]
         plan.reasons.extend(unknown)
+        plan.hints.extend(
+            f"{t.key}: {note}" for t in _templates(model, workload) for note in admissions[t.key].dropped
+        )
         plans.append(plan)
         simulated.append((plan, _group(workload, pod)))
     if model.pools and simulated:
@@ -404,14 +503,18 @@ def check_stack(
     *,
     report_references: bool = False,
     kubernetes_version: Any = None,
+    consumable_shares: bool = False,
 ) -> list[Violation]:
     """Violations of the capacity policy for a stack's resources (see the module docstring).
 
     `resources`: `vke_gpu_dra_core.resources.Res` or anything `read` reads (`resource_type` or `type`,
     `props` (inputs, camelCase), `urn`, `name`, `dependencies`).
     `catalog_config`: the value of `vke-gpu-dra:gpuInstanceTypes`, if the stack sets it.
+    `consumable_shares`: the driver runs with its gate ConsumableShares (`driver.featureGates`).
     """
     model = model_from_resources(resources, catalog_config)
+    if consumable_shares:
+        model.share_gpus(True)
     if model.kubernetes_version is None and kubernetes_version is not None:
         model.kubernetes_version = str(kubernetes_version)
     return check_model(model, report_references=report_references)

@@ -6,6 +6,10 @@
   the answer is "unknown", never assumed.
 * `distinctAttribute` belongs to DRAConsumableCapacity: with the gate off the API server drops the
   field, and validation then refuses the empty constraint (`matchAttribute: Required value`).
+* a request's `capacity` (`capacity.requests`) belongs to DRAConsumableCapacity too: with the gate off
+  it is dropped silently (the claim is admitted and asks for whole devices), which `Admission.dropped`
+  says. (The same gate keeps a ResourceSlice's `allowMultipleAllocations` and capacities'
+  `requestPolicy`; a DeviceClass's `extendedResourceName` is dropped while DRAExtendedResource is off.)
 
 Messages are the API server's (`<Kind>.resource.k8s.io "<name>" is invalid: <field>: <reason>`).
 """
@@ -16,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from .claims import ClaimTemplate
-from .versions import FeatureGates
+from .claims import ClaimTemplate, Request, SubRequest
+from .gates import FeatureGates
 
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 ADMIN_ACCESS_FORBIDDEN: Final = (
@@ -34,6 +38,8 @@ class Admission:
     status: str
     #: the API server's message when refused; why it cannot be decided when unknown
     message: str = ""
+    #: fields the API server drops on create (the object is admitted without them)
+    dropped: tuple[str, ...] = ()
 
 
 def admit(
@@ -67,6 +73,17 @@ def admit(
             for ci, constraint in enumerate(template.spec.constraints)
             if constraint.distinct_attribute is not None
         )
+    dropped = (
+        ()
+        if gates.consumable_capacity
+        else tuple(
+            f"{prefix}.devices.requests[{ri}].{where}.capacity is dropped "
+            f"({gates.state('DRAConsumableCapacity')}): it asks for whole devices"
+            for ri, request in enumerate(template.spec.requests)
+            for where, sub in _subrequests(request)
+            if sub.capacity
+        )
+    )
     if errors:
         detail = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
         message = f'{kind}.resource.k8s.io "{template.name}" is invalid: {detail}'
@@ -74,7 +91,13 @@ def admit(
             not gates.consumable_capacity
         ):
             message += f" (distinctAttribute is dropped: {gates.state('DRAConsumableCapacity')})"
-        return Admission(REFUSED, message)
+        return Admission(REFUSED, message, dropped)
     if undecided:
-        return Admission(UNKNOWN, undecided)
-    return Admission(ADMITTED)
+        return Admission(UNKNOWN, undecided, dropped)
+    return Admission(ADMITTED, dropped=dropped)
+
+
+def _subrequests(request: Request) -> list[tuple[str, SubRequest]]:
+    if not request.first_available:
+        return [("exactly", request.alternatives[0])]
+    return [(f"firstAvailable[{i}]", sub) for i, sub in enumerate(request.alternatives)]

@@ -1,0 +1,127 @@
+"""Simulated devices made unhealthy for demos: the plugin reads a file it watches.
+
+`<plugin data dir>/simulated-health` (on the node: /var/lib/kubelet/plugins/<driver>/simulated-health),
+one line per device, `#` starts a comment:
+
+    gpu-0 xid 79        # a fatal XID (an ignored XID, e.g. 13, changes nothing)
+    gpu-1 lost          # NVML cannot reach the GPU
+    gpu-2 unmonitored   # its events cannot be watched (informational)
+
+A line holds while it is in the file; once removed, the device recovers after the recovery window,
+as a real GPU does. The file is read every `interval` seconds; a malformed line is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from .monitor import HealthMonitor
+from .policy import Change, HealthTracker
+
+log = logging.getLogger(__name__)
+
+FILE_NAME: Final = "simulated-health"
+
+
+def parse(text: str, devices: Sequence[str]) -> tuple[dict[str, tuple[str, int | None]], list[str]]:
+    """device -> (problem, xid) and one message per malformed line."""
+    found: dict[str, tuple[str, int | None]] = {}
+    problems: list[str] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        where = f"line {number} {raw.strip()!r}"
+        if words[0] not in devices:
+            problems.append(f"{where}: unknown device {words[0]!r} (devices: {', '.join(devices)})")
+        elif len(words) == 3 and words[1] == "xid" and words[2].isdigit():
+            found[words[0]] = ("xid", int(words[2]))
+        elif len(words) == 2 and words[1] in ("lost", "unmonitored"):
+            found[words[0]] = (words[1], None)
+        else:
+            problems.append(
+                f"{where}: expected '<device> xid <number>', '<device> lost' or '<device> unmonitored'"
+            )
+    return found, problems
+
+
+class SimulatedHealthFile:
+    def __init__(
+        self,
+        path: Path,
+        devices: Sequence[str],
+        monitor: HealthMonitor,
+        *,
+        recovery_window: float,
+        ignored_xids: frozenset[int],
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self._devices = list(devices)
+        self._monitor = monitor
+        self._interval = interval
+        self._clock = clock
+        # Each simulated GPU is its own "GPU" (no MIG).
+        self.tracker = HealthTracker(
+            {d: [d] for d in devices}, now=clock(), recovery_window=recovery_window, ignored_xids=ignored_xids
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reported: list[str] = []
+
+    def start(self) -> None:
+        log.info(
+            "simulated devices: write problems into the health file",
+            extra={"fields": {"path": str(self.path)}},
+        )
+        self._thread = threading.Thread(target=self._run, name="simulated-health", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self._interval)
+
+    def poll(self) -> None:
+        """Read the file once and apply what it says."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            text = ""
+        except OSError as err:
+            log.warning(
+                "cannot read the simulated health file",
+                extra={"fields": {"path": str(self.path), "error": str(err)}},
+            )
+            return
+        found, problems = parse(text, self._devices)
+        if problems != self._reported:
+            for problem in problems:
+                log.warning("simulated health file: line skipped", extra={"fields": {"problem": problem}})
+            self._reported = problems
+        now = self._clock()
+        changes: list[Change] = []
+        for device in self._devices:
+            kind, xid = found.get(device, ("", None))
+            if kind == "lost":
+                changes += self.tracker.lost(device, now)
+                continue
+            changes += self.tracker.answered(device, now)  # ends what the window allows, then:
+            if kind == "xid" and xid is not None:  # what the file still says holds
+                changes += self.tracker.xid(device, xid, now)
+            if kind == "unmonitored":
+                changes += self.tracker.unmonitored(device, now)
+            else:
+                changes += self.tracker.monitored(device)
+        self._monitor.apply(changes)

@@ -1,0 +1,306 @@
+"""`vke-gpu-dra plan` (the CLI process) gives the verdict the real kube-scheduler and kube-apiserver give on
+the same nodes, devices and workloads: the scenarios of docs/capacity-planning.md, and a claim the API
+server accepts on 1.36 but refuses on 1.34 (distinctAttribute, dropped while DRAConsumableCapacity is off).
+On both versions also the 1.36 features: pods asking an extended resource that a DeviceClass maps
+(DRAExtendedResource), and two claims sharing one GPU's memory (DRAConsumableCapacity, the device published
+with allowMultipleAllocations as the driver gate ConsumableShares publishes it).
+
+The nodes are the stack's pool at its maximum size (2 x ecs.gni3cl.44xlarge: 4 x NVIDIA L20, 176 vCPUs,
+960 GiB), each with the kubelet plugin publishing the simulated GPUs of that product.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_planner.inventory import SHARE_STEP, GpuPool, slice_device
+
+from .cluster import TEST_LABEL, Cluster
+from .controlplane import ADMIN_TOKEN, ApiError, wait_until
+
+VKE_GPU_DRA = Path(sys.executable).with_name("vke-gpu-dra")
+INSTANCE_TYPE = "ecs.gni3cl.44xlarge"
+PRODUCT, GPUS, NODES, VCPUS, MEMORY_GIB = "NVIDIA L20", 4, 2, 176, 960
+CATALOG = {INSTANCE_TYPE: {"product": PRODUCT, "gpus": GPUS, "source": "test", "vcpus": VCPUS,
+                           "memoryGiB": MEMORY_GIB}}  # fmt: skip
+
+
+def template(name: str, count: int, *, distinct: bool = False) -> dict[str, Any]:
+    devices: dict[str, Any] = {
+        "requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name, "count": count}}
+        ]
+    }
+    if distinct:
+        devices["constraints"] = [{"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def deployment(name: str, replicas: int, claim: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {TEST_LABEL: namespace},
+                    "containers": [
+                        {"name": "ctr", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
+                    ],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim}],
+                },
+            },
+        },
+    }
+
+
+#: name: (templates, deployments in creation order as (name, replicas, template)).
+SCENARIOS: dict[str, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]] = {
+    # Spreading puts the one-GPU pods 2 + 2: no node keeps 4 GPUs free for the whole-node pod.
+    "spread-leaves-a-whole-node-pod-pending": (
+        [("one", 1), ("four", 4)], [("small", 4, "one"), ("whole", 1, "four")]
+    ),
+    # Spreading puts the one-GPU pods 1 + 1: both three-GPU pods find a node.
+    "spread-leaves-room-for-larger-pods": (
+        [("one", 1), ("three", 3)], [("small", 2, "one"), ("large", 2, "three")]
+    ),
+}  # fmt: skip
+
+
+def write_stack(folder: Path, extra: dict[str, Any] | None = None) -> Path:
+    """A stack whose GPU pool is NODES nodes of INSTANCE_TYPE (and the project file beside it)."""
+    (folder / "Pulumi.yaml").write_text("name: vke-gpu-dra\nruntime: python\n")
+    stack = folder / "Pulumi.envtest.yaml"
+    config = {
+        "vke-gpu-dra:nodePool.instanceTypes": [INSTANCE_TYPE],
+        "vke-gpu-dra:nodePool.minReplicas": NODES,
+        "vke-gpu-dra:nodePool.desiredReplicas": NODES,
+        "vke-gpu-dra:nodePool.maxReplicas": NODES,
+        "vke-gpu-dra:gpuInstanceTypes": json.dumps(CATALOG),
+        **(extra or {}),
+    }
+    stack.write_text(yaml.safe_dump({"config": config}))
+    return stack
+
+
+def plan(
+    cluster: Cluster, objects: list[dict[str, Any]], version: str, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The planner's report (JSON) for `objects` in this test's namespace."""
+    stack = write_stack(cluster.tmp, config)
+    manifests = cluster.tmp / "workloads.yaml"
+    manifests.write_text(
+        yaml.safe_dump_all(
+            [
+                o
+                if o["kind"] == "DeviceClass"
+                else {**o, "metadata": {**o["metadata"], "namespace": cluster.namespace}}
+                for o in objects
+            ]
+        )
+    )
+    result = subprocess.run(
+        [str(VKE_GPU_DRA), "plan", "--stack-config", str(stack), "--manifests", str(manifests),
+         "--kubernetes-version", version, "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def gpu_pool(cluster: Cluster) -> list[str]:
+    """The pool's nodes, each with the plugin publishing its GPUs (admin credentials: the chart's own
+    token and policy are tested elsewhere); the DeviceClasses from the chart."""
+    cluster.install_chart()
+    names = []
+    for i in range(NODES):
+        node = cluster.add_node(f"n{i}", cpu=str(VCPUS), memory=f"{MEMORY_GIB}Gi")
+        names.append(node["metadata"]["name"])
+        cluster.start_plugin(names[-1], ADMIN_TOKEN, gpus=GPUS, product=PRODUCT)
+    assert wait_until(lambda: all(cluster.slices_of(n) for n in names), timeout=60), "no slices published"
+    return names
+
+
+def settled(cluster: Cluster, name: str, replicas: int) -> list[dict[str, Any]] | None:
+    """The Deployment's pods once each is bound to a node or found unschedulable; else None."""
+    pods = cluster.pods(f"app={name}")
+    if len(pods) != replicas:
+        return None
+    for pod in pods:
+        unschedulable = any(
+            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in pod.get("status", {}).get("conditions") or []
+        )
+        if not pod["spec"].get("nodeName") and not unschedulable:
+            return None
+    return pods
+
+
+def schedule(
+    cluster: Cluster,
+    deployments: list[tuple[str, int, str]],
+    objects: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, tuple[str, int]]:
+    """Create the Deployments one after the other (as the planner orders them); (status, placed) of each.
+    `objects`: a Deployment to create instead of the one `deployment()` makes, by name."""
+    verdict = {}
+    for name, replicas, claim in deployments:
+        cluster.apply((objects or {}).get(name) or deployment(name, replicas, claim, cluster.namespace))
+        pods = wait_until(functools.partial(settled, cluster, name, replicas), timeout=90)
+        assert pods, (
+            f"Deployment {name}: pods neither scheduled nor unschedulable: {cluster.pods(f'app={name}')}"
+        )
+        placed = sum(bool(p["spec"].get("nodeName")) for p in pods)
+        verdict[name] = ("fits" if placed == replicas else "pending", placed)
+    return verdict
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_planner_verdict_is_the_schedulers(cluster: Cluster, scenario: str) -> None:
+    templates, deployments = SCENARIOS[scenario]
+    claims = [template(name, count) for name, count in templates]
+    report = plan(cluster, [*claims, *(deployment(*d, cluster.namespace) for d in deployments)], "1.36")
+    planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
+
+    gpu_pool(cluster)
+    for claim in claims:
+        cluster.apply(claim)
+    assert schedule(cluster, deployments) == planned
+
+
+def test_planner_admission_is_the_api_servers(each_cluster: Cluster) -> None:
+    """distinctAttribute: refused on 1.34 (the field is dropped, the constraint is then empty), accepted
+    and allocated on 1.36, by the planner and by the API server of that version alike."""
+    cluster = each_cluster
+    version = cluster.plane.emulated_version or "1.36"
+    claim = template("distinct", 2, distinct=True)
+    report = plan(cluster, [claim, deployment("app", 1, "distinct", cluster.namespace)], version)
+    [planned] = report["templates"]
+    [workload] = report["workloads"]
+
+    try:
+        cluster.apply(claim)
+    except ApiError as exc:
+        assert (planned["admission"], workload["status"]) == ("refused", "refused")
+        assert exc.status == 422
+        assert planned["admissionMessage"].split(" (")[0] in exc.message
+        return
+    assert (planned["admission"], workload["status"]) == ("admitted", "fits")
+    stored = cluster.api.get(
+        f"/apis/resource.k8s.io/v1/namespaces/{cluster.namespace}/resourceclaimtemplates/distinct"
+    )
+    assert stored["spec"]["spec"]["devices"]["constraints"] == claim["spec"]["spec"]["devices"]["constraints"]
+    gpu_pool(cluster)
+    assert schedule(cluster, [("app", 1, "distinct")]) == {"app": ("fits", workload["placed"])}
+
+
+# --------------------------------------------------------------------------- Kubernetes 1.36 DRA features
+
+
+def extended_deployment(
+    name: str, replicas: int, resource: str, count: int, namespace: str
+) -> dict[str, Any]:
+    """A Deployment written the classic way: `resource: count` in the container's limits, no claim."""
+    manifest = deployment(name, replicas, "unused", namespace)
+    pod = manifest["spec"]["template"]["spec"]
+    del pod["resourceClaims"]
+    pod["containers"][0]["resources"] = {"limits": {resource: str(count)}}
+    return manifest
+
+
+def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cluster: Cluster) -> None:
+    """Pods asking 3 of an extended resource that a DeviceClass maps to the driver's GPUs: on 1.36 the
+    scheduler makes their claims (2 of 3 pods find 3 free GPUs on the 2 x 4-GPU nodes), on 1.34 the field
+    is dropped and no node advertises the resource (all Pending); the planner says the same."""
+    cluster = each_cluster
+    version = cluster.plane.emulated_version or "1.36"
+    resource = "example.com/gpu"
+    gpu_class: dict[str, Any] = facts.DEVICE_CLASS_GPU.manifest()
+    mapped = {
+        **gpu_class,
+        "metadata": {"name": f"er-{cluster.namespace}"},
+        "spec": {**gpu_class["spec"], "extendedResourceName": resource},
+    }
+    classic = extended_deployment("classic", 3, resource, 3, cluster.namespace)
+    report = plan(cluster, [mapped, classic], version)
+    planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
+    assert planned == ({"classic": ("pending", 2)} if version == "1.36" else {"classic": ("pending", 0)})
+
+    stored = cluster.apply(mapped)
+    assert stored["spec"].get("extendedResourceName") == (resource if version == "1.36" else None)
+    gpu_pool(cluster)
+    assert schedule(cluster, [("classic", 3, "")], {"classic": classic}) == planned
+    if version != "1.36":
+        assert f"Insufficient {resource}" in cluster.why_pending(
+            cluster.namespace, cluster.pods("app=classic")[0]["metadata"]["name"]
+        )
+
+
+def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
+    """One node, one GPU published with allowMultipleAllocations and NVIDIA's memory request policy (the
+    driver gate ConsumableShares; published here by the test, as the plugin does not yet); two pods whose
+    claims each ask half its memory. 1.36: both on the one GPU. 1.34: the API server drops the request's
+    capacity and the device's sharing, each claim takes the whole GPU, one pod stays Pending. The planner,
+    with driver.featureGates ConsumableShares=true, says the same."""
+    cluster = each_cluster
+    version = cluster.plane.emulated_version or "1.36"
+    config = {
+        "vke-gpu-dra:nodePool.minReplicas": 1,
+        "vke-gpu-dra:nodePool.desiredReplicas": 1,
+        "vke-gpu-dra:nodePool.maxReplicas": 1,
+        "vke-gpu-dra:driver.deviceSource": "simulated",
+        "vke-gpu-dra:driver.simulatedGpus": 1,
+        "vke-gpu-dra:driver.simulatedProduct": PRODUCT,
+        "vke-gpu-dra:driver.featureGates": "ConsumableShares=true",
+    }
+    node_name = cluster.add_node("share", cpu=str(VCPUS), memory=f"{MEMORY_GIB}Gi")["metadata"]["name"]
+    simulated = GpuPool("pool", INSTANCE_TYPE, PRODUCT, 1, 1, 1, consumable_shares=True).node(0)
+    device = slice_device(simulated.devices[0], simulated.sharing_of(0))
+    sharing = simulated.sharing_of(0)
+    assert sharing is not None
+    half = f"{sharing.capacity[facts.CAPACITY_MEMORY] // 2 // SHARE_STEP}Mi"
+    claim = template("half", 1)
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {
+        "requests": {facts.CAPACITY_MEMORY: half}
+    }
+    report = plan(cluster, [claim, deployment("pair", 2, "half", cluster.namespace)], version, config)
+    planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
+    assert planned == ({"pair": ("fits", 2)} if version == "1.36" else {"pair": ("pending", 1)})
+
+    cluster.apply(facts.DEVICE_CLASS_GPU.manifest(), shared=True)
+    published = cluster.apply({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-shares"},
+        "spec": {"driver": facts.DRIVER_NAME, "nodeName": node_name, "devices": [device],
+                 "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1}},
+    })  # fmt: skip
+    stored = cluster.apply(claim)
+    [kept] = published["spec"]["devices"]
+    if version == "1.36":
+        assert kept.get("allowMultipleAllocations") is True
+        assert "requestPolicy" in kept["capacity"][facts.CAPACITY_MEMORY]
+        assert stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
+    else:
+        assert "allowMultipleAllocations" not in kept
+        assert "requestPolicy" not in kept["capacity"][facts.CAPACITY_MEMORY]
+        assert "capacity" not in stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert schedule(cluster, [("pair", 2, "half")]) == planned
