@@ -157,6 +157,10 @@ def test_malformed_files_are_one_clear_error(data, message):
 
 @pytest.fixture
 def node(tmp_path):
+    return nvidia_node(tmp_path)
+
+
+def nvidia_node(tmp_path):
     """A node as NVIDIA's plugin left it: its checkpoint, claim and base specs, an MPS daemon's files."""
     driver_root = FakeDriverRoot(tmp_path / "driver-root")
     cdi_root, data = tmp_path / "cdi", tmp_path / "plugin"

@@ -4,8 +4,9 @@ Start order (`_start`, one method per step): open the API -> discover devices ->
 directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
 -> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
 reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
-can call; then the claims NVIDIA's plugin prepared adopted) -> DRA socket -> ResourceSlices -> health
-and metrics -> registration socket last, so kubelet only registers a plugin that can serve.
+can call; then the claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once,
+then periodically, in the background) -> DRA socket -> ResourceSlices -> health and metrics ->
+registration socket last, so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -45,6 +46,7 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
+from .reconcile import Reconciler
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
@@ -105,6 +107,7 @@ class Plugin:
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
+        self.reconciler: Reconciler | None = None
         self.health: HealthWatching | None = None
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
@@ -143,6 +146,7 @@ class Plugin:
         self._set_up_driver_user_space()
         self._build_takeover()
         self._load_prepared_claims()
+        self._reconcile_claims()
         self._serve_dra()
         self._publish_slices()
         self._serve_health_and_metrics()
@@ -218,6 +222,22 @@ class Plugin:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
+
+    def _reconcile_claims(self) -> None:
+        """Checks the checkpoint's claims against the API server in the background: a round now, then
+        every --claim-reconcile-interval; it also checks the holders of a prepare's devices."""
+        cfg = self.config
+        assert self._api is not None and self.state is not None
+        self.reconciler = Reconciler(
+            self.state,
+            self._api,
+            driver_name=cfg.driver_name,
+            pool_name=cfg.node_name,
+            metrics=self.metrics,
+            interval=cfg.claim_reconcile_interval,
+        )
+        self.state.holder_check = self.reconciler.check_holders
+        self.reconciler.start()
 
     def _serve_dra(self) -> None:
         """The DRA socket: v1 and v1beta1 prepare/unprepare, and resource health."""
@@ -350,6 +370,8 @@ class Plugin:
             self.health.stop()
         if self.slices is not None:
             self.slices.stop()
+        if self.reconciler is not None:
+            self.reconciler.stop()
         if self._health is not None:
             self._health.stop(0).wait()
         if self._metrics_server is not None:

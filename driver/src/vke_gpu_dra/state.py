@@ -35,6 +35,14 @@ phase: `_adopt_nvidia_claims` at the end of `_restore`, `_admit_adopted` in `_ad
 completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
 in `_unprepare_claim` (NVIDIA's leftovers undone).
 
+Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim
+the API server no longer has for this node as an unprepare: an unprepare operation through the same
+batches and `_unprepare_claim` itself (so `_release_adopted`, then `_clean_claim`, and never
+alongside a prepare or unprepare of that claim), done only while the entry is still the one judged
+and no prepare of the claim answered since it was judged.
+A prepare whose devices another claim's entry holds raises `DevicesHeld` from `_admit`; `prepare`
+then has `holder_check` (the reconciler) check those claims at once, outside the lock, and tries again.
+
 Every step of a batch runs under `_answering`, the one place where what a step raises becomes the
 answer of the calls it was for (a ClaimError as it is, anything else an error naming the claim), so
 a bug met by one claim fails that claim only; the caller gets that answer as an exception.
@@ -51,7 +59,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
@@ -60,12 +68,14 @@ from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
+from .ghosts import DevicesHeld, Holder, admin_access_devices, find_holders
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .sharing.manager import MpsDaemonPending
 from .sharing.plan import Plan, devices_in_use, plan_claim
 from .takeover import AdoptionError, CleanupError, NvidiaClaimState
 
 if TYPE_CHECKING:
+    from .allocation import AllocatedDevice
     from .sharing.manager import SharingManager
     from .takeover import Takeover
     from .userspace import DriverEdits
@@ -100,6 +110,18 @@ class RebootRestore:
     failed: Mapping[str, str] = field(default_factory=dict)
 
 
+#: How often one prepare checks the claims holding its devices and tries again.
+HOLDER_CHECKS: Final = 3
+
+
+class HolderCheck(Protocol):
+    """Checks the claims whose entries hold a new claim's devices, by `deadline` (time.monotonic()):
+    cleans the ghosts, raises ClaimError naming both claims for a live holder, and returns the UIDs of
+    live holders whose overlap is allowed (admin access)."""
+
+    def __call__(self, ref: ClaimRef, holders: Sequence[Holder], deadline: float) -> frozenset[str]: ...
+
+
 @dataclass(eq=False)
 class _Op:
     """One prepare or unprepare waiting for (or done by) a batch under the node lock."""
@@ -118,6 +140,9 @@ class _Op:
     plan: Plan | None = None  # a prepare's GPU sharing, once checked
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
     adopted_edits: dict[str, dict[str, Any]] = field(default_factory=dict)  # takeover: NVIDIA's MPS edits
+    expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
+    judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
+    tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
 
     @property
     def label(self) -> str:
@@ -189,6 +214,11 @@ class DeviceState:
         self._queue: list[_Op] = []
         self._queue_guard = threading.Lock()
         self._spec_writers: ThreadPoolExecutor | None = None
+        #: Checks the holders of a prepare's devices against the API server (the reconciler); None:
+        #: a held device fails the prepare.
+        self.holder_check: HolderCheck | None = None
+        #: When a prepare of each claim last answered in this process (a ghost judged before is kept).
+        self._answered_at: dict[str, float] = {}
         #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
         #: Temp files of interrupted writes removed at start.
@@ -209,11 +239,35 @@ class DeviceState:
     ) -> list[PreparedDevice]:
         """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError.
 
-        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock.
+        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock and the check of
+        the claims holding its devices (`holder_check`).
         """
-        op = self._submit(_Op("prepare", ref, claim, self._deadline(deadline)))
-        assert op.result is not None
-        return op.result
+        at = self._deadline(deadline)
+        tolerated: frozenset[str] = frozenset()
+        for attempt in range(HOLDER_CHECKS + 1):
+            try:
+                op = self._submit(_Op("prepare", ref, claim, at, tolerated=tolerated))
+            except DevicesHeld as held:
+                if self.holder_check is None or attempt == HOLDER_CHECKS:
+                    raise
+                tolerated |= self.holder_check(ref, held.holders, at)
+                continue
+            assert op.result is not None
+            return op.result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def clean_ghost(
+        self, entry: ClaimEntry, *, judged_at: float | None = None, deadline: float | None = None
+    ) -> bool:
+        """Clean a ghost's entry exactly as an unprepare would, through `_unprepare_claim` (NVIDIA's
+        leftovers of an adopted claim and the sharing undone, CDI spec and entry removed), only if the
+        checkpoint still holds `entry` as it was judged and no prepare of the claim answered since
+        `judged_at` (time.monotonic() of the read that judged it; None: now); True when it did.
+        Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
+        ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+        at = time.monotonic() if judged_at is None else judged_at
+        op = self._submit(_Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at))
+        return op.changed
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
@@ -334,6 +388,7 @@ class DeviceState:
             self._save(entries, [*written, *rolled_back])
             for op in _open(written):
                 op.answer(op.prepared)
+                self._answered_at[op.ref.uid] = time.monotonic()
         finally:
             for op in batch:
                 if not op.answered:  # the batch stopped early: no caller waits for an answer that never comes
@@ -382,6 +437,7 @@ class DeviceState:
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
             self._restore_claim(ref, entry)
             op.answer(list(entry.devices))
+            self._answered_at[ref.uid] = time.monotonic()
             return
         if self._admit_adopted(op, entries):  # takeover: a claim NVIDIA's plugin completed
             return
@@ -394,6 +450,7 @@ class DeviceState:
             devices=self._by_name,
             gates=self._gates,
         )
+        self._refuse_held(op, allocated, entries)
         op.plan = plan_claim(ref, allocated, self._others(entries, ref.uid))
         if op.plan:
             self._manager(ref)  # a node without sharing refuses it before anything is written
@@ -411,6 +468,19 @@ class DeviceState:
             ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=op.plan.record
         )
         op.changed = True
+
+    def _refuse_held(
+        self, op: _Op, allocated: Sequence[AllocatedDevice], entries: Mapping[str, ClaimEntry]
+    ) -> None:
+        """Raise DevicesHeld when other claims' entries hold devices of `allocated` and the overlap is
+        not allowed (see `ghosts.find_holders`)."""
+        assert op.claim is not None
+        admin = admin_access_devices(op.claim, driver_name=self._driver_name, pool_name=self._pool_name)
+        holders = find_holders(
+            op.ref, allocated, self._others(entries, op.ref.uid), admin=admin, tolerated=op.tolerated
+        )
+        if holders:
+            raise DevicesHeld(op.ref, holders)
 
     def _set_up_all(self, ops: Sequence[_Op], entries: Mapping[str, ClaimEntry]) -> None:
         def set_up(op: _Op) -> None:
@@ -465,8 +535,15 @@ class DeviceState:
         return True
 
     def _unprepare_claim(self, op: _Op, entries: dict[str, ClaimEntry]) -> None:
-        """Unprepare: NVIDIA's leftovers of an adopted claim first (takeover), then clean the claim
-        (`_clean_claim`). A failed undo keeps the entry, so kubelet's retry undoes it again."""
+        """Unprepare (and a ghost cleanup, `clean_ghost`): NVIDIA's leftovers of an adopted claim
+        first (takeover), then clean the claim (`_clean_claim`). A failed undo keeps the entry, so
+        kubelet's retry (or the next reconcile round) undoes it again. A ghost cleanup does nothing
+        when the entry changed (or went, or its claim was prepared) since the read that judged it."""
+        if op.expect is not None and (
+            entries.get(op.ref.uid) != op.expect or self._answered_at.get(op.ref.uid, -1.0) >= op.judged_at
+        ):
+            return
+        self._answered_at.pop(op.ref.uid, None)
         self._release_adopted(op, entries)  # takeover: NVIDIA's leftovers first
         op.changed = self._clean_claim(op.ref, entries, op.deadline) or op.changed
 
@@ -474,7 +551,8 @@ class DeviceState:
         """Undo everything the claim's entry records, in either state: its GPU sharing (an MPS daemon
         kept across failed prepares included), its CDI spec, then its entry; True when an entry was
         removed. The caller holds the node lock and writes `entries` afterwards. Raises ClaimError
-        (the entry stays). Unprepare calls it, and so may the clean-up of a claim that is gone."""
+        (the entry stays). `_unprepare_claim` calls it, for kubelet's unprepare and for the cleanup
+        of a ghost (`clean_ghost`) alike."""
         entry = entries.get(ref.uid)
         if entry is not None and entry.sharing:
             self._manager(ref).unprepare(

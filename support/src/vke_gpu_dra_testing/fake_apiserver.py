@@ -2,7 +2,9 @@
 
 Served over HTTP on 127.0.0.1 with `http.server` (one thread per connection) and used through
 the real `kubernetes` client via a kubeconfig pointing at it. It implements what the plugin
-uses: nodes get; resourceclaims get; resourceslices list/get/create/update/delete/watch with
+uses: nodes get; resourceclaims get (with `resourceVersion=0` served from a watch cache that
+`freeze_claim_cache` can make stale, as the apiserver's may lag behind etcd; without a
+resourceVersion, a quorum read of the current object); resourceslices list/get/create/update/delete/watch with
 fieldSelector, generateName, resourceVersion (409 on a stale one), watch streams with
 ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion, and watch-list
 requests (`sendInitialEvents=true`: the current objects, then a BOOKMARK annotated
@@ -388,6 +390,9 @@ class FakeAPIServer:
         self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
         #: When True, a created Deployment is ready at once (its pod started and passed its probe).
         self.deployments_become_ready = False
+        #: What a claim read with `resourceVersion=0` sees while `freeze_claim_cache` holds it (None: the
+        #: cache is current, as it is within milliseconds on a healthy apiserver).
+        self.claim_cache: dict[tuple[str, str], dict[str, Any]] | None = None
         #: The Kubernetes version emulated (/version, the schema, the device-taint rules).
         self.k8s_version = K8S_VERSION
         #: Feature gates on beyond the version's defaults (e.g. "DRADeviceTaints" before 1.36).
@@ -501,6 +506,21 @@ class FakeAPIServer:
             claim["metadata"].setdefault("uid", str(uuid.uuid4()))
             claim["metadata"]["resourceVersion"] = self._next_rv()
             self.claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        """Delete a claim as a user would, whatever pods or kubelet still think of it."""
+        with self.cond:
+            del self.claims[(namespace, name)]
+
+    def freeze_claim_cache(self) -> None:
+        """From now on, cached claim reads (`resourceVersion=0`) see the claims as they are now."""
+        with self.cond:
+            self.claim_cache = copy.deepcopy(self.claims)
+
+    def thaw_claim_cache(self) -> None:
+        """The watch cache caught up: cached reads see the current claims again."""
+        with self.cond:
+            self.claim_cache = None
 
     def slices_of(self, node: str) -> list[dict[str, Any]]:
         with self.cond:
@@ -892,7 +912,10 @@ class _Handler(BaseHTTPRequestHandler):
                 and parts[3] == "namespaces"
                 and parts[5] == "resourceclaims"
             ):
-                claim = api.claims.get((parts[4], parts[6]))
+                store = api.claims
+                if query.get("resourceVersion") == "0" and api.claim_cache is not None:
+                    store = api.claim_cache  # served from the (stale) watch cache
+                claim = store.get((parts[4], parts[6]))
                 if claim is None:
                     raise ApiError(
                         404,

@@ -549,6 +549,15 @@ KEYS: Final[tuple[Key, ...]] = (
         "its libraries and nvidia-smi go into GPU containers through CDI.",
         checks=(Pattern(ABSOLUTE_PATH_RE, "an absolute host path such as / or /run/nvidia/driver"),),
     ),
+    Key(
+        "driver.claimReconcileIntervalSeconds",
+        "integer",
+        600,
+        "python: seconds between two checks of each node's prepared claims against the API server (one "
+        "cached GET per claim; claims deleted without an unprepare are cleaned); the chart's "
+        "claimReconcileIntervalSeconds. 600 keeps 1,000 nodes with 8 claims each at about 13 requests/s.",
+        checks=(IntRange(10, 86400),),
+    ),
     _string(
         "driver.additionalXidsToIgnore",
         "",

@@ -166,6 +166,8 @@ class DriverConfig:
     nvidia_chart_version: str
     timeout_seconds: int
     nvidia_driver_root: str = "/"
+    #: Seconds between two checks of a node's prepared claims against the API server (the chart's value).
+    claim_reconcile_interval_seconds: int = 600
     #: Feature gates set explicitly (name -> enabled), from driver.featureGates.
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     #: driver.extendedResource: "auto", "on" or "off" (see StackConfig.gpu_extended_resource).

@@ -1,0 +1,172 @@
+"""Which checkpoint entries are ghosts, and which prepared claims hold a new claim's devices (pure).
+
+A ghost is an entry of a claim the API server no longer has for this node: the claim is gone (404),
+its name now belongs to another claim (another UID: deleted and re-created), or its allocation no
+longer names a device of this node's pool for this driver (deallocated). `judge` decides it from one
+read of the claim; `reconcile` does the reads and cleans what it finds.
+
+A prepare whose device is held by another claim's entry meets a `Holder`: `find_holders` lists them,
+unless the overlap is allowed (admin access on either side, or a sharing strategy that
+`sharing.plan.check_conflicts` accepts next to the holder's settings). The prepare then checks each
+holder at once: a ghost is cleaned and the prepare goes on, a live holder is refused with
+`held_error`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
+from vke_gpu_dra_core.objects import lookup
+
+from .sharing.plan import check_conflicts, plan_for
+
+if TYPE_CHECKING:
+    from .allocation import AllocatedDevice
+    from .checkpoint import ClaimEntry
+
+
+class Reason(enum.StrEnum):
+    """Why an entry is a ghost (the `reason` label of the cleanup metric)."""
+
+    GONE = "gone"  #: the API server has no claim of that namespace/name
+    REPLACED = "replaced"  #: the claim of that namespace/name has another UID
+    DEALLOCATED = "deallocated"  #: its allocation names no device of this node's pool for this driver
+
+    @property
+    def description(self) -> str:
+        return {
+            Reason.GONE: "the claim no longer exists",
+            Reason.REPLACED: "the claim was deleted and re-created under the same name (another UID)",
+            Reason.DEALLOCATED: "its allocation no longer names a device of this node for this driver",
+        }[self]
+
+
+def label(entry: ClaimEntry) -> str:
+    return f"{entry.namespace}/{entry.name}"
+
+
+def checkable(entry: ClaimEntry) -> bool:
+    """An entry the API server can be asked about (entries recovered from bare CDI specs have no name)."""
+    return bool(entry.namespace and entry.name)
+
+
+def _our_results(claim: Mapping[str, Any], driver_name: str, pool_name: str) -> list[Mapping[str, Any]]:
+    """The allocation results of `driver_name` in pool `pool_name` ([] when the claim is not allocated)."""
+    allocation = lookup(claim, "status", "allocation")
+    if not isinstance(allocation, Mapping):
+        return []
+    results = lookup(allocation, "devices", "results")
+    if not isinstance(results, list):
+        return []
+    return [
+        r
+        for r in results
+        if isinstance(r, Mapping) and r.get("driver") == driver_name and r.get("pool") == pool_name
+    ]
+
+
+def judge(
+    entry: ClaimEntry, claim: Mapping[str, Any] | None, *, driver_name: str, pool_name: str
+) -> Reason | None:
+    """Why `entry` is a ghost given `claim` (its namespace/name read now; None: 404), None if it is not."""
+    if claim is None:
+        return Reason.GONE
+    if lookup(claim, "metadata", "uid") != entry.uid:
+        return Reason.REPLACED
+    if not _our_results(claim, driver_name, pool_name):
+        return Reason.DEALLOCATED
+    return None
+
+
+def admin_access_devices(claim: Mapping[str, Any], *, driver_name: str, pool_name: str) -> set[str]:
+    """Devices of this node a claim was allocated with admin access (monitoring: they may overlap)."""
+    return {
+        str(r.get("device"))
+        for r in _our_results(claim, driver_name, pool_name)
+        if r.get("adminAccess") is True
+    }
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Another claim's entry that holds devices a new claim needs."""
+
+    entry: ClaimEntry
+    devices: tuple[str, ...]
+    #: What sharing refused when the overlap had a strategy (None: no strategy on these devices).
+    conflict: str | None = None
+
+
+def held_devices(entry: ClaimEntry) -> set[str]:
+    """The devices an entry holds: those it was prepared with and those whose settings it changed."""
+    return {d.device_name for d in entry.devices} | entry.sharing.device_names()
+
+
+def find_holders(
+    ref: ClaimRef,
+    allocated: Sequence[AllocatedDevice],
+    others: Iterable[ClaimEntry],
+    *,
+    admin: AbstractSet[str] = frozenset(),
+    tolerated: frozenset[str] = frozenset(),
+) -> list[Holder]:
+    """The other entries holding devices of `allocated` where the overlap is not allowed.
+
+    Allowed: a device the new claim has with admin access (`admin`), a holder whose UID is in
+    `tolerated` (checked live and holding it with admin access), and a device the new claim asks a
+    sharing strategy for, as long as `check_conflicts` accepts its setting next to the holder's.
+    """
+    wanted = {a.device.name for a in allocated}
+    shared_ok = {a.device.name for a in allocated if a.sharing.strategy is not None}
+    plan = plan_for(ref.uid, allocated)
+    holders: list[Holder] = []
+    for other in others:
+        if other.uid == ref.uid or other.uid in tolerated:
+            continue
+        overlap = (held_devices(other) & wanted) - admin
+        if not overlap:
+            continue
+        blocked = overlap - shared_ok
+        conflict = None
+        if not blocked:
+            try:
+                check_conflicts(plan, [other.sharing], f"{ref.namespace}/{ref.name}")
+            except ClaimError as exc:
+                conflict, blocked = str(exc), overlap
+        if blocked:
+            holders.append(Holder(other, tuple(sorted(blocked)), conflict))
+    return holders
+
+
+class DevicesHeld(ClaimError):
+    """A prepare met devices held by other claims' entries (`holders`), not checked against the API yet."""
+
+    def __init__(self, ref: ClaimRef, holders: Sequence[Holder]) -> None:
+        self.ref = ref
+        self.holders = tuple(holders)
+        super().__init__("; ".join(held_error(ref, h, live=False) for h in holders))
+
+
+def held_error(ref: ClaimRef, holder: Holder, *, live: bool = True, failure: str = "") -> str:
+    """The per-claim error of a prepare whose devices another claim holds, naming both claims; `live`
+    False: the holder could not be checked (`failure`: why), so kubelet's retry checks it again."""
+    devices = ", ".join(holder.devices)
+    other = holder.entry
+    state = "which still exists and is allocated them"
+    if not live:
+        state = "which could not be checked against the API server" + (f" ({failure})" if failure else "")
+    text = (
+        f"claim {ref.namespace}/{ref.name} (uid {ref.uid}): device(s) {devices} are prepared on this node "
+        f"for claim {label(other) if checkable(other) else '<unnamed>'} (uid {other.uid}), {state}"
+    )
+    if holder.conflict:
+        text += f" ({holder.conflict})"
+    return (
+        text
+        + "; a device is prepared for one claim at a time unless admin access or a sharing strategy allows it"
+    )
