@@ -1,5 +1,6 @@
 import pytest
 from vke_gpu_dra_core import profiles
+from vke_gpu_dra_core.discovery.normalize import mig_profile_name
 from vke_gpu_dra_core.mig_partitions import (
     LIMITS_1_34,
     LIMITS_1_35,
@@ -209,3 +210,18 @@ def test_overlap_follows_memory_slices_and_the_whole_gpu_consumes_everything(pro
     assert dict(full[0].consumes) == dict(parts.counter_set.counters)
     assert full[0].profile is not None
     assert full[0].profile.memory_bytes <= profiles.get_profile(product).memory_bytes
+
+
+@pytest.mark.parametrize("product", sorted(GUIDE_PROFILES))
+def test_profile_names_follow_from_memory_as_nvml_consumers_derive_them(product: str) -> None:
+    """go-nvlib names a profile from its memory and the GPU's: the catalog's memory gives NVIDIA's names."""
+    total = profiles.get_profile(product).memory_bytes
+    for p in mig_product(product).profiles:
+        derived = mig_profile_name(
+            gi_slices=p.slices,
+            ci_slices=p.slices,
+            mig_memory_mib=p.memory_mib,
+            total_memory_bytes=total,
+            profile_index=p.index,
+        )
+        assert derived == p.name
