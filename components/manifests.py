@@ -18,10 +18,6 @@ SAMPLE_DEPLOYMENT: Final = "gpu-test"
 #: on clusters where gpu.nvidia.com maps nvidia.com/gpu, the scheduler makes its claim.
 SAMPLE_CLASSIC_DEPLOYMENT: Final = facts.SAMPLE_CLASSIC_DEPLOYMENT
 SAMPLE_CLASSIC_APP_LABEL: Final = {"app": SAMPLE_CLASSIC_DEPLOYMENT}
-#: GPUs the sample's Deployments take: gpu-test's one pod with one claim of one GPU, and
-#: gpu-test-classic's one pod asking nvidia.com/gpu: 1.
-SAMPLE_GPUS: Final = 1
-SAMPLE_CLASSIC_GPUS: Final = 1
 SAMPLE_CONTAINER: Final = "test"
 SAMPLE_REQUEST: Final = "gpu"
 SAMPLE_APP_LABEL: Final = {"app": SAMPLE_DEPLOYMENT}

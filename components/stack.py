@@ -9,14 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_volcengine as volcengine
 from vke_gpu_dra_core import facts, pool_gpus
-from vke_gpu_dra_core.catalog import CatalogError
-from vke_gpu_dra_core.config import (
-    CLASSIC_SAMPLE_OFF,
-    CLASSIC_SAMPLE_ON,
-    IMPLEMENTATION_PYTHON,
-    StackConfig,
-    Taint,
-)
+from vke_gpu_dra_core.config import IMPLEMENTATION_PYTHON, StackConfig, Taint
 
 from . import config as config_mod
 from . import manifests
@@ -209,7 +202,7 @@ def _sample_workload(
     }
     if sample.classic_deployment_name is not None:
         exports["classicDeployment"] = sample.classic_deployment_name
-    skipped = classic_sample_skipped(cfg)
+    skipped = pool_gpus.classic_sample(cfg).skipped
     if skipped:
         exports["classicDeploymentSkipped"] = skipped
         pulumi.log.info(skipped)
@@ -217,44 +210,8 @@ def _sample_workload(
 
 
 def _classic_sample(cfg: StackConfig) -> bool:
-    """Whether the sample's classic Deployment runs (`classic_sample_skipped` says why not)."""
-    return _classic_sample_plan(cfg)[0]
-
-
-def classic_sample_skipped(cfg: StackConfig) -> str:
-    """Why sample.classicDeployment=auto leaves gpu-test-classic out where gpu.nvidia.com maps
-    nvidia.com/gpu ("" when it runs, or when there is nothing to say: no mapping, or 'off')."""
-    return _classic_sample_plan(cfg)[1]
-
-
-def _classic_sample_plan(cfg: StackConfig) -> tuple[bool, str]:
-    """gpu-test-classic runs where the program's gpu.nvidia.com maps nvidia.com/gpu and
-    sample.classicDeployment allows it: 'on' always, 'auto' when the GPU node pool has a GPU for each
-    sample at its maximum size (`pool_gpus.gpus_at_max_size`, the capacity planner's pool size)."""
-    mode = cfg.sample.classic_deployment
-    mapped = not chart_creates_device_classes(cfg.driver) and cfg.gpu_extended_resource
-    if not mapped or mode == CLASSIC_SAMPLE_OFF:
-        return False, ""
-    if mode == CLASSIC_SAMPLE_ON:
-        return True, ""
-    needed = manifests.SAMPLE_GPUS + manifests.SAMPLE_CLASSIC_GPUS
-    if not cfg.provisions_vke:
-        return False, (
-            f"{manifests.SAMPLE_CLASSIC_DEPLOYMENT} left out: target={cfg.target} has no node pool of "
-            f"this stack to size for {needed} GPUs; set sample.classicDeployment=on to deploy it"
-        )
-    try:
-        gpus = pool_gpus.gpus_at_max_size(cfg)
-    except CatalogError as exc:
-        return False, f"{manifests.SAMPLE_CLASSIC_DEPLOYMENT} left out: the pool's GPUs are unknown ({exc})"
-    if gpus >= needed:
-        return True, ""
-    pool = cfg.node_pool
-    return False, (
-        f"{manifests.SAMPLE_CLASSIC_DEPLOYMENT} left out: the samples need {needed} GPUs and node pool "
-        f"{pool.name} has {gpus} at nodePool.maxReplicas={pool.max_replicas}; raise nodePool.maxReplicas, "
-        "pick an instance type with more GPUs, or set sample.classicDeployment=on"
-    )
+    """Whether the sample's classic Deployment runs (`pool_gpus.classic_sample`)."""
+    return pool_gpus.classic_sample(cfg).deployed
 
 
 def build(cfg: StackConfig | None = None) -> dict[str, Any]:

@@ -717,10 +717,10 @@ KEYS: Final[tuple[Key, ...]] = (
         CLASSIC_SAMPLE_AUTO,
         "The sample's second Deployment gpu-test-classic (nvidia.com/gpu: 1, no claim; one more GPU "
         "beside gpu-test), where gpu.nvidia.com maps nvidia.com/gpu (driver.extendedResource): 'auto' "
-        "(deployed when the GPU node pool has a GPU for each sample at nodePool.maxReplicas nodes; "
-        "otherwise left out and the stack output classicDeploymentSkipped says why), 'on' (always; "
-        "an error unless the mapping is on; the capacity policy fails a pool too small for both) "
-        "or 'off' (never).",
+        "(deployed when the stack's GPU node pool has a GPU for each sample at nodePool.maxReplicas "
+        "nodes; otherwise left out, also with target=existing-cluster, and the stack output "
+        "sample.classicDeploymentSkipped says why), 'on' (always; an error unless the mapping is on; "
+        "the capacity policy fails a pool too small for both) or 'off' (never).",
         checks=(Choices(CLASSIC_SAMPLE_MODES),),
         when=SAMPLE,
     ),
