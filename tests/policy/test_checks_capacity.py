@@ -122,3 +122,30 @@ def test_pods_asking_nvidia_gpu_count_against_the_pool_on_136_only(dev):
     (violation,) = capacity.claims_fit(stack.mutated(on_134), {})
     assert violation.urn == dev.one(DEPLOYMENT).urn
     assert "DRAExtendedResource is off by default in 1.34" in violation.message
+
+
+def test_classic_sample_forced_on_a_one_gpu_pool_is_reported_with_what_to_do() -> None:
+    """sample.classicDeployment=on deploys gpu-test-classic beside gpu-test on the dev stack's one A10:
+    the capacity check names the classic sample and the ways out."""
+    stack: Any = program_stack(  # a Stack of SimRes, which the checks read as Res
+        "dev", "python", {"cluster.kubernetesVersion": "1.36", "sample.classicDeployment": "on"}
+    )
+    (violation,) = capacity.claims_fit(stack, {})
+    assert violation.urn == stack.one(DEPLOYMENT, "sample-deployment").urn
+    assert "Deployment default/gpu-test: fits alone, but beside the workloads before it only 0 of 1" in (
+        violation.message
+    )
+    assert "the pods placed before it: Deployment default/gpu-test-classic (1)" in violation.message
+    assert "set sample.classicDeployment=auto" in violation.message
+    assert "nodePool.maxReplicas" in violation.message
+
+
+def test_classic_sample_left_out_by_auto_keeps_a_one_gpu_pool_fitting() -> None:
+    stack: Any = program_stack("dev", "python", {"cluster.kubernetesVersion": "1.36"})
+    assert capacity.claims_fit(stack, {}) == []
+    roomy: Any = program_stack(
+        "dev", "python", {"cluster.kubernetesVersion": "1.36", "nodePool.maxReplicas": "2"}
+    )
+    names = [r.props["metadata"]["name"] for r in roomy if r.type == DEPLOYMENT]
+    assert "gpu-test-classic" in names
+    assert capacity.claims_fit(roomy, {}) == []

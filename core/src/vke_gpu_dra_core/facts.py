@@ -91,6 +91,9 @@ GPU_EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
 #: The first Kubernetes release whose DRAExtendedResource gate is on by default (beta); 1.34 and 1.35
 #: know the field (alpha) but drop it unless the gate is on.
 EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = (1, 36)
+#: The program's sample Deployment written the classic way (`resources.limits: nvidia.com/gpu: 1`, no
+#: claim), deployed where gpu.nvidia.com maps nvidia.com/gpu (stack key sample.classicDeployment).
+SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"
 #: The annotation the scheduler puts on the ResourceClaim it creates for a pod's extended resources.
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 

@@ -22,6 +22,7 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts, featuregates, pulumi_types
 from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
 from vke_gpu_dra_core.config import PROJECT, StackConfig
+from vke_gpu_dra_core.pool_gpus import pool_variants
 from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
 from vke_gpu_dra_core.resources import Res, is_known, kubernetes_object, read
 
@@ -297,7 +298,11 @@ def _pool(
     catalog: Mapping[str, InstanceType],
     notes: Sequence[str] = (),
 ) -> GpuPool:
-    row = lookup(instance_type, catalog)
+    return _pool_of_row(name, lookup(instance_type, catalog), low, high, notes)
+
+
+def _pool_of_row(name: str, row: InstanceType, low: int, high: int, notes: Sequence[str] = ()) -> GpuPool:
+    instance_type = row.name
     extra = (
         []
         if row.verified
@@ -461,7 +466,6 @@ def add_object(model: StackModel, obj: Mapping[str, Any], urn: str = "") -> None
 def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
     """The stack's GPU pool variants, from its config as the program loads it."""
     pool = cfg.node_pool
-    catalog = load_catalog(cfg.gpu_instance_types)
     if not pool.instance_types:  # the program requires them with target=vke only
         raise ManifestError(
             f"config {PROJECT}:nodePool.instanceTypes: []; allowed: a non-empty list of ECS instance types"
@@ -474,11 +478,12 @@ def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
     }
     placement["consumable_shares"] = consumable_shares(cfg)
     name, low, high = pool.name, pool.min_replicas, pool.max_replicas
-    if cfg.driver.device_source == "simulated":
-        product, gpus = cfg.driver.simulated_product, cfg.driver.simulated_gpus
-        note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product}, whatever its type"
-        return [GpuPool(name, t, product, gpus, low, high, (note,), **placement) for t in pool.instance_types]
-    return [replace(_pool(name, t, low, high, catalog=catalog), **placement) for t in pool.instance_types]
+    return [
+        replace(_pool_of_row(name, v.row, low, high), **placement)
+        if v.row is not None
+        else GpuPool(name, v.instance_type, v.product, v.gpus_per_node, low, high, (v.note,), **placement)
+        for v in pool_variants(cfg)
+    ]
 
 
 def consumable_shares(cfg: StackConfig) -> bool:

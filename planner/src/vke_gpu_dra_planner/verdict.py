@@ -425,10 +425,16 @@ def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[Workloa
             plan.reasons = [*(alone.reasons() or ["does not fit"]), *plan.reasons]
         else:
             names = ", ".join(p.label for p in pools)
+            before = [
+                f"{group.label} ({sum(outcome.per_pool[gj])})"
+                for gj, (_, group) in enumerate(simulated[:gi])
+                if sum(outcome.per_pool[gj])
+            ]
+            taking = f"; the pods placed before it: {', '.join(before)}" if before else ""
             plan.reasons.insert(
                 0,
                 f"fits alone, but beside the workloads before it only {plan.placed} of {plan.wanted} "
-                f"replica(s) find devices on {names} at maximum size",
+                f"replica(s) find devices on {names} at maximum size{taking}",
             )
 
 

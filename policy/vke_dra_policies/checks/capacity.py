@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from vke_gpu_dra_core import featuregates
+from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_planner import check_stack
 
@@ -36,9 +36,24 @@ def claims_fit(
     # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
     version = info.config_value("cluster.kubernetesVersion")
     return [
-        Violation(v.message, v.urn or None)
+        Violation(_with_sample_hint(v.message), v.urn or None)
         for v in check_stack(resources, rows, kubernetes_version=version, consumable_shares=_shares(info))
     ]
+
+
+#: What to do when the program's classic sample takes GPUs another workload needs.
+CLASSIC_SAMPLE_HINT: Final = (
+    f"{facts.SAMPLE_CLASSIC_DEPLOYMENT} is the program's classic sample ({facts.GPU_EXTENDED_RESOURCE}: 1, "
+    "one more GPU beside gpu-test): set sample.classicDeployment=auto (deployed only where the pool has a "
+    "GPU for each sample at its maximum size) or off, or give the pool more GPUs (nodePool.maxReplicas, "
+    "an instance type with more GPUs)"
+)
+
+
+def _with_sample_hint(message: str) -> str:
+    if f"/{facts.SAMPLE_CLASSIC_DEPLOYMENT}" not in message:
+        return message
+    return f"{message}; {CLASSIC_SAMPLE_HINT}"
 
 
 def _shares(info: context.StackInfo) -> bool:

@@ -203,6 +203,8 @@ class SampleConfig:
     image: str
     command: tuple[str, ...]
     args: tuple[str, ...]
+    #: sample.classicDeployment: "auto", "on" or "off" (gpu-test-classic; see components/stack.py).
+    classic_deployment: str = "auto"
 
 
 TARGET_VKE: Final = "vke"
@@ -235,11 +237,16 @@ class StackConfig:
     def gpu_extended_resource(self) -> bool:
         """Whether gpu.nvidia.com maps nvidia.com/gpu: driver.extendedResource, where 'auto' means
         cluster.kubernetesVersion is one whose DRAExtendedResource gate is on by default (1.36 or later)."""
-        mode = self.driver.extended_resource
-        if mode != "auto":
-            return mode == "on"
-        version = parse_major_minor(self.cluster.kubernetes_version)
-        return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
+        return maps_gpu_extended_resource(self.driver.extended_resource, self.cluster.kubernetes_version)
+
+
+def maps_gpu_extended_resource(mode: str, kubernetes_version: str) -> bool:
+    """driver.extendedResource `mode` ("auto", "on" or "off") on a cluster of `kubernetes_version`:
+    'auto' maps nvidia.com/gpu from the version whose DRAExtendedResource gate is on by default (1.36)."""
+    if mode != "auto":
+        return mode == "on"
+    version = parse_major_minor(kubernetes_version)
+    return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
 
 
 #: Section name (as a key row names it) -> its dataclass; "" is StackConfig's own fields.
