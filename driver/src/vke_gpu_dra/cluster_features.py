@@ -19,7 +19,8 @@ Shared counters changed shape (KEP-4815): on 1.34 a slice carries `sharedCounter
 that consume them; from 1.35 counters live in a slice of their own ("only one of `sharedCounters` or
 `devices` is allowed"). So the probes are two dry-runs: one device carrying every device field (the
 server answers field by field), and one slice carrying only `sharedCounters`, in the shape of the
-server's version.
+server's version. The gates and their releases are core's table (`vke_gpu_dra_core.dra_gates`), which
+the stack config (`cluster.kubernetesVersion`) and the capacity planner (`--kubernetes-version`) read.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from vke_gpu_dra_core import dra_gates
 
 from .kubeapi import SLICE_API_VERSION, KubeAPI, KubeError
 from .metrics import Metrics
@@ -46,12 +49,12 @@ DRY_RUNS: Final = 2
 PROBE_DEVICE: Final = "feature-probe"
 PROBE_COUNTER_SET: Final = "feature-probe"
 
-#: The names the log line and the metric use, one per field group.
+#: The names the log line and the metric use, one per field group (core's `dra_gates.SLICE_FIELDS`).
 TAINTS: Final = "taints"
 MULTIPLE_ALLOCATIONS: Final = "allowMultipleAllocations"
 BINDING_CONDITIONS: Final = "bindingConditions"
 SHARED_COUNTERS: Final = "sharedCounters"
-FIELDS: Final = (TAINTS, MULTIPLE_ALLOCATIONS, BINDING_CONDITIONS, SHARED_COUNTERS)
+FIELDS: Final = tuple(dra_gates.SLICE_FIELDS)
 
 CounterShape = Literal["beside-devices", "own-slice"]
 

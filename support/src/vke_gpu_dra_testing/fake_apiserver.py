@@ -56,6 +56,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import kubernetes_validate
+from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
 
 TOKEN = "fake-apiserver-token"
@@ -188,21 +189,9 @@ def taints_served(version: str, feature_gates: set[str]) -> bool:
 
 
 #: Feature gate -> the version that turns it on by default (beta), for the gated fields emulated here.
-GATES_ON_BY_DEFAULT = {
-    "DRADeviceTaints": (1, 36),
-    "DRAConsumableCapacity": (1, 36),
-    "DRADeviceBindingConditions": (1, 36),
-    "DRAPartitionableDevices": (1, 36),
-    "DRAExtendedResource": (1, 36),
-}
+GATES_ON_BY_DEFAULT = {gate: releases[1] for gate, releases in dra_gates.RELEASES.items()}
 #: The first version of each gate (alpha): before it the fields are dropped whatever the gates.
-GATES_SINCE = {
-    "DRADeviceTaints": (1, 33),
-    "DRAConsumableCapacity": (1, 34),
-    "DRADeviceBindingConditions": (1, 34),
-    "DRAPartitionableDevices": (1, 33),
-    "DRAExtendedResource": (1, 34),
-}
+GATES_SINCE = {gate: releases[0] for gate, releases in dra_gates.RELEASES.items()}
 #: Device fields per gate (DRADeviceTaints' taints have their own rules, `_taint_fields`).
 GATED_DEVICE_FIELDS = {
     "DRAConsumableCapacity": ("allowMultipleAllocations",),
