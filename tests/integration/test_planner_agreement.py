@@ -259,8 +259,7 @@ def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     driver gate ConsumableShares; published here by the test, the plugin's own publishing is in
     test_consumable_shares.py); two pods whose claims each ask half its memory. 1.36: both on the one GPU.
     1.34: the API server drops the request's capacity and the device's sharing, each claim takes the whole
-    GPU, one pod stays Pending. The planner,
-    with driver.featureGates ConsumableShares=true, says the same."""
+    GPU, one pod stays Pending. The planner, with driver.featureGates ConsumableShares=true, says the same."""
     cluster = each_cluster
     version = cluster.plane.emulated_version or "1.36"
     config = {
