@@ -256,10 +256,10 @@ def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cl
 
 def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     """One node, one GPU published with allowMultipleAllocations and NVIDIA's memory request policy (the
-    driver gate ConsumableShares; published here by the test, as the plugin does not yet); two pods whose
-    claims each ask half its memory. 1.36: both on the one GPU. 1.34: the API server drops the request's
-    capacity and the device's sharing, each claim takes the whole GPU, one pod stays Pending. The planner,
-    with driver.featureGates ConsumableShares=true, says the same."""
+    driver gate ConsumableShares; published here by the test, the plugin's own publishing is in
+    test_consumable_shares.py); two pods whose claims each ask half its memory. 1.36: both on the one GPU.
+    1.34: the API server drops the request's capacity and the device's sharing, each claim takes the whole
+    GPU, one pod stays Pending. The planner, with driver.featureGates ConsumableShares=true, says the same."""
     cluster = each_cluster
     version = cluster.plane.emulated_version or "1.36"
     config = {

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from . import dra_gates
+
 #: Name of the DRA driver (NVIDIA's gpu.nvidia.com, so workloads written for it run unchanged).
 DRIVER_NAME: Final = "gpu.nvidia.com"
 
@@ -90,7 +92,7 @@ MIN_CONTAINERD_VERSION: Final = (2, 1)
 GPU_EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
 #: The first Kubernetes release whose DRAExtendedResource gate is on by default (beta); 1.34 and 1.35
 #: know the field (alpha) but drop it unless the gate is on.
-EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = (1, 36)
+EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = dra_gates.RELEASES[dra_gates.EXTENDED_RESOURCE][1]
 #: The program's sample Deployment written the classic way (`resources.limits: nvidia.com/gpu: 1`, no
 #: claim), deployed where gpu.nvidia.com maps nvidia.com/gpu (stack key sample.classicDeployment).
 SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"

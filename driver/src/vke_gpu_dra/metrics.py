@@ -148,3 +148,11 @@ class Metrics:
             "0 when unhealthy devices are left out of the slices instead.",
             registry=r,
         )
+        self.cluster_slice_field = Gauge(
+            f"{_PREFIX}_cluster_slice_field",
+            "1 when the API server keeps this optional ResourceSlice field (taints, "
+            "allowMultipleAllocations, bindingConditions, sharedCounters), 0 when it drops it; "
+            "detected once at start by server-side dry-runs.",
+            ["field"],
+            registry=r,
+        )

@@ -5,8 +5,9 @@ directories -> set up the driver's user-space -> build the takeover of NVIDIA's 
 -> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
 reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
 can call; then the claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once,
-then periodically, in the background) -> DRA socket -> ResourceSlices -> health and metrics ->
-registration socket last, so kubelet only registers a plugin that can serve.
+then periodically, in the background) -> DRA socket -> the cluster's features (which ResourceSlice
+fields the API server keeps) -> ResourceSlices -> health and metrics -> registration socket last, so
+kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -21,16 +22,19 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 from prometheus_client import start_http_server
+from vke_gpu_dra_core import consumable_shares
 from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
-from . import __version__, userspace
+from . import __version__, cluster_features, userspace
 from .checkpoint import BootIdError, read_boot_id
+from .cluster_features import NONE_KEPT, ClusterFeatures
 from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS
 from .health.setup import HealthWatching
@@ -109,6 +113,7 @@ class Plugin:
         self.slices: SliceController | None = None
         self.reconciler: Reconciler | None = None
         self.health: HealthWatching | None = None
+        self.cluster: ClusterFeatures = NONE_KEPT
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
         self._reg: grpc.Server | None = None
@@ -148,6 +153,7 @@ class Plugin:
         self._load_prepared_claims()
         self._reconcile_claims()
         self._serve_dra()
+        self._know_the_cluster()
         self._publish_slices()
         self._serve_health_and_metrics()
         self._register_with_kubelet()
@@ -251,19 +257,45 @@ class Plugin:
         add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
         self._dra.start()
 
+    def _know_the_cluster(self) -> None:
+        """Which optional ResourceSlice fields the API server keeps (`cluster_features`: /version and
+        server-side dry-runs), logged once and exported as a metric; the slices and health read it."""
+        cfg = self.config
+        assert self._api is not None
+        self.cluster = cluster_features.detect(self._api, driver=cfg.driver_name, node_name=cfg.node_name)
+        cluster_features.report(self.cluster, self.metrics)
+
+    def _slice_entry(self) -> Callable[[Device], dict[str, Any]]:
+        """How a device is published: with consumable shares when the gate is on and the server keeps
+        `allowMultipleAllocations` and `requestPolicy`, else as always (logged)."""
+        if not self.config.feature_gates.consumable_shares:
+            return Device.slice_entry
+        if self.cluster.multiple_allocations:
+            log.info(
+                "devices are published with consumable shares (allowMultipleAllocations, requestPolicy)",
+                extra={"fields": {"mode": consumable_shares.DEFAULT_MODE, "detected": self.cluster.detail}},
+            )
+            return consumable_shares.shared_entry
+        log.warning(
+            "ConsumableShares is on, but the API server drops allowMultipleAllocations and requestPolicy "
+            "(DRAConsumableCapacity off: Kubernetes before 1.36); devices are published for one claim each",
+            extra={"fields": {"detected": self.cluster.detail}},
+        )
+        return Device.slice_entry
+
     def _publish_slices(self) -> None:
         """The ResourceSlices, and the GPU health watching that changes them (docs/health.md)."""
         cfg = self.config
         assert self._api is not None and self._source is not None and self.health_board is not None
         self.health = HealthWatching.prepare(
-            self._api,
+            self.cluster,
             driver=cfg.driver_name,
-            node_name=cfg.node_name,
             devices=self.devices,
             board=self.health_board,
             metrics=self.metrics,
             recovery_window=float(cfg.health_recovery_window),
             ignored_xids=DEFAULT_IGNORED_XIDS | cfg.additional_xids_to_ignore,
+            entry=self._slice_entry(),
         )
         self.slices = SliceController(
             self._api,

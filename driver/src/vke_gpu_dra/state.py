@@ -460,7 +460,8 @@ class DeviceState:
                 request_names=(a.request_name,),
                 pool_name=self._pool_name,
                 device_name=a.device.name,
-                cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
+                cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name, a.share_id),),
+                share_id=a.share_id,
             )
             for a in allocated
         ]
@@ -506,7 +507,7 @@ class DeviceState:
         assert plan is not None
         try:
             edits = self._manager(op.ref).prepare(op.ref, plan, op.deadline) if plan else {}
-            self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits})
+            self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits}, op.prepared)
         except MpsDaemonPending:
             log.info(
                 "MPS control daemon not ready yet: it stays for kubelet's retry",
@@ -674,7 +675,7 @@ class DeviceState:
         if spec_missing:
             log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
             edits = self._manager(ref).restore(entry.sharing) if entry.sharing else {}
-            self._write_spec(ref, [self._by_name[n] for n in names], edits)
+            self._write_spec(ref, [self._by_name[n] for n in names], edits, entry.devices)
 
     def _restore_partitions(self, ref: ClaimRef, entry: ClaimEntry) -> None:
         """After a reboot, before the claim's sharing and spec: the devices a reboot removes. MIG
@@ -803,8 +804,18 @@ class DeviceState:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
 
     def _write_spec(
-        self, ref: ClaimRef, devices: Sequence[Device], extra: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        ref: ClaimRef,
+        devices: Sequence[Device],
+        extra: Mapping[str, Mapping[str, Any]] | None = None,
+        prepared: Sequence[PreparedDevice] = (),
     ) -> None:
+        """The claim's CDI spec: one CDI device per device, or per share of a device allocated as
+        consumable shares (keyed by device and share, as the prepared devices name them)."""
+        shares: dict[str, list[str]] = {}
+        for d in prepared:
+            if d.share_id is not None and d.share_id not in shares.get(d.device_name, []):
+                shares.setdefault(d.device_name, []).append(d.share_id)
         try:
             spec = cdi.build_claim_spec(
                 ref.uid,
@@ -812,6 +823,7 @@ class DeviceState:
                 optional_nodes=self._optional_nodes(),
                 driver=self._driver_edits,
                 extra_device_edits=extra,
+                shares=shares,
             )
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.config import KEYS_BY_NAME
 from vke_gpu_dra_core.versions import format_version, parse_major_minor
 
@@ -48,11 +49,24 @@ _FIELDS: Final = {
     "DRAExtendedResource": "extended_resource",
 }
 
-GATES: Final = {
-    "1.34": FeatureGates("1.34", True, True, False, False, False),
-    "1.35": FeatureGates("1.35", True, True, False, False, False),
-    "1.36": FeatureGates("1.36", True, True, True, True, True, extended_resource=True),
-}
+
+def _gates(version: str) -> FeatureGates:
+    """The gates of `version`: DRAAdminAccess and DRAPrioritizedList on in every known version, the gates
+    that keep fields from core's table (`vke_gpu_dra_core.dra_gates`, which the driver and the stack
+    config read too)."""
+    v = parse_major_minor(version) or (0, 0)
+    return FeatureGates(
+        version,
+        admin_access=True,
+        prioritized_list=True,
+        consumable_capacity=dra_gates.on_by_default(dra_gates.CONSUMABLE_CAPACITY, v),
+        partitionable_devices=dra_gates.on_by_default(dra_gates.PARTITIONABLE_DEVICES, v),
+        device_taints=dra_gates.on_by_default(dra_gates.DEVICE_TAINTS, v),
+        extended_resource=dra_gates.on_by_default(dra_gates.EXTENDED_RESOURCE, v),
+    )
+
+
+GATES: Final = {version: _gates(version) for version in ("1.34", "1.35", "1.36")}
 
 #: The newest version with a table; a newer cluster is planned with it.
 NEWEST_VERSION: Final = max(GATES, key=lambda v: parse_major_minor(v) or (0, 0))

@@ -9,86 +9,27 @@ NVIDIA's plugin publishes it with `--consumable-shares=memory` (its `consumable_
 `allowMultipleAllocations: true`, and its `memory` capacity rounded down to a whole MiB with the
 request policy default = the whole memory, validRange {min: 1Mi, max: the memory, step: 1Mi}. Several
 claims then share one GPU, each consuming the memory it asks for (Kubernetes 1.36, DRAConsumableCapacity).
+The shape is core's (`vke_gpu_dra_core.consumable_shares`), the one the driver publishes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Final
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.device_model import Device, binary_si
+from vke_gpu_dra_core.consumable_shares import (
+    SHARE_STEP,
+    RequestPolicy,
+    Sharing,
+    memory_shares,
+    slice_device,
+)
+from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 
-#: NVIDIA's step (and smallest share) of a GPU's memory with consumable shares
-SHARE_STEP: Final = 2**20
-
-
-@dataclass(frozen=True)
-class RequestPolicy:
-    """A capacity's `requestPolicy`: `default`, and `validRange` {min, max, step} or `validValues`."""
-
-    default: int | None = None
-    minimum: int | None = None
-    maximum: int | None = None
-    step: int | None = None
-    valid_values: tuple[int, ...] = ()
-
-    def render(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.default is not None:
-            out["default"] = binary_si(self.default)
-        if self.minimum is not None:
-            bounds = {"min": self.minimum, "max": self.maximum, "step": self.step}
-            out["validRange"] = {k: binary_si(v) for k, v in bounds.items() if v is not None}
-        elif self.valid_values:
-            out["validValues"] = [binary_si(v) for v in self.valid_values]
-        return out
-
-
-@dataclass(frozen=True)
-class Sharing:
-    """How a device takes several allocations: `allowMultipleAllocations` and its capacities' policies
-    (capacities as published, which may differ from the discovered ones by rounding)."""
-
-    #: (name, value) and (name, policy), by name: hashable, as nodes are compared and cached
-    capacities: tuple[tuple[str, int], ...]
-    request_policies: tuple[tuple[str, RequestPolicy], ...]
-
-    @property
-    def capacity(self) -> Mapping[str, int]:
-        return dict(self.capacities)
-
-    @property
-    def policies(self) -> Mapping[str, RequestPolicy]:
-        return dict(self.request_policies)
-
-
-def memory_shares(device: Device) -> Sharing:
-    """NVIDIA's `--consumable-shares=memory` form of `device` (see the module docstring)."""
-    capacity = dict(device.capacity)
-    memory = capacity.get(facts.CAPACITY_MEMORY)
-    if memory is None:
-        return Sharing(tuple(sorted(capacity.items())), ())
-    memory = memory // SHARE_STEP * SHARE_STEP
-    capacity[facts.CAPACITY_MEMORY] = memory
-    policy = RequestPolicy(default=memory, minimum=SHARE_STEP, maximum=memory, step=SHARE_STEP)
-    return Sharing(tuple(sorted(capacity.items())), ((facts.CAPACITY_MEMORY, policy),))
-
-
-def slice_device(device: Device, sharing: Sharing | None) -> dict[str, object]:
-    """The ResourceSlice entry of `device` as the driver publishes it (with its sharing, when it has one)."""
-    entry = device.slice_entry()
-    if sharing is None:
-        return entry
-    capacity: dict[str, Any] = {}
-    for name, value in sharing.capacity.items():
-        capacity[name] = {"value": binary_si(value)}
-        if name in sharing.policies:
-            capacity[name]["requestPolicy"] = sharing.policies[name].render()
-    return {**entry, "allowMultipleAllocations": True, "capacity": capacity}
+#: The shape of consumable shares is core's; the planner's modules and tests read it from here too.
+__all__ = ["SHARE_STEP", "GpuPool", "Node", "RequestPolicy", "Sharing", "memory_shares", "slice_device"]
 
 
 @dataclass(frozen=True)

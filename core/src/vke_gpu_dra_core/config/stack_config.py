@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from vke_gpu_dra_core import facts, imageref
+from vke_gpu_dra_core import dra_gates, facts, featuregates, imageref
 from vke_gpu_dra_core.versions import parse_major_minor
 
 PROJECT: Final = "vke-gpu-dra"
@@ -247,6 +247,21 @@ def maps_gpu_extended_resource(mode: str, kubernetes_version: str) -> bool:
         return mode == "on"
     version = parse_major_minor(kubernetes_version)
     return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
+
+    @property
+    def slice_fields(self) -> frozenset[str]:
+        """The optional ResourceSlice fields a cluster of cluster.kubernetesVersion keeps by default
+        (`dra_gates.SLICE_FIELDS`: taints, allowMultipleAllocations, bindingConditions, sharedCounters);
+        the driver finds the same on its server at start, by dry-runs."""
+        version = parse_major_minor(self.cluster.kubernetes_version)
+        return dra_gates.slice_fields_kept(version) if version is not None else frozenset()
+
+    @property
+    def gpus_shared_by_memory(self) -> bool:
+        """Whether GPUs are published as consumable shares: the driver gate ConsumableShares on and a
+        cluster that keeps `allowMultipleAllocations` (1.36 or later); else each claim takes whole GPUs."""
+        gate = self.driver.feature_gates.get(featuregates.CONSUMABLE_SHARES, False)
+        return bool(gate) and "allowMultipleAllocations" in self.slice_fields
 
 
 #: Section name (as a key row names it) -> its dataclass; "" is StackConfig's own fields.
