@@ -239,15 +239,6 @@ class StackConfig:
         cluster.kubernetesVersion is one whose DRAExtendedResource gate is on by default (1.36 or later)."""
         return maps_gpu_extended_resource(self.driver.extended_resource, self.cluster.kubernetes_version)
 
-
-def maps_gpu_extended_resource(mode: str, kubernetes_version: str) -> bool:
-    """driver.extendedResource `mode` ("auto", "on" or "off") on a cluster of `kubernetes_version`:
-    'auto' maps nvidia.com/gpu from the version whose DRAExtendedResource gate is on by default (1.36)."""
-    if mode != "auto":
-        return mode == "on"
-    version = parse_major_minor(kubernetes_version)
-    return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
-
     @property
     def slice_fields(self) -> frozenset[str]:
         """The optional ResourceSlice fields a cluster of cluster.kubernetesVersion keeps by default
@@ -262,6 +253,15 @@ def maps_gpu_extended_resource(mode: str, kubernetes_version: str) -> bool:
         cluster that keeps `allowMultipleAllocations` (1.36 or later); else each claim takes whole GPUs."""
         gate = self.driver.feature_gates.get(featuregates.CONSUMABLE_SHARES, False)
         return bool(gate) and "allowMultipleAllocations" in self.slice_fields
+
+
+def maps_gpu_extended_resource(mode: str, kubernetes_version: str) -> bool:
+    """driver.extendedResource `mode` ("auto", "on" or "off") on a cluster of `kubernetes_version`:
+    'auto' maps nvidia.com/gpu from the version whose DRAExtendedResource gate is on by default (1.36)."""
+    if mode != "auto":
+        return mode == "on"
+    version = parse_major_minor(kubernetes_version)
+    return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
 
 
 #: Section name (as a key row names it) -> its dataclass; "" is StackConfig's own fields.
