@@ -197,7 +197,15 @@ def mig_placement_device(parent: Device, partition: Partition) -> Device:
         device_type=facts.DEVICE_TYPE_MIG,
         uuid="",
         attributes=attributes,
-        capacity=profile.capacity_counters(),
+        capacity={
+            "multiprocessors": profile.multiprocessors,
+            "copyEngines": profile.copy_engines,
+            "decoders": profile.decoders,
+            "encoders": profile.encoders,
+            "jpegEngines": profile.jpeg_engines,
+            "ofaEngines": profile.ofa_engines,
+            facts.CAPACITY_MEMORY: profile.memory_bytes,
+        },
         simulated=parent.simulated,
         extra={"parentUUID": parent.uuid},
     )
