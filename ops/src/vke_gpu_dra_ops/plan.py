@@ -31,11 +31,11 @@ from vke_gpu_dra_core.config import (
     raw_from_stack_file,
 )
 from vke_gpu_dra_core.config import read as read_config
-from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN
+from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN, counters_dropped
 from vke_gpu_dra_planner.claims import ManifestError
 from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates, with_overrides
 from vke_gpu_dra_planner.inventory import GpuPool
-from vke_gpu_dra_planner.mig import counters_dropped, pool_profiles
+from vke_gpu_dra_planner.mig import pool_profiles
 from vke_gpu_dra_planner.stack import (
     StackModel,
     add_object,

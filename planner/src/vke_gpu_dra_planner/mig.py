@@ -6,7 +6,7 @@ fit is what kube-scheduler finds when it allocates them one after the other: pla
 each taken while the counters it consumes are not exhausted (`allocator.NodeAllocator.counters_fit`).
 Without DRAPartitionableDevices (off by default in 1.34 and 1.35) the API server drops the counters, so
 every placement and the whole GPU are independent devices: the scheduler then allocates overlapping
-placements (`counters_dropped` says so).
+placements (`admission.counters_dropped` says so).
 """
 
 from __future__ import annotations
@@ -75,17 +75,6 @@ def pool_profiles(pool: GpuPool, gates: FeatureGates) -> dict[str, dict[str, int
         }
         for profile, count in per_node.items()
     }
-
-
-def counters_dropped(pool: GpuPool, gates: FeatureGates) -> str | None:
-    """What the API server does to the pool's slices without DRAPartitionableDevices (None: kept)."""
-    if not pool.partitionable or gates.partitionable_devices:
-        return None
-    return (
-        f"the API server drops the slices' sharedCounters and the devices' consumesCounters "
-        f"({gates.state('DRAPartitionableDevices')}): the scheduler allocates each MIG placement and the "
-        "whole GPU as independent devices, overlapping ones included (the driver cannot carve those)"
-    )
 
 
 def exhausted(counters: Iterable[tuple[str, str]]) -> str:
