@@ -298,7 +298,8 @@ class Simulation:
 
     # --- placing ----------------------------------------------------------------------------
 
-    def run(self, groups: Sequence[PodGroup], blind: bool = True) -> Outcome:
+    def run(self, groups: Sequence[PodGroup], blind: bool = True, *, mig_left: bool = False) -> Outcome:
+        """Place `groups` in order; with `mig_left`, also count the MIG claims left per pool."""
         self.blind = blind
         placed: list[int] = []
         per_pool: list[tuple[int, ...]] = []
@@ -327,7 +328,8 @@ class Simulation:
             wanted.append(want)
             short = self._exhausted(pod, allowed, shared_at, blind) if sum(counts) < want else ()
             exhausted.append(short)
-        return Outcome(tuple(placed), tuple(per_pool), tuple(wanted), tuple(exhausted), self._mig_left())
+        left = self._mig_left() if mig_left else ()
+        return Outcome(tuple(placed), tuple(per_pool), tuple(wanted), tuple(exhausted), left)
 
     def _exhausted(
         self, pod: PodGroup, allowed: list[bool], shared_at: Mapping[str, _Node], blind: bool
@@ -423,7 +425,9 @@ def simulate(
     *,
     ties: str = LOWEST,
     memo: Memo | None = None,
+    mig_left: bool = False,
 ) -> Outcome:
-    """`memo`: share allocation answers between runs over the same `pools` (and planner)."""
+    """`memo`: share allocation answers between runs over the same `pools` (and planner); `mig_left`:
+    count the MIG claims left per pool after the run (`Outcome.mig_left`)."""
     blind = planner.uuid_blind([spec for g in groups for spec in (*g.claims, *(s for _, s in g.shared))])
-    return Simulation(planner, pools, strategy, ties, memo).run(groups, blind)
+    return Simulation(planner, pools, strategy, ties, memo).run(groups, blind, mig_left=mig_left)

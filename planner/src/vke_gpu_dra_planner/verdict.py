@@ -388,7 +388,8 @@ def _runs(model: StackModel, planner: Planner, groups: list[PodGroup]) -> _Runs:
             if strategy == DEFAULT_EMPTIEST_TIES:
                 outcome = simulate(planner, pools, order, DEFAULT, ties=EMPTIEST, memo=memo)
             else:
-                outcome = simulate(planner, pools, order, strategy, memo=memo)
+                first = strategy == DEFAULT and not reverse
+                outcome = simulate(planner, pools, order, strategy, memo=memo, mig_left=first)
             placed = outcome.placed[::-1] if reverse else outcome.placed
             if strategy == DEFAULT and not reverse:
                 default_runs.append(outcome)
