@@ -93,6 +93,37 @@ def test_the_driver_gate_consumable_shares_lets_claims_share_a_gpu_on_136(dev, m
     assert "2 replicas wanted, 1 fit per node" in violation.message
 
 
+def test_the_driver_gate_dynamic_mig_counts_mig_placements(dev, monkeypatch):
+    """The pool's one A100 80GB published as MIG partitions (driver.featureGates DynamicMIG=true) on 1.36:
+    seven claims for a 1g.10gb fit, an eighth does not; without the gate there is no MIG device."""
+
+    def mig(replicas: int):
+        def change(s: Stack) -> None:
+            s.one(DEPLOYMENT).props["spec"]["replicas"] = replicas
+            s.one(POOL).props["nodeConfig"]["instanceTypeIds"] = ["ecs.test.mig"]
+            request = s.one(TEMPLATE).props["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+            request["deviceClassName"] = facts.DEVICE_CLASS_MIG.name
+            request["selectors"] = [
+                {"cel": {"expression": f"device.attributes['{facts.DRIVER_NAME}'].profile == '1g.10gb'"}}
+            ]
+            s.one(CLUSTER).props["kubernetesVersion"] = "1.36"
+
+        return change
+
+    rows = '{"ecs.test.mig": {"product": "NVIDIA A100-SXM4-80GB", "gpus": 1, "source": "test"}}'
+    config = {"vke-gpu-dra:gpuInstanceTypes": rows}
+    monkeypatch.setattr(context.STACK, "project", "vke-gpu-dra")
+    monkeypatch.setattr(context.STACK, "config", config)
+    (violation,) = capacity.claims_fit(dev.mutated(mig(7)), {})
+    assert "mig.nvidia.com" in violation.message
+    monkeypatch.setattr(
+        context.STACK, "config", {**config, "vke-gpu-dra:driver.featureGates": "DynamicMIG=true"}
+    )
+    assert capacity.claims_fit(dev.mutated(mig(7)), {}) == []
+    (violation,) = capacity.claims_fit(dev.mutated(mig(8)), {})
+    assert "8 replicas wanted, 7 fit per node" in violation.message
+
+
 def test_pods_asking_nvidia_gpu_count_against_the_pool_on_136_only(dev):
     """A Deployment written the classic way (`nvidia.com/gpu: 1`, no claim) beside the sample: on 1.36
     the scheduler makes its claim through the gpu.nvidia.com DeviceClass (extendedResourceName), on 1.34

@@ -18,13 +18,16 @@ from typing import Final
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
 CONSUMABLE_SHARES: Final = "ConsumableShares"
+#: NVIDIA's gate for MIG devices created on demand, published as partitionable devices (KEP-4815).
+DYNAMIC_MIG: Final = "DynamicMIG"
 
 #: Gate -> default, as in NVIDIA's pkg/featuregates (project gates plus the Kubernetes logging gates it
-#: registers, ContextualLogging switched on by NVIDIA). Only the first three have an effect here.
+#: registers, ContextualLogging switched on by NVIDIA). Only the first four have an effect here.
 DEFAULTS: Final[Mapping[str, bool]] = {
     TIME_SLICING_SETTINGS: False,
     MPS_SUPPORT: False,
     CONSUMABLE_SHARES: False,
+    DYNAMIC_MIG: False,
     "IMEXDaemonsWithDNSNames": True,
     "ContextualLogging": True,
     "LoggingAlphaOptions": False,
@@ -61,6 +64,10 @@ class FeatureGates:
     @property
     def consumable_shares(self) -> bool:
         return self.enabled(CONSUMABLE_SHARES)
+
+    @property
+    def dynamic_mig(self) -> bool:
+        return self.enabled(DYNAMIC_MIG)
 
     def render(self) -> str:
         """Every gate as `Name=bool,...` (sorted), the form the MPS daemon's FEATURE_GATES gets."""

@@ -25,11 +25,30 @@ from vke_gpu_dra_core.consumable_shares import (
     memory_shares,
     slice_device,
 )
-from vke_gpu_dra_core.device_model import Device
+from vke_gpu_dra_core.device_model import AttributeValue, Device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.mig_partitions import (
+    MigCatalogError,
+    Partition,
+    builtin_mig_catalog,
+    gpu_partitions,
+)
 
 #: The shape of consumable shares is core's; the planner's modules and tests read it from here too.
 __all__ = ["SHARE_STEP", "GpuPool", "Node", "RequestPolicy", "Sharing", "memory_shares", "slice_device"]
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A node's shared counters (KEP-4815) and what each device consumes of them; hashable."""
+
+    #: counter set name -> (counter name, value), as `spec.sharedCounters` publishes them
+    sets: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    #: per device (node order): (counter set, counter, amount) it consumes; () for none
+    consumes: tuple[tuple[tuple[str, str, int], ...], ...]
+
+    def available(self) -> dict[tuple[str, str], int]:
+        return {(name, counter): value for name, counters in self.sets for counter, value in counters}
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,8 @@ class Node:
     driver: str = facts.DRIVER_NAME
     #: per device (same order): how it is shared (None: one allocation at a time)
     sharing: tuple[Sharing | None, ...] = ()
+    #: partitionable devices (the driver gate DynamicMIG): counter sets and consumption per device
+    counters: Counters | None = None
 
     def sharing_of(self, index: int) -> Sharing | None:
         return self.sharing[index] if self.sharing else None
@@ -66,21 +87,93 @@ class GpuPool:
     memory_gib: int | None = None
     #: the driver gate ConsumableShares: GPUs published for several claims each (`memory_shares`)
     consumable_shares: bool = False
+    #: the driver gate DynamicMIG: MIG-capable GPUs published as partitionable devices (`mig_devices`)
+    dynamic_mig: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.name} ({self.instance_type}: {self.gpus_per_node}x {self.product})"
 
     def node(self, index: int) -> Node:
-        return _node(self.name, self.product, self.gpus_per_node, index, self.consumable_shares)
+        return _node(
+            self.name,
+            self.product,
+            self.gpus_per_node,
+            index,
+            shares=self.consumable_shares,
+            mig=self.dynamic_mig,
+        )
+
+    @property
+    def partitionable(self) -> bool:
+        """Whether the pool's GPUs are published as MIG partitions (the gate on and MIG in the catalog)."""
+        return self.dynamic_mig and mig_capable(self.product)
 
     def nodes(self, count: int) -> list[Node]:
         return [self.node(i) for i in range(count)]
 
 
+def mig_capable(product: str) -> bool:
+    """Whether core's MIG catalog has profiles for `product` (NVML product name)."""
+    return product in builtin_mig_catalog()
+
+
+def mig_placement_device(parent: Device, partition: Partition) -> Device:
+    """A MIG placement of `parent` as a device: MIG attributes, the parent's common ones, its capacities."""
+    profile = partition.profile
+    if profile is None:
+        raise MigCatalogError(f"{partition.name}: the whole GPU is not a MIG placement")
+    attributes: dict[str, AttributeValue] = {
+        k: v for k, v in parent.attributes.items() if k not in (facts.ATTR_TYPE, facts.ATTR_UUID)
+    }
+    attributes.update(
+        {
+            facts.ATTR_TYPE: facts.DEVICE_TYPE_MIG,
+            facts.ATTR_PARENT_UUID: parent.uuid,
+            facts.ATTR_PROFILE: profile.name,
+        }
+    )
+    return Device(
+        name=partition.name,
+        device_type=facts.DEVICE_TYPE_MIG,
+        uuid="",
+        attributes=attributes,
+        capacity={
+            "multiprocessors": profile.multiprocessors,
+            "copyEngines": profile.copy_engines,
+            "decoders": profile.decoders,
+            "encoders": profile.encoders,
+            "jpegEngines": profile.jpeg_engines,
+            "ofaEngines": profile.ofa_engines,
+            facts.CAPACITY_MEMORY: profile.memory_bytes,
+        },
+        simulated=parent.simulated,
+        extra={"parentUUID": parent.uuid},
+    )
+
+
+def mig_devices(gpus: tuple[Device, ...], product: str) -> tuple[tuple[Device, ...], Counters]:
+    """`gpus` (gpu-0.., of `product`) as DynamicMIG publishes them: per GPU the whole GPU, then every
+    placement (core's `gpu_partitions` order), with the counter sets and each device's consumption."""
+    profiles = builtin_mig_catalog()[product].profiles
+    devices: list[Device] = []
+    consumes: list[tuple[tuple[str, str, int], ...]] = []
+    sets: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+    for minor, gpu in enumerate(gpus):
+        partitions = gpu_partitions(minor, profiles)
+        sets.append((partitions.counter_set.name, tuple(partitions.counter_set.counters.items())))
+        for partition in partitions.devices:
+            devices.append(gpu if partition.profile is None else mig_placement_device(gpu, partition))
+            consumes.append(tuple((partition.counter_set, k, v) for k, v in partition.consumes.items()))
+    return tuple(devices), Counters(tuple(sets), tuple(consumes))
+
+
 @lru_cache(maxsize=65536)
-def _node(pool: str, product: str, gpus: int, index: int, shares: bool = False) -> Node:
+def _node(pool: str, product: str, gpus: int, index: int, *, shares: bool = False, mig: bool = False) -> Node:
     name = f"{pool}-node-{index}"
     devices = tuple(SimulatedSource(gpus, product, name).discover().devices)
+    if mig and mig_capable(product):
+        devices, counters = mig_devices(devices, product)
+        return Node(name, pool, devices, counters=counters)
     sharing = tuple(memory_shares(d) for d in devices) if shares else ()
     return Node(name, pool, devices, sharing=sharing)

@@ -10,7 +10,8 @@ container's `resources.limits` (or requests): on Kubernetes 1.36 a DeviceClass t
 (`extendedResourceName`, or the implicit `deviceclass.resource.kubernetes.io/<class>`) serves it through
 DRA (`Workload.extended`; the verdict turns it into the claim the scheduler creates). With the driver
 gate `ConsumableShares` (the stack config's `driver.featureGates`) the pools' GPUs are published for
-several claims each (`GpuPool.consumable_shares`).
+several claims each (`GpuPool.consumable_shares`); with the driver gate `DynamicMIG` MIG-capable GPUs
+are published as MIG partitions (`GpuPool.dynamic_mig`).
 """
 
 from __future__ import annotations
@@ -83,10 +84,18 @@ class StackModel:
     #: the driver gate ConsumableShares: GPUs take several claims (on servers that keep the fields)
     consumable_shares: bool = False
 
+    #: the driver gate DynamicMIG: MIG-capable GPUs published as partitionable devices
+    dynamic_mig: bool = False
+
     def share_gpus(self, enabled: bool) -> None:
         """Publish the pools' GPUs as shares (the driver gate ConsumableShares) or whole."""
         self.consumable_shares = enabled
         self.pools = [[replace(p, consumable_shares=enabled) for p in variants] for variants in self.pools]
+
+    def partition_gpus(self, enabled: bool) -> None:
+        """Publish the pools' MIG-capable GPUs as MIG partitions (the driver gate DynamicMIG) or whole."""
+        self.dynamic_mig = enabled
+        self.pools = [[replace(p, dynamic_mig=enabled) for p in variants] for variants in self.pools]
 
     def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
         name = ref.template or ref.claim or ""
@@ -477,6 +486,7 @@ def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
         "taints": tuple((t.key, t.value, t.effect) for t in pool.taints),
     }
     placement["consumable_shares"] = consumable_shares(cfg)
+    placement["dynamic_mig"] = dynamic_mig(cfg)
     name, low, high = pool.name, pool.min_replicas, pool.max_replicas
     return [
         replace(_pool_of_row(name, v.row, low, high), **placement)
@@ -489,6 +499,11 @@ def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
 def consumable_shares(cfg: StackConfig) -> bool:
     """Whether the stack config's `driver.featureGates` turns on the driver gate ConsumableShares."""
     return bool(cfg.driver.feature_gates.get(featuregates.CONSUMABLE_SHARES, False))
+
+
+def dynamic_mig(cfg: StackConfig) -> bool:
+    """Whether the stack config's `driver.featureGates` turns on the driver gate DynamicMIG."""
+    return bool(cfg.driver.feature_gates.get(featuregates.DYNAMIC_MIG, False))
 
 
 def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ missing templates or DeviceClasses (claim-references reports those), and claims 
 on a Namespace outside the stack. Claims the API server refuses for the cluster's Kubernetes version
 (adminAccess without the namespace label, distinctAttribute before 1.36) and pods the default scheduler
 leaves pending are violations. The stack config's `driver.featureGates` says whether the driver shares
-GPUs (its gate ConsumableShares: several claims on one GPU, on Kubernetes 1.36 and later).
+GPUs (its gate ConsumableShares: several claims on one GPU, on Kubernetes 1.36 and later) and whether it
+carves MIG devices on demand (its gate DynamicMIG: MIG placements as partitionable devices).
 """
 
 from __future__ import annotations
@@ -35,9 +36,16 @@ def claims_fit(
     rows = info.config_value("gpuInstanceTypes")
     # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
     version = info.config_value("cluster.kubernetesVersion")
+    gates = _driver_gates(info)
     return [
         Violation(_with_sample_hint(v.message), v.urn or None)
-        for v in check_stack(resources, rows, kubernetes_version=version, consumable_shares=_shares(info))
+        for v in check_stack(
+            resources,
+            rows,
+            kubernetes_version=version,
+            consumable_shares=gates.get(featuregates.CONSUMABLE_SHARES, False),
+            dynamic_mig=gates.get(featuregates.DYNAMIC_MIG, False),
+        )
     ]
 
 
@@ -56,12 +64,11 @@ def _with_sample_hint(message: str) -> str:
     return f"{message}; {CLASSIC_SAMPLE_HINT}"
 
 
-def _shares(info: context.StackInfo) -> bool:
-    """The driver gate ConsumableShares, as the stack config's driver.featureGates sets it (a value the
-    config policy reports when it does not parse counts as off here)."""
+def _driver_gates(info: context.StackInfo) -> dict[str, bool]:
+    """The driver gates the stack config's driver.featureGates sets (a value the config policy reports
+    when it does not parse counts as setting none here)."""
     text = info.config_value("driver.featureGates")
     try:
-        gates = featuregates.parse_explicit(text) if isinstance(text, str) else {}
+        return featuregates.parse_explicit(text) if isinstance(text, str) else {}
     except featuregates.FeatureGateError:
-        return False
-    return gates.get(featuregates.CONSUMABLE_SHARES, False)
+        return {}
