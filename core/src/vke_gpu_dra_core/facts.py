@@ -100,6 +100,23 @@ SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 
 
+#: GPU health problems, each a device-taint key `<driver>/<kind>` as NVIDIA's plugin names them
+#: (cmd/gpu-kubelet-plugin/device_health.go): `gpu.nvidia.com/xid`, `gpu.nvidia.com/gpu-lost`,
+#: `gpu.nvidia.com/unmonitored`.
+HealthProblem = Literal["xid", "gpu-lost", "unmonitored"]
+HEALTH_PROBLEMS: Final[tuple[HealthProblem, ...]] = get_args(HealthProblem)
+#: The annotation on a node's slices listing its devices with health problems (`<driver>/device-health`).
+HEALTH_ANNOTATION_SUFFIX: Final = "device-health"
+
+
+def health_taint_key(problem: HealthProblem, driver: str = DRIVER_NAME) -> str:
+    return f"{driver}/{problem}"
+
+
+def health_annotation_key(driver: str = DRIVER_NAME) -> str:
+    return f"{driver}/{HEALTH_ANNOTATION_SUFFIX}"
+
+
 @dataclass(frozen=True)
 class DeviceClassSpec:
     """A DeviceClass that selects this driver's devices of one `type`."""
