@@ -396,7 +396,7 @@ def test_an_adopted_claim_deleted_without_unprepare_is_released_within_one_round
     assert counted(rec, "claim_ghosts_cleaned", "gone") == 2
     # the adopted claims without a name: one line, not one per round
     unnamed = [r for r in caplog.records if "have no namespace/name" in r.getMessage()]
-    assert len(unnamed) == 1 and unnamed[0].fields["uids"] == [UID_MIG, UID_STARTED]  # type: ignore[attr-defined]
+    assert len(unnamed) == 1 and unnamed[0].fields["uids"] == [UID_MIG, UID_STARTED]
     # kubelet's late unprepare of a released claim is a success that does nothing more
     driver_root.clear()
     state.unprepare(ref(UID_TS, "ts"))
