@@ -289,7 +289,7 @@ class Reconciler:
                 "unprepares them here; their devices stay held",
                 extra={"fields": {"uids": new}},
             )
-        self._unnamed_logged = set(uids) | (self._unnamed_logged & set(uids))
+        self._unnamed_logged = set(uids)  # those named or released since are forgotten
 
     def _report_failures(self, entries: Sequence[ClaimEntry], kept: Mapping[str, str]) -> None:
         """One line while the same claims keep failing: when the set changes, not every round."""
