@@ -34,8 +34,21 @@ from tests.driver.claims import claim, gpu_config, opaque, result
 from tests.driver.sharing_env import FakeDriverRoot
 from tests.driver.test_plugin_process import REG_SOCKET, launch
 from tests.driver.test_sharing import DEVICES as SHARING_DEVICES
-from tests.driver.test_sharing import LONG, MPS_EXAMPLE, U0, make_state, mps_state
-from tests.driver.test_takeover import GPU2, UID_TS, nvidia_node
+from tests.driver.test_sharing import LONG, MPS_EXAMPLE, TS, U0, make_state, mps_state
+from tests.driver.test_takeover import (
+    GPU2,
+    GPU3,
+    MPS_DAEMON,
+    MPS_ID,
+    NS,
+    UID_FULL,
+    UID_MIG,
+    UID_MPS,
+    UID_STARTED,
+    UID_TS,
+    make_takeover,
+    nvidia_node,
+)
 from tests.driver.test_takeover import POOL as TAKEOVER_POOL
 from tests.driver.test_takeover import ledger as takeover_ledger
 from tests.driver.test_takeover import make_state as make_takeover_state
@@ -322,6 +335,139 @@ def test_a_ghost_adopted_from_nvidia_is_released_as_its_unprepare_would(
     assert driver_root.calls() == [f"-i {GPU2} -c DEFAULT", f"compute-policy -i {GPU2} --set-timeslice 0"]
     assert takeover_ledger(node)[UID_TS] is True
     assert UID_TS not in state.entries() and UID_TS not in cdi.list_claim_specs(cdi_root)
+
+
+# --- claims adopted from NVIDIA that kubelet never prepares here again (known only to the ledger) ---
+
+
+def adopted_node(tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, *named: tuple[str, str]):
+    """NVIDIA's node taken over, nothing prepared by kubelet since; `named` (uid, name) adopted claims
+    got their namespace/name as kubelet's prepare records it (NVIDIA 25.8.1 records none)."""
+    node = nvidia_node(tmp_path)
+    fake_api.deployments[(NS, MPS_DAEMON)] = {"metadata": {"name": MPS_DAEMON, "namespace": NS}}
+    state = make_takeover_state(node, kube)
+    for uid, name in named:
+        make_takeover(node).name(uid, "default", name)
+    rec = Reconciler(state, kube, driver_name=facts.DRIVER_NAME, pool_name=TAKEOVER_POOL, metrics=Metrics())
+    state.holder_check = rec.check_holders
+    return node, state, rec
+
+
+def adopted_claim(uid: str, name: str, device: str, request: str) -> dict:
+    return claim(uid, result(device, request, pool=TAKEOVER_POOL), name=name)
+
+
+def test_an_adopted_claim_deleted_without_unprepare_is_released_within_one_round(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, caplog
+) -> None:
+    named = ((UID_TS, "ts"), (UID_MPS, "mps"), (UID_FULL, "full"))
+    node, state, rec = adopted_node(tmp_path, fake_api, kube, *named)
+    driver_root, cdi_root, data = node
+    fake_api.add_claim(adopted_claim(UID_FULL, "full", "gpu-0", "gpu"))  # live: never touched
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    try:
+        first = rec.run_round()
+        second = rec.run_round()
+    finally:
+        rec.stop()
+    # the pods of ts and mps were force-deleted during the move: their claims are gone
+    assert first.cleaned == {UID_TS: Reason.GONE, UID_MPS: Reason.GONE}
+    assert first.adopted == 3 and first.unnamed_adopted == (UID_MIG, UID_STARTED)
+    assert second.cleaned == {} and second.adopted == 1
+    # released as kubelet's unprepare of an adopted claim: NVIDIA's spec, MPS daemon, GPU settings
+    assert sorted(driver_root.calls()) == sorted(
+        [
+            f"-i {GPU2} -c DEFAULT",
+            f"compute-policy -i {GPU2} --set-timeslice 0",
+            f"-i {GPU3} -c DEFAULT",
+            f"compute-policy -i {GPU3} --set-timeslice 0",
+        ]
+    )
+    assert fake_api.deployments == {}
+    assert not (data / "mps" / MPS_ID).exists()
+    assert not (cdi_root / f"k8s.gpu.nvidia.com-claim_{UID_MPS}.yaml").exists()
+    assert takeover_ledger(node) == {
+        UID_TS: True,
+        UID_MPS: True,
+        UID_FULL: False,
+        UID_MIG: False,
+        UID_STARTED: False,
+    }
+    assert counted(rec, "claim_ghosts_cleaned", "gone") == 2
+    # the adopted claims without a name: one line, not one per round
+    unnamed = [r for r in caplog.records if "have no namespace/name" in r.getMessage()]
+    assert len(unnamed) == 1 and unnamed[0].fields["uids"] == [UID_MIG, UID_STARTED]
+    # kubelet's late unprepare of a released claim is a success that does nothing more
+    driver_root.clear()
+    state.unprepare(ref(UID_TS, "ts"))
+    assert driver_root.calls() == []
+
+
+def test_an_adopted_claim_whose_read_fails_is_kept(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, (UID_TS, "ts"))
+    fake_api.inject_fault("GET", "/resourceclaims/ts", 503, times=2)
+    try:
+        got = rec.run_round()
+    finally:
+        rec.stop()
+    assert got.cleaned == {} and got.kept[UID_TS].startswith("api-error")
+    assert node[0].calls() == [] and takeover_ledger(node)[UID_TS] is False
+    assert counted(rec, "claim_reconcile_failures", "api-error") == 1
+
+
+def test_a_device_an_adopted_claim_holds_is_guarded(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node, state, rec = adopted_node(tmp_path, fake_api, kube, (UID_TS, "ts"))
+    driver_root = node[0]
+    fake_api.add_claim(adopted_claim(UID_TS, "ts", "gpu-2", "ts"))
+    try:
+        # a live adopted holder: the per-claim error names both claims
+        new = adopted_claim("uid-new", "new", "gpu-2", "gpu")
+        fake_api.add_claim(new)
+        with pytest.raises(ClaimError) as err:
+            state.prepare(ref("uid-new", "new"), new)
+        assert str(err.value).startswith(
+            "claim default/new (uid uid-new): device(s) gpu-2 are prepared on this node by NVIDIA's plugin "
+            f"(adopted) for claim default/ts (uid {UID_TS}), which still exists and is allocated them"
+        )
+        # an adopted holder without a name cannot be checked: the prepare fails, nothing is touched
+        other = adopted_claim("uid-other", "other", "gpu-0", "gpu")
+        fake_api.add_claim(other)
+        with pytest.raises(ClaimError, match=r"for claim <unnamed> .*could not be checked"):
+            state.prepare(ref("uid-other", "other"), other)
+        assert driver_root.calls() == [] and takeover_ledger(node)[UID_TS] is False
+        # once the adopted claim is gone, the prepare releases it first and goes on
+        fake_api.delete_claim("default", "ts")
+        [got] = state.prepare(ref("uid-new", "new"), new)
+    finally:
+        rec.stop()
+    assert got.device_name == "gpu-2" and sorted(state.entries()) == ["uid-new"]
+    assert driver_root.calls() == [f"-i {GPU2} -c DEFAULT", f"compute-policy -i {GPU2} --set-timeslice 0"]
+    assert takeover_ledger(node)[UID_TS] is True
+
+
+def test_a_sharing_strategy_never_allows_an_overlap_with_an_adopted_claim() -> None:
+    by_name = {d.name: d for d in DEVICES}
+    holder = ClaimEntry(
+        "old", "default", "old", ClaimState.PREPARE_COMPLETED, tuple(_prepared_devices("old", "gpu-0"))
+    )
+    new = ref("new", "new")
+    shared = allocated_devices(
+        new,
+        api_claim("new", "new", "gpu-0", config=[opaque(LONG)]),
+        driver_name=facts.DRIVER_NAME,
+        pool_name=POOL,
+        devices=by_name,
+        gates=TS,
+    )
+    assert find_holders(new, shared, [holder]) == []  # our own holder without settings: shared
+    [found] = find_holders(new, shared, [holder], adopted={"old"})
+    assert found.adopted and found.devices == ("gpu-0",)
+    assert found.conflict == "NVIDIA's plugin prepared it with sharing settings this driver does not share"
+    assert find_holders(new, shared, [holder], adopted={"old"}, admin={"gpu-0"}) == []
 
 
 def test_a_claim_prepared_between_the_read_and_the_clean_is_left_alone(

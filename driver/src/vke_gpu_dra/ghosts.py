@@ -10,6 +10,12 @@ unless the overlap is allowed (admin access on either side, or a sharing strateg
 `sharing.plan.check_conflicts` accepts next to the holder's settings). The prepare then checks each
 holder at once: a ghost is cleaned and the prepare goes on, a live holder is refused with
 `held_error`.
+
+Claims adopted from NVIDIA's plugin (`takeover`) that kubelet has not prepared here again exist only
+in the takeover's ledger, yet hold their devices (and NVIDIA's settings on them) until released:
+`adopted_entry` gives each one the shape of a checkpoint entry, so the same reads judge it and the
+same guard sees its devices. NVIDIA's ledger copy keeps the sharing strategy names only, not their
+settings, so a sharing strategy never allows an overlap with an adopted claim; admin access does.
 """
 
 from __future__ import annotations
@@ -20,14 +26,16 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.objects import lookup
 
+from .checkpoint import ClaimEntry, ClaimState
 from .sharing.plan import check_conflicts, plan_for
+from .takeover import NvidiaClaim, NvidiaClaimState
+from .takeover.adoption import device_names
 
 if TYPE_CHECKING:
     from .allocation import AllocatedDevice
-    from .checkpoint import ClaimEntry
 
 
 class Reason(enum.StrEnum):
@@ -53,6 +61,30 @@ def label(entry: ClaimEntry) -> str:
 def checkable(entry: ClaimEntry) -> bool:
     """An entry the API server can be asked about (entries recovered from bare CDI specs have no name)."""
     return bool(entry.namespace and entry.name)
+
+
+def adopted_entry(claim: NvidiaClaim, *, driver_name: str, pool_name: str) -> ClaimEntry:
+    """An adopted claim (not released) as a checkpoint entry: its namespace/name ("" when NVIDIA's file
+    and kubelet named none), and the devices NVIDIA prepared (allocated, for one it only started)."""
+    requests: dict[str, tuple[str, ...]] = {}
+    for group in claim.groups:
+        for d in group.devices:
+            requests[d.device_name] = requests.get(d.device_name, ()) + d.requests
+    for a in claim.allocated:
+        if a.driver == driver_name:
+            requests.setdefault(a.device, (a.request,))
+    devices = tuple(
+        PreparedDevice(
+            request_names=requests.get(n, ()), pool_name=pool_name, device_name=n, cdi_device_ids=()
+        )
+        for n in device_names(claim, driver_name)
+    )
+    state = (
+        ClaimState.PREPARE_COMPLETED
+        if claim.state is NvidiaClaimState.PREPARE_COMPLETED
+        else ClaimState.PREPARE_STARTED
+    )
+    return ClaimEntry(claim.uid, claim.namespace, claim.name, state, devices)
 
 
 def _our_results(claim: Mapping[str, Any], driver_name: str, pool_name: str) -> list[Mapping[str, Any]]:
@@ -100,6 +132,8 @@ class Holder:
     devices: tuple[str, ...]
     #: What sharing refused when the overlap had a strategy (None: no strategy on these devices).
     conflict: str | None = None
+    #: The holder is a claim adopted from NVIDIA's plugin, known only to the takeover's ledger.
+    adopted: bool = False
 
 
 def held_devices(entry: ClaimEntry) -> set[str]:
@@ -114,12 +148,14 @@ def find_holders(
     *,
     admin: AbstractSet[str] = frozenset(),
     tolerated: frozenset[str] = frozenset(),
+    adopted: AbstractSet[str] = frozenset(),
 ) -> list[Holder]:
     """The other entries holding devices of `allocated` where the overlap is not allowed.
 
     Allowed: a device the new claim has with admin access (`admin`), a holder whose UID is in
     `tolerated` (checked live and holding it with admin access), and a device the new claim asks a
-    sharing strategy for, as long as `check_conflicts` accepts its setting next to the holder's.
+    sharing strategy for, as long as `check_conflicts` accepts its setting next to the holder's;
+    never next to a holder adopted from NVIDIA's plugin (UIDs `adopted`: its settings are not known).
     """
     wanted = {a.device.name for a in allocated}
     shared_ok = {a.device.name for a in allocated if a.sharing.strategy is not None}
@@ -131,15 +167,18 @@ def find_holders(
         overlap = (held_devices(other) & wanted) - admin
         if not overlap:
             continue
-        blocked = overlap - shared_ok
+        is_adopted = other.uid in adopted
+        blocked = overlap if is_adopted else overlap - shared_ok
         conflict = None
+        if is_adopted and overlap & shared_ok:
+            conflict = "NVIDIA's plugin prepared it with sharing settings this driver does not share"
         if not blocked:
             try:
                 check_conflicts(plan, [other.sharing], f"{ref.namespace}/{ref.name}")
             except ClaimError as exc:
                 conflict, blocked = str(exc), overlap
         if blocked:
-            holders.append(Holder(other, tuple(sorted(blocked)), conflict))
+            holders.append(Holder(other, tuple(sorted(blocked)), conflict, is_adopted))
     return holders
 
 
@@ -160,9 +199,10 @@ def held_error(ref: ClaimRef, holder: Holder, *, live: bool = True, failure: str
     state = "which still exists and is allocated them"
     if not live:
         state = "which could not be checked against the API server" + (f" ({failure})" if failure else "")
+    by = " by NVIDIA's plugin (adopted)" if holder.adopted else ""
     text = (
-        f"claim {ref.namespace}/{ref.name} (uid {ref.uid}): device(s) {devices} are prepared on this node "
-        f"for claim {label(other) if checkable(other) else '<unnamed>'} (uid {other.uid}), {state}"
+        f"claim {ref.namespace}/{ref.name} (uid {ref.uid}): device(s) {devices} are prepared on this "
+        f"node{by} for claim {label(other) if checkable(other) else '<unnamed>'} (uid {other.uid}), {state}"
     )
     if holder.conflict:
         text += f" ({holder.conflict})"

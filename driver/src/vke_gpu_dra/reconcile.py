@@ -16,7 +16,13 @@ seconds (`Reconciler`, one background thread):
   it answered since that read (a claim prepared or unprepared in between is left alone). One log
   line per ghost, counted by reason;
 * a read that fails (timeout, unreachable, 401/403, any other API error) keeps the entry and cleans
-  nothing; it is counted, and logged once while the same claims keep failing.
+  nothing; it is counted, and logged once while the same claims keep failing;
+* claims adopted from NVIDIA's plugin and not released, that kubelet has not prepared here again
+  (`DeviceState.adopted_entries`: known only to the takeover's ledger), are checked the same way and
+  a ghost is released through the same unprepare (`clean_ghost(..., adopted=True)`: NVIDIA's claim
+  spec, MPS daemon, compute mode and time-slice undone). NVIDIA 25.8.1 records no namespace/name of a
+  claim (25.12's V2 form does); such a claim gets its name from kubelet's next prepare of it, and
+  until then it cannot be read: it is logged once and kept (its devices stay held).
 
 Cost: a round makes one GET per prepared claim (plus a quorum read per ghost). With the default
 interval of 600 s, 1,000 nodes with 8 prepared claims each make 8,000 GETs per 600 s, about 13
@@ -70,8 +76,15 @@ class GhostState(Protocol):
 
     def entries(self) -> dict[str, ClaimEntry]: ...
 
+    def adopted_entries(self) -> dict[str, ClaimEntry]: ...
+
     def clean_ghost(
-        self, entry: ClaimEntry, *, judged_at: float | None = None, deadline: float | None = None
+        self,
+        entry: ClaimEntry,
+        *,
+        judged_at: float | None = None,
+        deadline: float | None = None,
+        adopted: bool = False,
     ) -> bool: ...
 
 
@@ -92,6 +105,8 @@ class RoundResult:
     cleaned: dict[str, Reason] = field(default_factory=dict)  #: UID -> why it was a ghost
     kept: dict[str, str] = field(default_factory=dict)  #: UID -> why it could not be decided (kept)
     unnamed: int = 0  #: entries without namespace/name (recovered from bare CDI specs): not checkable
+    adopted: int = 0  #: of `checked`, claims adopted from NVIDIA's plugin known only to the ledger
+    unnamed_adopted: tuple[str, ...] = ()  #: UIDs of adopted claims without namespace/name (kept)
 
 
 class Reconciler:
@@ -124,6 +139,7 @@ class Reconciler:
         self._rounds = 0
         self._rounds_cond = threading.Condition()
         self._failing: dict[str, str] = {}  # UIDs whose read failed last round: logged once
+        self._unnamed_logged: set[str] = set()  # adopted claims without a name: logged once each
 
     # --- the loop ---
 
@@ -172,13 +188,20 @@ class Reconciler:
         result = RoundResult()
         try:
             entries = list(self._state.entries().values())
+            adopted = list(self._state.adopted_entries().values())
         except StateLockTimeout as err:
             log.warning("claim reconciliation skipped a round", extra={"fields": {"error": str(err)}})
             self._finish_round()
             return result
         named = [e for e in entries if checkable(e)]
         result.unnamed = len(entries) - len(named)
-        outcomes = list(self._pool.map(self._check, named))
+        adopted_named = [e for e in adopted if checkable(e)]
+        result.adopted = len(adopted_named)
+        result.unnamed_adopted = tuple(sorted(e.uid for e in adopted if not checkable(e)))
+        self._report_unnamed_adopted(result.unnamed_adopted)
+        checks = [(e, False) for e in named] + [(e, True) for e in adopted_named]
+        outcomes = list(self._pool.map(lambda c: self._check(*c), checks))
+        named = [e for e, _ in checks]
         for entry, (reason, kept) in zip(named, outcomes, strict=True):
             result.checked += 1
             if reason is not None:
@@ -195,8 +218,9 @@ class Reconciler:
             self._rounds += 1
             self._rounds_cond.notify_all()
 
-    def _check(self, entry: ClaimEntry) -> tuple[Reason | None, str | None]:
-        """(why it was cleaned, why it was kept undecided) for one entry."""
+    def _check(self, entry: ClaimEntry, adopted: bool = False) -> tuple[Reason | None, str | None]:
+        """(why it was cleaned, why it was kept undecided) for one entry (`adopted`: known only to the
+        takeover's ledger)."""
         try:
             cached = self._api.get_resource_claim(
                 entry.namespace, entry.name, self._read_timeout, cached=True
@@ -215,16 +239,24 @@ class Reconciler:
             log.debug("cache said ghost, quorum read says live", extra={"fields": {"claim": label(entry)}})
             return None, None
         try:
-            cleaned = self._clean(entry, reason, judged_at, deadline=None)
+            cleaned = self._clean(entry, reason, judged_at, deadline=None, adopted=adopted)
         except ClaimError as err:
             return None, f"cleanup: {err}"
         return (reason if cleaned else None), None
 
-    def _clean(self, entry: ClaimEntry, reason: Reason, judged_at: float, deadline: float | None) -> bool:
+    def _clean(
+        self,
+        entry: ClaimEntry,
+        reason: Reason,
+        judged_at: float,
+        deadline: float | None,
+        *,
+        adopted: bool = False,
+    ) -> bool:
         """Clean one ghost as an unprepare; False when its entry changed or the claim was prepared since
         `judged_at` (left alone)."""
         try:
-            cleaned = self._state.clean_ghost(entry, judged_at=judged_at, deadline=deadline)
+            cleaned = self._state.clean_ghost(entry, judged_at=judged_at, deadline=deadline, adopted=adopted)
         except ClaimError as err:
             self._metrics.claim_reconcile_failures.labels(reason="cleanup").inc()
             log.warning(
@@ -236,9 +268,28 @@ class Reconciler:
             self._metrics.claim_ghosts_cleaned.labels(reason=reason.value).inc()
             log.warning(
                 "cleaned ghost claim",
-                extra={"fields": {**_fields(entry), "reason": reason.value, "why": reason.description}},
+                extra={
+                    "fields": {
+                        **_fields(entry),
+                        "reason": reason.value,
+                        "why": reason.description,
+                        **({"adopted_from": "NVIDIA's plugin"} if adopted else {}),
+                    }
+                },
             )
         return cleaned
+
+    def _report_unnamed_adopted(self, uids: Sequence[str]) -> None:
+        """One line per adopted claim without namespace/name, the first round it is met."""
+        new = [uid for uid in uids if uid not in self._unnamed_logged]
+        if new:
+            log.warning(
+                "claims adopted from NVIDIA's plugin have no namespace/name (its checkpoint before 25.12 "
+                "records none): they cannot be checked against the API server until kubelet prepares or "
+                "unprepares them here; their devices stay held",
+                extra={"fields": {"uids": new}},
+            )
+        self._unnamed_logged = set(uids)  # those named or released since are forgotten
 
     def _report_failures(self, entries: Sequence[ClaimEntry], kept: Mapping[str, str]) -> None:
         """One line while the same claims keep failing: when the set changes, not every round."""
@@ -279,7 +330,7 @@ class Reconciler:
                 raise ClaimError(held_error(ref, holder, live=False, failure=str(err))) from None
             reason = judge(entry, claim, driver_name=self._driver_name, pool_name=self._pool_name)
             if reason is not None:
-                self._clean(entry, reason, judged_at, deadline)
+                self._clean(entry, reason, judged_at, deadline, adopted=holder.adopted)
                 continue
             assert claim is not None
             admin = admin_access_devices(claim, driver_name=self._driver_name, pool_name=self._pool_name)

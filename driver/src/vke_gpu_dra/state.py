@@ -31,7 +31,7 @@ A claim goes through three phases here, each a method that calls the sharing pac
   (`SharingManager.reapply_after_reboot`).
 
 Claims NVIDIA's plugin prepared on this node (`takeover/`) join through three small hooks, one per
-phase: `_adopt_nvidia_claims` at the end of `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
+phase: `_adopt_nvidia_claims` first in `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
 completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
 in `_unprepare_claim` (NVIDIA's leftovers undone).
 
@@ -68,7 +68,7 @@ from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
-from .ghosts import DevicesHeld, Holder, admin_access_devices, find_holders
+from .ghosts import DevicesHeld, Holder, admin_access_devices, adopted_entry, find_holders
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .sharing.manager import MpsDaemonPending
 from .sharing.plan import Plan, devices_in_use, plan_claim
@@ -143,6 +143,8 @@ class _Op:
     expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
     judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
     tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
+    adopted: bool = False  # a ghost cleanup of a claim adopted from NVIDIA, known only to the ledger
+    released: bool = False  # ... whose NVIDIA leftovers it released
 
     @property
     def label(self) -> str:
@@ -257,17 +259,32 @@ class DeviceState:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def clean_ghost(
-        self, entry: ClaimEntry, *, judged_at: float | None = None, deadline: float | None = None
+        self,
+        entry: ClaimEntry,
+        *,
+        judged_at: float | None = None,
+        deadline: float | None = None,
+        adopted: bool = False,
     ) -> bool:
         """Clean a ghost's entry exactly as an unprepare would, through `_unprepare_claim` (NVIDIA's
         leftovers of an adopted claim and the sharing undone, CDI spec and entry removed), only if the
         checkpoint still holds `entry` as it was judged and no prepare of the claim answered since
         `judged_at` (time.monotonic() of the read that judged it; None: now); True when it did.
+        `adopted`: `entry` is an adopted claim known only to the takeover's ledger (`adopted_entries`):
+        released only while it still is (not released, no checkpoint entry of ours).
         Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
         ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
         at = time.monotonic() if judged_at is None else judged_at
-        op = self._submit(_Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at))
-        return op.changed
+        op = self._submit(
+            _Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at, adopted=adopted)
+        )
+        return op.changed or op.released
+
+    def adopted_entries(self) -> dict[str, ClaimEntry]:
+        """Claims adopted from NVIDIA's plugin, not released, that kubelet has not prepared here again
+        (no checkpoint entry of ours), as entries (`ghosts.adopted_entry`), read under the node lock."""
+        with self._locked_or_fail("reading the takeover ledger"):
+            return self._adopted_only(self._read())
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
@@ -477,8 +494,15 @@ class DeviceState:
         not allowed (see `ghosts.find_holders`)."""
         assert op.claim is not None
         admin = admin_access_devices(op.claim, driver_name=self._driver_name, pool_name=self._pool_name)
+        adopted = self._adopted_only(entries)  # takeover: NVIDIA's claims hold their devices too
+        adopted.pop(op.ref.uid, None)
         holders = find_holders(
-            op.ref, allocated, self._others(entries, op.ref.uid), admin=admin, tolerated=op.tolerated
+            op.ref,
+            allocated,
+            [*self._others(entries, op.ref.uid), *adopted.values()],
+            admin=admin,
+            tolerated=op.tolerated,
+            adopted=set(adopted),
         )
         if holders:
             raise DevicesHeld(op.ref, holders)
@@ -541,10 +565,16 @@ class DeviceState:
         kubelet's retry (or the next reconcile round) undoes it again. A ghost cleanup does nothing
         when the entry changed (or went, or its claim was prepared) since the read that judged it."""
         if op.expect is not None and (
-            entries.get(op.ref.uid) != op.expect or self._answered_at.get(op.ref.uid, -1.0) >= op.judged_at
+            self._answered_at.get(op.ref.uid, -1.0) >= op.judged_at
+            or (
+                self._adopted_only(entries).get(op.ref.uid) != op.expect
+                if op.adopted
+                else entries.get(op.ref.uid) != op.expect
+            )
         ):
             return
         self._answered_at.pop(op.ref.uid, None)
+        op.released = op.adopted  # an adopted ghost: released below, or an error
         self._release_adopted(op, entries)  # takeover: NVIDIA's leftovers first
         op.changed = self._clean_claim(op.ref, entries, op.deadline) or op.changed
 
@@ -570,13 +600,14 @@ class DeviceState:
         return entries.pop(ref.uid, None) is not None
 
     def _restore(self) -> None:
-        """Start-up (caller holds the node lock): remove the temp files of interrupted writes, read the
-        checkpoint and recover the claims whose CDI spec has no entry; then give the completed claims
-        back what a reboot reset (`_restore_if_rebooted`); then adopt NVIDIA's claims."""
+        """Start-up (caller holds the node lock): remove the temp files of interrupted writes, adopt
+        NVIDIA's claims, read the checkpoint and recover the claims whose CDI spec has no entry (not
+        NVIDIA's claim specs of adopted claims: their name is the one this driver uses); then give the
+        completed claims back what a reboot reset (`_restore_if_rebooted`)."""
         self.removed_leftovers = self._remove_leftovers()
+        self._adopt_nvidia_claims()
         entries = self._read(recover_orphans=True, at_start=True)
         self._restore_if_rebooted(entries)
-        self._adopt_nvidia_claims()
 
     def _restore_if_rebooted(self, entries: dict[str, ClaimEntry]) -> None:
         """When the node's boot id is not the one kept with the checkpoint, restore the completed claims
@@ -691,7 +722,7 @@ class DeviceState:
     # ------------------------------------------- takeover hooks (the takeover package does the work)
 
     def _adopt_nvidia_claims(self) -> None:
-        """Restore, last: the claims of NVIDIA's checkpoint join the takeover's ledger."""
+        """Restore, first: the claims of NVIDIA's checkpoint join the takeover's ledger."""
         if self._takeover is not None:
             self._takeover.start()
 
@@ -704,6 +735,7 @@ class DeviceState:
         claim = self._takeover.adopted(op.ref.uid)
         if claim is None:
             return False
+        self._takeover.name(op.ref.uid, op.ref.namespace, op.ref.name)  # reconciliation can read it now
         if claim.state is not NvidiaClaimState.PREPARE_COMPLETED:
             self._release_adopted(op, entries)
             return False
@@ -733,6 +765,17 @@ class DeviceState:
             )
         except CleanupError as exc:
             raise ClaimError(f"claim {op.label}: {exc}") from None
+
+    def _adopted_only(self, entries: Mapping[str, ClaimEntry]) -> dict[str, ClaimEntry]:
+        """Adopted claims not released that have no entry in `entries`, as entries (caller holds the
+        node lock); an adopted claim kubelet prepared again is its checkpoint entry instead."""
+        if self._takeover is None:
+            return {}
+        return {
+            uid: adopted_entry(claim, driver_name=self._driver_name, pool_name=self._pool_name)
+            for uid, claim in self._takeover.unreleased().items()
+            if uid not in entries
+        }
 
     @staticmethod
     def _others(entries: Mapping[str, ClaimEntry], uid: str) -> list[ClaimEntry]:
@@ -779,8 +822,9 @@ class DeviceState:
             log.error("%s", result.problem)
         recovered = []
         if recover_orphans or result.problem is not None:
+            adopted = set(self._takeover.unreleased()) if self._takeover is not None else set()
             for uid, path in cdi.list_claim_specs(self._cdi_root).items():
-                if uid in entries:
+                if uid in entries or uid in adopted:  # an adopted claim's spec is NVIDIA's, released with it
                     continue
                 try:
                     cdi.load_spec(path)
