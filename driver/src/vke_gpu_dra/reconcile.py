@@ -21,13 +21,21 @@ seconds (`Reconciler`, one background thread):
   (`DeviceState.adopted_entries`: known only to the takeover's ledger), are checked the same way and
   a ghost is released through the same unprepare (`clean_ghost(..., adopted=True)`: NVIDIA's claim
   spec, MPS daemon, compute mode and time-slice undone). NVIDIA 25.8.1 records no namespace/name of a
-  claim (25.12's V2 form does); such a claim gets its name from kubelet's next prepare of it, and
-  until then it cannot be read: it is logged once and kept (its devices stay held).
+  claim (25.12's V2 form does); kubelet's next prepare of such a claim names it, and so does
+  `_look_up_unnamed`: while one is unnamed, each round lists the pods bound to this node (a quorum
+  list, `spec.nodeName` only, never cluster-wide) and reads the claims they reference (quorum GETs);
+  a claim of its UID names it (then it is checked as a named one), and one no pod of the node
+  references in `UNREFERENCED_ROUNDS` consecutive rounds whose lookups all answered is released
+  (`Reason.UNREFERENCED`): kubelet unprepares a claim no pod of its node uses. A failed lookup
+  decides nothing and starts the count again. Without `pods`/`node_name` such a claim is logged once
+  and kept (its devices stay held).
 
 Cost: a round makes one GET per prepared claim (plus a quorum read per ghost). With the default
 interval of 600 s, 1,000 nodes with 8 prepared claims each make 8,000 GETs per 600 s, about 13
 requests/s cluster-wide, all cheap cache reads (the 20 requests/s budget allows any interval of
-400 s and more at that size).
+400 s and more at that size). While a node has adopted claims without a name, its rounds add one
+node-scoped pod list and one quorum GET per claim its pods reference; when the lookups answer, that
+lasts two rounds after the takeover (every such claim is named or released by then).
 
 `check_holders` is the prepare-time check (`DeviceState.holder_check`): the claims holding a new
 claim's devices are read at once (quorum reads, within the call's deadline); a ghost is cleaned and
