@@ -16,7 +16,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
-from vke_gpu_dra.ghosts import Reason, find_holders, judge
+from vke_gpu_dra.ghosts import Reason, find_holders, judge, pod_claims
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.plugin import Plugin
@@ -124,6 +124,35 @@ def entry(uid: str = "u1", name: str = "c", state: ClaimState = ClaimState.PREPA
 )
 def test_judge(claim_json: dict | None, expected: Reason | None) -> None:
     assert judge(entry(), claim_json, driver_name=facts.DRIVER_NAME, pool_name=POOL) is expected
+
+
+def test_pod_claims_names_the_claims_pods_reference_in_their_namespace() -> None:
+    def pod(name: str, refs: list[dict], statuses: list[dict] | None = None) -> dict:
+        return {
+            "metadata": {"namespace": "team", "name": name},
+            "spec": {"resourceClaims": refs},
+            "status": {} if statuses is None else {"resourceClaimStatuses": statuses},
+        }
+
+    got = pod_claims(
+        [
+            pod("direct", [{"name": "gpu", "resourceClaimName": "shared"}]),
+            pod(
+                "templated",
+                [
+                    {"name": "gpu", "resourceClaimTemplateName": "t"},
+                    {"name": "opt", "resourceClaimTemplateName": "t"},
+                ],
+                [
+                    {"name": "gpu", "resourceClaimName": "templated-gpu-abcde"},
+                    {"name": "opt"},
+                ],  # opt: none needed
+            ),
+            pod("pending", [{"name": "gpu", "resourceClaimTemplateName": "t"}]),  # not generated yet
+        ]
+    )
+    assert got.names == {("team", "shared"), ("team", "templated-gpu-abcde")}
+    assert got.unresolved == ("team/pending",)
 
 
 def test_find_holders_allows_admin_access_and_sharing_only() -> None:
