@@ -27,6 +27,8 @@ def test_cluster_role_grants_only_what_the_plugin_uses(render: Any) -> None:
             "verbs": ["list", "watch", "create", "update", "delete"],
         },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # the pods of its own node, only while adopted claims have no known name (field selector in code)
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
 
 

@@ -1,8 +1,9 @@
 """The chart's ClusterRole grants exactly the verbs the plugin's requests need, no more, no less.
 
 The plugin runs in-process against the fake API server through everything that makes it call the API
-(start, prepare, a stale slice of another pool, a deleted and an edited slice); each recorded request
-is mapped to its RBAC verb as the apiserver does, and compared with the rendered ClusterRole.
+(start, prepare, a stale slice of another pool, a deleted and an edited slice, a claim adopted from
+NVIDIA's plugin without a name, looked for through the pods of its node); each recorded request is
+mapped to its RBAC verb as the apiserver does, and compared with the rendered ClusterRole.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from vke_gpu_dra.fsutil import atomic_write
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra.slices import new_slice, slice_spec
+from vke_gpu_dra.takeover import LEDGER_FILE, NvidiaClaim, NvidiaClaimState
+from vke_gpu_dra.takeover.adoption import LedgerEntry, encode
+from vke_gpu_dra.takeover.nvidia_checkpoint import NvidiaDevice, NvidiaGroup
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
@@ -57,12 +62,25 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
     fake_api.create_slice(
         new_slice(spec, driver=facts.DRIVER_NAME, node_name=NODE, node_uid=node["metadata"]["uid"])
     )
+    fake_api.add_pod("default", "p1", NODE, claims={"gpu": "c1"})
+    # a claim NVIDIA's 25.8.1 plugin prepared on gpu-1, adopted without a name: its pods are looked for
+    unnamed = NvidiaClaim(
+        "uid-nvidia",
+        NvidiaClaimState.PREPARE_COMPLETED,
+        (NvidiaGroup((NvidiaDevice("gpu", "GPU-1", "gpu-1", NODE, ("gpu",), ()),)),),
+        (),
+        frozenset(),
+    )
+    data_dir = short_tmp / "plugins" / facts.DRIVER_NAME
+    data_dir.mkdir(parents=True)
+    atomic_write(data_dir / LEDGER_FILE, encode({unnamed.uid: LedgerEntry(unnamed)}))
     fake_api.requests.clear()
 
     plugin = Plugin(plugin_config(short_tmp, gpus=2), stop_grace=5)
     plugin.start()
     try:
         assert plugin.slices is not None and plugin.slices.wait_synced(10)
+        assert plugin.reconciler is not None and plugin.reconciler.wait_rounds(1, 10)
         kubelet = Kubelet(plugin.registration_socket)
         kubelet.register()
         assert kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
@@ -89,6 +107,9 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
         for verb in rule["verbs"]
     }
     assert used == granted, f"missing: {sorted(used - granted)}, unused: {sorted(granted - used)}"
+    # pods are only ever listed on this node: RBAC cannot narrow that, the plugin does
+    pod_lists = [u for m, u in fake_api.requests if urlsplit(u).path == "/api/v1/pods"]
+    assert pod_lists and set(pod_lists) == {f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}"}
 
 
 @pytest.mark.parametrize(
@@ -100,6 +121,7 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
             "/apis/resource.k8s.io/v1/namespaces/d/resourceclaims/c",
             ("resource.k8s.io", "resourceclaims", "get"),
         ),
+        ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn", ("", "pods", "list")),
         (
             "GET",
             "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=x",

@@ -16,7 +16,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
-from vke_gpu_dra.ghosts import Reason, find_holders, judge
+from vke_gpu_dra.ghosts import Reason, find_holders, judge, pod_claims
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.plugin import Plugin
@@ -124,6 +124,35 @@ def entry(uid: str = "u1", name: str = "c", state: ClaimState = ClaimState.PREPA
 )
 def test_judge(claim_json: dict | None, expected: Reason | None) -> None:
     assert judge(entry(), claim_json, driver_name=facts.DRIVER_NAME, pool_name=POOL) is expected
+
+
+def test_pod_claims_names_the_claims_pods_reference_in_their_namespace() -> None:
+    def pod(name: str, refs: list[dict], statuses: list[dict] | None = None) -> dict:
+        return {
+            "metadata": {"namespace": "team", "name": name},
+            "spec": {"resourceClaims": refs},
+            "status": {} if statuses is None else {"resourceClaimStatuses": statuses},
+        }
+
+    got = pod_claims(
+        [
+            pod("direct", [{"name": "gpu", "resourceClaimName": "shared"}]),
+            pod(
+                "templated",
+                [
+                    {"name": "gpu", "resourceClaimTemplateName": "t"},
+                    {"name": "opt", "resourceClaimTemplateName": "t"},
+                ],
+                [
+                    {"name": "gpu", "resourceClaimName": "templated-gpu-abcde"},
+                    {"name": "opt"},
+                ],  # opt: none needed
+            ),
+            pod("pending", [{"name": "gpu", "resourceClaimTemplateName": "t"}]),  # not generated yet
+        ]
+    )
+    assert got.names == {("team", "shared"), ("team", "templated-gpu-abcde")}
+    assert got.unresolved == ("team/pending",)
 
 
 def test_find_holders_allows_admin_access_and_sharing_only() -> None:
@@ -340,15 +369,26 @@ def test_a_ghost_adopted_from_nvidia_is_released_as_its_unprepare_would(
 # --- claims adopted from NVIDIA that kubelet never prepares here again (known only to the ledger) ---
 
 
-def adopted_node(tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, *named: tuple[str, str]):
+def adopted_node(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, *named: tuple[str, str], pods: bool = False
+):
     """NVIDIA's node taken over, nothing prepared by kubelet since; `named` (uid, name) adopted claims
-    got their namespace/name as kubelet's prepare records it (NVIDIA 25.8.1 records none)."""
+    got their namespace/name as kubelet's prepare records it (NVIDIA 25.8.1 records none); `pods`: the
+    unnamed ones are looked for through the pods of the node."""
     node = nvidia_node(tmp_path)
     fake_api.deployments[(NS, MPS_DAEMON)] = {"metadata": {"name": MPS_DAEMON, "namespace": NS}}
     state = make_takeover_state(node, kube)
     for uid, name in named:
         make_takeover(node).name(uid, "default", name)
-    rec = Reconciler(state, kube, driver_name=facts.DRIVER_NAME, pool_name=TAKEOVER_POOL, metrics=Metrics())
+    rec = Reconciler(
+        state,
+        kube,
+        driver_name=facts.DRIVER_NAME,
+        pool_name=TAKEOVER_POOL,
+        metrics=Metrics(),
+        pods=kube if pods else None,
+        node_name=TAKEOVER_POOL if pods else "",
+    )
     state.holder_check = rec.check_holders
     return node, state, rec
 
@@ -415,6 +455,158 @@ def test_an_adopted_claim_whose_read_fails_is_kept(
     assert got.cleaned == {} and got.kept[UID_TS].startswith("api-error")
     assert node[0].calls() == [] and takeover_ledger(node)[UID_TS] is False
     assert counted(rec, "claim_reconcile_failures", "api-error") == 1
+
+
+# --- adopted claims without a name (NVIDIA 25.8.1), looked for through the pods of the node ---
+
+ALL_ADOPTED = (UID_FULL, UID_MIG, UID_MPS, UID_STARTED, UID_TS)
+POD_LIST = f"/api/v1/pods?fieldSelector=spec.nodeName%3D{TAKEOVER_POOL}"
+
+
+def ledger_names(node) -> dict[str, str]:
+    claims = json.loads((node[2] / "vke-gpu-dra-takeover.json").read_text())["claims"]
+    return {c["uid"]: f"{c['namespace']}/{c['name']}" for c in claims if "name" in c}
+
+
+def pod_lists(fake_api: FakeAPIServer) -> list[str]:
+    return [p for m, p in fake_api.requests if m == "GET" and p.startswith("/api/v1/pods")]
+
+
+def test_an_unnamed_adopted_claim_is_found_through_its_pod_and_then_checked_by_name(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, caplog
+) -> None:
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, pods=True)
+    # the pod of UID_FULL names its claim; UID_MIG's claim was generated for its pod and is deallocated
+    fake_api.add_claim(adopted_claim(UID_FULL, "full", "gpu-0", "gpu"))
+    fake_api.add_claim(claim(UID_MIG, name="train-gpu-x7k2p", allocated=False))
+    fake_api.add_claim(adopted_claim("uid-other", "other", "gpu-4", "gpu"))
+    fake_api.add_pod("default", "full-pod", TAKEOVER_POOL, claims={"gpu": "full"})
+    fake_api.add_pod("default", "train", TAKEOVER_POOL, generated={"gpu": "train-gpu-x7k2p"})
+    fake_api.add_pod("default", "elsewhere", "node-b", claims={"gpu": "elsewhere"})  # another node
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    try:
+        first = rec.run_round()
+        second = rec.run_round()
+    finally:
+        rec.stop()
+    assert first.named_by_pods == {UID_FULL: "default/full", UID_MIG: "default/train-gpu-x7k2p"}
+    # found, then handled as a named claim in the same round: the deallocated one is released
+    assert first.cleaned == {UID_MIG: Reason.DEALLOCATED} and first.adopted == 2
+    assert first.unnamed_adopted == (UID_TS, UID_MPS, UID_STARTED)
+    assert first.unreferenced == {UID_MPS: 1, UID_STARTED: 1, UID_TS: 1}
+    assert ledger_names(node) == {UID_FULL: "default/full", UID_MIG: "default/train-gpu-x7k2p"}
+    assert takeover_ledger(node)[UID_FULL] is False and takeover_ledger(node)[UID_MIG] is True
+    # from then on UID_FULL is read by its name (a cache read each round), as any named claim: live, kept
+    assert UID_FULL not in second.cleaned and UID_FULL not in second.named_by_pods
+    assert fake_api.count("GET", "/resourceclaims/full?resourceVersion=0") == 2
+    # one quorum list of this node's pods per round, quorum reads of the claims they reference only
+    assert pod_lists(fake_api) == [POD_LIST, POD_LIST]
+    assert fake_api.count("GET", "/resourceclaims/elsewhere") == 0
+    assert fake_api.count("GET", "/resourceclaims/other") == 0
+    train = [p for m, p in fake_api.requests if "/resourceclaims/train" in p]
+    assert train[0].endswith("/resourceclaims/train-gpu-x7k2p")  # found by a quorum read, then checked
+    [found] = [r for r in caplog.records if r.getMessage().startswith("found the names")]
+    assert found.fields == {"claims": {UID_FULL: "default/full", UID_MIG: "default/train-gpu-x7k2p"}}
+
+
+def test_an_unnamed_adopted_claim_no_pod_references_is_released_after_two_rounds(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, caplog
+) -> None:
+    node, state, rec = adopted_node(tmp_path, fake_api, kube, pods=True)
+    driver_root, cdi_root, data = node
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    try:
+        first = rec.run_round()  # every pod NVIDIA prepared for was force-deleted during the move
+        assert first.cleaned == {} and first.unreferenced == dict.fromkeys(ALL_ADOPTED, 1)
+        assert driver_root.calls() == [] and set(takeover_ledger(node).values()) == {False}
+        # a pod created between the rounds (its claim UID_TS, shared) keeps that claim
+        fake_api.add_claim(adopted_claim(UID_TS, "ts", "gpu-2", "ts"))
+        fake_api.add_pod("default", "late", TAKEOVER_POOL, claims={"ts": "ts"})
+        second = rec.run_round()
+        third = rec.run_round()
+    finally:
+        rec.stop()
+    released = (UID_FULL, UID_MIG, UID_MPS, UID_STARTED)
+    assert second.cleaned == dict.fromkeys(released, Reason.UNREFERENCED)
+    assert second.named_by_pods == {UID_TS: "default/ts"} and second.unnamed_adopted == ()
+    assert third.cleaned == {} and third.adopted == 1
+    assert takeover_ledger(node) == {**dict.fromkeys(released, True), UID_TS: False}
+    # released as kubelet's unprepare would: NVIDIA's MPS daemon, its spec and GPU settings undone
+    assert sorted(driver_root.calls()) == [
+        f"-i {GPU3} -c DEFAULT",
+        f"compute-policy -i {GPU3} --set-timeslice 0",
+    ]
+    assert fake_api.deployments == {} and not (data / "mps" / MPS_ID).exists()
+    assert not (cdi_root / f"k8s.gpu.nvidia.com-claim_{UID_MPS}.yaml").exists()
+    assert counted(rec, "claim_ghosts_cleaned", "unreferenced") == 4
+    lines = [r.fields for r in caplog.records if r.getMessage() == "cleaned ghost claim"]
+    assert sorted(f["uid"] for f in lines) == sorted(released)
+    assert {f["reason"] for f in lines} == {"unreferenced"} and lines[0]["namespace"] == lines[0][
+        "name"
+    ] == ""
+    # no unnamed claim is left: the third round lists no pods
+    assert pod_lists(fake_api) == [POD_LIST, POD_LIST]
+    state.unprepare(ref(UID_MPS, "mps"))  # kubelet's late unprepare is a success that does nothing more
+    assert sorted(driver_root.calls()) == [
+        f"-i {GPU3} -c DEFAULT",
+        f"compute-policy -i {GPU3} --set-timeslice 0",
+    ]
+
+
+def test_a_failed_pod_lookup_cleans_nothing_and_starts_the_count_again(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, caplog
+) -> None:
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, pods=True)
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    try:
+        assert rec.run_round().unreferenced == dict.fromkeys(ALL_ADOPTED, 1)
+        fake_api.inject_fault("GET", "/api/v1/pods", 403, times=2)  # e.g. RBAC without list on pods
+        failed = [rec.run_round(), rec.run_round()]
+        assert [r.pods_undecided and r.pods_undecided.split(":")[0] for r in failed] == ["forbidden"] * 2
+        assert all(r.cleaned == {} and r.unreferenced == {} for r in failed)
+        assert rec.run_round().unreferenced == dict.fromkeys(ALL_ADOPTED, 1)  # counted from one again
+        # a claim a pod references that cannot be read might be any of them: nothing concluded
+        fake_api.add_pod("default", "p", TAKEOVER_POOL, claims={"gpu": "unreadable"})
+        fake_api.inject_fault("GET", "/resourceclaims/unreadable", 500)
+        undecided = rec.run_round()
+        assert undecided.cleaned == {} and undecided.pods_undecided is not None
+        assert undecided.pods_undecided.startswith("api-error: reading claim default/unreadable")
+        # a pod whose claim is generated from a template but not named in its status yet: the same
+        fake_api.delete_pod("default", "p")
+        fake_api.add_pod("default", "new", TAKEOVER_POOL, generated={"gpu": ""})
+        assert rec.run_round().unreferenced == {}
+        assert rec.run_round().cleaned == {}
+    finally:
+        rec.stop()
+    assert set(takeover_ledger(node).values()) == {False} and node[0].calls() == []
+    assert counted(rec, "claim_reconcile_failures", "forbidden") == 2
+    assert counted(rec, "claim_reconcile_failures", "api-error") == 1
+    warned = [r for r in caplog.records if r.getMessage().startswith("cannot look for the adopted claims")]
+    assert len(warned) == 2  # once while forbidden, once for the failed claim read; not once per round
+
+
+def test_a_stale_cache_never_cleans_an_unnamed_adopted_claim(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, pods=True)
+    fake_api.freeze_pod_cache()  # a cache that has not seen the pod yet
+    fake_api.freeze_claim_cache()  # nor its claim
+    fake_api.add_claim(adopted_claim(UID_TS, "ts", "gpu-2", "ts"))
+    fake_api.add_pod("default", "ts-pod", TAKEOVER_POOL, claims={"ts": "ts"})
+    try:
+        rounds = [rec.run_round() for _ in range(3)]
+    finally:
+        rec.stop()
+    assert rounds[0].named_by_pods == {UID_TS: "default/ts"}
+    assert all(UID_TS not in r.cleaned for r in rounds) and takeover_ledger(node)[UID_TS] is False
+    # pods are never listed from the cache (the others, unreferenced, went in the second round, so the
+    # third lists none); the claim was found by a quorum read, and the cache's 404 for it never decided
+    assert pod_lists(fake_api) == [POD_LIST] * 2
+    assert rounds[1].cleaned == dict.fromkeys((UID_FULL, UID_MIG, UID_MPS, UID_STARTED), Reason.UNREFERENCED)
+    ts_reads = [
+        p for m, p in fake_api.requests if p.endswith(("/resourceclaims/ts", "/ts?resourceVersion=0"))
+    ]
+    assert ts_reads[0].endswith("/resourceclaims/ts") and ts_reads.count(ts_reads[1]) == 3
 
 
 def test_a_device_an_adopted_claim_holds_is_guarded(

@@ -4,9 +4,11 @@ token, and the ValidatingAdmissionPolicy that confines the kubelet plugin to its
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra_core import facts
 
 from .cluster import Cluster
@@ -55,6 +57,8 @@ def plugin_setup(each_cluster: Cluster) -> dict[str, Any]:
         "other": other["metadata"]["name"],
         "client": each_cluster.plane.client(token),
         "service_account": service_account["metadata"]["name"],
+        "pod": pod["metadata"]["name"],
+        "token": token,
         "policy": policy["metadata"]["name"],
     }
 
@@ -163,12 +167,29 @@ def test_a_token_not_bound_to_a_pod_on_a_node_writes_no_slice(
     assert "no node is associated with this request" in error.message
 
 
+def test_plugin_token_lists_the_pods_of_its_node(
+    each_cluster: Cluster, plugin_setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """The plugin's own call (`KubeAPI.list_node_pods`, a quorum list scoped by `spec.nodeName`) with a
+    token bound to its pod, as reconciliation makes it for adopted claims without a name."""
+    kubeconfig = each_cluster.plane.write_kubeconfig(tmp_path / "kubeconfig", plugin_setup["token"])
+    api = KubeAPI.from_kubeconfig(kubeconfig)
+    try:
+        own = api.list_node_pods(plugin_setup["own"], timeout=10)
+        other = api.list_node_pods(plugin_setup["other"], timeout=10)
+    finally:
+        api.close()
+    assert [p["metadata"]["name"] for p in own] == [plugin_setup["pod"]]
+    assert other == []
+
+
 def test_the_cluster_role_grants_nothing_else(each_cluster: Cluster, plugin_setup: dict[str, Any]) -> None:
     client: Client = plugin_setup["client"]
     own = plugin_setup["own"]
     assert client.get(f"/api/v1/nodes/{own}")["metadata"]["name"] == own
     for method, path in [
-        ("GET", f"/api/v1/namespaces/{each_cluster.namespace}/pods"),
+        ("GET", f"/api/v1/namespaces/{each_cluster.namespace}/pods/{plugin_setup['pod']}"),  # list only
+        ("GET", "/api/v1/pods?watch=true"),
         ("GET", f"{SLICES}/anything"),  # list and watch, never get
         ("PATCH", f"/api/v1/nodes/{own}"),
         ("GET", f"/apis/resource.k8s.io/v1/namespaces/{each_cluster.namespace}/resourceclaims"),

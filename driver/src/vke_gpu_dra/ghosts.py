@@ -44,6 +44,8 @@ class Reason(enum.StrEnum):
     GONE = "gone"  #: the API server has no claim of that namespace/name
     REPLACED = "replaced"  #: the claim of that namespace/name has another UID
     DEALLOCATED = "deallocated"  #: its allocation names no device of this node's pool for this driver
+    #: An adopted claim without a name that no pod of this node has referenced for two rounds.
+    UNREFERENCED = "unreferenced"
 
     @property
     def description(self) -> str:
@@ -51,6 +53,10 @@ class Reason(enum.StrEnum):
             Reason.GONE: "the claim no longer exists",
             Reason.REPLACED: "the claim was deleted and re-created under the same name (another UID)",
             Reason.DEALLOCATED: "its allocation no longer names a device of this node for this driver",
+            Reason.UNREFERENCED: (
+                "adopted from NVIDIA's plugin without a namespace/name, and no pod on this node has "
+                "referenced a claim of its UID for two rounds (kubelet would unprepare it)"
+            ),
         }[self]
 
 
@@ -85,6 +91,39 @@ def adopted_entry(claim: NvidiaClaim, *, driver_name: str, pool_name: str) -> Cl
         else ClaimState.PREPARE_STARTED
     )
     return ClaimEntry(claim.uid, claim.namespace, claim.name, state, devices)
+
+
+@dataclass(frozen=True)
+class PodClaims:
+    """The claims the pods of this node reference, by namespace/name (`pod_claims`)."""
+
+    names: frozenset[tuple[str, str]]
+    #: Pods naming a claim template whose generated claim their status does not name yet: a claim of
+    #: theirs may exist unseen, so no claim can be proven unreferenced while there is one.
+    unresolved: tuple[str, ...] = ()
+
+
+def pod_claims(pods: Iterable[Mapping[str, Any]]) -> PodClaims:
+    """The claims `pods` reference: `spec.resourceClaims[].resourceClaimName` (a claim named in the
+    pod) and `status.resourceClaimStatuses[].resourceClaimName` (the claim generated from a template),
+    each in the pod's namespace; a template reference without its status entry is `unresolved`."""
+    names: set[tuple[str, str]] = set()
+    unresolved: list[str] = []
+    for pod in pods:
+        namespace = str(lookup(pod, "metadata", "namespace") or "")
+        generated: dict[str, str] = {}
+        for status in lookup(pod, "status", "resourceClaimStatuses") or ():
+            if isinstance(status, Mapping):  # an empty resourceClaimName: none was needed
+                generated[str(status.get("name", ""))] = str(status.get("resourceClaimName") or "")
+        for ref in lookup(pod, "spec", "resourceClaims") or ():
+            if not isinstance(ref, Mapping):
+                continue
+            if ref.get("resourceClaimName"):
+                names.add((namespace, str(ref["resourceClaimName"])))
+            elif ref.get("resourceClaimTemplateName") and str(ref.get("name", "")) not in generated:
+                unresolved.append(f"{namespace}/{lookup(pod, 'metadata', 'name')}")
+        names.update((namespace, claim) for claim in generated.values() if claim)
+    return PodClaims(frozenset(names), tuple(sorted(set(unresolved))))
 
 
 def _our_results(claim: Mapping[str, Any], driver_name: str, pool_name: str) -> list[Mapping[str, Any]]:

@@ -232,6 +232,20 @@ class KubeAPI:
                 return None
             raise
 
+    def list_node_pods(self, node_name: str, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The pods bound to `node_name` (`spec.nodeName`, the way kubelet lists its own), read from
+        etcd or a cache proven current (a quorum list: no resourceVersion); `timeout`: seconds for the
+        whole request. Never a cluster-wide list."""
+        if not node_name:
+            raise ValueError("list_node_pods needs a node name: a pod list is never cluster-wide")
+        data = self._json(
+            "GET",
+            "/api/v1/pods",
+            query=[("fieldSelector", f"spec.nodeName={node_name}")],
+            timeout=REQUEST_TIMEOUT if timeout is None else max(timeout, 0.001),
+        )
+        return [p for p in data.get("items") or [] if isinstance(p, dict)]
+
     def list_slices(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
         """Slices of `driver` on `node_name` and the list's resourceVersion."""
         data = self._json(

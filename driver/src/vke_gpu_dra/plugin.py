@@ -241,6 +241,8 @@ class Plugin:
             pool_name=cfg.node_name,
             metrics=self.metrics,
             interval=cfg.claim_reconcile_interval,
+            pods=self._api,
+            node_name=cfg.node_name,
         )
         self.state.holder_check = self.reconciler.check_holders
         self.reconciler.start()

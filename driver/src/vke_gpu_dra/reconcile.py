@@ -21,13 +21,21 @@ seconds (`Reconciler`, one background thread):
   (`DeviceState.adopted_entries`: known only to the takeover's ledger), are checked the same way and
   a ghost is released through the same unprepare (`clean_ghost(..., adopted=True)`: NVIDIA's claim
   spec, MPS daemon, compute mode and time-slice undone). NVIDIA 25.8.1 records no namespace/name of a
-  claim (25.12's V2 form does); such a claim gets its name from kubelet's next prepare of it, and
-  until then it cannot be read: it is logged once and kept (its devices stay held).
+  claim (25.12's V2 form does); kubelet's next prepare of such a claim names it, and so does
+  `_look_up_unnamed`: while one is unnamed, each round lists the pods bound to this node (a quorum
+  list, `spec.nodeName` only, never cluster-wide) and reads the claims they reference (quorum GETs);
+  a claim of its UID names it (then it is checked as a named one), and one no pod of the node
+  references in `UNREFERENCED_ROUNDS` consecutive rounds whose lookups all answered is released
+  (`Reason.UNREFERENCED`): kubelet unprepares a claim no pod of its node uses. A failed lookup
+  decides nothing and starts the count again. Without `pods`/`node_name` such a claim is logged once
+  and kept (its devices stay held).
 
 Cost: a round makes one GET per prepared claim (plus a quorum read per ghost). With the default
 interval of 600 s, 1,000 nodes with 8 prepared claims each make 8,000 GETs per 600 s, about 13
 requests/s cluster-wide, all cheap cache reads (the 20 requests/s budget allows any interval of
-400 s and more at that size).
+400 s and more at that size). While a node has adopted claims without a name, its rounds add one
+node-scoped pod list and one quorum GET per claim its pods reference; when the lookups answer, that
+lasts two rounds after the takeover (every such claim is named or released by then).
 
 `check_holders` is the prepare-time check (`DeviceState.holder_check`): the claims holding a new
 claim's devices are read at once (quorum reads, within the call's deadline); a ghost is cleaned and
@@ -41,13 +49,23 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
+from vke_gpu_dra_core.objects import lookup
 
 from .checkpoint import ClaimEntry
-from .ghosts import Holder, Reason, admin_access_devices, checkable, held_error, judge, label
+from .ghosts import (
+    Holder,
+    Reason,
+    admin_access_devices,
+    checkable,
+    held_error,
+    judge,
+    label,
+    pod_claims,
+)
 from .kubeapi import KubeError
 from .metrics import Metrics
 from .state import StateLockTimeout
@@ -61,6 +79,9 @@ DEFAULT_INTERVAL_SECONDS: Final = 600
 #: Bounds of --claim-reconcile-interval.
 MIN_INTERVAL_SECONDS: Final = 10
 MAX_INTERVAL_SECONDS: Final = 86400
+#: Consecutive rounds in which no pod of this node references an unnamed adopted claim before it is
+#: released (a pod created meanwhile is seen by the second round).
+UNREFERENCED_ROUNDS: Final = 2
 
 
 class ClaimSource(Protocol):
@@ -69,6 +90,12 @@ class ClaimSource(Protocol):
     def get_resource_claim(
         self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
     ) -> dict[str, Any] | None: ...
+
+
+class PodSource(Protocol):
+    """Lists the pods bound to one node (`spec.nodeName`), a quorum read; never a cluster-wide list."""
+
+    def list_node_pods(self, node_name: str, timeout: float | None = None) -> list[dict[str, Any]]: ...
 
 
 class GhostState(Protocol):
@@ -86,6 +113,8 @@ class GhostState(Protocol):
         deadline: float | None = None,
         adopted: bool = False,
     ) -> bool: ...
+
+    def name_adopted(self, uid: str, namespace: str, name: str) -> None: ...
 
 
 def failure_kind(err: KubeError) -> str:
@@ -107,6 +136,12 @@ class RoundResult:
     unnamed: int = 0  #: entries without namespace/name (recovered from bare CDI specs): not checkable
     adopted: int = 0  #: of `checked`, claims adopted from NVIDIA's plugin known only to the ledger
     unnamed_adopted: tuple[str, ...] = ()  #: UIDs of adopted claims without namespace/name (kept)
+    #: UID -> namespace/name of unnamed adopted claims found this round through the pods of this node
+    named_by_pods: dict[str, str] = field(default_factory=dict)
+    #: UID -> consecutive rounds no pod of this node referenced the unnamed adopted claim
+    unreferenced: dict[str, int] = field(default_factory=dict)
+    #: Why the pods of this node could not rule on the unnamed adopted claims (None: they could)
+    pods_undecided: str | None = None
 
 
 class Reconciler:
@@ -123,10 +158,16 @@ class Reconciler:
         interval: float = DEFAULT_INTERVAL_SECONDS,
         workers: int = RECONCILE_WORKERS,
         read_timeout: float | None = None,
+        pods: PodSource | None = None,
+        node_name: str = "",
     ) -> None:
-        """`read_timeout`: seconds for each read of a round (None: the API client's request timeout)."""
+        """`read_timeout`: seconds for each read of a round (None: the API client's request timeout).
+        `pods` and `node_name`: where the adopted claims without a name are looked for (the pods of
+        this node); without them such claims are kept until kubelet names them."""
         self._state = state
         self._api = api
+        self._pods = pods if node_name else None
+        self._node_name = node_name
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._metrics = metrics
@@ -140,6 +181,8 @@ class Reconciler:
         self._rounds_cond = threading.Condition()
         self._failing: dict[str, str] = {}  # UIDs whose read failed last round: logged once
         self._unnamed_logged: set[str] = set()  # adopted claims without a name: logged once each
+        self._unreferenced: dict[str, int] = {}  # unnamed adopted UID -> rounds no pod referenced it
+        self._pods_failing: str | None = None  # why the last pod lookup failed: logged once
 
     # --- the loop ---
 
@@ -196,8 +239,15 @@ class Reconciler:
         named = [e for e in entries if checkable(e)]
         result.unnamed = len(entries) - len(named)
         adopted_named = [e for e in adopted if checkable(e)]
+        unnamed = [e for e in adopted if not checkable(e)]
+        if unnamed and self._pods is not None:
+            found = self._look_up_unnamed(unnamed, result)
+            adopted_named += [found[e.uid] for e in unnamed if e.uid in found]
+            unnamed = [e for e in unnamed if e.uid not in found and e.uid not in result.cleaned]
+        else:
+            self._unreferenced.clear()
         result.adopted = len(adopted_named)
-        result.unnamed_adopted = tuple(sorted(e.uid for e in adopted if not checkable(e)))
+        result.unnamed_adopted = tuple(sorted(e.uid for e in unnamed))
         self._report_unnamed_adopted(result.unnamed_adopted)
         checks = [(e, False) for e in named] + [(e, True) for e in adopted_named]
         outcomes = list(self._pool.map(lambda c: self._check(*c), checks))
@@ -279,14 +329,127 @@ class Reconciler:
             )
         return cleaned
 
+    # --- adopted claims without a name, looked for through the pods of this node ---
+
+    def _look_up_unnamed(self, unnamed: Sequence[ClaimEntry], result: RoundResult) -> dict[str, ClaimEntry]:
+        """Find the namespace/name of adopted claims NVIDIA 25.8.1 left unnamed (UID -> named entry).
+
+        One quorum list of the pods bound to this node, then a quorum GET of each claim they reference
+        (`ghosts.pod_claims`): a claim whose UID is an unnamed adopted one gets its name recorded in
+        the takeover's ledger and is checked as a named one this round. A UID no pod of this node
+        references in `UNREFERENCED_ROUNDS` consecutive rounds whose lookups all answered is released
+        as kubelet's unprepare would (`Reason.UNREFERENCED`). A failed list or read decides nothing and
+        starts the count again.
+        """
+        assert self._pods is not None
+        uids = {e.uid for e in unnamed}
+        judged_at = time.monotonic()
+        try:
+            pods = self._pods.list_node_pods(self._node_name, self._read_timeout)
+        except KubeError as err:
+            return self._pods_undecided(result, err, "listing the pods of this node")
+        referenced = pod_claims(pods)
+        reads = list(self._pool.map(self._read_quietly, sorted(referenced.names)))
+        found: dict[str, ClaimEntry] = {}
+        by_uid = {e.uid: e for e in unnamed}
+        failure: tuple[KubeError, str] | None = None
+        for (namespace, name), (claim, read_error) in zip(sorted(referenced.names), reads, strict=True):
+            if read_error is not None:
+                failure = failure or (read_error, f"reading claim {namespace}/{name}")
+                continue
+            uid = lookup(claim, "metadata", "uid") if claim is not None else None
+            if uid in uids and uid not in found:
+                found[uid] = replace(by_uid[uid], namespace=namespace, name=name)
+        self._record_names(found, result)
+        if failure is not None:
+            self._pods_undecided(result, *failure)
+            return found
+        if referenced.unresolved:
+            result.pods_undecided = (
+                f"pods whose generated claim is not named yet: {', '.join(referenced.unresolved)}"
+            )
+            self._unreferenced.clear()
+            return found
+        self._pods_answered()
+        self._release_unreferenced([by_uid[uid] for uid in sorted(uids - set(found))], judged_at, result)
+        return found
+
+    def _record_names(self, found: Mapping[str, ClaimEntry], result: RoundResult) -> None:
+        """Record in the takeover's ledger the names found for unnamed adopted claims."""
+        for uid, entry in found.items():
+            try:
+                self._state.name_adopted(uid, entry.namespace, entry.name)
+            except StateLockTimeout as exc:  # recorded by the next round (or kubelet's prepare)
+                log.warning("cannot record an adopted claim's name", extra={"fields": {"error": str(exc)}})
+            result.named_by_pods[uid] = label(entry)
+            self._unreferenced.pop(uid, None)
+        if found:
+            log.info(
+                "found the names of claims adopted from NVIDIA's plugin through the pods of this node",
+                extra={"fields": {"claims": {uid: result.named_by_pods[uid] for uid in sorted(found)}}},
+            )
+
+    def _release_unreferenced(
+        self, absent: Sequence[ClaimEntry], judged_at: float, result: RoundResult
+    ) -> None:
+        """Count one more round for each unnamed adopted claim no pod of this node references; release
+        those unreferenced `UNREFERENCED_ROUNDS` rounds in a row (unless a prepare answered since
+        `judged_at`, the time of this round's pod list, or the ledger changed)."""
+        self._unreferenced = {e.uid: self._unreferenced.get(e.uid, 0) + 1 for e in absent}
+        result.unreferenced = dict(self._unreferenced)
+        for entry in absent:
+            if self._unreferenced[entry.uid] < UNREFERENCED_ROUNDS:
+                continue
+            try:
+                if self._clean(entry, Reason.UNREFERENCED, judged_at, deadline=None, adopted=True):
+                    result.cleaned[entry.uid] = Reason.UNREFERENCED
+                    self._unreferenced.pop(entry.uid, None)
+            except ClaimError as err:
+                result.kept[entry.uid] = f"cleanup: {err}"
+
+    def _read_quietly(self, ref: tuple[str, str]) -> tuple[dict[str, Any] | None, KubeError | None]:
+        """A quorum read of one claim a pod references: (the claim or None for 404, the error)."""
+        try:
+            return self._api.get_resource_claim(ref[0], ref[1], self._read_timeout), None
+        except KubeError as err:
+            return None, err
+
+    def _pods_undecided(self, result: RoundResult, err: KubeError, what: str) -> dict[str, ClaimEntry]:
+        """A failed lookup: nothing is concluded, the count of unreferenced rounds starts again; one log
+        line while it keeps failing the same way."""
+        kind = failure_kind(err)
+        self._metrics.claim_reconcile_failures.labels(reason=kind).inc()
+        result.pods_undecided = f"{kind}: {what}: {err}"
+        self._unreferenced.clear()
+        if self._pods_failing != kind:
+            log.warning(
+                "cannot look for the adopted claims without a name through the pods of this node; "
+                "they are kept",
+                extra={"fields": {"error": result.pods_undecided}},
+            )
+        self._pods_failing = kind
+        return {}
+
+    def _pods_answered(self) -> None:
+        if self._pods_failing is not None:
+            log.info("the pods of this node can be read again")
+        self._pods_failing = None
+
     def _report_unnamed_adopted(self, uids: Sequence[str]) -> None:
         """One line per adopted claim without namespace/name, the first round it is met."""
         new = [uid for uid in uids if uid not in self._unnamed_logged]
-        if new:
+        if new and self._pods is None:
             log.warning(
                 "claims adopted from NVIDIA's plugin have no namespace/name (its checkpoint before 25.12 "
                 "records none): they cannot be checked against the API server until kubelet prepares or "
                 "unprepares them here; their devices stay held",
+                extra={"fields": {"uids": new}},
+            )
+        elif new:
+            log.warning(
+                "claims adopted from NVIDIA's plugin have no namespace/name (its checkpoint before 25.12 "
+                "records none): they are looked for through the pods of this node, and released once no "
+                f"pod of this node has referenced them for {UNREFERENCED_ROUNDS} rounds",
                 extra={"fields": {"uids": new}},
             )
         self._unnamed_logged = set(uids)  # those named or released since are forgotten

@@ -286,6 +286,14 @@ class DeviceState:
         with self._locked_or_fail("reading the takeover ledger"):
             return self._adopted_only(self._read())
 
+    def name_adopted(self, uid: str, namespace: str, name: str) -> None:
+        """Record the namespace/name reconciliation found for adopted claim `uid` (NVIDIA 25.8.1 records
+        none; `reconcile` finds it through the pods of this node), as kubelet's prepare would."""
+        if self._takeover is None:
+            return
+        with self._locked_or_fail("naming a claim adopted from NVIDIA's plugin"):
+            self._takeover.name(uid, namespace, name)
+
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
         self._submit(_Op("unprepare", ref, None, self._deadline(deadline)))

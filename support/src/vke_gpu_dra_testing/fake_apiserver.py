@@ -476,6 +476,10 @@ class FakeAPIServer:
         self.feature_gates: set[str] = set()
         #: resource.k8s.io/v1 DeviceClasses by name.
         self.device_classes: dict[str, dict[str, Any]] = {}
+        #: v1 Pods by (namespace, name); listed only with `fieldSelector=spec.nodeName=...`.
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        #: What a pod list with `resourceVersion=0` sees while `freeze_pod_cache` holds it.
+        self.pod_cache: dict[tuple[str, str], dict[str, Any]] | None = None
 
     # --- lifecycle ---
 
@@ -591,6 +595,45 @@ class FakeAPIServer:
         with self.cond:
             del self.claims[(namespace, name)]
 
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        *,
+        claims: dict[str, str] | None = None,
+        generated: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A pod bound to `node`; `claims`: pod claim name -> ResourceClaim named in its spec;
+        `generated`: pod claim name -> the claim generated from a template (its status names it)."""
+        refs = [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
+        refs += [{"name": k, "resourceClaimTemplateName": f"{k}-template"} for k in generated or {}]
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"namespace": namespace, "name": name, "uid": str(uuid.uuid4())},
+            "spec": {"nodeName": node, "resourceClaims": refs},
+            "status": {
+                "resourceClaimStatuses": [
+                    {"name": k, "resourceClaimName": v} for k, v in (generated or {}).items() if v
+                ]
+            },
+        }
+        with self.cond:
+            pod["metadata"]["resourceVersion"] = self._next_rv()
+            self.pods[(namespace, name)] = pod
+        return copy.deepcopy(pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod at once (a force delete)."""
+        with self.cond:
+            del self.pods[(namespace, name)]
+
+    def freeze_pod_cache(self) -> None:
+        """From now on, pod lists with `resourceVersion=0` see the pods as they are now."""
+        with self.cond:
+            self.pod_cache = copy.deepcopy(self.pods)
+
     def freeze_claim_cache(self) -> None:
         """From now on, cached claim reads (`resourceVersion=0`) see the claims as they are now."""
         with self.cond:
@@ -697,6 +740,36 @@ class FakeAPIServer:
             self.deployments[(namespace, name)]["status"] = {"replicas": 1, "readyReplicas": ready}
 
     # --- resource logic (callers hold self.cond) ---
+
+    def _route_pods(self, method: str, parts: list[str], query: dict[str, str]) -> tuple[int, Any] | None:
+        """GET /api/v1/pods (a list; no other pod request is served), None for any other request."""
+        if method == "GET" and parts == ["api", "v1", "pods"]:
+            return 200, self._list_pods(query)
+        return None
+
+    def _list_pods(self, query: dict[str, str]) -> dict[str, Any]:
+        """GET /api/v1/pods: the pods matching `fieldSelector` (`spec.nodeName` only, as kubelet
+        lists its own); `resourceVersion=0` is served from the frozen pod cache when there is one."""
+        store = self.pods
+        if query.get("resourceVersion") == "0" and self.pod_cache is not None:
+            store = self.pod_cache
+        selector: dict[str, str] = {}
+        for part in filter(None, query.get("fieldSelector", "").split(",")):
+            key, sep, value = part.partition("==") if "==" in part else part.partition("=")
+            if not sep or key.strip() != "spec.nodeName":
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'field label not supported by this test server: {key.strip()!r} (only "spec.nodeName")',
+                )
+            selector[key.strip()] = value.strip()
+        items = [copy.deepcopy(p) for _, p in sorted(store.items()) if matches(p, selector)]
+        return {
+            "apiVersion": "v1",
+            "kind": "PodList",
+            "metadata": {"resourceVersion": str(self.current_rv)},
+            "items": items,
+        }
 
     def _create_deployment(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj.setdefault("metadata", {})
@@ -1028,7 +1101,7 @@ class _Handler(BaseHTTPRequestHandler):
                         {"name": parts[6], "group": "resource.k8s.io", "kind": "resourceclaims"},
                     )
                 return 200, copy.deepcopy(claim)
-            routed = api._route_deployments(method, parts, body)
+            routed = api._route_pods(method, parts, query) or api._route_deployments(method, parts, body)
             if routed is not None:
                 return routed
             if path.startswith(f"{RESOURCE}/deviceclasses"):

@@ -10,7 +10,8 @@ adopted `PrepareStarted` claim is released before it is prepared anew. Nothing i
 between calls: the ledger is read from disk each time, so two plugin processes agree.
 
 Used by `state.DeviceState` through one hook per phase: `start()` in restore, `adopted(uid)`/`answer(...)`
-(and `name(...)`: the namespace/name kubelet gives an adopted claim, which NVIDIA 25.8.1 does not record)
+(and `name(...)`: the namespace/name kubelet gives an adopted claim, or reconciliation finds through the
+pods of the node, which NVIDIA 25.8.1 does not record)
 in prepare and `release(...)` in unprepare; `unreleased()` gives reconciliation and the held-devices
 guard the adopted claims that still hold their devices. The plugin builds it with its tools (`Tools`: the API,
 `nvidia-smi`, the mounter) in a start-up step of its own.
