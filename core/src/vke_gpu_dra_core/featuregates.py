@@ -7,6 +7,10 @@ that values written for it work here; only the sharing gates change this driver'
 `ConsumableShares` (NVIDIA's newest plugin: devices published with `allowMultipleAllocations` and a
 memory capacity with a `requestPolicy`, so several claims share one GPU's memory) excludes MPS sharing:
 NVIDIA refuses MPS on a plugin with consumable shares, and so does `conflicts()`.
+`DynamicMIG` (NVIDIA's newest plugin: MIG devices created at prepare and destroyed at unprepare, every
+placement published as a partitionable device) is refused with `MPSSupport`, as NVIDIA's validation does
+(NVIDIA also refuses it with `PassthroughSupport` and `NVMLDeviceHealthCheck`, gates this driver does not
+have).
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from typing import Final
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
 CONSUMABLE_SHARES: Final = "ConsumableShares"
+DYNAMIC_MIG: Final = "DynamicMIG"
 
 #: Gate -> default, as in NVIDIA's pkg/featuregates (project gates plus the Kubernetes logging gates it
-#: registers, ContextualLogging switched on by NVIDIA). Only the first three have an effect here.
+#: registers, ContextualLogging switched on by NVIDIA). Only the first four have an effect here.
 DEFAULTS: Final[Mapping[str, bool]] = {
     TIME_SLICING_SETTINGS: False,
     MPS_SUPPORT: False,
     CONSUMABLE_SHARES: False,
+    DYNAMIC_MIG: False,
     "IMEXDaemonsWithDNSNames": True,
     "ContextualLogging": True,
     "LoggingAlphaOptions": False,
@@ -62,19 +68,31 @@ class FeatureGates:
     def consumable_shares(self) -> bool:
         return self.enabled(CONSUMABLE_SHARES)
 
+    @property
+    def dynamic_mig(self) -> bool:
+        return self.enabled(DYNAMIC_MIG)
+
     def render(self) -> str:
         """Every gate as `Name=bool,...` (sorted), the form the MPS daemon's FEATURE_GATES gets."""
         return ",".join(f"{k}={'true' if self.enabled(k) else 'false'}" for k in sorted(DEFAULTS))
 
 
 def conflicts(values: Mapping[str, bool]) -> str | None:
-    """Why a set of gates cannot run together (None when it can): MPS with consumable shares."""
-    if values.get(CONSUMABLE_SHARES, DEFAULTS[CONSUMABLE_SHARES]) and values.get(
-        MPS_SUPPORT, DEFAULTS[MPS_SUPPORT]
-    ):
+    """Why a set of gates cannot run together (None when it can): MPS with consumable shares, MPS
+    with dynamic MIG."""
+
+    def on(name: str) -> bool:
+        return bool(values.get(name, DEFAULTS[name]))
+
+    if on(CONSUMABLE_SHARES) and on(MPS_SUPPORT):
         return (
             f"{CONSUMABLE_SHARES}=true and {MPS_SUPPORT}=true: MPS sharing is not supported when "
             "consumable shares is enabled (as in NVIDIA's plugin); enable one of them"
+        )
+    if on(DYNAMIC_MIG) and on(MPS_SUPPORT):
+        return (
+            f"{DYNAMIC_MIG}=true and {MPS_SUPPORT}=true: the two are mutually exclusive (as in NVIDIA's "
+            "plugin); enable one of them"
         )
     return None
 

@@ -1,6 +1,7 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
-Start order (`_start`, one method per step): open the API -> discover devices -> create the
+Start order (`_start`, one method per step): open the API -> (feature gate DynamicMIG) detect whether
+the server keeps shared counters -> discover devices -> (DynamicMIG) add the MIG placements -> create the
 directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
 -> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
 reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
@@ -33,6 +34,7 @@ from .checkpoint import BootIdError, read_boot_id
 from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS
 from .health.setup import HealthWatching
+from .health.shared_counters_support import SharedCountersSupport, detect_shared_counters
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
@@ -45,10 +47,13 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
+from .partitions.publish import slice_layout
+from .partitions.setup import DynamicMig, nvml_dynamic_mig, simulated_dynamic_mig
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
 from .slice_controller import SliceController
+from .slices import Layout
 from .state import DeviceState, StateLockTimeout
 from .takeover import Takeover
 from .takeover import Tools as TakeoverTools
@@ -67,14 +72,15 @@ class StartupError(Exception):
     """The plugin cannot start; the message is one line for the operator."""
 
 
-def make_source(config: Config) -> DeviceSource:
+def make_source(config: Config, *, dynamic_mig: bool = False) -> DeviceSource:
+    """The configured device source; `dynamic_mig`: GPUs with MIG mode on are discovered whole."""
     if config.device_source == "simulated":
         from vke_gpu_dra_core.discovery.simulated import SimulatedSource  # noqa: PLC0415  (only the chosen source is loaded)
 
         return SimulatedSource(config.simulated_gpus, config.simulated_product, config.node_name)
     from .discovery import nvml  # noqa: PLC0415  (NVML bindings load only in nvml mode)
 
-    return nvml.NvmlSource(driver_root=config.driver_root_path)
+    return nvml.NvmlSource(driver_root=config.driver_root_path, dynamic_mig=dynamic_mig)
 
 
 class Plugin:
@@ -105,6 +111,10 @@ class Plugin:
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
+        #: Where the server keeps shared counters (DynamicMIG only; None without the gate).
+        self.shared_counters: SharedCountersSupport | None = None
+        #: The partitioned GPUs (DynamicMIG on a server keeping shared counters), else None.
+        self.dynamic_mig: DynamicMig | None = None
         self.health: HealthWatching | None = None
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
@@ -138,7 +148,9 @@ class Plugin:
 
     def _start(self) -> None:
         self._open_api()
+        self._detect_shared_counters()
         self._discover_devices()
+        self._add_mig_placements()
         self._create_directories()
         self._set_up_driver_user_space()
         self._build_takeover()
@@ -155,8 +167,34 @@ class Plugin:
         if self._api is None:
             self._api = KubeAPI.from_kubeconfig(self.config.kubeconfig)
 
+    def _detect_shared_counters(self) -> None:
+        """DynamicMIG: does the server keep KEP-4815 shared counters, and where (a dry-run create)."""
+        cfg = self.config
+        if not cfg.feature_gates.dynamic_mig:
+            return
+        assert self._api is not None
+        self.shared_counters = detect_shared_counters(
+            self._api, driver=cfg.driver_name, node_name=cfg.node_name
+        )
+        if self.shared_counters.layout is None:
+            log.warning(
+                "feature gate DynamicMIG is on but the API server keeps no shared counters: GPUs are "
+                "published as without the gate",
+                extra={"fields": {"detail": self.shared_counters.detail}},
+            )
+        else:
+            log.info(
+                "dynamic MIG: shared counters kept",
+                extra={
+                    "fields": {"layout": self.shared_counters.layout, "detail": self.shared_counters.detail}
+                },
+            )
+
+    def _dynamic_mig_on(self) -> bool:
+        return self.shared_counters is not None and self.shared_counters.layout is not None
+
     def _discover_devices(self) -> None:
-        source = self._source = self._source or make_source(self.config)
+        source = self._source = self._source or make_source(self.config, dynamic_mig=self._dynamic_mig_on())
         try:
             result = source.discover()
         except DiscoveryError as err:
@@ -167,6 +205,25 @@ class Plugin:
         self.driver_version = result.driver_version
         self.metrics.devices_discovered.set(len(self.devices))
         log.info("discovered devices", extra={"fields": {"devices": [d.name for d in self.devices]}})
+
+    def _add_mig_placements(self) -> None:
+        """DynamicMIG: every MIG placement of the GPUs with MIG mode on becomes a device (`partitions`)."""
+        cfg = self.config
+        if not self._dynamic_mig_on():
+            return
+        if cfg.device_source == "simulated":
+            self.dynamic_mig = simulated_dynamic_mig(self.devices, cfg.plugin_data_dir)
+        else:
+            from .discovery.mig_lifecycle import MigLifecycle  # noqa: PLC0415  (NVML only in nvml mode)
+            from .partitions.backends import NvmlMigBackend  # noqa: PLC0415
+
+            lifecycle = MigLifecycle(driver_root=cfg.driver_root_path)
+            self.dynamic_mig = nvml_dynamic_mig(self.devices, NvmlMigBackend(lifecycle), lifecycle)
+        self.devices = self.dynamic_mig.devices
+        log.info(
+            "dynamic MIG: GPUs partitioned",
+            extra={"fields": {"gpus": [g.whole.name for g in self.dynamic_mig.manager.gpus]}},
+        )
 
     def _create_directories(self) -> None:
         """The plugin data directory (checkpoint, node lock, MPS) and the CDI spec directory."""
@@ -213,6 +270,7 @@ class Plugin:
                 sharing_manager=self._sharing_manager(),
                 takeover=self.takeover,
                 boot_id=boot_id,
+                partitions=self.dynamic_mig.manager if self.dynamic_mig else None,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -253,6 +311,7 @@ class Plugin:
             metrics=self.metrics,
             max_per_slice=self.health.slice_size,
             managed_annotations=self.health.managed_annotations,
+            layout=self._slice_layout(self.health.slice_size),
         )
         self.slices.start()
         self.health.start(
@@ -260,6 +319,18 @@ class Plugin:
             simulated=cfg.device_source == "simulated",
             plugin_data_dir=cfg.plugin_data_dir,
             publish=self.slices.set_entries,
+        )
+
+    def _slice_layout(self, max_per_slice: int) -> Layout | None:
+        """DynamicMIG: the partitioned GPUs with their counter sets, in the server's layout."""
+        support = self.shared_counters
+        if self.dynamic_mig is None or support is None or support.layout is None:
+            return None
+        return slice_layout(
+            self.dynamic_mig.manager.gpus,
+            support.layout,
+            kubernetes_minor=support.kubernetes_minor,
+            max_per_slice=max_per_slice,
         )
 
     def _serve_health_and_metrics(self) -> None:
