@@ -41,7 +41,7 @@ def mig_template(name: str, profile: str) -> dict[str, Any]:
     }
 
 
-def start_dynamic(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Plugin:
+def start_dynamic(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, slices: int = 2) -> Plugin:
     monkeypatch.setenv("FEATURE_GATES", "DynamicMIG=true")
     objects = cluster.install_chart()
     node = cluster.add_node("mig")
@@ -52,7 +52,7 @@ def start_dynamic(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Plugin:
         name, cluster.token(service_account["metadata"]["name"], pod), gpus=1, product=H100
     )
     published = wait_until(
-        lambda: len(cluster.slices_of(name)) == 2 or plugin.process.poll() is not None, timeout=60
+        lambda: len(cluster.slices_of(name)) == slices or plugin.process.poll() is not None, timeout=60
     )
     assert published and plugin.process.poll() is None, f"no slices published:\n{plugin.log}"
     return plugin
@@ -127,5 +127,19 @@ def test_the_scheduler_allocates_mig_placements_that_never_overlap(
         assert instances == []
     finally:
         kubelet.close()
+    code, log = plugin.stop()
+    assert code == 0, log
+
+
+def test_a_server_without_shared_counters_gets_whole_gpus(
+    cluster_134: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1.34 keeps shared counters only behind its alpha gate DRAPartitionableDevices (off here): the
+    dry-run shows they are dropped, so the GPU is published as without DynamicMIG, and the log says why."""
+    plugin = start_dynamic(cluster_134, monkeypatch, slices=1)
+    [published] = cluster_134.slices_of(plugin.node)
+    assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0"]
+    assert "sharedCounters" not in published["spec"]
+    assert "keeps no shared counters" in plugin.log
     code, log = plugin.stop()
     assert code == 0, log
