@@ -381,3 +381,16 @@ def test_a_placement_without_the_gate_is_refused_at_prepare(node: Node) -> None:
     node.api.add_claim(claim("c1", "uid-1", "gpu-0-mig-1g10gb-19-0"))
     error = node.kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"]
     assert "gpu-0-mig-1g10gb-19-0" in error
+
+
+def test_the_docs_show_the_sample_claim_template() -> None:
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    [template, pod] = yaml.safe_load_all((repo / "driver/docs/samples/dynamic-mig-1g10gb.yaml").read_text())
+    text = (repo / "docs/dynamic-mig.md").read_text()
+    shown = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(shown) == template
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == facts.DEVICE_CLASS_MIG.name
+    assert pod["spec"]["resourceClaims"] == [{"name": "mig", "resourceClaimTemplateName": "mig-1g10gb"}]

@@ -6,10 +6,13 @@ overlap an allocated one are never allocated."""
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from vke_gpu_dra.partitions.backends import SIMULATED_STATE_FILE
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.mig_partitions import MigPlacement, mig_product
@@ -20,25 +23,19 @@ from .controlplane import wait_until
 from .test_driver import gpu_pod
 
 H100 = "NVIDIA H100 80GB HBM3"
+SAMPLE = Path(__file__).resolve().parents[2] / "driver" / "docs" / "samples" / "dynamic-mig-1g10gb.yaml"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/"
 
 
 def mig_template(name: str, profile: str) -> dict[str, Any]:
-    """A ResourceClaimTemplate for one MIG device of `profile` (the sample's shape)."""
-    selector = f"device.attributes['{facts.DRIVER_NAME}'].profile == '{profile}'"
-    request = {
-        "name": "gpu",
-        "exactly": {
-            "deviceClassName": facts.DEVICE_CLASS_MIG.name,
-            "selectors": [{"cel": {"expression": selector}}],
-        },
-    }
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
+    """The sample ResourceClaimTemplate (driver/docs/samples), renamed and for `profile`."""
+    [template, _pod] = yaml.safe_load_all(SAMPLE.read_text())
+    template = copy.deepcopy(template)
+    template["metadata"]["name"] = name
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    selector = request["exactly"]["selectors"][0]["cel"]
+    selector["expression"] = selector["expression"].replace("'1g.10gb'", f"'{profile}'")
+    return dict(template)
 
 
 def start_dynamic(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, slices: int = 2) -> Plugin:
