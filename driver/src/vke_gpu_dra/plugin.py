@@ -217,11 +217,14 @@ class Plugin:
         if cfg.device_source == "simulated":
             self.dynamic_mig = simulated_dynamic_mig(self.devices, cfg.plugin_data_dir)
         else:
-            from .discovery.mig_lifecycle import MigLifecycle  # noqa: PLC0415  (NVML only in nvml mode)
+            from .discovery.mig_lifecycle import MigLifecycle, MigLifecycleError  # noqa: PLC0415  (NVML only)
             from .partitions.backends import NvmlMigBackend  # noqa: PLC0415
 
             lifecycle = MigLifecycle(driver_root=cfg.driver_root_path)
-            self.dynamic_mig = nvml_dynamic_mig(self.devices, NvmlMigBackend(lifecycle), lifecycle)
+            try:
+                self.dynamic_mig = nvml_dynamic_mig(self.devices, NvmlMigBackend(lifecycle), lifecycle)
+            except (MigLifecycleError, DiscoveryError) as err:
+                raise StartupError(f"dynamic MIG: reading the GPUs' MIG profiles failed: {err}") from err
         self.devices = self.dynamic_mig.devices
         log.info(
             "dynamic MIG: GPUs partitioned",
