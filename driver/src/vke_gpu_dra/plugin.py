@@ -194,10 +194,7 @@ class Plugin:
         return self.shared_counters is not None and self.shared_counters.layout is not None
 
     def _discover_devices(self) -> None:
-        if self._source is None:  # without dynamic MIG, the call of every release (tests replace it)
-            on = self._dynamic_mig_on()
-            self._source = make_source(self.config, dynamic_mig=True) if on else make_source(self.config)
-        source = self._source
+        source = self._source = self._source or make_source(self.config, dynamic_mig=self._dynamic_mig_on())
         try:
             result = source.discover()
         except DiscoveryError as err:
