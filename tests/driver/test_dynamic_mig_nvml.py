@@ -17,6 +17,8 @@ import yaml
 from vke_gpu_dra.cdi import claim_spec_path
 from vke_gpu_dra.checkpoint import CheckpointStore, ClaimState
 from vke_gpu_dra.discovery.mig_lifecycle import MigLifecycle
+from vke_gpu_dra.discovery.nvml import NvmlSource
+from vke_gpu_dra.partitions.setup import nvml_dynamic_mig_at
 
 from tests.driver.fake_nvml import build, mig_settings, write_config
 from tests.driver.mig_state import claim_of, open_state, ref
@@ -224,3 +226,20 @@ def test_a_reboot_creates_the_prepared_mig_devices_again(configure, fake_lib: Pa
         "/dev/nvidia0",
         *record.caps_nodes,
     ]
+
+
+def test_the_plugins_nvml_set_up_finds_nvml_under_the_driver_root(
+    configure, fake_lib: Path, tmp_path: Path
+) -> None:
+    """What the plugin calls in nvml mode: NVML looked up under --nvidia-driver-root, as discovery does."""
+    configure(settings(mode0=0))
+    driver_root = tmp_path / "driver-root"
+    (driver_root / "usr" / "lib64").mkdir(parents=True)
+    (driver_root / "usr" / "lib64" / "libnvidia-ml.so.1").write_bytes(fake_lib.read_bytes())
+    sysfs = tmp_path / "sys"
+    (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
+    source = NvmlSource(driver_root=driver_root, sysfs_root=sysfs, dynamic_mig=True)
+    dynamic = nvml_dynamic_mig_at(driver_root, source.discover().devices)
+    assert [g.whole.name for g in dynamic.manager.gpus] == ["gpu-1"]
+    assert [d.name for d in dynamic.devices][:3] == ["gpu-0", "gpu-1", "gpu-1-mig-1g10gb-19-0"]
+    assert len(dynamic.devices) == 2 + len(dynamic.manager.gpus[0].placements)

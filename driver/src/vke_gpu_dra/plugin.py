@@ -48,7 +48,7 @@ from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, 
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
 from .partitions.publish import slice_layout
-from .partitions.setup import DynamicMig, nvml_dynamic_mig, simulated_dynamic_mig
+from .partitions.setup import DynamicMig, nvml_dynamic_mig_at, simulated_dynamic_mig
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
@@ -214,12 +214,10 @@ class Plugin:
         if cfg.device_source == "simulated":
             self.dynamic_mig = simulated_dynamic_mig(self.devices, cfg.plugin_data_dir)
         else:
-            from .discovery.mig_lifecycle import MigLifecycle, MigLifecycleError  # noqa: PLC0415  (NVML only)
-            from .partitions.backends import NvmlMigBackend  # noqa: PLC0415
+            from .discovery.mig_lifecycle import MigLifecycleError  # noqa: PLC0415  (NVML only in nvml mode)
 
-            lifecycle = MigLifecycle(driver_root=cfg.driver_root_path)
             try:
-                self.dynamic_mig = nvml_dynamic_mig(self.devices, NvmlMigBackend(lifecycle), lifecycle)
+                self.dynamic_mig = nvml_dynamic_mig_at(cfg.driver_root_path, self.devices)
             except (MigLifecycleError, DiscoveryError) as err:
                 raise StartupError(f"dynamic MIG: reading the GPUs' MIG profiles failed: {err}") from err
         self.devices = self.dynamic_mig.devices

@@ -73,6 +73,16 @@ def simulated_dynamic_mig(devices: Sequence[Device], plugin_data_dir: Path) -> D
     return DynamicMig(PartitionManager(backend, gpus), _with_placements(devices, gpus))
 
 
+def nvml_dynamic_mig_at(driver_root: Path, devices: Sequence[Device]) -> DynamicMig:
+    """The plugin's NVML case: NVML found under `driver_root` as discovery finds it, capability nodes
+    from the host's /proc. Raises MigLifecycleError or NvmlUnavailableError when NVML fails."""
+    from ..discovery.mig_lifecycle import MigLifecycle  # noqa: PLC0415  (NVML bindings only in nvml mode)
+    from .backends import NvmlMigBackend  # noqa: PLC0415
+
+    lifecycle = MigLifecycle(driver_root=driver_root)
+    return nvml_dynamic_mig(devices, NvmlMigBackend(lifecycle), lifecycle)
+
+
 def nvml_dynamic_mig(devices: Sequence[Device], backend: MigBackend, lifecycle: MigLifecycle) -> DynamicMig:
     """GPUs through NVML: MIG capability, mode and profiles as NVML reports them."""
     by_uuid = {d.uuid: d for d in _whole_gpus(devices)}
