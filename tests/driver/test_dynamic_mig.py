@@ -394,3 +394,28 @@ def test_the_docs_show_the_sample_claim_template() -> None:
     [request] = template["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["deviceClassName"] == facts.DEVICE_CLASS_MIG.name
     assert pod["spec"]["resourceClaims"] == [{"name": "mig", "resourceClaimTemplateName": "mig-1g10gb"}]
+
+
+# --------------------------------------------------------------------------------- checkpoint records
+
+
+def test_the_checkpoint_keeps_mig_records_and_names_a_bad_field() -> None:
+    from vke_gpu_dra.checkpoint import CheckpointError, ClaimEntry, ClaimState, decode, encode
+    from vke_gpu_dra.partitions.records import MigRecord
+
+    placed = MigRecord("gpu-0-mig-1g10gb-19-3", "GPU-x", 0, 19, 3, 1)
+    created = MigRecord(
+        "gpu-0-mig-3g40gb-9-4", "GPU-x", 0, 9, 4, 4, 2, 0, "MIG-y", ("/dev/nvidia-caps/nvidia-cap21",)
+    )
+    entry = ClaimEntry("u", "ns", "c", ClaimState.PREPARE_STARTED, partitions=(placed, created))
+    assert decode(encode({"u": entry})) == {"u": entry}
+    assert "partitions" not in ClaimEntry("u", "ns", "c", ClaimState.PREPARE_STARTED).to_json()
+    bad = entry.to_json()
+    bad["partitions"][0]["profileId"] = "19"
+    with pytest.raises(
+        ValueError, match=r"claims\[0\]\.partitions\[0\]\.profileId: '19'; allowed: a whole number"
+    ):
+        ClaimEntry.from_json(bad, "claims[0]")
+    bad["partitions"][0] = {"device": "d"}
+    with pytest.raises(CheckpointError, match="missing field"):
+        ClaimEntry.from_json(bad, "claims[0]")
