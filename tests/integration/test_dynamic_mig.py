@@ -126,6 +126,7 @@ def test_the_scheduler_allocates_mig_placements_that_never_overlap(
         kubelet.close()
     code, log = plugin.stop()
     assert code == 0, log
+    assert log.count("publishing resource slices") == 1, log  # what the server stored counts as in sync
 
 
 def test_a_server_without_shared_counters_gets_whole_gpus(
