@@ -95,7 +95,8 @@ class TimedFake(FakeAPIServer):
 
     def put_claims(self, refs: list[Ref], gpus: int) -> None:
         for i, (_, name, uid) in enumerate(refs):
-            self.add_claim(claim(name, uid, f"gpu-{i % gpus}"))
+            # more claims than GPUs: with admin access, as monitoring claims may share a device
+            self.add_claim(claim(name, uid, f"gpu-{i % gpus}", admin_access=True))
 
     def drop_claims(self, refs: list[Ref]) -> None:
         with self.cond:

@@ -9,9 +9,10 @@ Every run is a fresh `python -m vke_gpu_dra_ops plan` process (imports included)
 exit (wall time, and the CPU time the process used, which other load on the machine disturbs less);
 the two trees take turns, `--runs` times each, after one untimed run each that writes bytecode caches.
 The previous revision (`--ref`, default the last commit before the planner became a package of its
-own) is taken out of git into a temporary directory with `git archive` and run with PYTHONPATH at its
-core/src and ops/src. Both must give the same report (`-o json`, less the selector-cache lookups, a
-counter of the work done, and less the fields the previous revision's report does not have yet).
+own) is taken out of git into a temporary directory with `git archive` and run with PYTHONPATH at the
+package sources it has (core/src and ops/src, and kube/src and planner/src once they exist). Both must
+give the same report (`-o json`, less the selector-cache lookups, a counter of the work done, and less
+the fields the previous revision's report does not have yet).
 
 Then the capacity policy's share of a preview: in a fresh process of the pack's environment
 (policy/venv when it is there, else this interpreter), the time to import the pack's capacity check and
@@ -112,11 +113,28 @@ def repository() -> Path:
     return Path(top.stdout.strip())
 
 
+#: The packages a revision's `plan` runs from (those that exist at that revision).
+SOURCES: Final = ("core/src", "kube/src", "planner/src", "ops/src")
+
+
+def sources_at(ref: str) -> list[str]:
+    """The entries of SOURCES that `ref` has (the planner and kube packages came later)."""
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", ref, "--", *SOURCES],
+        cwd=repository(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    present = set(listed.stdout.split())
+    return [p for p in SOURCES if p in present]
+
+
 def materialise(ref: str, directory: Path) -> Path:
-    """core/, ops/ and the pack of `ref`, out of git into `directory` (no work tree is touched)."""
+    """The packages and the pack of `ref`, out of git into `directory` (no work tree is touched)."""
     archive = directory / "previous.tar"
     with archive.open("wb") as out:
-        paths = ["core/src", "ops/src", "policy/vke_dra_policies"]
+        paths = [*sources_at(ref), "policy/vke_dra_policies"]
         subprocess.run(["git", "archive", ref, *paths], cwd=repository(), stdout=out, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(directory / "previous", filter="data")
@@ -269,7 +287,7 @@ def main() -> None:
         directory = Path(tmp)
         stack, objects = write_job(directory, args.nodes, args.templates)
         previous = materialise(args.ref, directory)
-        previous_path = [previous / "core" / "src", previous / "ops" / "src"]
+        previous_path = [previous / path for path in sources_at(args.ref)]
         trees: dict[str, Sequence[Path]] = {"this tree": [], args.ref: previous_path}
         figures = compare(trees, stack, objects, args.runs)
         policies = {

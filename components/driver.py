@@ -71,6 +71,7 @@ def python_values(cfg: DriverConfig, taints: Sequence[Taint] = ()) -> ChartValue
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"enabled": False},
             "nvidiaDriverRoot": cfg.nvidia_driver_root,
+            "claimReconcileIntervalSeconds": cfg.claim_reconcile_interval_seconds,
             "health": {
                 "additionalXidsToIgnore": cfg.additional_xids_to_ignore,
                 "recoveryWindowSeconds": cfg.health_recovery_window_seconds,

@@ -16,7 +16,7 @@ SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
 SAMPLE_DEPLOYMENT: Final = "gpu-test"
 #: The sample's second Deployment, written the classic way (`resources.limits: nvidia.com/gpu: 1`, no claim):
 #: on clusters where gpu.nvidia.com maps nvidia.com/gpu, the scheduler makes its claim.
-SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"
+SAMPLE_CLASSIC_DEPLOYMENT: Final = facts.SAMPLE_CLASSIC_DEPLOYMENT
 SAMPLE_CLASSIC_APP_LABEL: Final = {"app": SAMPLE_CLASSIC_DEPLOYMENT}
 SAMPLE_CONTAINER: Final = "test"
 SAMPLE_REQUEST: Final = "gpu"

@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_volcengine as volcengine
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, pool_gpus
 from vke_gpu_dra_core.config import IMPLEMENTATION_PYTHON, StackConfig, Taint
 
 from . import config as config_mod
@@ -202,12 +202,16 @@ def _sample_workload(
     }
     if sample.classic_deployment_name is not None:
         exports["classicDeployment"] = sample.classic_deployment_name
+    skipped = pool_gpus.classic_sample(cfg).skipped
+    if skipped:
+        exports["classicDeploymentSkipped"] = skipped
+        pulumi.log.info(skipped)
     return exports
 
 
 def _classic_sample(cfg: StackConfig) -> bool:
-    """The sample's classic Deployment runs where the program's gpu.nvidia.com maps nvidia.com/gpu."""
-    return not chart_creates_device_classes(cfg.driver) and cfg.gpu_extended_resource
+    """Whether the sample's classic Deployment runs (`pool_gpus.classic_sample`)."""
+    return pool_gpus.classic_sample(cfg).deployed
 
 
 def build(cfg: StackConfig | None = None) -> dict[str, Any]:

@@ -41,17 +41,11 @@ STATE_DIR = "~/.pulumi-state"
 SETUP_INPUTS = (
     "scripts/setup",
     "constraints.txt",
-    "requirements.txt",
-    "requirements-dev.txt",
-    "policy/requirements.txt",
-    "core/pyproject.toml",
-    "driver/pyproject.toml",
-    "kube/pyproject.toml",
-    "planner/pyproject.toml",
-    "ops/pyproject.toml",
-    "support/pyproject.toml",
     "tools/install_helm.py",
 )
+#: The requirement files scripts/setup installs; each local package they name (`-e ./core`) is an input
+#: too, through its pyproject.toml.
+REQUIREMENT_FILES = ("requirements.txt", "requirements-dev.txt", "policy/requirements.txt")
 VENV_PYTHONS = (".venv/bin/python", "policy/venv/bin/python")
 STAMP = ".venv/.setup-stamp.json"
 PASSPHRASE_VARS = ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE")
@@ -100,10 +94,24 @@ def check_stack(stack: str, root: Path) -> None:
         )
 
 
+def local_packages(root: Path) -> list[str]:
+    """The pyproject.toml of each local package the requirement files name (`-e ./core`, `-e ../ops[x]`)."""
+    found: list[str] = []
+    for name in REQUIREMENT_FILES:
+        path = root / name
+        lines = path.read_text().splitlines() if path.is_file() else []
+        for line in lines:
+            words = line.split("#", 1)[0].split()
+            if len(words) == 2 and words[0] in ("-e", "--editable") and words[1].startswith("."):
+                package = (path.parent / words[1].split("[", 1)[0]).resolve()
+                found.append((package / "pyproject.toml").relative_to(root.resolve()).as_posix())
+    return sorted(set(found))
+
+
 def setup_digests(root: Path) -> dict[str, str]:
     """sha256 of each set-up input ("absent" for one that does not exist)."""
     out = {}
-    for name in SETUP_INPUTS:
+    for name in (*SETUP_INPUTS, *REQUIREMENT_FILES, *local_packages(root)):
         path = root / name
         out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "absent"
     return out

@@ -21,6 +21,7 @@ NVML_ENV = {
     "HEALTH_RECOVERY_WINDOW": "300",
     "HEALTHCHECK_PORT": "51516",
     "METRICS_PORT": "8080",
+    "CLAIM_RECONCILE_INTERVAL": "600",
     "LOG_FORMAT": "json",
     "LOG_LEVEL": "info",
     "ROLLING_UPDATE_ID": {"fieldRef": {"fieldPath": "metadata.uid"}},
@@ -151,7 +152,10 @@ def test_log_level_and_extra_env(render: Any) -> None:
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
-@pytest.mark.parametrize("name", ["LOG_LEVEL", "ROLLING_UPDATE_ID", "NODE_NAME", "NVIDIA_VISIBLE_DEVICES"])
+@pytest.mark.parametrize(
+    "name",
+    ["LOG_LEVEL", "ROLLING_UPDATE_ID", "NODE_NAME", "NVIDIA_VISIBLE_DEVICES", "CLAIM_RECONCILE_INTERVAL"],
+)
 def test_extra_env_cannot_override_the_charts_own(helm: Any, name: str) -> None:
     message = helm.template_error({"kubeletPlugin": {"extraEnv": [{"name": name, "value": "x"}]}})
     assert f"kubeletPlugin.extraEnv: {name} is set by the chart" in message
@@ -212,6 +216,7 @@ def test_env_follows_values(render: Any) -> None:
         "logFormat": "text",
         "healthcheckPort": 9443,
         "metricsPort": 9100,
+        "claimReconcileIntervalSeconds": 1800,
         "kubeletPluginsDir": "/data/kubelet/plugins/",
         "kubeletRegistrarDir": "/data/kubelet/plugins_registry",
         "cdiRoot": "/etc/cdi",
@@ -227,6 +232,7 @@ def test_env_follows_values(render: Any) -> None:
     assert env["LOG_FORMAT"] == "text"
     assert env["HEALTHCHECK_PORT"] == "9443"
     assert env["METRICS_PORT"] == "9100"
+    assert env["CLAIM_RECONCILE_INTERVAL"] == "1800"
     assert env["ADDITIONAL_XIDS_TO_IGNORE"] == "74,79"
     assert env["HEALTH_RECOVERY_WINDOW"] == "60"
 

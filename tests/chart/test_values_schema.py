@@ -90,6 +90,7 @@ def test_values_contract() -> None:
     assert values["health"] == {"additionalXidsToIgnore": "", "recoveryWindowSeconds": 300}
     assert values["healthcheckPort"] == 51516
     assert values["metricsPort"] == 8080
+    assert values["claimReconcileIntervalSeconds"] == 600
     assert values["nvidiaDriverRoot"] == "/"
     assert values["nvidiaCDIHookPath"] == ""
     assert values["kubeletPluginsDir"] == "/var/lib/kubelet/plugins"
@@ -159,6 +160,11 @@ def test_values_contract() -> None:
         ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy': value must be one of"),
         ({"metricsPort": 70000}, "at '/metricsPort': maximum"),
         ({"healthcheckPort": 0}, "at '/healthcheckPort': minimum"),
+        ({"claimReconcileIntervalSeconds": 5}, "at '/claimReconcileIntervalSeconds': minimum"),
+        (
+            {"claimReconcileIntervalSeconds": "600"},
+            "at '/claimReconcileIntervalSeconds': got string, want integer",
+        ),
         ({"deviceSource": {"simulatedGpus": 0}}, "at '/deviceSource/simulatedGpus': minimum"),
         ({"driverName": "GPU_NVIDIA"}, "at '/driverName'"),
         ({"cdiRoot": "var/run/cdi"}, "at '/cdiRoot'"),

@@ -121,6 +121,9 @@ def test_device_names():
         (11872, 24576 * 2**20, 12),
         (9984, 81559 * 2**20, 10),
         (80384, 81559 * 2**20, 80),
+        # H200: half of 141 GB rounds away from zero, as Go's math.Round does (3g.71gb, not 3g.70gb)
+        (66560, 143771 * 2**20, 71),
+        (33280, 143771 * 2**20, 35),
     ],
 )
 def test_mig_memory_gb_follows_go_nvlib(mib, total, gb):

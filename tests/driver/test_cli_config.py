@@ -34,6 +34,7 @@ def test_defaults_match_the_chart_contract() -> None:
     assert config.log_format == "json"
     assert config.log_level == "info"
     assert config.rolling_update_id is None  # fixed socket names
+    assert config.claim_reconcile_interval == 600  # the chart's claimReconcileIntervalSeconds
     assert config.additional_xids_to_ignore == frozenset()
     assert config.health_recovery_window == 300  # 5 minutes
 
@@ -84,6 +85,7 @@ def test_every_flag_has_its_environment_variable() -> None:
         "--log-format": "LOG_FORMAT",
         "--log-level": "LOG_LEVEL",
         "--rolling-update-id": "ROLLING_UPDATE_ID",
+        "--claim-reconcile-interval": "CLAIM_RECONCILE_INTERVAL",
         "--boot-id-path": "BOOT_ID_PATH",
         "--additional-xids-to-ignore": "ADDITIONAL_XIDS_TO_IGNORE",  # NVIDIA's name
         "--health-recovery-window": "HEALTH_RECOVERY_WINDOW",
@@ -154,6 +156,12 @@ def test_environment_and_flag_precedence() -> None:
         ),
         ([], {"ROLLING_UPDATE_ID": "-a"}, "from env ROLLING_UPDATE_ID: must be 1 to 64"),
         (["--rolling-update-id", "a" * 65], {}, "must be 1 to 64"),
+        (
+            [],
+            {"CLAIM_RECONCILE_INTERVAL": "5"},
+            "invalid value '5' for --claim-reconcile-interval from env CLAIM_RECONCILE_INTERVAL: "
+            "must be an integer from 10 to 86400",
+        ),
         (
             [],
             {"ADDITIONAL_XIDS_TO_IGNORE": "74;79"},

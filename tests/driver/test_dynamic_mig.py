@@ -11,16 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vke_gpu_dra import cluster_features
+from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.cdi import claim_spec_path
-from vke_gpu_dra.checkpoint import CheckpointStore
+from vke_gpu_dra.checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra.config import PluginConfigError, parse_config
-from vke_gpu_dra.health.shared_counters_support import detect_shared_counters
+from vke_gpu_dra.ghosts import find_holders
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.partitions.backends import SIMULATED_STATE_FILE
 from vke_gpu_dra.partitions.publish import partitioned_gpu, slice_layout
+from vke_gpu_dra.partitions.records import MigRecord
+from vke_gpu_dra.partitions.setup import counter_layout
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.device_model import Device
+from vke_gpu_dra_core.device_model import ClaimRef, Device
 from vke_gpu_dra_core.featuregates import conflicts
 from vke_gpu_dra_core.mig_partitions import (
     Partition,
@@ -216,11 +220,12 @@ class _Server:
     ],
 )
 def test_shared_counters_are_detected_from_version_and_a_dry_run(server: _Server, layout: str | None) -> None:
-    found = detect_shared_counters(server, driver="gpu.nvidia.com", node_name="n")  # type: ignore[arg-type]
-    assert found.layout == layout
-    if server.sent:
-        spec = server.sent[0]["spec"]
-        assert ("devices" in spec) == (server.version.startswith("1.34"))
+    found = cluster_features.detect(server, driver="gpu.nvidia.com", node_name="n")  # type: ignore[arg-type]
+    assert counter_layout(found) == layout
+    for sent in server.sent:
+        spec = sent["spec"]
+        if "sharedCounters" in spec:
+            assert ("devices" in spec) == (not server.version.startswith(("1.35", "1.36")))
 
 
 # ------------------------------------------------------------------------- the plugin, simulated GPUs
@@ -372,7 +377,7 @@ def test_a_product_without_mig_profiles_is_published_whole(
 def test_without_the_gate_nothing_changes(node: Node) -> None:
     plugin = node.start(gates="")
     assert [d.name for d in plugin.devices] == ["gpu-0", "gpu-1"]
-    assert plugin.shared_counters is None and plugin.dynamic_mig is None
+    assert plugin.mig_layout is None and plugin.dynamic_mig is None
 
 
 def test_a_placement_without_the_gate_is_refused_at_prepare(node: Node) -> None:
@@ -401,7 +406,6 @@ def test_the_docs_show_the_sample_claim_template() -> None:
 
 def test_the_checkpoint_keeps_mig_records_and_names_a_bad_field() -> None:
     from vke_gpu_dra.checkpoint import CheckpointError, ClaimEntry, ClaimState, decode, encode
-    from vke_gpu_dra.partitions.records import MigRecord
 
     placed = MigRecord("gpu-0-mig-1g10gb-19-3", "GPU-x", 0, 19, 3, 1)
     created = MigRecord(
@@ -419,3 +423,88 @@ def test_the_checkpoint_keeps_mig_records_and_names_a_bad_field() -> None:
     bad["partitions"][0] = {"device": "d"}
     with pytest.raises(CheckpointError, match="missing field"):
         ClaimEntry.from_json(bad, "claims[0]")
+
+
+# ------------------------------------------------------------------------------ the held-devices guard
+
+
+def test_a_gpu_overlaps_its_placements_and_placements_overlap_by_memory_slice(node: Node) -> None:
+    plugin = node.start()
+    assert plugin.dynamic_mig is not None
+    manager = plugin.dynamic_mig.manager
+    assert "gpu-0-mig-1g10gb-19-0" in manager.overlapping("gpu-0")
+    assert "gpu-0" in manager.overlapping("gpu-0-mig-1g10gb-19-0")
+    assert "gpu-0-mig-3g40gb-9-4" in manager.overlapping("gpu-0-mig-1g10gb-19-5")  # slices 4-7 hold 5
+    assert "gpu-0-mig-2g20gb-14-2" not in manager.overlapping("gpu-0-mig-1g10gb-19-0")
+    assert not manager.overlapping("gpu-0") & {"gpu-1", "gpu-1-mig-1g10gb-19-0"}
+    assert manager.overlapping("no-such-device") == frozenset()
+
+
+def test_the_guard_prepares_distinct_placements_of_one_gpu_for_two_claims(node: Node) -> None:
+    node.start()
+    assert node.kubelet is not None
+    node.api.add_claim(claim("c1", "uid-1", "gpu-0-mig-1g10gb-19-0"))
+    node.api.add_claim(claim("c2", "uid-2", "gpu-0-mig-2g20gb-14-2"))
+    assert node.kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+    assert node.kubelet.prepare([("default", "c2", "uid-2")])["uid-2"]["error"] == ""
+    (gpu0,) = node.instances().values()
+    assert [(i["profileId"], i["start"]) for i in gpu0] == [(19, 0), (14, 2)]
+
+
+def test_the_guard_refuses_a_gpu_while_a_live_claim_holds_one_of_its_placements_and_back(node: Node) -> None:
+    node.start()
+    assert node.kubelet is not None
+    node.api.add_claim(claim("c1", "uid-1", "gpu-0-mig-1g10gb-19-0"))
+    node.api.add_claim(claim("c2", "uid-2", "gpu-1"))
+    assert node.kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+    assert node.kubelet.prepare([("default", "c2", "uid-2")])["uid-2"]["error"] == ""
+    node.api.add_claim(claim("whole", "uid-3", "gpu-0"))
+    node.api.add_claim(claim("part", "uid-4", "gpu-1-mig-1g10gb-19-0"))
+    whole = node.kubelet.prepare([("default", "whole", "uid-3")])["uid-3"]["error"]
+    assert "device(s) gpu-0-mig-1g10gb-19-0 are prepared on this node for claim default/c1" in whole
+    assert "share a GPU's memory slices with gpu-0 asked for here" in whole
+    part = node.kubelet.prepare([("default", "part", "uid-4")])["uid-4"]["error"]
+    assert "device(s) gpu-1 are prepared on this node for claim default/c2" in part
+    assert "with gpu-1-mig-1g10gb-19-0 asked for here" in part
+    assert [(i["profileId"], i["start"]) for gpu in node.instances().values() for i in gpu] == [(19, 0)]
+    entries = CheckpointStore(node.data).load().entries
+    assert set(entries) == {"uid-1", "uid-2"}
+
+
+def test_the_guard_cleans_a_ghost_placement_before_preparing_its_gpu(node: Node) -> None:
+    node.start()
+    assert node.kubelet is not None
+    node.api.add_claim(claim("c1", "uid-1", "gpu-0-mig-1g10gb-19-0"))
+    assert node.kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+    node.api.delete_claim("default", "c1")  # deleted without an unprepare: a ghost
+    node.api.add_claim(claim("whole", "uid-2", "gpu-0"))
+    assert node.kubelet.prepare([("default", "whole", "uid-2")])["uid-2"]["error"] == ""
+    assert [i for gpu in node.instances().values() for i in gpu] == []  # the ghost's MIG device went
+    assert set(CheckpointStore(node.data).load().entries) == {"uid-2"}
+
+
+def test_a_started_entry_holds_its_recorded_placements_and_admin_access_allows_the_overlap(
+    node: Node,
+) -> None:
+    plugin = node.start()
+    assert plugin.dynamic_mig is not None
+    manager = plugin.dynamic_mig.manager
+    started = ClaimEntry(
+        "old",
+        "default",
+        "old",
+        ClaimState.PREPARE_STARTED,
+        partitions=(MigRecord("gpu-0-mig-1g10gb-19-0", "GPU-x", 0, 19, 0, 1),),
+    )
+    new = ClaimRef("default", "new", "new")
+    wanted = allocated_devices(
+        new,
+        claim("new", "new", "gpu-0"),
+        driver_name=facts.DRIVER_NAME,
+        pool_name=NODE,
+        devices={d.name: d for d in plugin.devices},
+    )
+    [holder] = find_holders(new, wanted, [started], overlapping=manager.overlapping)
+    assert (holder.devices, holder.overlapping) == (("gpu-0-mig-1g10gb-19-0",), ("gpu-0",))
+    assert find_holders(new, wanted, [started]) == []  # no dynamic MIG: other names are other devices
+    assert find_holders(new, wanted, [started], admin={"gpu-0"}, overlapping=manager.overlapping) == []

@@ -40,13 +40,13 @@ def _numbers(message: object) -> dict[str, int]:
 
 
 def test_field_numbers() -> None:
+    fields = {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4}
+    # kubelet's v1 at 1.36 (k8s.io/kubelet v0.36): `optional string share_id = 5`; v1beta1 has no shares
+    assert _numbers(v1_pb2.Device) == {**fields, "share_id": 5}
+    assert _numbers(v1beta1_pb2.Device) == fields
+    share = v1_pb2.Device.DESCRIPTOR.fields_by_name["share_id"]
+    assert share.type == share.TYPE_STRING and share.has_presence
     for pb in (v1_pb2, v1beta1_pb2):
-        assert _numbers(pb.Device) == {
-            "request_names": 1,
-            "pool_name": 2,
-            "device_name": 3,
-            "cdi_device_ids": 4,
-        }
         assert _numbers(pb.Claim) == {"namespace": 1, "uid": 2, "name": 3}
         assert _numbers(pb.NodePrepareResourceResponse) == {"devices": 1, "error": 2}
         assert _numbers(pb.NodeUnprepareResourceResponse) == {"error": 1}
@@ -57,6 +57,13 @@ def test_field_numbers() -> None:
     assert _numbers(health_pb2.DeviceHealth) == {"device": 1, "health": 2, "last_updated_time": 3}
     assert _numbers(health_pb2.DeviceIdentifier) == {"pool_name": 1, "device_name": 2}
     assert dict(health_pb2.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+
+
+def test_a_share_id_reaches_v1_and_is_an_unknown_field_to_v1beta1() -> None:
+    msg = v1_pb2.Device(pool_name="p", device_name="d", share_id="7d1c")
+    assert v1_pb2.Device.FromString(msg.SerializeToString()).share_id == "7d1c"
+    assert not v1_pb2.Device(pool_name="p").HasField("share_id")
+    assert v1beta1_pb2.Device.FromString(msg.SerializeToString()).device_name == "d"
 
 
 def test_v1_and_v1beta1_messages_are_wire_identical() -> None:

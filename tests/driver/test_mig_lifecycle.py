@@ -16,7 +16,12 @@ from vke_gpu_dra.discovery.mig_lifecycle import (
     MigPlacementTakenError,
 )
 from vke_gpu_dra.discovery.nvml import NvmlSource
-from vke_gpu_dra_core.mig_partitions import MigPlacement, mig_product, product_partitions
+from vke_gpu_dra_core.mig_partitions import (
+    MigPlacement,
+    builtin_mig_catalog,
+    mig_product,
+    product_partitions,
+)
 
 from tests.driver.fake_nvml import build, mig_settings, write_config
 
@@ -82,6 +87,26 @@ def test_nvml_profiles_and_placements_are_the_catalogs(configure, gpu, product):
     from vke_gpu_dra_core.mig_partitions import gpu_partitions
 
     assert gpu_partitions(0, reported) == product_partitions(product, 0)
+
+
+@pytest.mark.parametrize("product", sorted(builtin_mig_catalog()))
+def test_every_catalogued_product_is_served_by_the_fake_and_fills_up(configure, product):
+    mig = configure({"device_count": 1, **mig_settings(0, product), "gpu.0.mig_mode": 1})
+    catalog = mig_product(product)
+    with mig.session() as session:
+        [gpu] = session.gpus()
+        reported = session.profiles(GPU0)
+        # the layout of the guide's 7g diagram: 4g at 0, 3g at 4 (memory slices 0-3 and 4-7)
+        four = next(p for p in catalog.profiles if p.slices == 4)
+        three = next(p for p in catalog.profiles if p.slices == 3)
+        session.create(GPU0, profile_id=four.profile_id, start=0)
+        session.create(GPU0, profile_id=three.profile_id, start=4)
+        with pytest.raises(MigPlacementTakenError):
+            session.create(GPU0, profile_id=catalog.profiles[0].profile_id, start=0)
+        placements = sorted((i.placement.start, i.placement.size) for i in session.instances(GPU0))
+        assert placements == [(0, 4), (4, 4)]
+    assert (gpu.product_name, gpu.mig_capable, gpu.mig_enabled) == (product, True, True)
+    assert sorted(reported, key=lambda p: p.index) == sorted(catalog.profiles, key=lambda p: p.index)
 
 
 def test_gpus_report_mig_capability_and_mode(configure):

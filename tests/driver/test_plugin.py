@@ -231,10 +231,12 @@ class GatedAPI(KubeAPI):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def get_resource_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict | None:
+    def get_resource_claim(
+        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
+    ) -> dict | None:
         self.entered.set()
         assert self.release.wait(20)
-        return super().get_resource_claim(namespace, name, timeout)
+        return super().get_resource_claim(namespace, name, timeout, cached=cached)
 
 
 def test_stop_lets_in_flight_calls_finish(short_tmp: Path, fake_api: FakeAPIServer, node: dict) -> None:

@@ -91,7 +91,7 @@ def test_two_instances_share_one_consistent_checkpoint(
 ) -> None:
     uids = [f"uid-{i:02d}" for i in range(24)]
     for i, uid in enumerate(uids):
-        fake_api.add_claim(claim(f"c{i}", uid, f"gpu-{i % GPUS}"))
+        fake_api.add_claim(claim(f"c{i}", uid, f"gpu-{i % GPUS}", admin_access=True))  # 24 claims, 4 GPUs
     old = Instance(short_tmp, OLD)
     instances.append(old)
     new = Instance(short_tmp, NEW)
@@ -117,7 +117,7 @@ def test_two_instances_share_one_consistent_checkpoint(
 
     extra = [f"uid-x{i}" for i in range(8)]
     for i, uid in enumerate(extra):
-        fake_api.add_claim(claim(f"x{i}", uid, f"gpu-{i % GPUS}"))
+        fake_api.add_claim(claim(f"x{i}", uid, f"gpu-{i % GPUS}", admin_access=True))
     with ThreadPoolExecutor(max_workers=8) as pool:
         unprepared = pool.map(unprepare, [uids.index(u) for u in gone])
         added = pool.map(

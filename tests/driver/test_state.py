@@ -283,12 +283,12 @@ def test_duplicate_device_names_are_rejected(dirs):
 
 
 def test_many_threads_many_claims(dirs):
-    state = make_state(dirs)
+    state = make_state(dirs, devices=SimulatedSource(16, "NVIDIA A30", POOL).discover().devices)
     uids = [f"uid-{i}" for i in range(16)]
 
     def work(i):
         uid = uids[i % 16]
-        return uid, state.prepare(ref(uid), claim(uid, result(f"gpu-{i % 4}")))
+        return uid, state.prepare(ref(uid), claim(uid, result(f"gpu-{i % 16}")))
 
     with ThreadPoolExecutor(max_workers=32) as pool:
         answers = list(pool.map(work, range(64)))
@@ -330,7 +330,7 @@ def test_same_claim_concurrently_is_prepared_once(dirs, monkeypatch):
 
 def test_prepares_and_unprepares_never_overlap(dirs, monkeypatch):
     """Every call holds the node lock from reading the checkpoint to writing it back."""
-    state = make_state(dirs)
+    state = make_state(dirs, devices=SimulatedSource(8, "NVIDIA A30", POOL).discover().devices)
     inside, most = [0], [0]
     guard = threading.Lock()
     real_load = state._store.load
@@ -349,7 +349,7 @@ def test_prepares_and_unprepares_never_overlap(dirs, monkeypatch):
     monkeypatch.setattr(state._store, "load", counting_load)
     uids = [f"uid-{i}" for i in range(8)]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda u: state.prepare(ref(u), claim(u, result("gpu-0"))), uids))
+        list(pool.map(lambda u: state.prepare(ref(u), claim(u, result(f"gpu-{u[4:]}"))), uids))
         list(pool.map(lambda u: state.unprepare(ref(u)), uids))
     assert most[0] == 1
 

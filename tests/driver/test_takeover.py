@@ -157,6 +157,10 @@ def test_malformed_files_are_one_clear_error(data, message):
 
 @pytest.fixture
 def node(tmp_path):
+    return nvidia_node(tmp_path)
+
+
+def nvidia_node(tmp_path):
     """A node as NVIDIA's plugin left it: its checkpoint, claim and base specs, an MPS daemon's files."""
     driver_root = FakeDriverRoot(tmp_path / "driver-root")
     cdi_root, data = tmp_path / "cdi", tmp_path / "plugin"
@@ -489,3 +493,16 @@ def test_released_claims_stay_released_and_go_once_nvidias_file_drops_them(node,
     tk.start()
     assert UID_FULL not in ledger(node)
     assert set(ledger(node)) == {UID_MIG, UID_TS, UID_MPS, UID_STARTED}
+
+
+def test_claim_names_nvidia_records_from_25_12_and_kubelets_prepare_are_kept(node, kube):
+    # 25.8.1 (both forms) records no namespace/name; 25.12's V2 form has `namespace` and `name`
+    assert {(c.namespace, c.name) for c in parse(V2.read_bytes()).claims.values()} == {("", "")}
+    named = _signed_v2({"u1": {"checkpointState": "PrepareCompleted", "namespace": "team", "name": "train"}})
+    assert (parse(named).claims["u1"].namespace, parse(named).claims["u1"].name) == ("team", "train")
+    # kubelet's prepare of an adopted claim names it in the ledger, which keeps the name
+    state = make_state(node, kube)
+    state.prepare(ClaimRef("team", "ts", UID_TS), claim(UID_TS, result("gpu-2", "ts", pool=POOL)))
+    kept = make_takeover(node).unreleased()[UID_TS]
+    assert (kept.namespace, kept.name) == ("team", "ts")
+    assert "name" not in json.loads((node[2] / LEDGER_FILE).read_text())["claims"][0]  # UID_FULL: unnamed

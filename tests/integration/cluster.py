@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +47,8 @@ TEST_LABEL = "envtest.vke-gpu-dra.io/test"
 BIN = Path(sys.executable).parent
 _COUNTER = itertools.count(1)
 JSON = dict[str, Any]
+#: Figures the tests measured ("what: value"), printed with the tier's summary at the end of the run.
+FIGURES: list[str] = []
 
 
 def now() -> str:
@@ -68,6 +70,12 @@ class Plugin:
     @property
     def log(self) -> str:
         return (self.root / "plugin.log").read_text(errors="replace")
+
+    @property
+    def health_file(self) -> Path:
+        """The file the plugin watches for simulated problems (docs/health.md):
+        `<plugin data dir>/simulated-health`."""
+        return self.root / "plugins" / facts.DRIVER_NAME / "simulated-health"
 
     def stop(self) -> tuple[int, str]:
         """SIGTERM, then its exit code and log."""
@@ -211,6 +219,23 @@ class Cluster:
             for c in pod.get("status", {}).get("conditions") or []
         )
 
+    def force_delete_pod(self, name: str) -> None:
+        """Delete a pod at once (grace period 0), as kubelet's confirmation would: no kubelet runs here."""
+        self.api.request(
+            "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{name}", {"gracePeriodSeconds": 0}
+        )
+
+    def claim_of(self, pod: JSON) -> JSON:
+        """The ResourceClaim the pod's only claim status names (from a template, or the claim the scheduler
+        made for its extended resources)."""
+        status = pod.get("status", {})
+        names = [s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or []]
+        if status.get("extendedResourceClaimStatus"):
+            names.append(status["extendedResourceClaimStatus"]["resourceClaimName"])
+        [name] = names
+        path = f"/apis/resource.k8s.io/v1/namespaces/{pod['metadata']['namespace']}/resourceclaims/{name}"
+        return dict(self.api.get(path))
+
     def pods(self, selector: str = "") -> list[JSON]:
         query = {"labelSelector": selector} if selector else {}
         return self.api.items(f"/api/v1/namespaces/{self.namespace}/pods", **query)
@@ -283,9 +308,12 @@ class Cluster:
 
     # ------------------------------------------------------------------ the plugin process
 
-    def start_plugin(self, node: str, token: str, *, gpus: int = 4, product: str = "") -> Plugin:
+    def start_plugin(
+        self, node: str, token: str, *, gpus: int = 4, product: str = "", extra_args: Sequence[str] = ()
+    ) -> Plugin:
         """The kubelet plugin (`python -m vke_gpu_dra`, simulated GPUs) for `node`, authenticated with
-        `token`; stopped by PID after the test if the test did not stop it."""
+        `token`, with `extra_args` added to its command line; stopped by PID after the test if the test
+        did not stop it."""
         root = self.tmp / node[-12:]
         root.mkdir()
         kubeconfig = self.plane.write_kubeconfig(root / "kubeconfig", token)
@@ -296,6 +324,7 @@ class Cluster:
             "--device-source", "simulated", "--simulated-gpus", str(gpus),
             "--healthcheck-port", "0", "--metrics-port", "0", "--log-format", "json",
             *(["--simulated-product", product] if product else []),
+            *extra_args,
         ]  # fmt: skip
         with (root / "plugin.log").open("wb") as log:
             process = subprocess.Popen(
@@ -307,3 +336,25 @@ class Cluster:
             )
         self.processes.append(process)
         return Plugin(process, root, node)
+
+    def driver_on_new_node(
+        self,
+        suffix: str = "gpu",
+        *,
+        gpus: int = 4,
+        extra_args: Sequence[str] = (),
+        objects: list[JSON] | None = None,
+    ) -> tuple[Plugin, JSON]:
+        """The chart (installed unless `objects` are its rendered objects), a Ready node, the plugin's pod
+        Running there and the plugin process (`gpus` simulated GPUs, `extra_args`) with its pod's token;
+        returns once its slice is published."""
+        objects = self.install_chart() if objects is None else objects
+        node = self.add_node(suffix)
+        name = node["metadata"]["name"]
+        pod = self.plugin_pod(objects, name)
+        [service_account] = [o for o in objects if o["kind"] == "ServiceAccount"]
+        token = self.token(service_account["metadata"]["name"], pod)
+        plugin = self.start_plugin(name, token, gpus=gpus, extra_args=extra_args)
+        published = wait_until(lambda: self.slices_of(name) or plugin.process.poll() is not None, timeout=60)
+        assert published and plugin.process.poll() is None, f"no slice published:\n{plugin.log}"
+        return plugin, node

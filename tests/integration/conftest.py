@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .cluster import Cluster
+from .cluster import FIGURES, Cluster
 from .controlplane import ControlPlane, missing_assets
 
 #: Fixtures that start a control plane: the tests using them form the tier (marker `envtest`).
@@ -88,6 +88,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"real control-plane tier (tests/integration): {sum(TIER.outcomes.values())} tests ({counts}) "
         f"in {TIER.last - TIER.first:.1f}s" + (f"; {startups}" if startups else "")
     )
+    for figure in FIGURES:
+        terminalreporter.write_line(f"  {figure}")
 
 
 def _assets() -> Path:

@@ -3,7 +3,9 @@ the same nodes, devices and workloads: the scenarios of docs/capacity-planning.m
 server accepts on 1.36 but refuses on 1.34 (distinctAttribute, dropped while DRAConsumableCapacity is off).
 On both versions also the 1.36 features: pods asking an extended resource that a DeviceClass maps
 (DRAExtendedResource), and two claims sharing one GPU's memory (DRAConsumableCapacity, the device published
-with allowMultipleAllocations as the driver gate ConsumableShares publishes it).
+with allowMultipleAllocations as the driver gate ConsumableShares publishes it), and MIG placements
+published as partitionable devices (KEP-4815, the driver gate DynamicMIG): which still fit after others
+are taken, with the counters kept (1.36) and dropped (1.34).
 
 The nodes are the stack's pool at its maximum size (2 x ecs.gni3cl.44xlarge: 4 x NVIDIA L20, 176 vCPUs,
 960 GiB), each with the kubelet plugin publishing the simulated GPUs of that product.
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.mig_partitions import product_partitions
 from vke_gpu_dra_planner.inventory import SHARE_STEP, GpuPool, slice_device
 
 from .cluster import TEST_LABEL, Cluster
@@ -256,10 +259,10 @@ def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cl
 
 def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     """One node, one GPU published with allowMultipleAllocations and NVIDIA's memory request policy (the
-    driver gate ConsumableShares; published here by the test, as the plugin does not yet); two pods whose
-    claims each ask half its memory. 1.36: both on the one GPU. 1.34: the API server drops the request's
-    capacity and the device's sharing, each claim takes the whole GPU, one pod stays Pending. The planner,
-    with driver.featureGates ConsumableShares=true, says the same."""
+    driver gate ConsumableShares; published here by the test, the plugin's own publishing is in
+    test_consumable_shares.py); two pods whose claims each ask half its memory. 1.36: both on the one GPU.
+    1.34: the API server drops the request's capacity and the device's sharing, each claim takes the whole
+    GPU, one pod stays Pending. The planner, with driver.featureGates ConsumableShares=true, says the same."""
     cluster = each_cluster
     version = cluster.plane.emulated_version or "1.36"
     config = {
@@ -304,3 +307,112 @@ def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
         assert "requestPolicy" not in kept["capacity"][facts.CAPACITY_MEMORY]
         assert "capacity" not in stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert schedule(cluster, [("pair", 2, "half")]) == planned
+
+
+# --------------------------------------------------------------------- MIG partitions (KEP-4815, DynamicMIG)
+
+MIG_PRODUCT = "NVIDIA A100-SXM4-80GB"
+#: name: Deployments in creation order as (name, replicas, MIG profile; None: the whole GPU).
+MIG_SCENARIOS: dict[str, list[tuple[str, int, str | None]]] = {
+    # seven 1g.10gb placements per GPU: the eighth claim stays Pending
+    "seven-1g-fit-an-eighth-does-not": [("small", 8, "1g.10gb")],
+    # the 3g takes the first placement (memory slices 0-3), where the only 4g placement lies
+    "3g-then-4g": [("three", 1, "3g.40gb"), ("four", 1, "4g.40gb")],
+    # the 4g takes slices 0-3, the 3g the placement at 4
+    "4g-then-3g": [("four", 1, "4g.40gb"), ("three", 1, "3g.40gb")],
+    # the whole GPU consumes every counter: no partition fits beside it, nor it beside one
+    "whole-gpu-then-1g": [("whole", 1, None), ("small", 1, "1g.10gb")],
+    "1g-then-whole-gpu": [("small", 1, "1g.10gb"), ("whole", 1, None)],
+}
+
+
+#: what the 1.36 scheduler (counters kept) does with each scenario: name -> (status, placed)
+MIG_ON_136: dict[str, dict[str, tuple[str, int]]] = {
+    "seven-1g-fit-an-eighth-does-not": {"small": ("pending", 7)},
+    "3g-then-4g": {"three": ("fits", 1), "four": ("pending", 0)},
+    "4g-then-3g": {"four": ("fits", 1), "three": ("fits", 1)},
+    "whole-gpu-then-1g": {"whole": ("fits", 1), "small": ("pending", 0)},
+    "1g-then-whole-gpu": {"small": ("fits", 1), "whole": ("pending", 0)},
+}
+
+
+def mig_template(name: str, profile: str | None) -> dict[str, Any]:
+    """A claim for one MIG device of `profile` (mig.nvidia.com), or for the whole GPU (gpu.nvidia.com)."""
+    claim = template(name, 1)
+    if profile is not None:
+        request = claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        request["deviceClassName"] = facts.DEVICE_CLASS_MIG.name
+        expression = f"device.attributes['{facts.DRIVER_NAME}'].{facts.ATTR_PROFILE} == '{profile}'"
+        request["selectors"] = [{"cel": {"expression": expression}}]
+    return claim
+
+
+def mig_slices(node_name: str) -> list[dict[str, Any]]:
+    """The node's one A100 as DynamicMIG publishes it from 1.35 on: the counter set in a slice of its own,
+    the whole GPU and every placement in another, each consuming counters. Counters and consumption come
+    from core's mig_partitions; the devices' attributes from the planner's pool (as the plugin's)."""
+    partitions = product_partitions(MIG_PRODUCT, 0)
+    devices = GpuPool("pool", INSTANCE_TYPE, MIG_PRODUCT, 1, 1, 1, dynamic_mig=True).node(0).devices
+    assert [d.name for d in devices] == [p.name for p in partitions.devices]
+    pool = {"name": node_name, "generation": 1, "resourceSliceCount": 2}
+    counters = {
+        "driver": facts.DRIVER_NAME,
+        "nodeName": node_name,
+        "pool": pool,
+        "sharedCounters": [partitions.counter_set.to_api()],
+    }
+    published = [
+        {**device.slice_entry(), "consumesCounters": partition.consumes_counters()}
+        for device, partition in zip(devices, partitions.devices, strict=True)
+    ]
+    return [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": f"{node_name}-{suffix}"}, "spec": spec}
+        for suffix, spec in (
+            ("counters", counters),
+            ("devices", {"driver": facts.DRIVER_NAME, "nodeName": node_name, "pool": pool,
+                         "devices": published}),
+        )
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", MIG_SCENARIOS)
+def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
+    each_cluster: Cluster, scenario: str
+) -> None:
+    """One node with one A100 80GB published as MIG partitions (the driver gate DynamicMIG; published here
+    by the test). 1.36 (DRAPartitionableDevices on): the scheduler allocates a placement only while the
+    counters it consumes are left, and the planner says which claims fit and which stay Pending. On the
+    emulated 1.34 (gate off) the API server drops the counters, overlapping placements are allocated
+    together, and the planner says that too."""
+    cluster = each_cluster
+    version = cluster.plane.emulated_version or "1.36"
+    deployments = MIG_SCENARIOS[scenario]
+    claims = {name: mig_template(name, profile) for name, _, profile in deployments}
+    config = {
+        "vke-gpu-dra:nodePool.minReplicas": 1,
+        "vke-gpu-dra:nodePool.desiredReplicas": 1,
+        "vke-gpu-dra:nodePool.maxReplicas": 1,
+        "vke-gpu-dra:driver.deviceSource": "simulated",
+        "vke-gpu-dra:driver.simulatedGpus": 1,
+        "vke-gpu-dra:driver.simulatedProduct": MIG_PRODUCT,
+        "vke-gpu-dra:driver.featureGates": "DynamicMIG=true",
+    }
+    objects = [*claims.values(), *(deployment(n, r, n, cluster.namespace) for n, r, _ in deployments)]
+    report = plan(cluster, objects, version, config)
+    planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
+    if version == "1.36":
+        assert planned == MIG_ON_136[scenario]
+    else:  # counters dropped: every claim finds a placement, overlapping or not (only 7 are 1g.10gb)
+        assert planned == {n: ("pending", 7) if r == 8 else ("fits", r) for n, r, _ in deployments}
+
+    node_name = cluster.add_node("mig", cpu=str(VCPUS), memory=f"{MEMORY_GIB}Gi")["metadata"]["name"]
+    for device_class in (facts.DEVICE_CLASS_GPU, facts.DEVICE_CLASS_MIG):
+        cluster.apply(device_class.manifest(), shared=True)
+    stored = [cluster.apply(s) for s in mig_slices(node_name)]
+    kept = bool(stored[0]["spec"].get("sharedCounters"))
+    assert kept is (version == "1.36")
+    assert all(bool(d.get("consumesCounters")) is kept for d in stored[1]["spec"]["devices"])
+    for claim in claims.values():
+        cluster.apply(claim)
+    assert schedule(cluster, [(n, r, n) for n, r, _ in deployments]) == planned

@@ -60,8 +60,8 @@ def test_verify_passes_on_a_working_cluster_and_names_what_breaks(cluster: Clust
     assert doc["result"] == "pass" and doc["nodeSelector"] == f"{TEST_LABEL}={cluster.namespace}"
     steps = {s["id"]: s for s in doc["steps"]}
     assert {k for k, s in steps.items() if s["status"] == "pass"} == {
-        "api-resources", "driver-pods", "device-classes", "resource-slices", "no-device-plugin-capacity",
-        "sample-claim", "sample-pod",
+        "api-resources", "driver-pods", "device-classes", "resource-slices", "device-health",
+        "no-device-plugin-capacity", "sample-claim", "sample-pod",
     }  # fmt: skip
     assert steps["sample-log"]["status"] == "skip" and steps["sample-log"]["waived"]
     assert f"{node['metadata']['name']}: 4 (gpu-0" in steps["resource-slices"]["found"]

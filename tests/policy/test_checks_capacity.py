@@ -93,6 +93,37 @@ def test_the_driver_gate_consumable_shares_lets_claims_share_a_gpu_on_136(dev, m
     assert "2 replicas wanted, 1 fit per node" in violation.message
 
 
+def test_the_driver_gate_dynamic_mig_counts_mig_placements(dev, monkeypatch):
+    """The pool's one A100 80GB published as MIG partitions (driver.featureGates DynamicMIG=true) on 1.36:
+    seven claims for a 1g.10gb fit, an eighth does not; without the gate there is no MIG device."""
+
+    def mig(replicas: int):
+        def change(s: Stack) -> None:
+            s.one(DEPLOYMENT).props["spec"]["replicas"] = replicas
+            s.one(POOL).props["nodeConfig"]["instanceTypeIds"] = ["ecs.test.mig"]
+            request = s.one(TEMPLATE).props["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+            request["deviceClassName"] = facts.DEVICE_CLASS_MIG.name
+            request["selectors"] = [
+                {"cel": {"expression": f"device.attributes['{facts.DRIVER_NAME}'].profile == '1g.10gb'"}}
+            ]
+            s.one(CLUSTER).props["kubernetesVersion"] = "1.36"
+
+        return change
+
+    rows = '{"ecs.test.mig": {"product": "NVIDIA A100-SXM4-80GB", "gpus": 1, "source": "test"}}'
+    config = {"vke-gpu-dra:gpuInstanceTypes": rows}
+    monkeypatch.setattr(context.STACK, "project", "vke-gpu-dra")
+    monkeypatch.setattr(context.STACK, "config", config)
+    (violation,) = capacity.claims_fit(dev.mutated(mig(7)), {})
+    assert "mig.nvidia.com" in violation.message
+    monkeypatch.setattr(
+        context.STACK, "config", {**config, "vke-gpu-dra:driver.featureGates": "DynamicMIG=true"}
+    )
+    assert capacity.claims_fit(dev.mutated(mig(7)), {}) == []
+    (violation,) = capacity.claims_fit(dev.mutated(mig(8)), {})
+    assert "8 replicas wanted, 7 fit per node" in violation.message
+
+
 def test_pods_asking_nvidia_gpu_count_against_the_pool_on_136_only(dev):
     """A Deployment written the classic way (`nvidia.com/gpu: 1`, no claim) beside the sample: on 1.36
     the scheduler makes its claim through the gpu.nvidia.com DeviceClass (extendedResourceName), on 1.34
@@ -122,3 +153,30 @@ def test_pods_asking_nvidia_gpu_count_against_the_pool_on_136_only(dev):
     (violation,) = capacity.claims_fit(stack.mutated(on_134), {})
     assert violation.urn == dev.one(DEPLOYMENT).urn
     assert "DRAExtendedResource is off by default in 1.34" in violation.message
+
+
+def test_classic_sample_forced_on_a_one_gpu_pool_is_reported_with_what_to_do() -> None:
+    """sample.classicDeployment=on deploys gpu-test-classic beside gpu-test on the dev stack's one A10:
+    the capacity check names the classic sample and the ways out."""
+    stack: Any = program_stack(  # a Stack of SimRes, which the checks read as Res
+        "dev", "python", {"cluster.kubernetesVersion": "1.36", "sample.classicDeployment": "on"}
+    )
+    (violation,) = capacity.claims_fit(stack, {})
+    assert violation.urn == stack.one(DEPLOYMENT, "sample-deployment").urn
+    assert "Deployment default/gpu-test: fits alone, but beside the workloads before it only 0 of 1" in (
+        violation.message
+    )
+    assert "the pods placed before it: Deployment default/gpu-test-classic (1)" in violation.message
+    assert "set sample.classicDeployment=auto" in violation.message
+    assert "nodePool.maxReplicas" in violation.message
+
+
+def test_classic_sample_left_out_by_auto_keeps_a_one_gpu_pool_fitting() -> None:
+    stack: Any = program_stack("dev", "python", {"cluster.kubernetesVersion": "1.36"})
+    assert capacity.claims_fit(stack, {}) == []
+    roomy: Any = program_stack(
+        "dev", "python", {"cluster.kubernetesVersion": "1.36", "nodePool.maxReplicas": "2"}
+    )
+    names = [r.props["metadata"]["name"] for r in roomy if r.type == DEPLOYMENT]
+    assert "gpu-test-classic" in names
+    assert capacity.claims_fit(roomy, {}) == []

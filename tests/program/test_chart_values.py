@@ -72,3 +72,12 @@ def test_nvidia_controller_affinity_default_is_removed() -> None:
     # NVIDIA's chart defaults controller.affinity to control-plane nodes, which VKE does not show;
     # the procedure deletes it with a null
     assert controller == {"affinity": None}
+
+
+def test_claim_reconcile_interval_reaches_the_plugin(tmp_path: Path) -> None:
+    def interval(run: harness.ProgramRun) -> str:
+        [container] = [c for c in daemonset(render(run, tmp_path))["containers"] if c["name"] == "plugin"]
+        return {e["name"]: e.get("value") for e in container["env"]}["CLAIM_RECONCILE_INTERVAL"]
+
+    assert interval(harness.run_stack("dev")) == "600"
+    assert interval(harness.run_stack("dev", {"driver.claimReconcileIntervalSeconds": 1200})) == "1200"

@@ -519,3 +519,16 @@ def test_driver_feature_gates_reach_both_charts() -> None:
         cfg = config.load(raw(values))
         assert driver.chart_values(cfg.driver).values["featureGates"] == {"MPSSupport": True}
     assert "featureGates" not in driver.chart_values(config.load(raw({})).driver).values
+
+
+def test_claim_reconcile_interval_default_and_range() -> None:
+    assert config.load(raw({})).driver.claim_reconcile_interval_seconds == 600
+    assert (
+        config.load(
+            raw({"driver.claimReconcileIntervalSeconds": 1800})
+        ).driver.claim_reconcile_interval_seconds
+        == 1800
+    )
+    issue = only_issue({"driver.claimReconcileIntervalSeconds": 5}, "driver.claimReconcileIntervalSeconds")
+    assert issue.value == "5"
+    assert "10" in issue.allowed and "86400" in issue.allowed

@@ -139,6 +139,26 @@ def test_the_setup_is_stale_when_an_input_changes_or_a_venv_is_missing(tmp_path:
     assert up.setup_problem(tmp_path) == "policy/venv/bin/python is missing"
 
 
+def test_every_local_package_the_requirements_name_is_a_setup_input(tmp_path: Path) -> None:
+    """A package added to the requirement files (`-e ./new`) makes the set-up stale when it changes."""
+    assert {"core/pyproject.toml", "planner/pyproject.toml", "kube/pyproject.toml"} <= set(
+        up.local_packages(ROOT)
+    )
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "requirements-dev.txt").write_text("-r requirements.txt\n-e ./newpkg[extra]  # x\npytest\n")
+    (tmp_path / "policy/requirements.txt").write_text("-e ../core\n")
+    assert up.local_packages(tmp_path) == ["core/pyproject.toml", "newpkg/pyproject.toml"]
+    (tmp_path / "newpkg").mkdir()
+    for python in up.VENV_PYTHONS:
+        (tmp_path / python).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / python).write_text("#!/bin/sh\n")
+        (tmp_path / python).chmod(0o755)
+    up.write_stamp(tmp_path)
+    assert up.setup_problem(tmp_path) is None
+    (tmp_path / "newpkg/pyproject.toml").write_text("[project]\n")
+    assert up.setup_problem(tmp_path) == "newpkg/pyproject.toml changed since scripts/setup ran"
+
+
 def test_preflight_runs_setup_only_when_stale(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.dev.yaml").write_text("config: {}\n")
     calls: list[list[str]] = []

@@ -10,6 +10,8 @@ operator tools must agree on, as pure logic and data (standard library and PyYAM
 * `versions` — release versions (`1.34`, `v1.34.2-vke.3`, `containerd://2.1.3`) read as (major, minor);
 * `object_names` — DNS labels and subdomains, the names Kubernetes objects take;
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files.
+* `dra_gates` — the Kubernetes DRA gates that keep ResourceSlice and DeviceClass fields, per release;
+* `consumable_shares` — how a GPU is published for several claims (NVIDIA's ConsumableShares shape).
 * `config` — the stack configuration: the key table, its dataclasses, the loader, Pulumi.yaml.
 * `pulumi_types`, `policy_names` — the Pulumi type tokens of a stack's resources and where a workload's
   pod spec sits; the names of the policy pack's policies.

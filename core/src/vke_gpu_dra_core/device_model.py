@@ -98,14 +98,20 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: tuple[str, ...]
+    #: The allocation's `shareID` when the device is one of several consumable shares (Kubernetes 1.36,
+    #: kubelet's v1 `Device.share_id`); None for a device allocated whole.
+    share_id: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "requestNames": list(self.request_names),
             "poolName": self.pool_name,
             "deviceName": self.device_name,
             "cdiDeviceIDs": list(self.cdi_device_ids),
         }
+        if self.share_id is not None:
+            data["shareID"] = self.share_id
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> PreparedDevice:
@@ -118,7 +124,10 @@ class PreparedDevice:
         pool, device = data.get("poolName"), data.get("deviceName")
         if not isinstance(pool, str) or not isinstance(device, str):
             raise ValueError(f"prepared device needs string poolName and deviceName, got {dict(data)!r}")
-        return cls(strings("requestNames"), pool, device, strings("cdiDeviceIDs"))
+        share = data.get("shareID")
+        if share is not None and not (isinstance(share, str) and share):
+            raise ValueError(f"prepared device field 'shareID' must be a non-empty string, got {share!r}")
+        return cls(strings("requestNames"), pool, device, strings("cdiDeviceIDs"), share)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from . import dra_gates
+
 #: Name of the DRA driver (NVIDIA's gpu.nvidia.com, so workloads written for it run unchanged).
 DRIVER_NAME: Final = "gpu.nvidia.com"
 
@@ -90,9 +92,29 @@ MIN_CONTAINERD_VERSION: Final = (2, 1)
 GPU_EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
 #: The first Kubernetes release whose DRAExtendedResource gate is on by default (beta); 1.34 and 1.35
 #: know the field (alpha) but drop it unless the gate is on.
-EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = (1, 36)
+EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = dra_gates.RELEASES[dra_gates.EXTENDED_RESOURCE][1]
+#: The program's sample Deployment written the classic way (`resources.limits: nvidia.com/gpu: 1`, no
+#: claim), deployed where gpu.nvidia.com maps nvidia.com/gpu (stack key sample.classicDeployment).
+SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"
 #: The annotation the scheduler puts on the ResourceClaim it creates for a pod's extended resources.
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
+
+
+#: GPU health problems, each a device-taint key `<driver>/<kind>` as NVIDIA's plugin names them
+#: (cmd/gpu-kubelet-plugin/device_health.go): `gpu.nvidia.com/xid`, `gpu.nvidia.com/gpu-lost`,
+#: `gpu.nvidia.com/unmonitored`.
+HealthProblem = Literal["xid", "gpu-lost", "unmonitored"]
+HEALTH_PROBLEMS: Final[tuple[HealthProblem, ...]] = get_args(HealthProblem)
+#: The annotation on a node's slices listing its devices with health problems (`<driver>/device-health`).
+HEALTH_ANNOTATION_SUFFIX: Final = "device-health"
+
+
+def health_taint_key(problem: HealthProblem, driver: str = DRIVER_NAME) -> str:
+    return f"{driver}/{problem}"
+
+
+def health_annotation_key(driver: str = DRIVER_NAME) -> str:
+    return f"{driver}/{HEALTH_ANNOTATION_SUFFIX}"
 
 
 @dataclass(frozen=True)

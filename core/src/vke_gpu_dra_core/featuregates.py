@@ -22,6 +22,7 @@ from typing import Final
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
 CONSUMABLE_SHARES: Final = "ConsumableShares"
+#: NVIDIA's gate for MIG devices created on demand, published as partitionable devices (KEP-4815).
 DYNAMIC_MIG: Final = "DynamicMIG"
 
 #: Gate -> default, as in NVIDIA's pkg/featuregates (project gates plus the Kubernetes logging gates it

@@ -89,6 +89,15 @@ _PROFILES: Final[tuple[GpuProfile, ...]] = (
         "nvidia-smi total 81559 MiB; parity sheet quantity example 81559Mi; " + _NVIDIA_SPECS,
     ),
     GpuProfile(
+        "NVIDIA H100 PCIe",
+        "Nvidia",
+        "Hopper",
+        (9, 0),
+        81559 * _MIB,
+        True,
+        "nvidia-smi total 81559 MiB (80 GB HBM2e, a published capture with driver 570.169); " + _NVIDIA_SPECS,
+    ),
+    GpuProfile(
         "NVIDIA H20",
         "Nvidia",
         "Hopper",

@@ -104,7 +104,7 @@ specs go into root-owned host directories (owner permission, no CAP_DAC_OVERRIDE
 
 {{/* kubeletPlugin.extraEnv must not set a variable the chart sets itself (the plugin's flags). */}}
 {{- define "vke-gpu-dra.checkExtraEnv" -}}
-{{- $managed := list "NODE_NAME" "DRIVER_NAME" "PLUGIN_DATA_DIR" "REGISTRAR_DIR" "CDI_ROOT" "DEVICE_SOURCE" "NVIDIA_DRIVER_ROOT" "SIMULATED_GPUS" "SIMULATED_PRODUCT" "HEALTHCHECK_PORT" "METRICS_PORT" "LOG_FORMAT" "LOG_LEVEL" "ROLLING_UPDATE_ID" "NVIDIA_VISIBLE_DEVICES" -}}
+{{- $managed := list "NODE_NAME" "DRIVER_NAME" "PLUGIN_DATA_DIR" "REGISTRAR_DIR" "CDI_ROOT" "DEVICE_SOURCE" "NVIDIA_DRIVER_ROOT" "SIMULATED_GPUS" "SIMULATED_PRODUCT" "HEALTHCHECK_PORT" "METRICS_PORT" "CLAIM_RECONCILE_INTERVAL" "LOG_FORMAT" "LOG_LEVEL" "ROLLING_UPDATE_ID" "NVIDIA_VISIBLE_DEVICES" -}}
 {{- range .Values.kubeletPlugin.extraEnv -}}
 {{- if has .name $managed -}}
 {{- fail (printf "kubeletPlugin.extraEnv: %s is set by the chart (use the chart's value for it instead)" .name) -}}

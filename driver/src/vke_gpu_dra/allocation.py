@@ -30,6 +30,8 @@ class AllocatedDevice:
     config: DeviceConfig | None
     #: What the config asks for this device (normalised and validated for the enabled gates).
     sharing: Sharing = NO_SHARING
+    #: The result's `shareID` (consumable shares, Kubernetes 1.36): which share of the device this is.
+    share_id: str | None = None
 
     @property
     def request_name(self) -> str:
@@ -97,6 +99,12 @@ def _one_result(
     gates: FeatureGates,
 ) -> AllocatedDevice:
     request, pool, name = result.get("request"), result.get("pool"), result.get("device")
+    share_id = result.get("shareID")
+    if share_id is not None and not (isinstance(share_id, str) and share_id):
+        raise ClaimError(
+            f"claim {label}: result {index} of {driver_name}: shareID must be a non-empty string, "
+            f"got {share_id!r}"
+        )
     if not (
         isinstance(request, str)
         and isinstance(pool, str)
@@ -119,4 +127,4 @@ def _one_result(
         sharing = resolve_sharing(config, device.device_type, gates)
     except OpaqueConfigError as exc:
         raise ClaimError(f"claim {label}: {exc}") from None
-    return AllocatedDevice(request, device, config, sharing)
+    return AllocatedDevice(request, device, config, sharing, share_id)

@@ -65,13 +65,17 @@ def claim_spec_path(cdi_root: Path, claim_uid: str) -> Path:
     return cdi_root / f"{_SPEC_PREFIX}{claim_uid.replace('/', '_')}{SPEC_SUFFIX}"
 
 
-def claim_device_name(claim_uid: str, device_name: str) -> str:
+def claim_device_name(claim_uid: str, device_name: str, share_id: str | None = None) -> str:
+    """`<uid>-<device>`; a consumable share of the device (its allocation's `shareID`) gets its own
+    name, `<uid>-<device>-share-<share id>`."""
+    if share_id:
+        return f"{claim_uid}-{device_name}-share-{share_id}"
     return f"{claim_uid}-{device_name}"
 
 
-def claim_device_id(claim_uid: str, device_name: str) -> str:
+def claim_device_id(claim_uid: str, device_name: str, share_id: str | None = None) -> str:
     """Fully qualified CDI device ID, e.g. `k8s.gpu.nvidia.com/claim=<uid>-gpu-0`."""
-    return f"{CLAIM_KIND}={claim_device_name(claim_uid, device_name)}"
+    return f"{CLAIM_KIND}={claim_device_name(claim_uid, device_name, share_id)}"
 
 
 def device_name_from_cdi(claim_uid: str, cdi_device_name: str) -> str:
@@ -137,6 +141,7 @@ def build_claim_spec(
     optional_nodes: Iterable[str] = (),
     driver: DriverEdits | None = None,
     extra_device_edits: Mapping[str, Mapping[str, Any]] | None = None,
+    shares: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The claim's CDI spec.
 
@@ -147,6 +152,8 @@ def build_claim_spec(
     devices apart is in each device's edits, never spec-wide (see the module's docstring).
 
     `extra_device_edits` (device name -> env/mounts) are per-claim edits such as MPS's pipe and shm.
+    `shares` (device name -> share ids): a device allocated as consumable shares gets one CDI device
+    per share (`claim_device_name`), each with the device's edits.
     """
     if not devices:
         raise CdiSpecError(f"claim {claim_uid}: a CDI spec needs at least one device")
@@ -155,10 +162,11 @@ def build_claim_spec(
         "kind": CLAIM_KIND,
         "devices": [
             {
-                "name": claim_device_name(claim_uid, d.name),
+                "name": claim_device_name(claim_uid, d.name, share),
                 "containerEdits": _merged_edits(d, driver, extra_device_edits),
             }
             for d in devices
+            for share in (shares or {}).get(d.name) or (None,)
         ],
         "containerEdits": _common_edits(claim_uid, devices, optional_nodes, driver),
     }

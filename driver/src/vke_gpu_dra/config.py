@@ -23,6 +23,7 @@ from . import __version__
 from .checkpoint import DEFAULT_BOOT_ID_PATH
 from .kubelet.registration import dra_socket_name, registration_socket_name
 from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
+from .reconcile import DEFAULT_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
 
 PROG = "dra-gpu-kubelet-plugin"
 LOG_FORMATS = ("json", "text")
@@ -56,6 +57,8 @@ class Config:
     container_driver_root: Path | None = None
     #: Host path of nvidia-cdi-hook for the CDI hooks; None: the host's copied into the plugin data dir.
     nvidia_cdi_hook_path: Path | None = None
+    #: Seconds between two checks of the prepared claims against the API server (`reconcile`).
+    claim_reconcile_interval: int = DEFAULT_INTERVAL_SECONDS
 
     @property
     def driver_root_path(self) -> Path:
@@ -251,6 +254,14 @@ OPTIONS: tuple[_Option, ...] = (
     ),
     _Option("healthcheck_port", "HEALTHCHECK_PORT", _PORT, "51516", "gRPC health port (0 disables)"),
     _Option("metrics_port", "METRICS_PORT", _PORT, "8080", "Prometheus metrics port (0 disables)"),
+    _Option(
+        "claim_reconcile_interval",
+        "CLAIM_RECONCILE_INTERVAL",
+        _int_range(MIN_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS),
+        str(DEFAULT_INTERVAL_SECONDS),
+        "seconds between two checks of the prepared claims against the API server (one GET per claim; "
+        "claims deleted without an unprepare are cleaned); also checked at start",
+    ),
     _Option("log_format", "LOG_FORMAT", _choice(LOG_FORMATS), "json", "log format"),
     _Option("log_level", "LOG_LEVEL", _choice(LOG_LEVELS), "info", "least severe level logged"),
     _Option(

@@ -213,13 +213,18 @@ class KubeAPI:
         return self._json("GET", f"/api/v1/nodes/{name}")
 
     def get_resource_claim(
-        self, namespace: str, name: str, timeout: float | None = None
+        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
     ) -> dict[str, Any] | None:
-        """The claim, None if it does not exist; `timeout`: seconds for the whole request."""
+        """The claim, None if it does not exist; `timeout`: seconds for the whole request.
+
+        `cached`: may be served from the API server's watch cache (`resourceVersion=0`, possibly a
+        little stale, no etcd read); otherwise a quorum read of the current object.
+        """
         try:
             return self._json(
                 "GET",
                 f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}",
+                query=[("resourceVersion", "0")] if cached else None,
                 timeout=REQUEST_TIMEOUT if timeout is None else max(timeout, 0.001),
             )
         except KubeError as err:

@@ -99,6 +99,26 @@ class Metrics:
             "Driver libraries mounted into GPU containers through CDI.",
             registry=r,
         )
+        # --- claim reconciliation (reconcile.py) ---
+        self.claim_reconcile_rounds = Counter(
+            f"{_PREFIX}_claim_reconcile_rounds",
+            "Rounds that checked the checkpoint's claims against the API server.",
+            registry=r,
+        )
+        self.claim_ghosts_cleaned = Counter(
+            f"{_PREFIX}_claim_ghosts_cleaned",
+            "Entries of claims the API server no longer has for this node, cleaned as an unprepare, by "
+            "reason (gone, replaced, deallocated).",
+            ["reason"],
+            registry=r,
+        )
+        self.claim_reconcile_failures = Counter(
+            f"{_PREFIX}_claim_reconcile_failures",
+            "Claim checks that decided nothing and kept the entry, by reason (timeout, unreachable, "
+            "unauthorized, forbidden, api-error, cleanup).",
+            ["reason"],
+            registry=r,
+        )
         self.cdi_hooks_enabled = Gauge(
             f"{_PREFIX}_cdi_hooks_enabled",
             "1 when CDI specs carry nvidia-cdi-hook hooks, 0 when libraries also get SONAME mounts.",
@@ -126,5 +146,13 @@ class Metrics:
             f"{_PREFIX}_device_taints_supported",
             "1 when the API server keeps ResourceSlice device taints (unhealthy devices are tainted), "
             "0 when unhealthy devices are left out of the slices instead.",
+            registry=r,
+        )
+        self.cluster_slice_field = Gauge(
+            f"{_PREFIX}_cluster_slice_field",
+            "1 when the API server keeps this optional ResourceSlice field (taints, "
+            "allowMultipleAllocations, bindingConditions, sharedCounters), 0 when it drops it; "
+            "detected once at start by server-side dry-runs.",
+            ["field"],
             registry=r,
         )

@@ -249,6 +249,12 @@ def resolve_sharing(config: DeviceConfig | None, device_type: str, gates: Featur
         raise OpaqueConfigError(
             f"{label} field sharing: cannot use TimeSlicingConfig with the 'MPS' strategy"
         )
+    if gates.consumable_shares:
+        # NVIDIA's plugin starts with both gates and refuses MPS per claim (device_state.go).
+        raise OpaqueConfigError(
+            f"{label} field sharing: MPS sharing is not supported when consumable shares is enabled "
+            "(feature gate ConsumableShares)"
+        )
     mps = raw.get("mpsConfig") or {}
     pct = mps.get("defaultActiveThreadPercentage")
     where = f"{label} field sharing.mpsConfig.defaultActiveThreadPercentage"

@@ -1,12 +1,14 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
-Start order (`_start`, one method per step): open the API -> (feature gate DynamicMIG) detect whether
-the server keeps shared counters -> discover devices -> (DynamicMIG) add the MIG placements -> create the
-directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
--> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
-reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
-can call; then the claims NVIDIA's plugin prepared adopted) -> DRA socket -> ResourceSlices -> health
-and metrics -> registration socket last, so kubelet only registers a plugin that can serve.
+Start order (`_start`, one method per step): open the API -> the cluster's features (which ResourceSlice
+fields the API server keeps, shared counters included: feature gate DynamicMIG needs them before
+discovery) -> discover devices -> (DynamicMIG) add the MIG placements -> create the directories -> set
+up the driver's user-space -> build the takeover of NVIDIA's claims (on the API) -> load the prepared
+claims (checkpoint and restore, with the sharing manager on the API; after a reboot every completed
+claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet can call; then the
+claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once, then periodically,
+in the background) -> DRA socket -> ResourceSlices -> health and metrics -> registration socket last,
+so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -21,20 +23,22 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 from prometheus_client import start_http_server
+from vke_gpu_dra_core import consumable_shares
 from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
-from . import __version__, userspace
+from . import __version__, cluster_features, userspace
 from .checkpoint import BootIdError, read_boot_id
+from .cluster_features import NONE_KEPT, ClusterFeatures
 from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS
 from .health.setup import HealthWatching
-from .health.shared_counters_support import SharedCountersSupport, detect_shared_counters
 from .kubeapi import KubeAPI
 from .kubelet.dra_service import DRAServicer, add_dra_servicer
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
@@ -47,8 +51,9 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
-from .partitions.publish import slice_layout
-from .partitions.setup import DynamicMig, nvml_dynamic_mig_at, simulated_dynamic_mig
+from .partitions.publish import CounterLayout, slice_layout
+from .partitions.setup import DynamicMig, counter_layout, nvml_dynamic_mig_at, simulated_dynamic_mig
+from .reconcile import Reconciler
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
@@ -111,11 +116,13 @@ class Plugin:
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
-        #: Where the server keeps shared counters (DynamicMIG only; None without the gate).
-        self.shared_counters: SharedCountersSupport | None = None
+        #: DynamicMIG on a server keeping shared counters: the slice layout of its counters, else None.
+        self.mig_layout: CounterLayout | None = None
         #: The partitioned GPUs (DynamicMIG on a server keeping shared counters), else None.
         self.dynamic_mig: DynamicMig | None = None
+        self.reconciler: Reconciler | None = None
         self.health: HealthWatching | None = None
+        self.cluster: ClusterFeatures = NONE_KEPT
         self._dra: grpc.Server | None = None
         self._dra_servicer: DRAServicer | None = None
         self._reg: grpc.Server | None = None
@@ -148,13 +155,14 @@ class Plugin:
 
     def _start(self) -> None:
         self._open_api()
-        self._detect_shared_counters()
+        self._know_the_cluster()
         self._discover_devices()
         self._add_mig_placements()
         self._create_directories()
         self._set_up_driver_user_space()
         self._build_takeover()
         self._load_prepared_claims()
+        self._reconcile_claims()
         self._serve_dra()
         self._publish_slices()
         self._serve_health_and_metrics()
@@ -167,31 +175,28 @@ class Plugin:
         if self._api is None:
             self._api = KubeAPI.from_kubeconfig(self.config.kubeconfig)
 
-    def _detect_shared_counters(self) -> None:
-        """DynamicMIG: does the server keep KEP-4815 shared counters, and where (a dry-run create)."""
+    def _know_the_cluster(self) -> None:
+        """Which optional ResourceSlice fields the API server keeps (`cluster_features`: /version and
+        server-side dry-runs), logged once and exported as a metric; the slices and health read it, and
+        DynamicMIG its shared counters' layout."""
         cfg = self.config
+        assert self._api is not None
+        self.cluster = cluster_features.detect(self._api, driver=cfg.driver_name, node_name=cfg.node_name)
+        cluster_features.report(self.cluster, self.metrics)
         if not cfg.feature_gates.dynamic_mig:
             return
-        assert self._api is not None
-        self.shared_counters = detect_shared_counters(
-            self._api, driver=cfg.driver_name, node_name=cfg.node_name
-        )
-        if self.shared_counters.layout is None:
+        self.mig_layout = counter_layout(self.cluster)
+        if self.mig_layout is None:
             log.warning(
                 "feature gate DynamicMIG is on but the API server keeps no shared counters: GPUs are "
                 "published as without the gate",
-                extra={"fields": {"detail": self.shared_counters.detail}},
+                extra={"fields": {"detected": self.cluster.detail}},
             )
         else:
-            log.info(
-                "dynamic MIG: shared counters kept",
-                extra={
-                    "fields": {"layout": self.shared_counters.layout, "detail": self.shared_counters.detail}
-                },
-            )
+            log.info("dynamic MIG: shared counters kept", extra={"fields": {"layout": self.mig_layout}})
 
     def _dynamic_mig_on(self) -> bool:
-        return self.shared_counters is not None and self.shared_counters.layout is not None
+        return self.mig_layout is not None
 
     def _discover_devices(self) -> None:
         source = self._source = self._source or make_source(self.config, dynamic_mig=self._dynamic_mig_on())
@@ -278,6 +283,22 @@ class Plugin:
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
 
+    def _reconcile_claims(self) -> None:
+        """Checks the checkpoint's claims against the API server in the background: a round now, then
+        every --claim-reconcile-interval; it also checks the holders of a prepare's devices."""
+        cfg = self.config
+        assert self._api is not None and self.state is not None
+        self.reconciler = Reconciler(
+            self.state,
+            self._api,
+            driver_name=cfg.driver_name,
+            pool_name=cfg.node_name,
+            metrics=self.metrics,
+            interval=cfg.claim_reconcile_interval,
+        )
+        self.state.holder_check = self.reconciler.check_holders
+        self.reconciler.start()
+
     def _serve_dra(self) -> None:
         """The DRA socket: v1 and v1beta1 prepare/unprepare, and resource health."""
         cfg = self.config
@@ -290,19 +311,37 @@ class Plugin:
         add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
         self._dra.start()
 
+    def _slice_entry(self) -> Callable[[Device], dict[str, Any]]:
+        """How a device is published: with consumable shares when the gate is on and the server keeps
+        `allowMultipleAllocations` and `requestPolicy`, else as always (logged)."""
+        if not self.config.feature_gates.consumable_shares:
+            return Device.slice_entry
+        if self.cluster.multiple_allocations:
+            log.info(
+                "devices are published with consumable shares (allowMultipleAllocations, requestPolicy)",
+                extra={"fields": {"mode": consumable_shares.DEFAULT_MODE, "detected": self.cluster.detail}},
+            )
+            return consumable_shares.shared_entry
+        log.warning(
+            "ConsumableShares is on, but the API server drops allowMultipleAllocations and requestPolicy "
+            "(DRAConsumableCapacity off: Kubernetes before 1.36); devices are published for one claim each",
+            extra={"fields": {"detected": self.cluster.detail}},
+        )
+        return Device.slice_entry
+
     def _publish_slices(self) -> None:
         """The ResourceSlices, and the GPU health watching that changes them (docs/health.md)."""
         cfg = self.config
         assert self._api is not None and self._source is not None and self.health_board is not None
         self.health = HealthWatching.prepare(
-            self._api,
+            self.cluster,
             driver=cfg.driver_name,
-            node_name=cfg.node_name,
             devices=self.devices,
             board=self.health_board,
             metrics=self.metrics,
             recovery_window=float(cfg.health_recovery_window),
             ignored_xids=DEFAULT_IGNORED_XIDS | cfg.additional_xids_to_ignore,
+            entry=self._slice_entry(),
         )
         self.slices = SliceController(
             self._api,
@@ -324,13 +363,12 @@ class Plugin:
 
     def _slice_layout(self, max_per_slice: int) -> Layout | None:
         """DynamicMIG: the partitioned GPUs with their counter sets, in the server's layout."""
-        support = self.shared_counters
-        if self.dynamic_mig is None or support is None or support.layout is None:
+        if self.dynamic_mig is None or self.mig_layout is None or self.cluster.version is None:
             return None
         return slice_layout(
             self.dynamic_mig.manager.gpus,
-            support.layout,
-            kubernetes_minor=support.kubernetes_minor,
+            self.mig_layout,
+            kubernetes_minor=self.cluster.version[1],
             max_per_slice=max_per_slice,
         )
 
@@ -422,6 +460,8 @@ class Plugin:
             self.health.stop()
         if self.slices is not None:
             self.slices.stop()
+        if self.reconciler is not None:
+            self.reconciler.stop()
         if self._health is not None:
             self._health.stop(0).wait()
         if self._metrics_server is not None:

@@ -36,9 +36,17 @@ names the created devices), `_destroy_partitions` in `_clean_claim` destroys the
 in `_restore` destroys what no entry owns, and `_restore_partitions` re-creates them after a reboot.
 
 Claims NVIDIA's plugin prepared on this node (`takeover/`) join through three small hooks, one per
-phase: `_adopt_nvidia_claims` at the end of `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
+phase: `_adopt_nvidia_claims` first in `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
 completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
 in `_unprepare_claim` (NVIDIA's leftovers undone).
+
+Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim
+the API server no longer has for this node as an unprepare: an unprepare operation through the same
+batches and `_unprepare_claim` itself (so `_release_adopted`, then `_clean_claim`, and never
+alongside a prepare or unprepare of that claim), done only while the entry is still the one judged
+and no prepare of the claim answered since it was judged.
+A prepare whose devices another claim's entry holds raises `DevicesHeld` from `_admit`; `prepare`
+then has `holder_check` (the reconciler) check those claims at once, outside the lock, and tries again.
 
 Every step of a batch runs under `_answering`, the one place where what a step raises becomes the
 answer of the calls it was for (a ClaimError as it is, anything else an error naming the claim), so
@@ -56,7 +64,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
@@ -65,6 +73,7 @@ from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
+from .ghosts import DevicesHeld, Holder, admin_access_devices, adopted_entry, find_holders, no_overlap
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .partitions.errors import PartitionError
 from .partitions.records import MigRecord
@@ -73,6 +82,7 @@ from .sharing.plan import Plan, devices_in_use, plan_claim
 from .takeover import AdoptionError, CleanupError, NvidiaClaimState
 
 if TYPE_CHECKING:
+    from .allocation import AllocatedDevice
     from .partitions.manager import PartitionManager
     from .sharing.manager import SharingManager
     from .takeover import Takeover
@@ -108,6 +118,18 @@ class RebootRestore:
     failed: Mapping[str, str] = field(default_factory=dict)
 
 
+#: How often one prepare checks the claims holding its devices and tries again.
+HOLDER_CHECKS: Final = 3
+
+
+class HolderCheck(Protocol):
+    """Checks the claims whose entries hold a new claim's devices, by `deadline` (time.monotonic()):
+    cleans the ghosts, raises ClaimError naming both claims for a live holder, and returns the UIDs of
+    live holders whose overlap is allowed (admin access)."""
+
+    def __call__(self, ref: ClaimRef, holders: Sequence[Holder], deadline: float) -> frozenset[str]: ...
+
+
 @dataclass(eq=False)
 class _Op:
     """One prepare or unprepare waiting for (or done by) a batch under the node lock."""
@@ -127,6 +149,11 @@ class _Op:
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
     adopted_edits: dict[str, dict[str, Any]] = field(default_factory=dict)  # takeover: NVIDIA's MPS edits
     partitions: tuple[MigRecord, ...] = ()  # dynamic MIG: the claim's placements, then its created devices
+    expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
+    judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
+    tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
+    adopted: bool = False  # a ghost cleanup of a claim adopted from NVIDIA, known only to the ledger
+    released: bool = False  # ... whose NVIDIA leftovers it released
 
     @property
     def label(self) -> str:
@@ -200,6 +227,11 @@ class DeviceState:
         self._queue: list[_Op] = []
         self._queue_guard = threading.Lock()
         self._spec_writers: ThreadPoolExecutor | None = None
+        #: Checks the holders of a prepare's devices against the API server (the reconciler); None:
+        #: a held device fails the prepare.
+        self.holder_check: HolderCheck | None = None
+        #: When a prepare of each claim last answered in this process (a ghost judged before is kept).
+        self._answered_at: dict[str, float] = {}
         #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
         #: Temp files of interrupted writes removed at start.
@@ -220,11 +252,50 @@ class DeviceState:
     ) -> list[PreparedDevice]:
         """Prepare `claim` (API JSON fetched just now); idempotent; raises ClaimError.
 
-        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock.
+        `deadline` (a `time.monotonic()` value) bounds the wait for the node lock and the check of
+        the claims holding its devices (`holder_check`).
         """
-        op = self._submit(_Op("prepare", ref, claim, self._deadline(deadline)))
-        assert op.result is not None
-        return op.result
+        at = self._deadline(deadline)
+        tolerated: frozenset[str] = frozenset()
+        for attempt in range(HOLDER_CHECKS + 1):
+            try:
+                op = self._submit(_Op("prepare", ref, claim, at, tolerated=tolerated))
+            except DevicesHeld as held:
+                if self.holder_check is None or attempt == HOLDER_CHECKS:
+                    raise
+                tolerated |= self.holder_check(ref, held.holders, at)
+                continue
+            assert op.result is not None
+            return op.result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def clean_ghost(
+        self,
+        entry: ClaimEntry,
+        *,
+        judged_at: float | None = None,
+        deadline: float | None = None,
+        adopted: bool = False,
+    ) -> bool:
+        """Clean a ghost's entry exactly as an unprepare would, through `_unprepare_claim` (NVIDIA's
+        leftovers of an adopted claim and the sharing undone, CDI spec and entry removed), only if the
+        checkpoint still holds `entry` as it was judged and no prepare of the claim answered since
+        `judged_at` (time.monotonic() of the read that judged it; None: now); True when it did.
+        `adopted`: `entry` is an adopted claim known only to the takeover's ledger (`adopted_entries`):
+        released only while it still is (not released, no checkpoint entry of ours).
+        Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
+        ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+        at = time.monotonic() if judged_at is None else judged_at
+        op = self._submit(
+            _Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at, adopted=adopted)
+        )
+        return op.changed or op.released
+
+    def adopted_entries(self) -> dict[str, ClaimEntry]:
+        """Claims adopted from NVIDIA's plugin, not released, that kubelet has not prepared here again
+        (no checkpoint entry of ours), as entries (`ghosts.adopted_entry`), read under the node lock."""
+        with self._locked_or_fail("reading the takeover ledger"):
+            return self._adopted_only(self._read())
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Remove the claim's CDI spec and checkpoint entry (either state); an unknown claim is a success."""
@@ -346,6 +417,7 @@ class DeviceState:
             self._save(entries, [*written, *rolled_back])
             for op in _open(written):
                 op.answer(op.prepared)
+                self._answered_at[op.ref.uid] = time.monotonic()
         finally:
             for op in batch:
                 if not op.answered:  # the batch stopped early: no caller waits for an answer that never comes
@@ -394,6 +466,7 @@ class DeviceState:
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
             self._restore_claim(ref, entry)
             op.answer(list(entry.devices))
+            self._answered_at[ref.uid] = time.monotonic()
             return
         if self._admit_adopted(op, entries):  # takeover: a claim NVIDIA's plugin completed
             return
@@ -406,6 +479,7 @@ class DeviceState:
             devices=self._by_name,
             gates=self._gates,
         )
+        self._refuse_held(op, allocated, entries)
         op.plan = plan_claim(ref, allocated, self._others(entries, ref.uid))
         if op.plan:
             self._manager(ref)  # a node without sharing refuses it before anything is written
@@ -416,7 +490,8 @@ class DeviceState:
                 request_names=(a.request_name,),
                 pool_name=self._pool_name,
                 device_name=a.device.name,
-                cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name),),
+                cdi_device_ids=(cdi.claim_device_id(ref.uid, a.device.name, a.share_id),),
+                share_id=a.share_id,
             )
             for a in allocated
         ]
@@ -429,6 +504,27 @@ class DeviceState:
             partitions=op.partitions,
         )
         op.changed = True
+
+    def _refuse_held(
+        self, op: _Op, allocated: Sequence[AllocatedDevice], entries: Mapping[str, ClaimEntry]
+    ) -> None:
+        """Raise DevicesHeld when other claims' entries hold devices of `allocated` and the overlap is
+        not allowed (see `ghosts.find_holders`)."""
+        assert op.claim is not None
+        admin = admin_access_devices(op.claim, driver_name=self._driver_name, pool_name=self._pool_name)
+        adopted = self._adopted_only(entries)  # takeover: NVIDIA's claims hold their devices too
+        adopted.pop(op.ref.uid, None)
+        holders = find_holders(
+            op.ref,
+            allocated,
+            [*self._others(entries, op.ref.uid), *adopted.values()],
+            admin=admin,
+            tolerated=op.tolerated,
+            adopted=set(adopted),
+            overlapping=self._partitions.overlapping if self._partitions is not None else no_overlap,
+        )
+        if holders:
+            raise DevicesHeld(op.ref, holders)
 
     def _set_up_all(self, ops: Sequence[_Op], entries: Mapping[str, ClaimEntry]) -> None:
         def set_up(op: _Op) -> None:
@@ -455,7 +551,7 @@ class DeviceState:
         self._create_partitions(op)
         try:
             edits = self._manager(op.ref).prepare(op.ref, plan, op.deadline) if plan else {}
-            self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits})
+            self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits}, op.prepared)
         except MpsDaemonPending:
             log.info(
                 "MPS control daemon not ready yet: it stays for kubelet's retry",
@@ -484,8 +580,21 @@ class DeviceState:
         return True
 
     def _unprepare_claim(self, op: _Op, entries: dict[str, ClaimEntry]) -> None:
-        """Unprepare: NVIDIA's leftovers of an adopted claim first (takeover), then clean the claim
-        (`_clean_claim`). A failed undo keeps the entry, so kubelet's retry undoes it again."""
+        """Unprepare (and a ghost cleanup, `clean_ghost`): NVIDIA's leftovers of an adopted claim
+        first (takeover), then clean the claim (`_clean_claim`). A failed undo keeps the entry, so
+        kubelet's retry (or the next reconcile round) undoes it again. A ghost cleanup does nothing
+        when the entry changed (or went, or its claim was prepared) since the read that judged it."""
+        if op.expect is not None and (
+            self._answered_at.get(op.ref.uid, -1.0) >= op.judged_at
+            or (
+                self._adopted_only(entries).get(op.ref.uid) != op.expect
+                if op.adopted
+                else entries.get(op.ref.uid) != op.expect
+            )
+        ):
+            return
+        self._answered_at.pop(op.ref.uid, None)
+        op.released = op.adopted  # an adopted ghost: released below, or an error
         self._release_adopted(op, entries)  # takeover: NVIDIA's leftovers first
         op.changed = self._clean_claim(op.ref, entries, op.deadline) or op.changed
 
@@ -493,7 +602,8 @@ class DeviceState:
         """Undo everything the claim's entry records, in either state: its GPU sharing (an MPS daemon
         kept across failed prepares included), its CDI spec, then its entry; True when an entry was
         removed. The caller holds the node lock and writes `entries` afterwards. Raises ClaimError
-        (the entry stays). Unprepare calls it, and so may the clean-up of a claim that is gone."""
+        (the entry stays). `_unprepare_claim` calls it, for kubelet's unprepare and for the cleanup
+        of a ghost (`clean_ghost`) alike."""
         entry = entries.get(ref.uid)
         if entry is not None and entry.sharing:
             self._manager(ref).unprepare(
@@ -512,14 +622,15 @@ class DeviceState:
         return entries.pop(ref.uid, None) is not None
 
     def _restore(self) -> None:
-        """Start-up (caller holds the node lock): remove the temp files of interrupted writes, read the
-        checkpoint and recover the claims whose CDI spec has no entry; then give the completed claims
-        back what a reboot reset (`_restore_if_rebooted`); then adopt NVIDIA's claims."""
+        """Start-up (caller holds the node lock): remove the temp files of interrupted writes, adopt
+        NVIDIA's claims, read the checkpoint and recover the claims whose CDI spec has no entry (not
+        NVIDIA's claim specs of adopted claims: their name is the one this driver uses); then give the
+        completed claims back what a reboot reset (`_restore_if_rebooted`)."""
         self.removed_leftovers = self._remove_leftovers()
+        self._adopt_nvidia_claims()
         entries = self._read(recover_orphans=True, at_start=True)
         self._clean_up_partitions(entries)
         self._restore_if_rebooted(entries)
-        self._adopt_nvidia_claims()
 
     def _restore_if_rebooted(self, entries: dict[str, ClaimEntry]) -> None:
         """When the node's boot id is not the one kept with the checkpoint, restore the completed claims
@@ -625,7 +736,7 @@ class DeviceState:
         if spec_missing:
             log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
             edits = self._manager(ref).restore(entry.sharing) if entry.sharing else {}
-            self._write_spec(ref, self._claim_devices(ref, names, entry.partitions), edits)
+            self._write_spec(ref, self._claim_devices(ref, names, entry.partitions), edits, entry.devices)
         return entry
 
     def _restore_partitions(self, ref: ClaimRef, entry: ClaimEntry) -> tuple[MigRecord, ...]:
@@ -717,7 +828,7 @@ class DeviceState:
     # ------------------------------------------- takeover hooks (the takeover package does the work)
 
     def _adopt_nvidia_claims(self) -> None:
-        """Restore, last: the claims of NVIDIA's checkpoint join the takeover's ledger."""
+        """Restore, first: the claims of NVIDIA's checkpoint join the takeover's ledger."""
         if self._takeover is not None:
             self._takeover.start()
 
@@ -730,6 +841,7 @@ class DeviceState:
         claim = self._takeover.adopted(op.ref.uid)
         if claim is None:
             return False
+        self._takeover.name(op.ref.uid, op.ref.namespace, op.ref.name)  # reconciliation can read it now
         if claim.state is not NvidiaClaimState.PREPARE_COMPLETED:
             self._release_adopted(op, entries)
             return False
@@ -759,6 +871,17 @@ class DeviceState:
             )
         except CleanupError as exc:
             raise ClaimError(f"claim {op.label}: {exc}") from None
+
+    def _adopted_only(self, entries: Mapping[str, ClaimEntry]) -> dict[str, ClaimEntry]:
+        """Adopted claims not released that have no entry in `entries`, as entries (caller holds the
+        node lock); an adopted claim kubelet prepared again is its checkpoint entry instead."""
+        if self._takeover is None:
+            return {}
+        return {
+            uid: adopted_entry(claim, driver_name=self._driver_name, pool_name=self._pool_name)
+            for uid, claim in self._takeover.unreleased().items()
+            if uid not in entries
+        }
 
     @staticmethod
     def _others(entries: Mapping[str, ClaimEntry], uid: str) -> list[ClaimEntry]:
@@ -805,8 +928,9 @@ class DeviceState:
             log.error("%s", result.problem)
         recovered = []
         if recover_orphans or result.problem is not None:
+            adopted = set(self._takeover.unreleased()) if self._takeover is not None else set()
             for uid, path in cdi.list_claim_specs(self._cdi_root).items():
-                if uid in entries:
+                if uid in entries or uid in adopted:  # an adopted claim's spec is NVIDIA's, released with it
                     continue
                 try:
                     cdi.load_spec(path)
@@ -830,8 +954,18 @@ class DeviceState:
         return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self._dev_root / p.lstrip("/")).exists()]
 
     def _write_spec(
-        self, ref: ClaimRef, devices: Sequence[Device], extra: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        ref: ClaimRef,
+        devices: Sequence[Device],
+        extra: Mapping[str, Mapping[str, Any]] | None = None,
+        prepared: Sequence[PreparedDevice] = (),
     ) -> None:
+        """The claim's CDI spec: one CDI device per device, or per share of a device allocated as
+        consumable shares (keyed by device and share, as the prepared devices name them)."""
+        shares: dict[str, list[str]] = {}
+        for d in prepared:
+            if d.share_id is not None and d.share_id not in shares.get(d.device_name, []):
+                shares.setdefault(d.device_name, []).append(d.share_id)
         try:
             spec = cdi.build_claim_spec(
                 ref.uid,
@@ -839,6 +973,7 @@ class DeviceState:
                 optional_nodes=self._optional_nodes(),
                 driver=self._driver_edits,
                 extra_device_edits=extra,
+                shares=shares,
             )
             cdi.write_claim_spec(self._cdi_root, ref.uid, spec)
         except (OSError, cdi.CdiSpecError) as exc:

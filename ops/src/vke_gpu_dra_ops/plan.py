@@ -31,14 +31,17 @@ from vke_gpu_dra_core.config import (
     raw_from_stack_file,
 )
 from vke_gpu_dra_core.config import read as read_config
-from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN
+from vke_gpu_dra_planner.admission import REFUSED, UNKNOWN, counters_dropped
 from vke_gpu_dra_planner.claims import ManifestError
-from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates
+from vke_gpu_dra_planner.gates import GATES, VersionError, feature_gates, with_overrides
+from vke_gpu_dra_planner.inventory import GpuPool
+from vke_gpu_dra_planner.mig import pool_profiles
 from vke_gpu_dra_planner.stack import (
     StackModel,
     add_object,
     consumable_shares,
     default_classes,
+    dynamic_mig,
     pools_from_config,
     sample_objects,
 )
@@ -73,6 +76,12 @@ def register(subparsers: Any) -> None:
         help=f"feature-gate defaults of this version ({', '.join(GATES)}; default: the stack's "
         "cluster.kubernetesVersion)",
     )
+    parser.add_argument(
+        "--kubernetes-feature-gates",
+        default="",
+        help="Kubernetes gates the cluster's operator set, Name=true|false,... (e.g. "
+        "DRAPartitionableDevices=true on 1.34); default: the version's defaults",
+    )
     parser.set_defaults(func=run)
 
 
@@ -84,7 +93,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         where = "--kubernetes-version"
         if version is None:
             version, where = model.kubernetes_version, f"config {PROJECT}:cluster.kubernetesVersion"
-        gates = feature_gates(version, where)
+        gates = with_overrides(
+            feature_gates(version, where), getattr(args, "kubernetes_feature_gates", "") or ""
+        )
     except (PlanInputError, ManifestError, CatalogError, VersionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -150,6 +161,7 @@ def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel
     model = StackModel(classes=default_classes())
     model.pools = [pools_from_config(cfg)]
     model.consumable_shares = consumable_shares(cfg)
+    model.dynamic_mig = dynamic_mig(cfg)
     model.kubernetes_version = cfg.cluster.kubernetes_version
     objects: list[Mapping[str, Any]]
     if manifests is None:
@@ -198,6 +210,7 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
             "DRAExtendedResource": plan.gates.extended_resource,
         },
         "consumableShares": model.consumable_shares,
+        "dynamicMIG": model.dynamic_mig,
         "pools": [
             {
                 "name": p.name,
@@ -206,7 +219,9 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
                 "gpusPerNode": p.gpus_per_node,
                 "minNodes": p.min_nodes,
                 "maxNodes": p.max_nodes,
-                "notes": list(p.notes),
+                "notes": [*p.notes, *_mig_notes(p, plan)],
+                "migProfiles": pool_profiles(p, plan.gates),
+                "migLeft": plan.mig_left.get(p.label, {}),
             }
             for variants in model.pools
             for p in variants
@@ -218,6 +233,16 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
         "undecided": plan.undecided,
         "selectorChecks": plan.planner.cache.stats.checks,
     }
+
+
+def _mig_notes(pool: GpuPool, plan: StackPlan) -> list[str]:
+    """Why a pool's GPUs are or are not MIG partitions, and what the API server does to their counters."""
+    if not pool.dynamic_mig:
+        return []
+    if not pool.partitionable:
+        return [f"DynamicMIG: {pool.product} has no MIG profiles in the catalog; GPUs published whole"]
+    dropped = counters_dropped(pool, plan.gates)
+    return [f"DynamicMIG: {dropped}"] if dropped else []
 
 
 def _workload_report(plan: WorkloadPlan) -> dict[str, Any]:
@@ -306,6 +331,16 @@ def render_text(report: Mapping[str, Any]) -> str:
             f"{p['minNodes']}..{p['maxNodes']} nodes"
         )
         lines.extend(f"    note: {n}" for n in p["notes"])
+        if p["migProfiles"]:
+            lines.append(
+                "    MIG claims that fit an empty node (each profile alone): "
+                + ", ".join(f"{k}: {v['perNode']}" for k, v in p["migProfiles"].items())
+            )
+        if p["migLeft"]:
+            lines.append(
+                "    MIG claims that still fit after the workloads, pool at maximum size: "
+                + ", ".join(f"{k}: {v}" for k, v in p["migLeft"].items())
+            )
     lines.extend(_workload_lines(report))
     lines.append(f"Claim templates, each {ALONE}:")
     if not report["templates"]:

@@ -399,8 +399,8 @@ def check_resource_slices(snap: Snapshot, settings: Settings) -> StepResult:
 #: The kubelet plugin's health reporting (docs/health.md): NVIDIA's taint keys on the slice's devices, and
 #: an annotation on the node's slices listing devices with problems (the only place an unhealthy device
 #: shows on servers without device taints, where it is left out of the slice).
-HEALTH_ANNOTATION = f"{facts.DRIVER_NAME}/device-health"
-HEALTH_TAINT_KEYS = {f"{facts.DRIVER_NAME}/{k}": k for k in ("xid", "gpu-lost", "unmonitored")}
+HEALTH_ANNOTATION = facts.health_annotation_key()
+HEALTH_TAINT_KEYS = {facts.health_taint_key(k): k for k in facts.HEALTH_PROBLEMS}
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 

@@ -5,10 +5,12 @@ Modules, from the ground up (each imports only those above it and core):
 * `semver`, `cel` — strict semantic versions; the DRA CEL environment (quantity(), semver(),
   type-checked like the apiserver);
 * `claims`, `inventory` — DeviceClasses, claims and pod claim references; the devices a pool publishes
-  (and how they are shared with the driver gate ConsumableShares);
+  (and how they are shared with the driver gate ConsumableShares, or partitioned with DynamicMIG);
 * `placement`, `selection` — where a workload's pods may run; which devices a selector accepts (cached);
-* `allocator` — resource.k8s.io/v1 structured allocation on one node;
-* `gates`, `admission` — feature-gate defaults per Kubernetes version; what the API server refuses;
+* `gates`, `mig` — feature-gate defaults per Kubernetes version (and the operator's overrides); MIG
+  claims per profile that fit a partitioned pool;
+* `allocator` — resource.k8s.io/v1 structured allocation on one node (shared counters included);
+* `admission` — what the API server refuses;
 * `stack` — what a stack asks for and buys (from its registered resources, or a stack file and manifests);
 * `fit` — how many replicas of one claim set fit a pool (alone on an empty pool), and why not;
 * `scheduler` — a whole stack's pods placed as kube-scheduler's default profile places them, and bounds;

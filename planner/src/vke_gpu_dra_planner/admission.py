@@ -10,6 +10,9 @@
   it is dropped silently (the claim is admitted and asks for whole devices), which `Admission.dropped`
   says. (The same gate keeps a ResourceSlice's `allowMultipleAllocations` and capacities'
   `requestPolicy`; a DeviceClass's `extendedResourceName` is dropped while DRAExtendedResource is off.)
+* a ResourceSlice's `sharedCounters` and its devices' `consumesCounters` belong to
+  DRAPartitionableDevices: with the gate off they are dropped (`counters_dropped`), so the MIG
+  placements the driver gate DynamicMIG publishes become independent devices.
 
 Messages are the API server's (`<Kind>.resource.k8s.io "<name>" is invalid: <field>: <reason>`).
 """
@@ -22,6 +25,7 @@ from typing import Final
 
 from .claims import ClaimTemplate, Request, SubRequest
 from .gates import FeatureGates
+from .inventory import GpuPool
 
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 ADMIN_ACCESS_FORBIDDEN: Final = (
@@ -101,3 +105,14 @@ def _subrequests(request: Request) -> list[tuple[str, SubRequest]]:
     if not request.first_available:
         return [("exactly", request.alternatives[0])]
     return [(f"firstAvailable[{i}]", sub) for i, sub in enumerate(request.alternatives)]
+
+
+def counters_dropped(pool: GpuPool, gates: FeatureGates) -> str | None:
+    """What the API server does to the pool's slices without DRAPartitionableDevices (None: kept)."""
+    if not pool.partitionable or gates.partitionable_devices:
+        return None
+    return (
+        f"the API server drops the slices' sharedCounters and the devices' consumesCounters "
+        f"({gates.state('DRAPartitionableDevices')}): the scheduler allocates each MIG placement and the "
+        "whole GPU as independent devices, overlapping ones included (the driver cannot carve those)"
+    )

@@ -19,7 +19,14 @@ not allow (above `max`, off the step, not a valid value; the default always is) 
 sum over the claims already allocated and those being allocated past the capacity's value skips the
 device, as does a request naming a capacity the device does not have. The same device may serve
 several requests of one claim. Without the gate the API server drops both `allowMultipleAllocations`
-and `capacity.requests`: every device is allocated whole. A CEL runtime
+and `capacity.requests`: every device is allocated whole.
+
+With `partitionable_devices` (DRAPartitionableDevices, KEP-4815: beta and on in 1.36, alpha and off in
+1.34 and 1.35) devices that consume shared counters (`Node.counters`, the driver gate DynamicMIG) follow
+the allocator's `checkAvailableCounters`: a device can be allocated only if, for each counter set it
+consumes from, what the devices already allocated on the node (earlier claims) and those being allocated
+(this pod's claims, in flight) consume plus its own stays within each counter's value. Without the gate
+the API server drops `sharedCounters` and `consumesCounters`: the devices are independent. A CEL runtime
 error on a device, a selector that does not compile, a missing DeviceClass or more than 32 devices in a
 claim fail the allocation with an error, as in the scheduler.
 """
@@ -131,10 +138,19 @@ class NodeAllocator:
         cache: SelectorCache,
         *,
         consumable_capacity: bool = False,
+        partitionable_devices: bool = False,
     ) -> None:
         self.node = node
         #: the DRAConsumableCapacity feature gate (enables `distinctAttribute`)
         self.consumable_capacity = consumable_capacity
+        #: the DRAPartitionableDevices feature gate: shared counters kept (None: no counters to check)
+        self.available: dict[tuple[str, str], int] | None = (
+            node.counters.available() if partitionable_devices and node.counters is not None else None
+        )
+        #: (counter set, counter) -> consumed by the devices allocated on the node
+        self.counters_used: dict[tuple[str, str], int] = {}
+        #: counters that ruled a device out during the last allocation (why a placement did not fit)
+        self.exhausted: set[tuple[str, str]] = set()
         self.classes = classes
         self.cache = cache
         self.views = cache.views(node)
@@ -190,6 +206,27 @@ class NodeAllocator:
                 return None
             out[name] = amount
         return out if sharing is not None else {}
+
+    def counters_fit(self, index: int, allocating: Mapping[tuple[str, str], int]) -> bool:
+        """checkAvailableCounters: device `index`'s consumption within what is left of each counter."""
+        if self.available is None:
+            return True
+        assert self.node.counters is not None
+        fits = True
+        for counter_set, counter, amount in self.node.counters.consumes[index]:
+            key = (counter_set, counter)
+            left = self.available.get(key, 0) - self.counters_used.get(key, 0) - allocating.get(key, 0)
+            if amount > left:
+                self.exhausted.add(key)
+                fits = False
+        return fits
+
+    def consumes(self, index: int) -> tuple[tuple[str, str, int], ...]:
+        """The counters device `index` consumes, when the gate keeps them."""
+        if self.available is None:
+            return ()
+        assert self.node.counters is not None
+        return self.node.counters.consumes[index]
 
     # --- selection ---------------------------------------------------------------------------
 
@@ -282,6 +319,7 @@ class NodeAllocator:
         if not self._searched:
             self._searched = True
             stats.nodes_searched += 1
+        self.exhausted = set()
         search = _Search(self, claims, self._request_data(claims))
         try:
             found = search.run()
@@ -301,6 +339,9 @@ class NodeAllocator:
                         used[name] = used.get(name, 0) + amount
                 else:
                     self.in_use.add(index)
+                for counter_set, counter, amount in self.consumes(index):
+                    key = (counter_set, counter)
+                    self.counters_used[key] = self.counters_used.get(key, 0) + amount
         results: list[list[DeviceResult]] = [[] for _ in claims]
         for ci, name, index, _, consumed in search.chosen:
             results[ci].append(
@@ -326,6 +367,8 @@ class _Search:
         self.chosen: list[tuple[int, str, int, bool, dict[str, int]]] = []
         #: shared devices: what this attempt takes of them (allocatingCapacity)
         self.allocating_capacity: dict[int, dict[str, int]] = {}
+        #: counters the devices of this attempt consume (in flight)
+        self.allocating_counters: dict[tuple[str, str], int] = {}
         self.steps = 0
 
     def run(self) -> bool:
@@ -390,6 +433,8 @@ class _Search:
         consumed = self.alloc.consumption(data.sub, index, self.allocating_capacity.get(index))
         if consumed is None:
             return False
+        if not self.alloc.counters_fit(index, self.allocating_counters):
+            return False
         device = self.alloc.views[index].device
         subrequest = data.sub.name if data.request.first_available else None
         added: list[_ConstraintState] = []
@@ -411,6 +456,9 @@ class _Search:
             taking = self.allocating_capacity.setdefault(index, {})
             for name, amount in consumed.items():
                 taking[name] = taking.get(name, 0) + amount
+        for counter_set, counter, amount in self.alloc.consumes(index):
+            key = (counter_set, counter)
+            self.allocating_counters[key] = self.allocating_counters.get(key, 0) + amount
         return True
 
     def _remove(self, ci: int) -> None:
@@ -419,6 +467,8 @@ class _Search:
             taking = self.allocating_capacity[index]
             for name, amount in consumed.items():
                 taking[name] -= amount
+        for counter_set, counter, amount in self.alloc.consumes(index):
+            self.allocating_counters[(counter_set, counter)] -= amount
         self.allocating[index].discard(ci)
         if not self.allocating[index]:
             del self.allocating[index]

@@ -21,6 +21,7 @@ from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_con
 from .cel.environment import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
 from .inventory import GpuPool, Node
+from .mig import exhausted
 from .placement import Placement, excluded
 from .selection import DeviceView, SelectorCache, observed_ids
 from .semver import SemverError, parse_semver
@@ -124,7 +125,9 @@ class Planner:
     cache: SelectorCache = field(default_factory=SelectorCache)
     #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
     consumable_capacity: bool = False
-    _pool_class_ids: dict[tuple[str, str, int, int], tuple[int, ...]] = field(
+    #: the DRAPartitionableDevices feature gate (off in 1.34): devices' shared counters are kept
+    partitionable_devices: bool = False
+    _pool_class_ids: dict[tuple[str, str, int, int, bool, bool], tuple[int, ...]] = field(
         default_factory=dict, repr=False
     )
 
@@ -155,7 +158,13 @@ class Planner:
         return FitResult(subject, replicas, tuple(fits), pinned=bool(shared))
 
     def _allocator(self, node: Node) -> NodeAllocator:
-        return NodeAllocator(node, self.classes, self.cache, consumable_capacity=self.consumable_capacity)
+        return NodeAllocator(
+            node,
+            self.classes,
+            self.cache,
+            consumable_capacity=self.consumable_capacity,
+            partitionable_devices=self.partitionable_devices,
+        )
 
     def _shared_fit(
         self, pool: GpuPool, claims: Sequence[tuple[str, ClaimSpec]], shared: Sequence[tuple[str, ClaimSpec]]
@@ -239,7 +248,14 @@ class Planner:
         Computed once per pool variant (its nodes follow from name, product, GPUs and index), so the
         templates planned against it compare numbers, not devices.
         """
-        key = (pool.name, pool.product, pool.gpus_per_node, max(pool.max_nodes, 1))
+        key = (
+            pool.name,
+            pool.product,
+            pool.gpus_per_node,
+            max(pool.max_nodes, 1),
+            pool.consumable_shares,
+            pool.dynamic_mig,
+        )
         stored = self._pool_class_ids.get(key)
         if stored is None:
             numbers: dict[object, int] = {}
@@ -252,7 +268,7 @@ class Planner:
     @staticmethod
     def _node_class(node: Node) -> object:
         """Nodes whose devices agree on everything but their UUIDs (and names) allocate alike."""
-        return tuple(
+        devices = tuple(
             (
                 d.name,
                 tuple(sorted((k, repr(v)) for k, v in d.attributes.items() if k not in _IDENTITY_IDS)),
@@ -261,6 +277,7 @@ class Planner:
             )
             for i, d in enumerate(node.devices)
         )
+        return (devices, node.counters)
 
     def _signature(self, node: Node, specs: Sequence[ClaimSpec]) -> tuple[object, ...]:
         expressions, attributes = self._inputs(specs)
@@ -324,7 +341,12 @@ class Planner:
                         if len(problems) > 1 or not request.first_available
                         else problems[0]
                     )
-            if not reasons and spec.constraints:
+            if not reasons and allocator.exhausted:
+                reasons.append(
+                    "the MIG placements that match need counters that are exhausted: "
+                    + exhausted(allocator.exhausted)
+                )
+            elif not reasons and spec.constraints:
                 constraints = ", ".join(describe_constraint(c) for c in spec.constraints)
                 reasons.append(
                     f"each request fits alone, but not together under the constraint(s) {constraints}"

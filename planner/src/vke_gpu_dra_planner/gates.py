@@ -11,13 +11,18 @@ version the control plane runs (VKE does not change DRA gates).
 | DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on |
 | DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on |
 | DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on |
+
+A cluster whose operator turned a gate on or off (`--feature-gates` of the API server and scheduler) is
+planned with `with_overrides` (`plan --kubernetes-feature-gates DRAPartitionableDevices=true`: 1.34 with
+partitionable devices).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.config import KEYS_BY_NAME
 from vke_gpu_dra_core.versions import format_version, parse_major_minor
 
@@ -35,8 +40,14 @@ class FeatureGates:
     device_taints: bool
     extended_resource: bool = False
 
+    #: gates set explicitly (the operator's --feature-gates), by name
+    overrides: tuple[tuple[str, bool], ...] = ()
+
     def state(self, gate: str) -> str:
-        return f"{gate} is {'on' if getattr(self, _FIELDS[gate]) else 'off'} by default in {self.version}"
+        on = getattr(self, _FIELDS[gate])
+        if gate in dict(self.overrides):
+            return f"{gate} is turned {'on' if on else 'off'} in this {self.version} cluster"
+        return f"{gate} is {'on' if on else 'off'} by default in {self.version}"
 
 
 _FIELDS: Final = {
@@ -48,11 +59,24 @@ _FIELDS: Final = {
     "DRAExtendedResource": "extended_resource",
 }
 
-GATES: Final = {
-    "1.34": FeatureGates("1.34", True, True, False, False, False),
-    "1.35": FeatureGates("1.35", True, True, False, False, False),
-    "1.36": FeatureGates("1.36", True, True, True, True, True, extended_resource=True),
-}
+
+def _gates(version: str) -> FeatureGates:
+    """The gates of `version`: DRAAdminAccess and DRAPrioritizedList on in every known version, the gates
+    that keep fields from core's table (`vke_gpu_dra_core.dra_gates`, which the driver and the stack
+    config read too)."""
+    v = parse_major_minor(version) or (0, 0)
+    return FeatureGates(
+        version,
+        admin_access=True,
+        prioritized_list=True,
+        consumable_capacity=dra_gates.on_by_default(dra_gates.CONSUMABLE_CAPACITY, v),
+        partitionable_devices=dra_gates.on_by_default(dra_gates.PARTITIONABLE_DEVICES, v),
+        device_taints=dra_gates.on_by_default(dra_gates.DEVICE_TAINTS, v),
+        extended_resource=dra_gates.on_by_default(dra_gates.EXTENDED_RESOURCE, v),
+    )
+
+
+GATES: Final = {version: _gates(version) for version in ("1.34", "1.35", "1.36")}
 
 #: The newest version with a table; a newer cluster is planned with it.
 NEWEST_VERSION: Final = max(GATES, key=lambda v: parse_major_minor(v) or (0, 0))
@@ -74,6 +98,33 @@ def feature_gates(value: Any, where: str = "--kubernetes-version") -> FeatureGat
             f"{', '.join(GATES)} (major.minor, optionally with a patch or VKE suffix)"
         )
     return GATES[key]
+
+
+_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def with_overrides(gates: FeatureGates, text: str, where: str = "--kubernetes-feature-gates") -> FeatureGates:
+    """`gates` with the Kubernetes gates `text` sets (`Name=true,Other=false`, as `--feature-gates`)."""
+    values: dict[str, bool] = {}
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, value = (part.strip() for part in entry.partition("="))
+        if name not in _FIELDS:
+            raise VersionError(
+                f"{where}: feature gate {name!r} is not one the planner models; allowed: "
+                f"{', '.join(sorted(_FIELDS))}"
+            )
+        if not sep or value not in _TRUE | _FALSE:
+            raise VersionError(f"{where}: {entry!r}; allowed: {name}=true or {name}=false")
+        values[name] = value in _TRUE
+    if not values:
+        return gates
+    changed: dict[str, Any] = {_FIELDS[name]: on for name, on in values.items()}
+    changed["overrides"] = tuple(sorted({**dict(gates.overrides), **values}.items()))
+    return replace(gates, **changed)
 
 
 def nearest_gates(value: Any) -> FeatureGates:

@@ -9,86 +9,46 @@ NVIDIA's plugin publishes it with `--consumable-shares=memory` (its `consumable_
 `allowMultipleAllocations: true`, and its `memory` capacity rounded down to a whole MiB with the
 request policy default = the whole memory, validRange {min: 1Mi, max: the memory, step: 1Mi}. Several
 claims then share one GPU, each consuming the memory it asks for (Kubernetes 1.36, DRAConsumableCapacity).
+The shape is core's (`vke_gpu_dra_core.consumable_shares`), the one the driver publishes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Final
 
 from vke_gpu_dra_core import facts
-from vke_gpu_dra_core.device_model import Device, binary_si
+from vke_gpu_dra_core.consumable_shares import (
+    SHARE_STEP,
+    RequestPolicy,
+    Sharing,
+    memory_shares,
+    slice_device,
+)
+from vke_gpu_dra_core.device_model import AttributeValue, Device
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.mig_partitions import (
+    MigCatalogError,
+    Partition,
+    builtin_mig_catalog,
+    gpu_partitions,
+)
 
-#: NVIDIA's step (and smallest share) of a GPU's memory with consumable shares
-SHARE_STEP: Final = 2**20
-
-
-@dataclass(frozen=True)
-class RequestPolicy:
-    """A capacity's `requestPolicy`: `default`, and `validRange` {min, max, step} or `validValues`."""
-
-    default: int | None = None
-    minimum: int | None = None
-    maximum: int | None = None
-    step: int | None = None
-    valid_values: tuple[int, ...] = ()
-
-    def render(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.default is not None:
-            out["default"] = binary_si(self.default)
-        if self.minimum is not None:
-            bounds = {"min": self.minimum, "max": self.maximum, "step": self.step}
-            out["validRange"] = {k: binary_si(v) for k, v in bounds.items() if v is not None}
-        elif self.valid_values:
-            out["validValues"] = [binary_si(v) for v in self.valid_values]
-        return out
+#: The shape of consumable shares is core's; the planner's modules and tests read it from here too.
+__all__ = ["SHARE_STEP", "GpuPool", "Node", "RequestPolicy", "Sharing", "memory_shares", "slice_device"]
 
 
 @dataclass(frozen=True)
-class Sharing:
-    """How a device takes several allocations: `allowMultipleAllocations` and its capacities' policies
-    (capacities as published, which may differ from the discovered ones by rounding)."""
+class Counters:
+    """A node's shared counters (KEP-4815) and what each device consumes of them; hashable."""
 
-    #: (name, value) and (name, policy), by name: hashable, as nodes are compared and cached
-    capacities: tuple[tuple[str, int], ...]
-    request_policies: tuple[tuple[str, RequestPolicy], ...]
+    #: counter set name -> (counter name, value), as `spec.sharedCounters` publishes them
+    sets: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    #: per device (node order): (counter set, counter, amount) it consumes; () for none
+    consumes: tuple[tuple[tuple[str, str, int], ...], ...]
 
-    @property
-    def capacity(self) -> Mapping[str, int]:
-        return dict(self.capacities)
-
-    @property
-    def policies(self) -> Mapping[str, RequestPolicy]:
-        return dict(self.request_policies)
-
-
-def memory_shares(device: Device) -> Sharing:
-    """NVIDIA's `--consumable-shares=memory` form of `device` (see the module docstring)."""
-    capacity = dict(device.capacity)
-    memory = capacity.get(facts.CAPACITY_MEMORY)
-    if memory is None:
-        return Sharing(tuple(sorted(capacity.items())), ())
-    memory = memory // SHARE_STEP * SHARE_STEP
-    capacity[facts.CAPACITY_MEMORY] = memory
-    policy = RequestPolicy(default=memory, minimum=SHARE_STEP, maximum=memory, step=SHARE_STEP)
-    return Sharing(tuple(sorted(capacity.items())), ((facts.CAPACITY_MEMORY, policy),))
-
-
-def slice_device(device: Device, sharing: Sharing | None) -> dict[str, object]:
-    """The ResourceSlice entry of `device` as the driver publishes it (with its sharing, when it has one)."""
-    entry = device.slice_entry()
-    if sharing is None:
-        return entry
-    capacity: dict[str, Any] = {}
-    for name, value in sharing.capacity.items():
-        capacity[name] = {"value": binary_si(value)}
-        if name in sharing.policies:
-            capacity[name]["requestPolicy"] = sharing.policies[name].render()
-    return {**entry, "allowMultipleAllocations": True, "capacity": capacity}
+    def available(self) -> dict[tuple[str, str], int]:
+        return {(name, counter): value for name, counters in self.sets for counter, value in counters}
 
 
 @dataclass(frozen=True)
@@ -99,6 +59,8 @@ class Node:
     driver: str = facts.DRIVER_NAME
     #: per device (same order): how it is shared (None: one allocation at a time)
     sharing: tuple[Sharing | None, ...] = ()
+    #: partitionable devices (the driver gate DynamicMIG): counter sets and consumption per device
+    counters: Counters | None = None
 
     def sharing_of(self, index: int) -> Sharing | None:
         return self.sharing[index] if self.sharing else None
@@ -125,21 +87,93 @@ class GpuPool:
     memory_gib: int | None = None
     #: the driver gate ConsumableShares: GPUs published for several claims each (`memory_shares`)
     consumable_shares: bool = False
+    #: the driver gate DynamicMIG: MIG-capable GPUs published as partitionable devices (`mig_devices`)
+    dynamic_mig: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.name} ({self.instance_type}: {self.gpus_per_node}x {self.product})"
 
     def node(self, index: int) -> Node:
-        return _node(self.name, self.product, self.gpus_per_node, index, self.consumable_shares)
+        return _node(
+            self.name,
+            self.product,
+            self.gpus_per_node,
+            index,
+            shares=self.consumable_shares,
+            mig=self.dynamic_mig,
+        )
+
+    @property
+    def partitionable(self) -> bool:
+        """Whether the pool's GPUs are published as MIG partitions (the gate on and MIG in the catalog)."""
+        return self.dynamic_mig and mig_capable(self.product)
 
     def nodes(self, count: int) -> list[Node]:
         return [self.node(i) for i in range(count)]
 
 
+def mig_capable(product: str) -> bool:
+    """Whether core's MIG catalog has profiles for `product` (NVML product name)."""
+    return product in builtin_mig_catalog()
+
+
+def mig_placement_device(parent: Device, partition: Partition) -> Device:
+    """A MIG placement of `parent` as a device: MIG attributes, the parent's common ones, its capacities."""
+    profile = partition.profile
+    if profile is None:
+        raise MigCatalogError(f"{partition.name}: the whole GPU is not a MIG placement")
+    attributes: dict[str, AttributeValue] = {
+        k: v for k, v in parent.attributes.items() if k not in (facts.ATTR_TYPE, facts.ATTR_UUID)
+    }
+    attributes.update(
+        {
+            facts.ATTR_TYPE: facts.DEVICE_TYPE_MIG,
+            facts.ATTR_PARENT_UUID: parent.uuid,
+            facts.ATTR_PROFILE: profile.name,
+        }
+    )
+    return Device(
+        name=partition.name,
+        device_type=facts.DEVICE_TYPE_MIG,
+        uuid="",
+        attributes=attributes,
+        capacity={
+            "multiprocessors": profile.multiprocessors,
+            "copyEngines": profile.copy_engines,
+            "decoders": profile.decoders,
+            "encoders": profile.encoders,
+            "jpegEngines": profile.jpeg_engines,
+            "ofaEngines": profile.ofa_engines,
+            facts.CAPACITY_MEMORY: profile.memory_bytes,
+        },
+        simulated=parent.simulated,
+        extra={"parentUUID": parent.uuid},
+    )
+
+
+def mig_devices(gpus: tuple[Device, ...], product: str) -> tuple[tuple[Device, ...], Counters]:
+    """`gpus` (gpu-0.., of `product`) as DynamicMIG publishes them: per GPU the whole GPU, then every
+    placement (core's `gpu_partitions` order), with the counter sets and each device's consumption."""
+    profiles = builtin_mig_catalog()[product].profiles
+    devices: list[Device] = []
+    consumes: list[tuple[tuple[str, str, int], ...]] = []
+    sets: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+    for minor, gpu in enumerate(gpus):
+        partitions = gpu_partitions(minor, profiles)
+        sets.append((partitions.counter_set.name, tuple(partitions.counter_set.counters.items())))
+        for partition in partitions.devices:
+            devices.append(gpu if partition.profile is None else mig_placement_device(gpu, partition))
+            consumes.append(tuple((partition.counter_set, k, v) for k, v in partition.consumes.items()))
+    return tuple(devices), Counters(tuple(sets), tuple(consumes))
+
+
 @lru_cache(maxsize=65536)
-def _node(pool: str, product: str, gpus: int, index: int, shares: bool = False) -> Node:
+def _node(pool: str, product: str, gpus: int, index: int, *, shares: bool = False, mig: bool = False) -> Node:
     name = f"{pool}-node-{index}"
     devices = tuple(SimulatedSource(gpus, product, name).discover().devices)
+    if mig and mig_capable(product):
+        devices, counters = mig_devices(devices, product)
+        return Node(name, pool, devices, counters=counters)
     sharing = tuple(memory_shares(d) for d in devices) if shares else ()
     return Node(name, pool, devices, sharing=sharing)

@@ -34,6 +34,7 @@ from .allocator import AllocationError, NodeAllocator
 from .claims import ClaimSpec
 from .fit import MAX_PODS_PER_NODE, Planner
 from .inventory import GpuPool
+from .mig import claims_per_profile
 from .placement import Placement, excluded, tolerated
 
 DEFAULT: Final = "default"
@@ -103,6 +104,10 @@ class Outcome:
     placed: tuple[int, ...]
     per_pool: tuple[tuple[int, ...], ...]
     wanted: tuple[int, ...]
+    #: per group, for pods left pending on partitioned GPUs: (node, counter set, counter) exhausted
+    exhausted: tuple[tuple[tuple[str, str, str], ...], ...] = ()
+    #: per pool, per MIG profile: one-device claims of it that still fit after every group (each alone)
+    mig_left: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
 def _allocatable(pool: GpuPool) -> tuple[int, int]:
@@ -171,6 +176,7 @@ class Simulation:
                 self.planner.classes,
                 self.planner.cache,
                 consumable_capacity=self.planner.consumable_capacity,
+                partitionable_devices=self.planner.partitionable_devices,
             )
             position = len(self.nodes)
             self.nodes.append(_Node(pool, index, allocator))
@@ -292,12 +298,14 @@ class Simulation:
 
     # --- placing ----------------------------------------------------------------------------
 
-    def run(self, groups: Sequence[PodGroup], blind: bool = True) -> Outcome:
+    def run(self, groups: Sequence[PodGroup], blind: bool = True, *, mig_left: bool = False) -> Outcome:
+        """Place `groups` in order; with `mig_left`, also count the MIG claims left per pool."""
         self.blind = blind
         placed: list[int] = []
         per_pool: list[tuple[int, ...]] = []
         wanted: list[int] = []
         shared_at: dict[str, _Node] = {}
+        exhausted: list[tuple[tuple[str, str, str], ...]] = []
         for number, pod in enumerate(groups):
             allowed = [excluded(p, pod.placement) is None for p in self.pools]
             counts = [0 for _ in self.pools]
@@ -318,7 +326,51 @@ class Simulation:
             placed.append(sum(counts))
             per_pool.append(tuple(counts))
             wanted.append(want)
-        return Outcome(tuple(placed), tuple(per_pool), tuple(wanted))
+            short = self._exhausted(pod, allowed, shared_at, blind) if sum(counts) < want else ()
+            exhausted.append(short)
+        left = self._mig_left() if mig_left else ()
+        return Outcome(tuple(placed), tuple(per_pool), tuple(wanted), tuple(exhausted), left)
+
+    def _exhausted(
+        self, pod: PodGroup, allowed: list[bool], shared_at: Mapping[str, _Node], blind: bool
+    ) -> tuple[tuple[str, str, str], ...]:
+        """The counters that kept the pod's claims off the partitioned GPUs of the nodes it could use."""
+        if not any(p.partitionable for p, ok in zip(self.pools, allowed, strict=True) if ok):
+            return ()
+        specs = self._specs(pod, shared_at)
+        found: set[tuple[str, str, str]] = set()
+        for node in self._candidates(blind):
+            if not allowed[node.pool] or not self.pools[node.pool].partitionable:
+                continue
+            try:
+                if node.allocator.allocate(specs, commit=False) is not None:
+                    continue
+            except AllocationError:
+                continue
+            found.update((node.allocator.node.name, s, c) for s, c in node.allocator.exhausted)
+        return tuple(sorted(found))
+
+    def _mig_left(self) -> tuple[tuple[tuple[str, int], ...], ...]:
+        """Per pool, per MIG profile: one-device claims that still fit on its nodes at maximum size."""
+        out: list[tuple[tuple[str, int], ...]] = []
+        for pi, pool in enumerate(self.pools):
+            if not pool.partitionable:
+                out.append(())
+                continue
+            keep = self.planner.partitionable_devices
+            touched = [n for n in self.nodes if n.pool == pi and n.pods]
+            totals = {
+                name: count * (pool.max_nodes - len(touched))
+                for name, count in claims_per_profile(pool.node(0), keep).items()
+            }
+            for node in touched:
+                left = claims_per_profile(
+                    node.allocator.node, keep, node.allocator.in_use, node.allocator.counters_used
+                )
+                for name, count in left.items():
+                    totals[name] = totals.get(name, 0) + count
+            out.append(tuple(totals.items()))
+        return tuple(out)
 
     def _specs(self, pod: PodGroup, shared_at: Mapping[str, _Node]) -> list[ClaimSpec]:
         return [*pod.claims, *(spec for key, spec in pod.shared if key not in shared_at)]
@@ -373,7 +425,9 @@ def simulate(
     *,
     ties: str = LOWEST,
     memo: Memo | None = None,
+    mig_left: bool = False,
 ) -> Outcome:
-    """`memo`: share allocation answers between runs over the same `pools` (and planner)."""
+    """`memo`: share allocation answers between runs over the same `pools` (and planner); `mig_left`:
+    count the MIG claims left per pool after the run (`Outcome.mig_left`)."""
     blind = planner.uuid_blind([spec for g in groups for spec in (*g.claims, *(s for _, s in g.shared))])
-    return Simulation(planner, pools, strategy, ties, memo).run(groups, blind)
+    return Simulation(planner, pools, strategy, ties, memo).run(groups, blind, mig_left=mig_left)

@@ -10,7 +10,8 @@ container's `resources.limits` (or requests): on Kubernetes 1.36 a DeviceClass t
 (`extendedResourceName`, or the implicit `deviceclass.resource.kubernetes.io/<class>`) serves it through
 DRA (`Workload.extended`; the verdict turns it into the claim the scheduler creates). With the driver
 gate `ConsumableShares` (the stack config's `driver.featureGates`) the pools' GPUs are published for
-several claims each (`GpuPool.consumable_shares`).
+several claims each (`GpuPool.consumable_shares`); with the driver gate `DynamicMIG` MIG-capable GPUs
+are published as MIG partitions (`GpuPool.dynamic_mig`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts, featuregates, pulumi_types
 from vke_gpu_dra_core.catalog import CatalogError, InstanceType, load_catalog, lookup
 from vke_gpu_dra_core.config import PROJECT, StackConfig
+from vke_gpu_dra_core.pool_gpus import pool_variants
 from vke_gpu_dra_core.quantity import QuantityError, parse_quantity
 from vke_gpu_dra_core.resources import Res, is_known, kubernetes_object, read
 
@@ -82,10 +84,18 @@ class StackModel:
     #: the driver gate ConsumableShares: GPUs take several claims (on servers that keep the fields)
     consumable_shares: bool = False
 
+    #: the driver gate DynamicMIG: MIG-capable GPUs published as partitionable devices
+    dynamic_mig: bool = False
+
     def share_gpus(self, enabled: bool) -> None:
         """Publish the pools' GPUs as shares (the driver gate ConsumableShares) or whole."""
         self.consumable_shares = enabled
         self.pools = [[replace(p, consumable_shares=enabled) for p in variants] for variants in self.pools]
+
+    def partition_gpus(self, enabled: bool) -> None:
+        """Publish the pools' MIG-capable GPUs as MIG partitions (the driver gate DynamicMIG) or whole."""
+        self.dynamic_mig = enabled
+        self.pools = [[replace(p, dynamic_mig=enabled) for p in variants] for variants in self.pools]
 
     def template_for(self, workload: Workload, ref: PodClaimRef) -> ClaimTemplate | None:
         name = ref.template or ref.claim or ""
@@ -297,7 +307,11 @@ def _pool(
     catalog: Mapping[str, InstanceType],
     notes: Sequence[str] = (),
 ) -> GpuPool:
-    row = lookup(instance_type, catalog)
+    return _pool_of_row(name, lookup(instance_type, catalog), low, high, notes)
+
+
+def _pool_of_row(name: str, row: InstanceType, low: int, high: int, notes: Sequence[str] = ()) -> GpuPool:
+    instance_type = row.name
     extra = (
         []
         if row.verified
@@ -461,7 +475,6 @@ def add_object(model: StackModel, obj: Mapping[str, Any], urn: str = "") -> None
 def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
     """The stack's GPU pool variants, from its config as the program loads it."""
     pool = cfg.node_pool
-    catalog = load_catalog(cfg.gpu_instance_types)
     if not pool.instance_types:  # the program requires them with target=vke only
         raise ManifestError(
             f"config {PROJECT}:nodePool.instanceTypes: []; allowed: a non-empty list of ECS instance types"
@@ -473,17 +486,24 @@ def pools_from_config(cfg: StackConfig) -> list[GpuPool]:
         "taints": tuple((t.key, t.value, t.effect) for t in pool.taints),
     }
     placement["consumable_shares"] = consumable_shares(cfg)
+    placement["dynamic_mig"] = dynamic_mig(cfg)
     name, low, high = pool.name, pool.min_replicas, pool.max_replicas
-    if cfg.driver.device_source == "simulated":
-        product, gpus = cfg.driver.simulated_product, cfg.driver.simulated_gpus
-        note = f"driver.deviceSource=simulated: every node publishes {gpus}x {product}, whatever its type"
-        return [GpuPool(name, t, product, gpus, low, high, (note,), **placement) for t in pool.instance_types]
-    return [replace(_pool(name, t, low, high, catalog=catalog), **placement) for t in pool.instance_types]
+    return [
+        replace(_pool_of_row(name, v.row, low, high), **placement)
+        if v.row is not None
+        else GpuPool(name, v.instance_type, v.product, v.gpus_per_node, low, high, (v.note,), **placement)
+        for v in pool_variants(cfg)
+    ]
 
 
 def consumable_shares(cfg: StackConfig) -> bool:
     """Whether the stack config's `driver.featureGates` turns on the driver gate ConsumableShares."""
     return bool(cfg.driver.feature_gates.get(featuregates.CONSUMABLE_SHARES, False))
+
+
+def dynamic_mig(cfg: StackConfig) -> bool:
+    """Whether the stack config's `driver.featureGates` turns on the driver gate DynamicMIG."""
+    return bool(cfg.driver.feature_gates.get(featuregates.DYNAMIC_MIG, False))
 
 
 def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ the name, the nodes advertise none of it and the pods stay Pending (`Insufficien
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .admission import REFUSED, UNKNOWN, Admission, admit
@@ -28,6 +28,7 @@ from .claims import ClaimSpec, ClaimTemplate, DeviceClass, Request, SubRequest
 from .fit import FitResult, Planner, template_subject
 from .gates import FeatureGates, feature_gates, nearest_gates
 from .inventory import GpuPool
+from .mig import exhausted
 from .placement import excluded
 from .scheduler import DEFAULT, EMPTIEST, PACKING, Memo, Outcome, PodGroup, simulate
 from .stack import StackModel, Workload, model_from_resources
@@ -196,6 +197,9 @@ class StackPlan:
     model: StackModel
     #: each template alone on an empty pool (only when asked for: the `plan` command's report)
     templates: list[TemplatePlan]
+    #: per partitioned pool (label), per MIG profile: one-device claims that still fit after the
+    #: workloads (each profile alone; "gpu" the whole GPU)
+    mig_left: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -260,7 +264,11 @@ def plan_model(
     With `templates_alone`, also every claim template alone on an empty pool (`StackPlan.templates`).
     """
     gates = gates or feature_gates(model.kubernetes_version, "the cluster's kubernetesVersion")
-    planner = Planner(model.classes, consumable_capacity=gates.consumable_capacity)
+    planner = Planner(
+        model.classes,
+        consumable_capacity=gates.consumable_capacity,
+        partitionable_devices=gates.partitionable_devices,
+    )
     violations = [Violation(message, urn) for urn, message in model.problems]
     admissions = {key: admit(t, model.namespaces, gates) for key, t in model.templates.items()}
     plans: list[WorkloadPlan] = []
@@ -319,15 +327,16 @@ def plan_model(
         )
         plans.append(plan)
         simulated.append((plan, _group(workload, pod)))
+    mig_left: dict[str, dict[str, int]] = {}
     if model.pools and simulated:
-        _simulate(model, planner, simulated)
+        _simulate(model, planner, simulated, mig_left)
     used = {t.key for w in model.workloads for t in _templates(model, w)}
     templates = (
         [_template_alone(model, planner, t, admissions[t.key]) for t in model.templates.values()]
         if templates_alone
         else []
     )
-    return StackPlan(gates, plans, admissions, violations, planner, used, model, templates)
+    return StackPlan(gates, plans, admissions, violations, planner, used, model, templates, mig_left)
 
 
 def _template_alone(
@@ -379,7 +388,8 @@ def _runs(model: StackModel, planner: Planner, groups: list[PodGroup]) -> _Runs:
             if strategy == DEFAULT_EMPTIEST_TIES:
                 outcome = simulate(planner, pools, order, DEFAULT, ties=EMPTIEST, memo=memo)
             else:
-                outcome = simulate(planner, pools, order, strategy, memo=memo)
+                first = strategy == DEFAULT and not reverse
+                outcome = simulate(planner, pools, order, strategy, memo=memo, mig_left=first)
             placed = outcome.placed[::-1] if reverse else outcome.placed
             if strategy == DEFAULT and not reverse:
                 default_runs.append(outcome)
@@ -391,7 +401,12 @@ def _runs(model: StackModel, planner: Planner, groups: list[PodGroup]) -> _Runs:
     return default_runs, per_variant_pools, bounds
 
 
-def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[WorkloadPlan, PodGroup]]) -> None:
+def _simulate(
+    model: StackModel,
+    planner: Planner,
+    simulated: list[tuple[WorkloadPlan, PodGroup]],
+    mig_left: dict[str, dict[str, int]],
+) -> None:
     default_runs, per_variant_pools, bounds = _runs(model, planner, [g for _, g in simulated])
     variants = len(default_runs)
     for gi, (plan, _) in enumerate(simulated):
@@ -425,11 +440,29 @@ def _simulate(model: StackModel, planner: Planner, simulated: list[tuple[Workloa
             plan.reasons = [*(alone.reasons() or ["does not fit"]), *plan.reasons]
         else:
             names = ", ".join(p.label for p in pools)
+            before = [
+                f"{group.label} ({sum(outcome.per_pool[gj])})"
+                for gj, (_, group) in enumerate(simulated[:gi])
+                if sum(outcome.per_pool[gj])
+            ]
+            taking = f"; the pods placed before it: {', '.join(before)}" if before else ""
             plan.reasons.insert(
                 0,
                 f"fits alone, but beside the workloads before it only {plan.placed} of {plan.wanted} "
-                f"replica(s) find devices on {names} at maximum size",
+                f"replica(s) find devices on {names} at maximum size{taking}",
             )
+        short = outcome.exhausted[gi] if outcome.exhausted else ()
+        if short:
+            nodes = sorted({node for node, _, _ in short})
+            shown = "; ".join(
+                f"{node}: {exhausted((s, c) for n, s, c in short if n == node)}" for node in nodes[:3]
+            )
+            more = f" (and {len(nodes) - 3} more nodes)" if len(nodes) > 3 else ""
+            plan.reasons.insert(1, f"the MIG placements left need counters already consumed: {shown}{more}")
+    if default_runs and default_runs[0].mig_left:
+        for pool, left in zip(per_variant_pools[0], default_runs[0].mig_left, strict=True):
+            if left:
+                mig_left[pool.label] = dict(left)
 
 
 def _worse(first: Outcome, second: Outcome) -> Outcome:
@@ -440,6 +473,8 @@ def _worse(first: Outcome, second: Outcome) -> Outcome:
         tuple(min(p) for p in pairs),
         tuple(a if k else b for a, b, k in zip(first.per_pool, second.per_pool, pick, strict=True)),
         first.wanted,
+        tuple(a if k else b for a, b, k in zip(first.exhausted, second.exhausted, pick, strict=True)),
+        first.mig_left,
     )
 
 
@@ -504,6 +539,7 @@ def check_stack(
     report_references: bool = False,
     kubernetes_version: Any = None,
     consumable_shares: bool = False,
+    dynamic_mig: bool = False,
 ) -> list[Violation]:
     """Violations of the capacity policy for a stack's resources (see the module docstring).
 
@@ -511,10 +547,13 @@ def check_stack(
     `props` (inputs, camelCase), `urn`, `name`, `dependencies`).
     `catalog_config`: the value of `vke-gpu-dra:gpuInstanceTypes`, if the stack sets it.
     `consumable_shares`: the driver runs with its gate ConsumableShares (`driver.featureGates`).
+    `dynamic_mig`: the driver runs with its gate DynamicMIG (MIG placements as partitionable devices).
     """
     model = model_from_resources(resources, catalog_config)
     if consumable_shares:
         model.share_gpus(True)
+    if dynamic_mig:
+        model.partition_gpus(True)
     if model.kubernetes_version is None and kubernetes_version is not None:
         model.kubernetes_version = str(kubernetes_version)
     return check_model(model, report_references=report_references)

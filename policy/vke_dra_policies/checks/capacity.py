@@ -7,7 +7,8 @@ missing templates or DeviceClasses (claim-references reports those), and claims 
 on a Namespace outside the stack. Claims the API server refuses for the cluster's Kubernetes version
 (adminAccess without the namespace label, distinctAttribute before 1.36) and pods the default scheduler
 leaves pending are violations. The stack config's `driver.featureGates` says whether the driver shares
-GPUs (its gate ConsumableShares: several claims on one GPU, on Kubernetes 1.36 and later).
+GPUs (its gate ConsumableShares: several claims on one GPU, on Kubernetes 1.36 and later) and whether it
+carves MIG devices on demand (its gate DynamicMIG: MIG placements as partitionable devices).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from vke_gpu_dra_core import featuregates
+from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_planner import check_stack
 
@@ -35,18 +36,39 @@ def claims_fit(
     rows = info.config_value("gpuInstanceTypes")
     # the cluster resource's kubernetesVersion wins; the stack config's key stands in when it is absent
     version = info.config_value("cluster.kubernetesVersion")
+    gates = _driver_gates(info)
     return [
-        Violation(v.message, v.urn or None)
-        for v in check_stack(resources, rows, kubernetes_version=version, consumable_shares=_shares(info))
+        Violation(_with_sample_hint(v.message), v.urn or None)
+        for v in check_stack(
+            resources,
+            rows,
+            kubernetes_version=version,
+            consumable_shares=gates.get(featuregates.CONSUMABLE_SHARES, False),
+            dynamic_mig=gates.get(featuregates.DYNAMIC_MIG, False),
+        )
     ]
 
 
-def _shares(info: context.StackInfo) -> bool:
-    """The driver gate ConsumableShares, as the stack config's driver.featureGates sets it (a value the
-    config policy reports when it does not parse counts as off here)."""
+#: What to do when the program's classic sample takes GPUs another workload needs.
+CLASSIC_SAMPLE_HINT: Final = (
+    f"{facts.SAMPLE_CLASSIC_DEPLOYMENT} is the program's classic sample ({facts.GPU_EXTENDED_RESOURCE}: 1, "
+    "one more GPU beside gpu-test): set sample.classicDeployment=auto (deployed only where the pool has a "
+    "GPU for each sample at its maximum size) or off, or give the pool more GPUs (nodePool.maxReplicas, "
+    "an instance type with more GPUs)"
+)
+
+
+def _with_sample_hint(message: str) -> str:
+    if f"/{facts.SAMPLE_CLASSIC_DEPLOYMENT}" not in message:
+        return message
+    return f"{message}; {CLASSIC_SAMPLE_HINT}"
+
+
+def _driver_gates(info: context.StackInfo) -> dict[str, bool]:
+    """The driver gates the stack config's driver.featureGates sets (a value the config policy reports
+    when it does not parse counts as setting none here)."""
     text = info.config_value("driver.featureGates")
     try:
-        gates = featuregates.parse_explicit(text) if isinstance(text, str) else {}
+        return featuregates.parse_explicit(text) if isinstance(text, str) else {}
     except featuregates.FeatureGateError:
-        return False
-    return gates.get(featuregates.CONSUMABLE_SHARES, False)
+        return {}

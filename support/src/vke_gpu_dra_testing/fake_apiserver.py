@@ -2,7 +2,9 @@
 
 Served over HTTP on 127.0.0.1 with `http.server` (one thread per connection) and used through
 the real `kubernetes` client via a kubeconfig pointing at it. It implements what the plugin
-uses: nodes get; resourceclaims get; resourceslices list/get/create/update/delete/watch with
+uses: nodes get; resourceclaims get (with `resourceVersion=0` served from a watch cache that
+`freeze_claim_cache` can make stale, as the apiserver's may lag behind etcd; without a
+resourceVersion, a quorum read of the current object); resourceslices list/get/create/update/delete/watch with
 fieldSelector, generateName, resourceVersion (409 on a stale one), watch streams with
 ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion, and watch-list
 requests (`sendInitialEvents=true`: the current objects, then a BOOKMARK annotated
@@ -21,8 +23,15 @@ JSON schema of that version validates) with its device-taint rules for `spec.dev
 default, or an older version with "DRADeviceTaints" in `feature_gates`); where served, at most 4 taints
 per device on 1.34 and 16 from 1.35 (and then at most 64 devices in a slice whose devices carry
 taints), effects NoSchedule and NoExecute, plus None from 1.35, keys qualified names, values label
-values, and `timeAdded` set to the current time when missing. `?dryRun=All` on a create validates,
-defaults and answers without storing.
+values, and `timeAdded` set to the current time when missing. The other fields of a feature gate are
+dropped the same way where the gate is off (all beta and on by default from 1.36, alpha and off before;
+`feature_gates` turns one on): `allowMultipleAllocations` and capacities' `requestPolicy`
+(DRAConsumableCapacity), `bindsToNode`, `bindingConditions` and `bindingFailureConditions`
+(DRADeviceBindingConditions), `spec.sharedCounters` and devices' `consumesCounters`
+(DRAPartitionableDevices; from 1.35 a slice has either `sharedCounters` or `devices`, as KEP-4815 moved
+counters to slices of their own), and a DeviceClass's `extendedResourceName` (DRAExtendedResource;
+DeviceClasses can be created, read and dry-run). `?dryRun=All` on a create validates, defaults and
+answers without storing.
 
 Optionally it runs the garbage collector's rule for owner references (`start_garbage_collector`):
 a slice whose owner references all name a Node that does not exist with that UID is deleted,
@@ -49,6 +58,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import kubernetes_validate
+from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
 
 TOKEN = "fake-apiserver-token"
@@ -180,6 +190,75 @@ def taints_served(version: str, feature_gates: set[str]) -> bool:
     return v >= (1, 36) or (v >= (1, 33) and "DRADeviceTaints" in feature_gates)
 
 
+#: Feature gate -> the version that turns it on by default (beta), for the gated fields emulated here.
+GATES_ON_BY_DEFAULT = {gate: releases[1] for gate, releases in dra_gates.RELEASES.items()}
+#: The first version of each gate (alpha): before it the fields are dropped whatever the gates.
+GATES_SINCE = {gate: releases[0] for gate, releases in dra_gates.RELEASES.items()}
+#: Device fields per gate (DRADeviceTaints' taints have their own rules, `_taint_fields`).
+GATED_DEVICE_FIELDS = {
+    "DRAConsumableCapacity": ("allowMultipleAllocations",),
+    "DRADeviceBindingConditions": ("bindsToNode", "bindingConditions", "bindingFailureConditions"),
+    "DRAPartitionableDevices": ("consumesCounters",),
+}
+
+
+def gate_served(gate: str, version: str, feature_gates: set[str]) -> bool:
+    """Whether the emulated server has `gate` on: by default from its beta, or turned on after its alpha."""
+    v = version_tuple(version)
+    return v >= GATES_ON_BY_DEFAULT[gate] or (v >= GATES_SINCE[gate] and gate in feature_gates)
+
+
+def _uses(obj: dict[str, Any] | None, gate: str) -> bool:
+    """The object already uses a field of `gate` (an update keeps it, as dropDisabledFields does)."""
+    spec = (obj or {}).get("spec") or {}
+    if gate == "DRAPartitionableDevices" and spec.get("sharedCounters"):
+        return True
+    devices = spec.get("devices") or []
+    if gate == "DRAConsumableCapacity" and any(
+        "requestPolicy" in (c or {}) for d in devices for c in (d.get("capacity") or {}).values()
+    ):
+        return True
+    return any(field in d for d in devices for field in GATED_DEVICE_FIELDS.get(gate, ()))
+
+
+def drop_disabled_fields(
+    obj: dict[str, Any], version: str, feature_gates: set[str], old: dict[str, Any] | None = None
+) -> None:
+    """Remove from a ResourceSlice the fields of gates the server has off (in place)."""
+    spec = obj.get("spec") or {}
+    devices = spec.get("devices") or []
+    for gate, fields in GATED_DEVICE_FIELDS.items():
+        if gate_served(gate, version, feature_gates) or _uses(old, gate):
+            continue
+        for dev in devices:
+            for field in fields:
+                dev.pop(field, None)
+            if gate == "DRAConsumableCapacity":
+                for capacity in (dev.get("capacity") or {}).values():
+                    if isinstance(capacity, dict):
+                        capacity.pop("requestPolicy", None)
+        if gate == "DRAPartitionableDevices":
+            spec.pop("sharedCounters", None)
+
+
+def gated_rule_errors(obj: dict[str, Any], version: str) -> list[str]:
+    """The apiserver's rules of the gated fields the fake checks: one of counters or devices from 1.35,
+    a `requestPolicy` only on a device that allows multiple allocations."""
+    spec = obj.get("spec") or {}
+    errors: list[str] = []
+    if version_tuple(version) >= (1, 35) and spec.get("sharedCounters") and spec.get("devices"):
+        errors.append('spec: Invalid value: "": only one of `sharedCounters` or `devices` is allowed')
+    for i, dev in enumerate(spec.get("devices") or []):
+        for name, capacity in (dev.get("capacity") or {}).items():
+            policy = isinstance(capacity, dict) and "requestPolicy" in capacity
+            if policy and not dev.get("allowMultipleAllocations"):
+                errors.append(
+                    f"spec.devices[{i}].capacity[{name}].requestPolicy: Forbidden: "
+                    "allowMultipleAllocations must be true"
+                )
+    return errors
+
+
 def taint_rule_errors(obj: dict[str, Any], version: str) -> list[str]:
     """The apiserver's device-taint validation of that version."""
     v = version_tuple(version)
@@ -217,7 +296,7 @@ def validate_slice(obj: dict[str, Any], version: str = K8S_VERSION) -> None:
         kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.ValidationError as err:
         raise _invalid(obj, [str(err.message) if hasattr(err, "message") else str(err)]) from err
-    errors = slice_rule_errors(obj) + taint_rule_errors(obj, version)
+    errors = slice_rule_errors(obj) + taint_rule_errors(obj, version) + gated_rule_errors(obj, version)
     if errors:
         raise _invalid(obj, errors)
 
@@ -388,10 +467,15 @@ class FakeAPIServer:
         self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
         #: When True, a created Deployment is ready at once (its pod started and passed its probe).
         self.deployments_become_ready = False
+        #: What a claim read with `resourceVersion=0` sees while `freeze_claim_cache` holds it (None: the
+        #: cache is current, as it is within milliseconds on a healthy apiserver).
+        self.claim_cache: dict[tuple[str, str], dict[str, Any]] | None = None
         #: The Kubernetes version emulated (/version, the schema, the device-taint rules).
         self.k8s_version = K8S_VERSION
         #: Feature gates on beyond the version's defaults (e.g. "DRADeviceTaints" before 1.36).
         self.feature_gates: set[str] = set()
+        #: resource.k8s.io/v1 DeviceClasses by name.
+        self.device_classes: dict[str, dict[str, Any]] = {}
 
     # --- lifecycle ---
 
@@ -501,6 +585,21 @@ class FakeAPIServer:
             claim["metadata"].setdefault("uid", str(uuid.uuid4()))
             claim["metadata"]["resourceVersion"] = self._next_rv()
             self.claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        """Delete a claim as a user would, whatever pods or kubelet still think of it."""
+        with self.cond:
+            del self.claims[(namespace, name)]
+
+    def freeze_claim_cache(self) -> None:
+        """From now on, cached claim reads (`resourceVersion=0`) see the claims as they are now."""
+        with self.cond:
+            self.claim_cache = copy.deepcopy(self.claims)
+
+    def thaw_claim_cache(self) -> None:
+        """The watch cache caught up: cached reads see the current claims again."""
+        with self.cond:
+            self.claim_cache = None
 
     def slices_of(self, node: str) -> list[dict[str, Any]]:
         with self.cond:
@@ -690,6 +789,7 @@ class FakeAPIServer:
             suffix = "".join(self._random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
             md["name"] = prefix + suffix
         self._taint_fields(obj)
+        drop_disabled_fields(obj, self.k8s_version, self.feature_gates)
         validate_slice(obj, self.k8s_version)
         self._as_stored(obj)
         if md["name"] in self.slices:
@@ -710,6 +810,29 @@ class FakeAPIServer:
         )
         self.slices[md["name"]] = obj
         self._emit("ADDED", obj)
+        return obj
+
+    def _create_device_class(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """A DeviceClass as the server stores it: `extendedResourceName` dropped while DRAExtendedResource
+        is off (1.34, 1.35 by default)."""
+        md = obj.setdefault("metadata", {})
+        name = str(md.get("name", ""))
+        if not is_dns_subdomain(name):
+            raise ApiError(422, "Invalid", f'DeviceClass.resource.k8s.io "{name}" is invalid: metadata.name')
+        spec = obj.setdefault("spec", {})
+        if not gate_served("DRAExtendedResource", self.k8s_version, self.feature_gates):
+            spec.pop("extendedResourceName", None)
+        if name in self.device_classes:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'deviceclasses.resource.k8s.io "{name}" already exists',
+                {"name": name, "group": "resource.k8s.io", "kind": "deviceclasses"},
+            )
+        md.update(uid=str(uuid.uuid4()), generation=1)
+        if not dry_run:
+            md["resourceVersion"] = self._next_rv()
+            self.device_classes[name] = obj
         return obj
 
     def _get_slice(self, name: str) -> dict[str, Any]:
@@ -739,6 +862,7 @@ class FakeAPIServer:
                 {"name": name, "group": "resource.k8s.io", "kind": "resourceslices"},
             )
         self._taint_fields(obj, current)
+        drop_disabled_fields(obj, self.k8s_version, self.feature_gates, current)
         validate_slice(obj, self.k8s_version)
         immutable = [f for f in ("driver", "nodeName") if obj["spec"].get(f) != current["spec"].get(f)]
         if obj["spec"]["pool"]["name"] != current["spec"]["pool"]["name"]:
@@ -892,7 +1016,10 @@ class _Handler(BaseHTTPRequestHandler):
                 and parts[3] == "namespaces"
                 and parts[5] == "resourceclaims"
             ):
-                claim = api.claims.get((parts[4], parts[6]))
+                store = api.claims
+                if query.get("resourceVersion") == "0" and api.claim_cache is not None:
+                    store = api.claim_cache  # served from the (stale) watch cache
+                claim = store.get((parts[4], parts[6]))
                 if claim is None:
                     raise ApiError(
                         404,
@@ -904,7 +1031,29 @@ class _Handler(BaseHTTPRequestHandler):
             routed = api._route_deployments(method, parts, body)
             if routed is not None:
                 return routed
+            if path.startswith(f"{RESOURCE}/deviceclasses"):
+                return self._route_device_classes(method, path, query, body)
             return self._route_slices(method, path, query, body)
+
+    def _route_device_classes(
+        self, method: str, path: str, query: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, Any]:
+        api = self.api
+        parts = path.strip("/").split("/")
+        if path == f"{RESOURCE}/deviceclasses" and method == "POST":
+            dry_run = query.get("dryRun") == "All"
+            return 201, copy.deepcopy(api._create_device_class(body, dry_run=dry_run))
+        if len(parts) == 5 and method == "GET":
+            found = api.device_classes.get(parts[4])
+            if found is None:
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'deviceclasses.resource.k8s.io "{parts[4]}" not found',
+                    {"name": parts[4], "group": "resource.k8s.io", "kind": "deviceclasses"},
+                )
+            return 200, copy.deepcopy(found)
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
 
     def _route_slices(
         self, method: str, path: str, query: dict[str, str], body: dict[str, Any]

@@ -96,7 +96,8 @@ class Kubelet:
     def prepare(
         self, claims: Iterable[tuple[str, str, str]], version: str | None = None, timeout: float = TIMEOUT
     ) -> dict:
-        """claims: (namespace, name, uid); returns {uid: {"error": str, "devices": [...]}}.
+        """claims: (namespace, name, uid); returns {uid: {"error": str, "devices": [...]}} (a device's
+        `share_id` only when the plugin answered one).
 
         `timeout` is the call's deadline, as kubelet sets one (45 s) on every call."""
         pb, stub = self._stub(version)
@@ -113,6 +114,7 @@ class Kubelet:
                         "pool_name": d.pool_name,
                         "device_name": d.device_name,
                         "cdi_device_ids": list(d.cdi_device_ids),
+                        **_share(d),
                     }
                     for d in r.devices
                 ],
@@ -137,3 +139,10 @@ class Kubelet:
             ch.close()
         self._channels.clear()
         self._dra = None
+
+
+def _share(device: Any) -> dict[str, str]:
+    """`{"share_id": ...}` for a device answered as a consumable share (v1 only), else nothing."""
+    if "share_id" in device.DESCRIPTOR.fields_by_name and device.HasField("share_id"):
+        return {"share_id": device.share_id}
+    return {}

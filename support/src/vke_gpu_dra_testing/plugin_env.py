@@ -39,7 +39,22 @@ def plugin_config(root: Path, **kwargs: Any) -> Config:
     return parse_config(plugin_args(root, **kwargs), environ={})
 
 
-def claim(name: str, uid: str, *devices: str, request: str = "gpu", namespace: str = "default") -> dict:
+def claim(
+    name: str,
+    uid: str,
+    *devices: str,
+    request: str = "gpu",
+    namespace: str = "default",
+    admin_access: bool = False,
+) -> dict:
+    """An allocated claim of `devices` on NODE; `admin_access`: allocated with admin access (it may share
+    its devices with other claims, which the plugin otherwise refuses)."""
+    results: list[dict[str, Any]] = [
+        {"request": request, "driver": facts.DRIVER_NAME, "pool": NODE, "device": d} for d in devices
+    ]
+    if admin_access:
+        for r in results:
+            r["adminAccess"] = True
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -49,16 +64,7 @@ def claim(name: str, uid: str, *devices: str, request: str = "gpu", namespace: s
                 "requests": [{"name": request, "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name}}]
             }
         },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": request, "driver": facts.DRIVER_NAME, "pool": NODE, "device": d}
-                        for d in devices
-                    ]
-                }
-            }
-        },
+        "status": {"allocation": {"devices": {"results": results}}},
     }
 
 

@@ -53,6 +53,11 @@ REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
 #: driver.extendedResource: map nvidia.com/gpu on clusters that serve it by default, always, or never.
 EXTENDED_RESOURCE_AUTO: Final = "auto"
 EXTENDED_RESOURCE_MODES: Final = (EXTENDED_RESOURCE_AUTO, "on", "off")
+#: sample.classicDeployment: deploy gpu-test-classic when the pool has room for it, always, or never.
+CLASSIC_SAMPLE_AUTO: Final = "auto"
+CLASSIC_SAMPLE_ON: Final = "on"
+CLASSIC_SAMPLE_OFF: Final = "off"
+CLASSIC_SAMPLE_MODES: Final = (CLASSIC_SAMPLE_AUTO, CLASSIC_SAMPLE_ON, CLASSIC_SAMPLE_OFF)
 #: Keys that were replaced, and by what.
 REPLACED_KEYS: Final = {"driver.imageRepository": "driver.image", "driver.imageTag": "driver.image"}
 
@@ -549,6 +554,15 @@ KEYS: Final[tuple[Key, ...]] = (
         "its libraries and nvidia-smi go into GPU containers through CDI.",
         checks=(Pattern(ABSOLUTE_PATH_RE, "an absolute host path such as / or /run/nvidia/driver"),),
     ),
+    Key(
+        "driver.claimReconcileIntervalSeconds",
+        "integer",
+        600,
+        "python: seconds between two checks of each node's prepared claims against the API server (one "
+        "cached GET per claim; claims deleted without an unprepare are cleaned); the chart's "
+        "claimReconcileIntervalSeconds. 600 keeps 1,000 nodes with 8 claims each at about 13 requests/s.",
+        checks=(IntRange(10, 86400),),
+    ),
     _string(
         "driver.additionalXidsToIgnore",
         "",
@@ -680,7 +694,7 @@ KEYS: Final[tuple[Key, ...]] = (
         "python: the gpu.nvidia.com DeviceClass maps the extended resource nvidia.com/gpu (a pod asking "
         "nvidia.com/gpu: 1 and no claim gets one of its GPUs): 'auto' (on when cluster.kubernetesVersion "
         "is 1.36 or later), 'on' (older servers drop the field unless their DRAExtendedResource gate is on) "
-        "or 'off'. The sample's classic Deployment runs when it is on.",
+        "or 'off'. The sample's classic Deployment can run only when it is on (sample.classicDeployment).",
         checks=(Choices(EXTENDED_RESOURCE_MODES),),
     ),
     # --- sample workload ---
@@ -708,6 +722,18 @@ KEYS: Final[tuple[Key, ...]] = (
         when=SAMPLE,
     ),
     Key("sample.args", "array", ["-c", "nvidia-smi -L; sleep 600"], "Arguments of the sample container."),
+    _string(
+        "sample.classicDeployment",
+        CLASSIC_SAMPLE_AUTO,
+        "The sample's second Deployment gpu-test-classic (nvidia.com/gpu: 1, no claim; one more GPU "
+        "beside gpu-test), where gpu.nvidia.com maps nvidia.com/gpu (driver.extendedResource): 'auto' "
+        "(deployed when the stack's GPU node pool has a GPU for each sample at nodePool.maxReplicas "
+        "nodes; otherwise left out, also with target=existing-cluster, and the stack output "
+        "sample.classicDeploymentSkipped says why), 'on' (always; an error unless the mapping is on; "
+        "the capacity policy fails a pool too small for both) or 'off' (never).",
+        checks=(Choices(CLASSIC_SAMPLE_MODES),),
+        when=SAMPLE,
+    ),
 )
 
 #: The Volcengine provider's keys the program reads (for target=vke only; not declared in Pulumi.yaml).

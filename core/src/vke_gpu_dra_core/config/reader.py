@@ -20,7 +20,15 @@ from typing import Any, Final
 from vke_gpu_dra_core import imageref
 
 from .constraints import private_network
-from .keys import ALL_KEYS, IMPLEMENTATION_NVIDIA, IMPLEMENTATION_PYTHON, KEYS_BY_NAME, REPLACED_KEYS, Key
+from .keys import (
+    ALL_KEYS,
+    CLASSIC_SAMPLE_ON,
+    IMPLEMENTATION_NVIDIA,
+    IMPLEMENTATION_PYTHON,
+    KEYS_BY_NAME,
+    REPLACED_KEYS,
+    Key,
+)
 from .raw import BOOLEAN_ALLOWED, RawConfig, parse_bool
 from .stack_config import (
     BUILD_CR,
@@ -40,6 +48,7 @@ from .stack_config import (
     StackConfig,
     StackConfigError,
     VolcengineAccess,
+    maps_gpu_extended_resource,
 )
 
 #: Fields no row fills: a cross-field rule computes them (their value until it does).
@@ -252,6 +261,30 @@ def _driver_rules(r: _Reader) -> None:
         )
 
 
+def _sample_rule(r: _Reader) -> None:
+    """sample.classicDeployment=on needs the program's gpu.nvidia.com to map nvidia.com/gpu."""
+    v = r.values
+    if not v["sample.enabled"] or v["sample.classicDeployment"] != CLASSIC_SAMPLE_ON:
+        return
+    if v["driver.implementation"] == IMPLEMENTATION_NVIDIA:
+        r.fail(
+            "sample.classicDeployment",
+            CLASSIC_SAMPLE_ON,
+            "auto or off with driver.implementation=nvidia (NVIDIA's chart owns the DeviceClasses, "
+            "so the program does not know whether gpu.nvidia.com maps nvidia.com/gpu)",
+        )
+        return
+    mode, version = v["driver.extendedResource"], v["cluster.kubernetesVersion"]
+    if not maps_gpu_extended_resource(mode, version):
+        r.fail(
+            "sample.classicDeployment",
+            CLASSIC_SAMPLE_ON,
+            f"auto or off while gpu.nvidia.com does not map nvidia.com/gpu (driver.extendedResource={mode} "
+            f"with cluster.kubernetesVersion={version}; the mapping is on with driver.extendedResource=on, "
+            "or auto on 1.36 and later)",
+        )
+
+
 def _driver_image_rule(r: _Reader) -> None:  # noqa: PLR0911, PLR0912 (a flat list of independent checks)
     """Where the image comes from: fills driver_image's image, build and kind_cluster."""
     v = r.values
@@ -352,6 +385,7 @@ RULES: Final = (
     _Rule(_cluster_rules, vke_only=True),
     _Rule(_node_pool_rules, vke_only=True),
     _Rule(_driver_rules, vke_only=False),
+    _Rule(_sample_rule, vke_only=False),
     _Rule(_driver_image_rule, vke_only=False),
     _Rule(_stack_rules, vke_only=False),
 )

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from vke_gpu_dra_core import facts, imageref
+from vke_gpu_dra_core import dra_gates, facts, featuregates, imageref
 from vke_gpu_dra_core.versions import parse_major_minor
 
 PROJECT: Final = "vke-gpu-dra"
@@ -166,6 +166,8 @@ class DriverConfig:
     nvidia_chart_version: str
     timeout_seconds: int
     nvidia_driver_root: str = "/"
+    #: Seconds between two checks of a node's prepared claims against the API server (the chart's value).
+    claim_reconcile_interval_seconds: int = 600
     #: Feature gates set explicitly (name -> enabled), from driver.featureGates.
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     #: driver.extendedResource: "auto", "on" or "off" (see StackConfig.gpu_extended_resource).
@@ -201,6 +203,8 @@ class SampleConfig:
     image: str
     command: tuple[str, ...]
     args: tuple[str, ...]
+    #: sample.classicDeployment: "auto", "on" or "off" (gpu-test-classic; see components/stack.py).
+    classic_deployment: str = "auto"
 
 
 TARGET_VKE: Final = "vke"
@@ -233,11 +237,31 @@ class StackConfig:
     def gpu_extended_resource(self) -> bool:
         """Whether gpu.nvidia.com maps nvidia.com/gpu: driver.extendedResource, where 'auto' means
         cluster.kubernetesVersion is one whose DRAExtendedResource gate is on by default (1.36 or later)."""
-        mode = self.driver.extended_resource
-        if mode != "auto":
-            return mode == "on"
+        return maps_gpu_extended_resource(self.driver.extended_resource, self.cluster.kubernetes_version)
+
+    @property
+    def slice_fields(self) -> frozenset[str]:
+        """The optional ResourceSlice fields a cluster of cluster.kubernetesVersion keeps by default
+        (`dra_gates.SLICE_FIELDS`: taints, allowMultipleAllocations, bindingConditions, sharedCounters);
+        the driver finds the same on its server at start, by dry-runs."""
         version = parse_major_minor(self.cluster.kubernetes_version)
-        return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
+        return dra_gates.slice_fields_kept(version) if version is not None else frozenset()
+
+    @property
+    def gpus_shared_by_memory(self) -> bool:
+        """Whether GPUs are published as consumable shares: the driver gate ConsumableShares on and a
+        cluster that keeps `allowMultipleAllocations` (1.36 or later); else each claim takes whole GPUs."""
+        gate = self.driver.feature_gates.get(featuregates.CONSUMABLE_SHARES, False)
+        return bool(gate) and "allowMultipleAllocations" in self.slice_fields
+
+
+def maps_gpu_extended_resource(mode: str, kubernetes_version: str) -> bool:
+    """driver.extendedResource `mode` ("auto", "on" or "off") on a cluster of `kubernetes_version`:
+    'auto' maps nvidia.com/gpu from the version whose DRAExtendedResource gate is on by default (1.36)."""
+    if mode != "auto":
+        return mode == "on"
+    version = parse_major_minor(kubernetes_version)
+    return version is not None and version >= facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION
 
 
 #: Section name (as a key row names it) -> its dataclass; "" is StackConfig's own fields.

@@ -148,7 +148,9 @@ def mig_memory_gb(mig_memory_mib: int, total_memory_bytes: int) -> int:
         raise ValueError(f"GPU total memory must be positive, got {total_memory_bytes}")
     fraction = math.ceil(mig_memory_mib * 2**20 * 8 / total_memory_bytes) / 8
     total_gb = math.ceil(total_memory_bytes / 2**30)
-    return round(fraction * total_gb)
+    # Go's math.Round rounds halves away from zero (H200: 0.5 * 141 = 70.5 -> 3g.71gb); Python's round()
+    # would round them to even (70). fraction * total_gb is exact (eighths of a whole number).
+    return math.floor(fraction * total_gb + 0.5)
 
 
 def mig_profile_name(

@@ -8,13 +8,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from vke_gpu_dra_core import facts
+
 from ..kubelet.resource_health import DeviceHealthBoard
 from ..metrics import Metrics
 from .policy import Change, DeviceHealth, TaintSupport, health_annotations, published_entries
 
 log = logging.getLogger(__name__)
 
-KINDS = ("xid", "gpu-lost", "unmonitored")
+KINDS = facts.HEALTH_PROBLEMS
 
 
 class Watcher(Protocol):

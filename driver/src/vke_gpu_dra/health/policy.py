@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-ProblemKind = Literal["xid", "gpu-lost", "unmonitored"]
+from vke_gpu_dra_core import facts
+
+ProblemKind = facts.HealthProblem
 
 #: XIDs NVIDIA's plugin treats as application errors (the GPU stays healthy), as in its
 #: `xidsToSkip` (dra-driver-nvidia-gpu v0.4.x, cmd/gpu-kubelet-plugin/device_health.go, after
@@ -48,12 +50,8 @@ DOUBLE_BIT_ECC_XID: Final = 48
 #: Default recovery window, seconds.
 DEFAULT_RECOVERY_WINDOW: Final = 300.0
 
-#: Taint key per problem, under the driver name (gpu.nvidia.com/xid, ...).
-TAINT_SUFFIX: Final[Mapping[ProblemKind, str]] = {
-    "xid": "xid",
-    "gpu-lost": "gpu-lost",
-    "unmonitored": "unmonitored",
-}
+#: Taint key per problem, under the driver name (gpu.nvidia.com/xid, ...): core's facts name them.
+TAINT_SUFFIX: Final[Mapping[ProblemKind, str]] = {kind: kind for kind in facts.HEALTH_PROBLEMS}
 #: Effects: never NoExecute (evicting running work is the operator's call, through a DeviceTaintRule).
 TAINT_EFFECT: Final[Mapping[ProblemKind, str]] = {
     "xid": "NoSchedule",
@@ -282,7 +280,7 @@ def taints_for(health: DeviceHealth, *, driver: str, support: TaintSupport) -> l
         effect = TAINT_EFFECT[problem.kind]
         if effect == "None" and not support.none_effect:
             continue  # informational only, and this server cannot say it
-        taint: dict[str, Any] = {"key": f"{driver}/{TAINT_SUFFIX[problem.kind]}", "effect": effect}
+        taint: dict[str, Any] = {"key": facts.health_taint_key(problem.kind, driver), "effect": effect}
         if problem.xid is not None:
             taint["value"] = str(problem.xid)
         taint["timeAdded"] = rfc3339(problem.since)
@@ -293,11 +291,11 @@ def taints_for(health: DeviceHealth, *, driver: str, support: TaintSupport) -> l
 #: Annotation (under the driver name) on every slice of the node's pool listing its devices with health
 #: problems, for operators (`vke-gpu-dra verify`): on servers without device taints an unhealthy device
 #: is not in the slice at all, so this is where its XID and since when are seen.
-HEALTH_ANNOTATION_SUFFIX: Final = "device-health"
+HEALTH_ANNOTATION_SUFFIX: Final = facts.HEALTH_ANNOTATION_SUFFIX
 
 
 def health_annotation_key(driver: str) -> str:
-    return f"{driver}/{HEALTH_ANNOTATION_SUFFIX}"
+    return facts.health_annotation_key(driver)
 
 
 def health_annotations(health: Mapping[str, DeviceHealth], *, driver: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""Health watching as the plugin starts and stops it: detect device-taint support, build the monitor,
-pick the source (NVML events for real GPUs, the health file for simulated ones) and run it."""
+"""Health watching as the plugin starts and stops it: device-taint support from the cluster features
+detected at start, build the monitor, pick the source (NVML events for real GPUs, the health file for
+simulated ones) and run it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource
 
-from ..kubeapi import KubeAPI
+from ..cluster_features import ClusterFeatures
 from ..kubelet.resource_health import DeviceHealthBoard
 from ..metrics import Metrics
 from ..slices import MAX_DEVICES_PER_SLICE
@@ -38,6 +39,7 @@ class HealthWatching:
         support: TaintSupport,
         recovery_window: float,
         ignored_xids: frozenset[int],
+        entry: Callable[[Device], dict[str, Any]] = Device.slice_entry,
     ) -> None:
         self.support = support
         self._driver = driver
@@ -48,7 +50,7 @@ class HealthWatching:
         self._publish: Callable[[list[dict[str, Any]], dict[str, str]], None] = lambda _entries, _notes: None
         self.monitor = HealthMonitor(
             driver=driver,
-            entries=[d.slice_entry() for d in self._devices],
+            entries=[entry(d) for d in self._devices],
             board=board,
             metrics=metrics,
             support=support,
@@ -62,17 +64,17 @@ class HealthWatching:
     @classmethod
     def prepare(
         cls,
-        api: KubeAPI,
+        features: ClusterFeatures,
         *,
         driver: str,
-        node_name: str,
         devices: Sequence[Device],
         board: DeviceHealthBoard,
         metrics: Metrics,
         recovery_window: float,
         ignored_xids: frozenset[int],
+        entry: Callable[[Device], dict[str, Any]] = Device.slice_entry,
     ) -> HealthWatching:
-        support = taint_support.detect(api, driver=driver, node_name=node_name)
+        support = taint_support.support_of(features)
         log.info(
             "unhealthy devices get device taints"
             if support.taints
@@ -87,6 +89,7 @@ class HealthWatching:
             support=support,
             recovery_window=recovery_window,
             ignored_xids=ignored_xids,
+            entry=entry,
         )
 
     @property

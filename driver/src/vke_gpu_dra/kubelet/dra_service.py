@@ -173,13 +173,18 @@ _UNPREPARE = Wording(
 
 
 def _answer_prepared(entry: Any, devices: list[PreparedDevice]) -> dict[str, object]:
+    """The claim's devices; a consumable share carries its `share_id` where the protocol has it (v1 from
+    Kubernetes 1.35: kubelet keeps it per container; v1beta1 has no such field)."""
+    with_shares = "share_id" in entry.DESCRIPTOR.fields_by_name["devices"].message_type.fields_by_name
     for dev in devices:
-        entry.devices.add(
+        added = entry.devices.add(
             request_names=list(request_names(dev.request_names)),
             pool_name=dev.pool_name,
             device_name=dev.device_name,
             cdi_device_ids=list(dev.cdi_device_ids),
         )
+        if dev.share_id is not None and with_shares:
+            added.share_id = dev.share_id
     return {"devices": [d.device_name for d in devices]}
 
 

@@ -11,6 +11,11 @@ Order that keeps a crash harmless (kill -9 at any instant):
 the create, kubelet's retry) is taken as the claim's; a GPU instance there without its compute instance
 is destroyed first. `destroy` of an instance already gone is a success.
 
+`overlapping` says which devices of a GPU share its memory slices (the whole GPU and each of its
+placements; two placements with a slice in common): the held-devices guard (`ghosts.find_holders`)
+refuses to prepare one while another is prepared, as the counters keep the scheduler from allocating
+both.
+
 At start (`clean_up`, under the node lock, before the plugin registers): on every dynamic-MIG GPU, the
 GPU instances without a compute instance are destroyed (an interrupted create or destroy) and so is
 every MIG instance no checkpoint entry's record owns, as NVIDIA's plugin does at start.
@@ -48,9 +53,15 @@ class PartitionManager:
         self._backend = backend
         self._gpus = tuple(gpus)
         self._placements: dict[str, tuple[PartitionedGpu, str]] = {}
+        self._overlapping: dict[str, frozenset[str]] = {}
         for gpu in gpus:
             for name in gpu.placements:
                 self._placements[name] = (gpu, name)
+            devices = gpu.partitions.devices
+            for device in devices:
+                self._overlapping[device.name] = frozenset(
+                    o.name for o in devices if o.name != device.name and device.excludes(o)
+                )
 
     @property
     def gpus(self) -> tuple[PartitionedGpu, ...]:
@@ -62,6 +73,12 @@ class PartitionManager:
 
     def is_placement(self, device_name: str) -> bool:
         return device_name in self._placements
+
+    def overlapping(self, device_name: str) -> frozenset[str]:
+        """The other devices of `device_name`'s GPU that cannot be prepared beside it (they share a
+        memory slice: the whole GPU and each placement, overlapping placements); empty for a device of
+        no dynamic-MIG GPU."""
+        return self._overlapping.get(device_name, frozenset())
 
     def record(self, device_name: str) -> MigRecord:
         """The record (no ids yet) of placement device `device_name`."""

@@ -1,7 +1,8 @@
 """Start-up of dynamic MIG (feature gate DynamicMIG): which GPUs are partitioned, with which profiles.
 
-Only when the API server keeps shared counters (`health.shared_counters_support`); otherwise every GPU
-is published as without the gate, and a log line says why. Per GPU:
+Only when the API server keeps shared counters (`cluster_features`, the plugin's one detection of what
+the server keeps; `counter_layout` maps its answer to the slice layout); otherwise every GPU is published
+as without the gate, and a log line says why. Per GPU:
 
 * no MIG support (NVML answers NOT_SUPPORTED, NVIDIA's issue #1092; a simulated product without MIG
   profiles in the catalog): published as today;
@@ -17,20 +18,34 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.mig_partitions import MigCatalogError, MigProfile, mig_product
 
+from ..cluster_features import ClusterFeatures, CounterShape
 from .backends import MigBackend, SimulatedMigBackend
 from .manager import PartitionManager
-from .publish import PartitionedGpu, partitioned_gpu
+from .publish import CounterLayout, PartitionedGpu, partitioned_gpu
 
 if TYPE_CHECKING:
     from ..discovery.mig_lifecycle import MigLifecycle
 
 log = logging.getLogger(__name__)
+
+#: The first release with partitionable devices in `resource.k8s.io/v1` (the slice limits start there).
+FIRST_VERSION: Final = (1, 34)
+#: Where the server keeps shared counters -> the slice layout that publishes them.
+LAYOUTS: Final[dict[CounterShape, CounterLayout]] = {"beside-devices": "inline", "own-slice": "split"}
+
+
+def counter_layout(features: ClusterFeatures) -> CounterLayout | None:
+    """The slice layout for the counters this server keeps: `inline` beside the devices (1.34), `split`
+    in slices of their own (1.35+); None when it drops them or is older than 1.34."""
+    if features.shared_counters is None or features.version is None or features.version < FIRST_VERSION:
+        return None
+    return LAYOUTS[features.shared_counters]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ adopted `PrepareStarted` claim is released before it is prepared anew. Nothing i
 between calls: the ledger is read from disk each time, so two plugin processes agree.
 
 Used by `state.DeviceState` through one hook per phase: `start()` in restore, `adopted(uid)`/`answer(...)`
-in prepare and `release(...)` in unprepare. The plugin builds it with its tools (`Tools`: the API,
+(and `name(...)`: the namespace/name kubelet gives an adopted claim, which NVIDIA 25.8.1 does not record)
+in prepare and `release(...)` in unprepare; `unreleased()` gives reconciliation and the held-devices
+guard the adopted claims that still hold their devices. The plugin builds it with its tools (`Tools`: the API,
 `nvidia-smi`, the mounter) in a start-up step of its own.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 from vke_gpu_dra_core.device_model import Device
 
@@ -92,6 +95,25 @@ class Takeover:
             return None
         entry = self._ledger().get(uid)
         return None if entry is None or entry.released else entry.claim
+
+    def unreleased(self) -> dict[str, NvidiaClaim]:
+        """The adopted claims whose NVIDIA leftovers are not released yet, by UID (caller holds the
+        node lock): they still hold their devices, and reconciliation checks them."""
+        if not self.ledger_path.exists():
+            return {}
+        return {uid: e.claim for uid, e in self._ledger().items() if not e.released}
+
+    def name(self, uid: str, namespace: str, name: str) -> None:
+        """Record the namespace/name kubelet gave adopted claim `uid` (NVIDIA 25.8.1 records none), so
+        reconciliation can read it from the API server (caller holds the node lock)."""
+        if not (namespace and name) or not self.ledger_path.exists():
+            return
+        ledger = self._ledger()
+        entry = ledger.get(uid)
+        if entry is None or entry.released or (entry.claim.namespace, entry.claim.name) == (namespace, name):
+            return
+        ledger[uid] = LedgerEntry(replace(entry.claim, namespace=namespace, name=name))
+        self._save(ledger)
 
     def answer(self, claim: NvidiaClaim, *, pool_name: str, devices: Mapping[str, Device]) -> AdoptedAnswer:
         return adoption.answer(

@@ -8,6 +8,7 @@ lists it. Format (JSON, version 1):
 
     {"format": "vke-gpu-dra-takeover", "version": 1,
      "claims": [{"uid", "state": "PrepareStarted"|"PrepareCompleted", "released": bool,
+                 "namespace", "name" (only when known: NVIDIA's file or kubelet's prepare named it),
                  "groups": [{"mpsDaemonId", "devices": [{"kind", "uuid", "deviceName", "poolName",
                                                          "requests", "cdiDeviceIds"}]}],
                  "allocated": [{"request", "driver", "pool", "device"}], "sharingStrategies": [...]}]}
@@ -85,6 +86,7 @@ def _claim_to_json(claim: NvidiaClaim, released: bool) -> dict[str, Any]:
             for a in claim.allocated
         ],
         "sharingStrategies": sorted(claim.sharing_strategies),
+        **({"namespace": claim.namespace, "name": claim.name} if claim.name else {}),
     }
 
 
@@ -117,6 +119,8 @@ def _claim_from_json(raw: Any, where: str) -> LedgerEntry:
             groups,
             allocated,
             frozenset(str(s) for s in raw["sharingStrategies"]),
+            str(raw.get("namespace", "")),
+            str(raw.get("name", "")),
         )
         released = raw["released"]
     except (KeyError, TypeError, ValueError) as exc:

@@ -89,6 +89,10 @@ class NvidiaClaim:
     allocated: tuple[AllocatedResult, ...]
     #: Sharing strategies named by this driver's opaque configs in the allocation ("TimeSlicing", "MPS").
     sharing_strategies: frozenset[str]
+    #: The claim's namespace/name: NVIDIA's V2 form has them from 25.12 (`namespace`, `name`); 25.8.1
+    #: and the V1 form record none ("": learnt from kubelet's next prepare, see `Takeover.name`).
+    namespace: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -278,7 +282,11 @@ def _claim(uid: str, raw: Any, where: str, *, versioned: bool) -> NvidiaClaim:
         sharing = opaque["parameters"].get("sharing")
         if isinstance(sharing, Mapping) and isinstance(sharing.get("strategy"), str):
             strategies.add(sharing["strategy"])
-    return NvidiaClaim(uid, state, groups, tuple(allocated), frozenset(strategies))
+    namespace = name = ""
+    if versioned:  # PreparedClaimV2's `namespace,omitempty` and `name,omitempty` (25.12 and later)
+        namespace = _string(body.get("namespace", ""), f"{where}.namespace")
+        name = _string(body.get("name", ""), f"{where}.name")
+    return NvidiaClaim(uid, state, groups, tuple(allocated), frozenset(strategies), namespace, name)
 
 
 def _group(raw: Any, where: str) -> NvidiaGroup:

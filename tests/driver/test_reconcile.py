@@ -1,0 +1,697 @@
+"""Claim reconciliation and held devices: ghosts judged, confirmed by a quorum read, cleaned as an unprepare.
+
+Against the fake API server through the real client; rounds are run by the test (`run_round`) or
+triggered (`trigger`, `wait_rounds`), never waited for by the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from vke_gpu_dra import cdi
+from vke_gpu_dra.allocation import allocated_devices
+from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.ghosts import Reason, find_holders, judge
+from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra.metrics import Metrics
+from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra.reconcile import Reconciler
+from vke_gpu_dra.sharing.mps import daemon_id
+from vke_gpu_dra.state import DeviceState
+from vke_gpu_dra_core import facts
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, plugin_args, plugin_config, wait_until
+
+from tests.driver.claims import claim, gpu_config, opaque, result
+from tests.driver.sharing_env import FakeDriverRoot
+from tests.driver.test_plugin_process import REG_SOCKET, launch
+from tests.driver.test_sharing import DEVICES as SHARING_DEVICES
+from tests.driver.test_sharing import LONG, MPS_EXAMPLE, TS, U0, make_state, mps_state
+from tests.driver.test_takeover import (
+    GPU2,
+    GPU3,
+    MPS_DAEMON,
+    MPS_ID,
+    NS,
+    UID_FULL,
+    UID_MIG,
+    UID_MPS,
+    UID_STARTED,
+    UID_TS,
+    make_takeover,
+    nvidia_node,
+)
+from tests.driver.test_takeover import POOL as TAKEOVER_POOL
+from tests.driver.test_takeover import ledger as takeover_ledger
+from tests.driver.test_takeover import make_state as make_takeover_state
+
+POOL = NODE
+DEVICES = SimulatedSource(4, "NVIDIA A30", POOL).discover().devices
+
+
+def ref(uid: str, name: str) -> ClaimRef:
+    return ClaimRef("default", name, uid)
+
+
+def api_claim(uid: str, name: str, *devices: str, **kwargs) -> dict:
+    return claim(uid, *(result(d) for d in devices), name=name, **kwargs)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "cdi", tmp_path / "plugin"
+
+
+@pytest.fixture
+def state(dirs: tuple[Path, Path]) -> DeviceState:
+    return DeviceState(
+        driver_name=facts.DRIVER_NAME,
+        pool_name=POOL,
+        devices=DEVICES,
+        cdi_root=dirs[0],
+        plugin_data_dir=dirs[1],
+    )
+
+
+@pytest.fixture
+def reconciler(state: DeviceState, kube: KubeAPI) -> Iterator[Reconciler]:
+    rec = Reconciler(
+        state, kube, driver_name=facts.DRIVER_NAME, pool_name=POOL, metrics=Metrics(), read_timeout=2
+    )
+    state.holder_check = rec.check_holders
+    yield rec
+    rec.stop()
+
+
+def prepared(fake_api: FakeAPIServer, state: DeviceState, uid: str, name: str, *devices: str, **kw) -> None:
+    """A claim in the API, prepared on the node (as kubelet's call would)."""
+    obj = api_claim(uid, name, *devices, **kw)
+    fake_api.add_claim(obj)
+    state.prepare(ref(uid, name), obj)
+
+
+def counted(rec: Reconciler, metric: str, reason: str) -> float:
+    value = rec._metrics.registry.get_sample_value(f"vke_gpu_dra_{metric}_total", {"reason": reason})
+    return value or 0.0
+
+
+# --- the pure judgement ---
+
+
+def entry(uid: str = "u1", name: str = "c", state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimEntry:
+    return ClaimEntry(uid, "default", name, state)
+
+
+@pytest.mark.parametrize(
+    ("claim_json", "expected"),
+    [
+        (None, Reason.GONE),
+        (api_claim("u2", "c", "gpu-0"), Reason.REPLACED),
+        (api_claim("u1", "c", allocated=False), Reason.DEALLOCATED),
+        (claim("u1", result("gpu-0", pool="node-b"), name="c"), Reason.DEALLOCATED),
+        (claim("u1", result("gpu-0", driver="other.example.com"), name="c"), Reason.DEALLOCATED),
+        (api_claim("u1", "c", "gpu-0"), None),
+    ],
+    ids=["404", "other-uid", "not-allocated", "other-pool", "other-driver", "live"],
+)
+def test_judge(claim_json: dict | None, expected: Reason | None) -> None:
+    assert judge(entry(), claim_json, driver_name=facts.DRIVER_NAME, pool_name=POOL) is expected
+
+
+def test_find_holders_allows_admin_access_and_sharing_only() -> None:
+    by_name = {d.name: d for d in DEVICES}
+    holder = ClaimEntry(
+        "old", "default", "old", ClaimState.PREPARE_COMPLETED, tuple(_prepared_devices("old", "gpu-0"))
+    )
+    new = ref("new", "new")
+    plain = allocated_devices(
+        new,
+        api_claim("new", "new", "gpu-0", "gpu-1"),
+        driver_name=facts.DRIVER_NAME,
+        pool_name=POOL,
+        devices=by_name,
+    )
+    [found] = find_holders(new, plain, [holder])
+    assert (found.entry, found.devices) == (holder, ("gpu-0",))
+    assert find_holders(new, plain, [holder], admin={"gpu-0"}) == []
+    assert find_holders(new, plain, [holder], tolerated=frozenset({"old"})) == []
+
+
+def _prepared_devices(uid: str, *names: str):
+    return [PreparedDevice(("gpu",), POOL, n, (cdi.claim_device_id(uid, n),)) for n in names]
+
+
+# --- rounds against the API server ---
+
+
+def test_a_claim_deleted_without_unprepare_is_cleaned_in_one_round(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler, dirs, caplog
+) -> None:
+    prepared(fake_api, state, "uid-gone", "gone", "gpu-0")
+    prepared(fake_api, state, "uid-live", "live", "gpu-1")
+    fake_api.delete_claim("default", "gone")
+    with caplog.at_level(logging.WARNING, logger="vke_gpu_dra.reconcile"):
+        got = reconciler.run_round()
+    assert got.cleaned == {"uid-gone": Reason.GONE} and got.kept == {} and got.checked == 2
+    assert sorted(state.entries()) == ["uid-live"]
+    assert sorted(cdi.list_claim_specs(dirs[0])) == ["uid-live"]
+    assert counted(reconciler, "claim_ghosts_cleaned", "gone") == 1
+    [line] = [r for r in caplog.records if r.getMessage() == "cleaned ghost claim"]
+    assert line.fields == {
+        "namespace": "default",
+        "name": "gone",
+        "uid": "uid-gone",
+        "state": "PrepareCompleted",
+        "reason": "gone",
+        "why": Reason.GONE.description,
+    }
+    # one cheap cached GET per entry, one quorum read for the ghost, never a list
+    claim_reads = [p for m, p in fake_api.requests if m == "GET" and "/resourceclaims" in p]
+    assert sorted(claim_reads) == sorted(
+        [
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gone?resourceVersion=0",
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gone",
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/live?resourceVersion=0",
+        ]
+    )
+    state.unprepare(ref("uid-gone", "gone"))  # kubelet's late unprepare succeeds
+    assert reconciler.run_round().cleaned == {}
+
+
+def test_a_re_created_claim_cleans_the_old_uid(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-old", "c", "gpu-0")
+    fake_api.delete_claim("default", "c")
+    fake_api.add_claim(api_claim("uid-new", "c", "gpu-0"))
+    assert reconciler.run_round().cleaned == {"uid-old": Reason.REPLACED}
+    assert state.entries() == {}
+    state.prepare(ref("uid-new", "c"), api_claim("uid-new", "c", "gpu-0"))
+    assert reconciler.run_round().cleaned == {} and sorted(state.entries()) == ["uid-new"]
+
+
+def test_a_deallocated_claim_and_a_prepare_started_entry_are_cleaned(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler, dirs
+) -> None:
+    prepared(fake_api, state, "uid-1", "dealloc", "gpu-0")
+    fake_api.add_claim(api_claim("uid-1", "dealloc", allocated=False))
+    store = CheckpointStore(dirs[1])
+    entries = store.load().entries
+    entries["uid-2"] = ClaimEntry("uid-2", "default", "started", ClaimState.PREPARE_STARTED)
+    store.save(entries)
+    assert reconciler.run_round().cleaned == {"uid-1": Reason.DEALLOCATED, "uid-2": Reason.GONE}
+    assert state.entries() == {}
+
+
+@pytest.mark.parametrize("code", [500, 401, 403])
+def test_a_failed_read_keeps_the_entry_and_is_logged_once(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler, code: int, caplog
+) -> None:
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+    fake_api.delete_claim("default", "c")  # a ghost, but the API server cannot say so
+    fake_api.inject_fault("GET", "/resourceclaims/c", code, times=2)
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    first, second = reconciler.run_round(), reconciler.run_round()
+    kind = {500: "api-error", 401: "unauthorized", 403: "forbidden"}[code]
+    assert first.cleaned == second.cleaned == {} and list(first.kept) == list(second.kept) == ["uid-1"]
+    assert sorted(state.entries()) == ["uid-1"]
+    assert counted(reconciler, "claim_reconcile_failures", kind) == 2
+    warnings = [r for r in caplog.records if r.getMessage().startswith("cannot check claims")]
+    assert len(warnings) == 1  # not once per round
+    assert reconciler.run_round().cleaned == {"uid-1": Reason.GONE}  # the API answers again
+    assert [r.getMessage() for r in caplog.records][-2:] == [
+        "cleaned ghost claim",
+        "claims can be checked against the API server again",
+    ]
+
+
+def test_a_read_that_times_out_keeps_the_entry(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+    fake_api.delete_claim("default", "c")
+    fake_api.hang("GET", "/resourceclaims/c")
+    got = reconciler.run_round()
+    assert got.cleaned == {} and got.kept["uid-1"].startswith("timeout")
+    assert sorted(state.entries()) == ["uid-1"]
+    assert counted(reconciler, "claim_reconcile_failures", "timeout") == 1
+
+
+def test_a_stale_cache_never_cleans_a_live_claim(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    fake_api.add_claim(api_claim("uid-old", "c", "gpu-0"))
+    fake_api.freeze_claim_cache()  # the cache still has the claim's previous incarnation
+    fake_api.delete_claim("default", "c")
+    prepared(fake_api, state, "uid-new", "c", "gpu-0")
+    prepared(fake_api, state, "uid-2", "fresh", "gpu-1")  # not in the cache at all: 404 there
+    assert reconciler.run_round().cleaned == {}
+    assert sorted(state.entries()) == ["uid-2", "uid-new"]
+    assert fake_api.count("GET", "/resourceclaims/c?resourceVersion=0") == 1
+    assert fake_api.count("GET", "/resourceclaims/fresh?resourceVersion=0") == 1
+    quorum = [p for m, p in fake_api.requests if m == "GET" and p.endswith(("/resourceclaims/c", "/fresh"))]
+    assert len(quorum) == 2  # each suspected ghost was read again, and found live
+
+
+def test_a_deleted_claim_does_not_survive_two_rounds_of_a_lagging_cache(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+    fake_api.freeze_claim_cache()
+    fake_api.delete_claim("default", "c")
+    assert reconciler.run_round().cleaned == {}  # the cache still serves the claim
+    fake_api.thaw_claim_cache()  # the watch cache catches up (milliseconds on a healthy apiserver)
+    assert reconciler.run_round().cleaned == {"uid-1": Reason.GONE}
+    assert state.entries() == {}
+
+
+def test_an_entry_changed_since_it_was_judged_is_left_alone(
+    fake_api: FakeAPIServer, state: DeviceState
+) -> None:
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+    judged = ClaimEntry(
+        "uid-1", "default", "c", ClaimState.PREPARE_STARTED
+    )  # read before the prepare completed
+    assert state.clean_ghost(judged) is False
+    assert sorted(state.entries()) == ["uid-1"]
+    assert state.clean_ghost(state.entries()["uid-1"]) is True and state.entries() == {}
+
+
+def test_a_ghost_is_cleaned_as_an_unprepare_time_slice_and_mps_undone(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    env = (FakeDriverRoot(tmp_path / "driver-root"), tmp_path / "cdi", tmp_path / "plugin")
+    ts_state = make_state(env)
+    ts = api_claim("uid-ts", "ts", "gpu-0", config=[opaque(LONG)])
+    fake_api.add_claim(ts)
+    ts_state.prepare(ref("uid-ts", "ts"), ts)
+    mps = mps_state(env, kube, fake_api)
+    mps_claim = api_claim("uid-mps", "mps", "gpu-1", config=[opaque(MPS_EXAMPLE)])
+    fake_api.add_claim(mps_claim)
+    mps.prepare(ref("uid-mps", "mps"), mps_claim)
+    assert len(fake_api.deployments) == 1
+    fake_api.delete_claim("default", "ts")
+    fake_api.delete_claim("default", "mps")
+    env[0].clear()
+    rec = Reconciler(mps, kube, driver_name=facts.DRIVER_NAME, pool_name=POOL, metrics=Metrics())
+    try:
+        assert rec.run_round().cleaned == {"uid-ts": Reason.GONE, "uid-mps": Reason.GONE}
+    finally:
+        rec.stop()
+    assert fake_api.deployments == {}  # the MPS control daemon is deleted
+    u1 = SHARING_DEVICES[1].uuid
+    assert sorted(env[0].calls()) == sorted(
+        [f"-i {U0} -c DEFAULT", f"compute-policy -i {U0} --set-timeslice 0", f"-i {u1} -c DEFAULT"]
+    )
+    assert mps.entries() == {} and cdi.list_claim_specs(env[1]) == {}
+    assert not (env[2] / "mps" / daemon_id("uid-mps", [u1])).exists()
+
+
+def test_a_ghost_adopted_from_nvidia_is_released_as_its_unprepare_would(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node = nvidia_node(tmp_path)
+    driver_root, cdi_root, _ = node
+    state = make_takeover_state(node, kube)
+    ts = claim(UID_TS, result("gpu-2", "ts", pool=TAKEOVER_POOL), name="ts")
+    fake_api.add_claim(ts)
+    state.prepare(ref(UID_TS, "ts"), ts)  # NVIDIA completed it: adopted, its time-slice left in force
+    assert driver_root.calls() == [] and takeover_ledger(node)[UID_TS] is False
+    fake_api.delete_claim("default", "ts")
+    rec = Reconciler(state, kube, driver_name=facts.DRIVER_NAME, pool_name=TAKEOVER_POOL, metrics=Metrics())
+    try:
+        assert rec.run_round().cleaned == {UID_TS: Reason.GONE}
+    finally:
+        rec.stop()
+    # NVIDIA's leftovers undone first, then our spec and entry, as kubelet's unprepare does
+    assert driver_root.calls() == [f"-i {GPU2} -c DEFAULT", f"compute-policy -i {GPU2} --set-timeslice 0"]
+    assert takeover_ledger(node)[UID_TS] is True
+    assert UID_TS not in state.entries() and UID_TS not in cdi.list_claim_specs(cdi_root)
+
+
+# --- claims adopted from NVIDIA that kubelet never prepares here again (known only to the ledger) ---
+
+
+def adopted_node(tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, *named: tuple[str, str]):
+    """NVIDIA's node taken over, nothing prepared by kubelet since; `named` (uid, name) adopted claims
+    got their namespace/name as kubelet's prepare records it (NVIDIA 25.8.1 records none)."""
+    node = nvidia_node(tmp_path)
+    fake_api.deployments[(NS, MPS_DAEMON)] = {"metadata": {"name": MPS_DAEMON, "namespace": NS}}
+    state = make_takeover_state(node, kube)
+    for uid, name in named:
+        make_takeover(node).name(uid, "default", name)
+    rec = Reconciler(state, kube, driver_name=facts.DRIVER_NAME, pool_name=TAKEOVER_POOL, metrics=Metrics())
+    state.holder_check = rec.check_holders
+    return node, state, rec
+
+
+def adopted_claim(uid: str, name: str, device: str, request: str) -> dict:
+    return claim(uid, result(device, request, pool=TAKEOVER_POOL), name=name)
+
+
+def test_an_adopted_claim_deleted_without_unprepare_is_released_within_one_round(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, caplog
+) -> None:
+    named = ((UID_TS, "ts"), (UID_MPS, "mps"), (UID_FULL, "full"))
+    node, state, rec = adopted_node(tmp_path, fake_api, kube, *named)
+    driver_root, cdi_root, data = node
+    fake_api.add_claim(adopted_claim(UID_FULL, "full", "gpu-0", "gpu"))  # live: never touched
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    try:
+        first = rec.run_round()
+        second = rec.run_round()
+    finally:
+        rec.stop()
+    # the pods of ts and mps were force-deleted during the move: their claims are gone
+    assert first.cleaned == {UID_TS: Reason.GONE, UID_MPS: Reason.GONE}
+    assert first.adopted == 3 and first.unnamed_adopted == (UID_MIG, UID_STARTED)
+    assert second.cleaned == {} and second.adopted == 1
+    # released as kubelet's unprepare of an adopted claim: NVIDIA's spec, MPS daemon, GPU settings
+    assert sorted(driver_root.calls()) == sorted(
+        [
+            f"-i {GPU2} -c DEFAULT",
+            f"compute-policy -i {GPU2} --set-timeslice 0",
+            f"-i {GPU3} -c DEFAULT",
+            f"compute-policy -i {GPU3} --set-timeslice 0",
+        ]
+    )
+    assert fake_api.deployments == {}
+    assert not (data / "mps" / MPS_ID).exists()
+    assert not (cdi_root / f"k8s.gpu.nvidia.com-claim_{UID_MPS}.yaml").exists()
+    assert takeover_ledger(node) == {
+        UID_TS: True,
+        UID_MPS: True,
+        UID_FULL: False,
+        UID_MIG: False,
+        UID_STARTED: False,
+    }
+    assert counted(rec, "claim_ghosts_cleaned", "gone") == 2
+    # the adopted claims without a name: one line, not one per round
+    unnamed = [r for r in caplog.records if "have no namespace/name" in r.getMessage()]
+    assert len(unnamed) == 1 and unnamed[0].fields["uids"] == [UID_MIG, UID_STARTED]
+    # kubelet's late unprepare of a released claim is a success that does nothing more
+    driver_root.clear()
+    state.unprepare(ref(UID_TS, "ts"))
+    assert driver_root.calls() == []
+
+
+def test_an_adopted_claim_whose_read_fails_is_kept(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, (UID_TS, "ts"))
+    fake_api.inject_fault("GET", "/resourceclaims/ts", 503, times=2)
+    try:
+        got = rec.run_round()
+    finally:
+        rec.stop()
+    assert got.cleaned == {} and got.kept[UID_TS].startswith("api-error")
+    assert node[0].calls() == [] and takeover_ledger(node)[UID_TS] is False
+    assert counted(rec, "claim_reconcile_failures", "api-error") == 1
+
+
+def test_a_device_an_adopted_claim_holds_is_guarded(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI
+) -> None:
+    node, state, rec = adopted_node(tmp_path, fake_api, kube, (UID_TS, "ts"))
+    driver_root = node[0]
+    fake_api.add_claim(adopted_claim(UID_TS, "ts", "gpu-2", "ts"))
+    try:
+        # a live adopted holder: the per-claim error names both claims
+        new = adopted_claim("uid-new", "new", "gpu-2", "gpu")
+        fake_api.add_claim(new)
+        with pytest.raises(ClaimError) as err:
+            state.prepare(ref("uid-new", "new"), new)
+        assert str(err.value).startswith(
+            "claim default/new (uid uid-new): device(s) gpu-2 are prepared on this node by NVIDIA's plugin "
+            f"(adopted) for claim default/ts (uid {UID_TS}), which still exists and is allocated them"
+        )
+        # an adopted holder without a name cannot be checked: the prepare fails, nothing is touched
+        other = adopted_claim("uid-other", "other", "gpu-0", "gpu")
+        fake_api.add_claim(other)
+        with pytest.raises(ClaimError, match=r"for claim <unnamed> .*could not be checked"):
+            state.prepare(ref("uid-other", "other"), other)
+        assert driver_root.calls() == [] and takeover_ledger(node)[UID_TS] is False
+        # once the adopted claim is gone, the prepare releases it first and goes on
+        fake_api.delete_claim("default", "ts")
+        [got] = state.prepare(ref("uid-new", "new"), new)
+    finally:
+        rec.stop()
+    assert got.device_name == "gpu-2" and sorted(state.entries()) == ["uid-new"]
+    assert driver_root.calls() == [f"-i {GPU2} -c DEFAULT", f"compute-policy -i {GPU2} --set-timeslice 0"]
+    assert takeover_ledger(node)[UID_TS] is True
+
+
+def test_a_sharing_strategy_never_allows_an_overlap_with_an_adopted_claim() -> None:
+    by_name = {d.name: d for d in DEVICES}
+    holder = ClaimEntry(
+        "old", "default", "old", ClaimState.PREPARE_COMPLETED, tuple(_prepared_devices("old", "gpu-0"))
+    )
+    new = ref("new", "new")
+    shared = allocated_devices(
+        new,
+        api_claim("new", "new", "gpu-0", config=[opaque(LONG)]),
+        driver_name=facts.DRIVER_NAME,
+        pool_name=POOL,
+        devices=by_name,
+        gates=TS,
+    )
+    assert find_holders(new, shared, [holder]) == []  # our own holder without settings: shared
+    [found] = find_holders(new, shared, [holder], adopted={"old"})
+    assert found.adopted and found.devices == ("gpu-0",)
+    assert found.conflict == "NVIDIA's plugin prepared it with sharing settings this driver does not share"
+    assert find_holders(new, shared, [holder], adopted={"old"}, admin={"gpu-0"}) == []
+
+
+def test_a_claim_prepared_between_the_read_and_the_clean_is_left_alone(
+    fake_api: FakeAPIServer, state: DeviceState, kube: KubeAPI
+) -> None:
+    """The quorum read says deallocated; before the clean, kubelet prepares the claim (allocated
+    again, same UID): its entry is unchanged on disk, yet the cleanup must not remove it."""
+    obj = api_claim("uid-1", "c", "gpu-0")
+    prepared(fake_api, state, "uid-1", "c", "gpu-0")
+
+    class PrepareDuringRead:
+        def get_resource_claim(
+            self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
+        ) -> dict | None:
+            if cached:
+                return api_claim("uid-1", "c", allocated=False)
+            answer = api_claim("uid-1", "c", allocated=False)  # what the quorum read saw...
+            state.prepare(ref("uid-1", "c"), obj)  # ...while kubelet's prepare answered
+            return answer
+
+    rec = Reconciler(
+        state, PrepareDuringRead(), driver_name=facts.DRIVER_NAME, pool_name=POOL, metrics=Metrics()
+    )
+    try:
+        assert rec.run_round().cleaned == {}
+    finally:
+        rec.stop()
+    assert sorted(state.entries()) == ["uid-1"] and sorted(cdi.list_claim_specs(state_cdi(state))) == [
+        "uid-1"
+    ]
+
+
+def state_cdi(state: DeviceState) -> Path:
+    return state._cdi_root
+
+
+# --- a prepare that meets another claim's entry on its device ---
+
+
+def test_a_prepare_that_meets_a_ghost_cleans_it_and_succeeds(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-old", "old", "gpu-0")
+    fake_api.delete_claim("default", "old")
+    new = api_claim("uid-new", "new", "gpu-0")
+    fake_api.add_claim(new)
+    [got] = state.prepare(ref("uid-new", "new"), new)
+    assert got.device_name == "gpu-0" and sorted(state.entries()) == ["uid-new"]
+    assert counted(reconciler, "claim_ghosts_cleaned", "gone") == 1
+    assert fake_api.count("GET", "/resourceclaims/old") == 1  # one quorum read, at once
+
+
+def test_a_prepare_that_meets_a_live_holder_fails_naming_both_claims(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-old", "old", "gpu-0")
+    new = api_claim("uid-new", "new", "gpu-0")
+    fake_api.add_claim(new)
+    with pytest.raises(ClaimError) as err:
+        state.prepare(ref("uid-new", "new"), new)
+    assert str(err.value).startswith(
+        "claim default/new (uid uid-new): device(s) gpu-0 are prepared on this node for claim default/old "
+        "(uid uid-old), which still exists and is allocated them"
+    )
+    assert sorted(state.entries()) == ["uid-old"]
+
+
+def test_a_holder_whose_read_fails_is_kept_and_the_prepare_fails(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-old", "old", "gpu-0")
+    fake_api.delete_claim("default", "old")
+    fake_api.inject_fault("GET", "/resourceclaims/old", 503)
+    new = api_claim("uid-new", "new", "gpu-0")
+    fake_api.add_claim(new)
+    with pytest.raises(
+        ClaimError,
+        match=r"which could not be checked against the API server \(503 InternalError: injected fault\)",
+    ):
+        state.prepare(ref("uid-new", "new"), new)
+    assert sorted(state.entries()) == ["uid-old"]
+    state.prepare(ref("uid-new", "new"), new)  # kubelet's retry: the API answers, the ghost goes
+    assert sorted(state.entries()) == ["uid-new"]
+
+
+def test_admin_access_allows_the_overlap(
+    fake_api: FakeAPIServer, state: DeviceState, reconciler: Reconciler
+) -> None:
+    prepared(fake_api, state, "uid-old", "old", "gpu-0")
+    monitor = claim("uid-mon", {**result("gpu-0"), "adminAccess": True}, name="mon")
+    fake_api.add_claim(monitor)
+    state.prepare(ref("uid-mon", "mon"), monitor)
+    # and the other way round: a holder with admin access, found live, lets a plain claim in
+    admin_holder = claim("uid-a", {**result("gpu-1"), "adminAccess": True}, name="a")
+    fake_api.add_claim(admin_holder)
+    state.prepare(ref("uid-a", "a"), admin_holder)
+    plain = api_claim("uid-p", "p", "gpu-1")
+    fake_api.add_claim(plain)
+    state.prepare(ref("uid-p", "p"), plain)
+    assert sorted(state.entries()) == ["uid-a", "uid-mon", "uid-old", "uid-p"]
+
+
+def test_time_slicing_allows_the_overlap_with_the_same_setting(
+    tmp_path: Path, fake_api: FakeAPIServer, kube
+) -> None:
+    env = (FakeDriverRoot(tmp_path / "driver-root"), tmp_path / "cdi", tmp_path / "plugin")
+    state = make_state(env)
+    rec = Reconciler(state, kube, driver_name=facts.DRIVER_NAME, pool_name=POOL, metrics=Metrics())
+    state.holder_check = rec.check_holders
+    try:
+        for uid in ("a", "b"):
+            obj = api_claim(uid, uid, "gpu-0", config=[opaque(LONG)])
+            fake_api.add_claim(obj)
+            state.prepare(ref(uid, uid), obj)
+        short = gpu_config(sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}})
+        other = api_claim("c", "c", "gpu-0", config=[opaque(short)])
+        fake_api.add_claim(other)
+        with pytest.raises(ClaimError, match=r"claim default/c .* for claim default/a .*time-slice 3"):
+            state.prepare(ref("c", "c"), other)
+    finally:
+        rec.stop()
+    assert sorted(state.entries()) == ["a", "b"]
+
+
+# --- the plugin: a round at start, then on its trigger; kubelet's calls ---
+
+
+def test_plugin_reconciles_at_start_and_each_round(short_tmp: Path, fake_api: FakeAPIServer) -> None:
+    fake_api.add_node(NODE)
+    plugin = Plugin(plugin_config(short_tmp, gpus=2), stop_grace=5)
+    plugin.start()
+    try:
+        assert plugin.reconciler is not None and plugin.reconciler.wait_rounds(1, 10)
+        kubelet = Kubelet(plugin.registration_socket)
+        kubelet.register()
+        for uid, name, device in (("uid-1", "c1", "gpu-0"), ("uid-2", "c2", "gpu-1")):
+            fake_api.add_claim(api_claim(uid, name, device))
+            assert kubelet.prepare([("default", name, uid)])[uid]["error"] == ""
+        fake_api.delete_claim("default", "c1")
+        done = plugin.reconciler.rounds
+        plugin.reconciler.trigger()
+        assert plugin.reconciler.wait_rounds(done + 1, 10)
+        assert plugin.state is not None and sorted(plugin.state.entries()) == ["uid-2"]
+        # a re-created c2 (new UID, same device) meets the old entry at prepare: it is cleaned first
+        fake_api.delete_claim("default", "c2")
+        fake_api.add_claim(api_claim("uid-3", "c2", "gpu-1"))
+        assert kubelet.prepare([("default", "c2", "uid-3")])["uid-3"]["error"] == ""
+        # a live holder: the second claim on gpu-1 gets the error naming both
+        fake_api.add_claim(api_claim("uid-4", "c4", "gpu-1"))
+        error = kubelet.prepare([("default", "c4", "uid-4")])["uid-4"]["error"]
+        assert "claim default/c4 (uid uid-4)" in error and "claim default/c2 (uid uid-3)" in error
+        assert kubelet.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}  # cleaned earlier: a success
+        kubelet.close()
+    finally:
+        plugin.stop()
+    data = json.loads((short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE).read_text())
+    assert [c["uid"] for c in data["claims"]] == ["uid-3"]
+    samples = {
+        s.labels["reason"]: s.value
+        for metric in plugin.metrics.registry.collect()
+        if metric.name == "vke_gpu_dra_claim_ghosts_cleaned"
+        for s in metric.samples
+        if s.name.endswith("_total")
+    }
+    assert samples == {"gone": 1.0, "replaced": 1.0}
+
+
+# --- process level: killed, the claims deleted meanwhile, restarted ---
+
+
+def test_ghosts_left_by_a_killed_plugin_are_cleaned_after_its_restart(
+    short_tmp: Path, fake_api: FakeAPIServer
+) -> None:
+    fake_api.add_node(NODE)
+    for uid, name, device in (
+        ("uid-1", "gone", "gpu-0"),
+        ("uid-2", "again", "gpu-1"),
+        ("uid-3", "live", "gpu-2"),
+    ):
+        fake_api.add_claim(api_claim(uid, name, device))
+    reg = short_tmp / "registry" / REG_SOCKET
+    checkpoint = short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE
+
+    def uids() -> list[str]:
+        return sorted(c["uid"] for c in json.loads(checkpoint.read_text())["claims"])
+
+    args = plugin_args(short_tmp, gpus=4)
+    proc = launch(args, module=True)
+    try:
+        assert wait_until(lambda: reg.exists() or proc.poll() is not None, timeout=30), (
+            "no registration socket"
+        )
+        kubelet = Kubelet(reg)
+        kubelet.register()
+        answers = kubelet.prepare(
+            [("default", "gone", "uid-1"), ("default", "again", "uid-2"), ("default", "live", "uid-3")]
+        )
+        assert all(a["error"] == "" for a in answers.values())
+        kubelet.close()
+        proc.kill()  # SIGKILL: no unprepare, nothing flushed beyond the checkpoint
+        proc.communicate()
+        assert uids() == ["uid-1", "uid-2", "uid-3"]
+        fake_api.delete_claim("default", "gone")
+        fake_api.delete_claim("default", "again")
+        fake_api.add_claim(api_claim("uid-4", "again", "gpu-1"))  # same name, new UID
+        fake_api.requests.clear()
+        proc = launch(args, module=True)
+        assert wait_until(lambda: uids() == ["uid-3"] or proc.poll() is not None, timeout=30), uids()
+        assert proc.poll() is None
+        assert sorted(cdi.list_claim_specs(short_tmp / "cdi")) == ["uid-3"]
+        assert not [
+            p for m, p in fake_api.requests if m == "GET" and p.endswith("/resourceclaims")
+        ]  # no list
+        kubelet = Kubelet(reg)
+        kubelet.register()
+        assert kubelet.prepare([("default", "again", "uid-4")])["uid-4"]["error"] == ""
+        assert kubelet.unprepare([("default", "gone", "uid-1")]) == {"uid-1": ""}
+        kubelet.close()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    cleaned = sorted((e["uid"], e["reason"]) for e in logs if e["msg"] == "cleaned ghost claim")
+    assert cleaned == [("uid-1", "gone"), ("uid-2", "replaced")]
