@@ -71,8 +71,8 @@ def _install() -> None:
     make_source = plugin.make_source
     build_manager = plugin.Plugin._sharing_manager
 
-    def shareable_source(config: Config) -> DeviceSource:
-        return ShareableSource(make_source(config))
+    def shareable_source(config: Config, *, dynamic_mig: bool = False) -> DeviceSource:
+        return ShareableSource(make_source(config, dynamic_mig=dynamic_mig))
 
     def manager_with_file_mounts(self: plugin.Plugin) -> SharingManager:
         manager = build_manager(self)

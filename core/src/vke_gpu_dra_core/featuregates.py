@@ -7,6 +7,10 @@ that values written for it work here; only the sharing gates change this driver'
 `ConsumableShares` (NVIDIA's newest plugin: devices published with `allowMultipleAllocations` and a
 memory capacity with a `requestPolicy`, so several claims share one GPU's memory) excludes MPS sharing:
 NVIDIA refuses MPS on a plugin with consumable shares, and so does `conflicts()`.
+`DynamicMIG` (NVIDIA's newest plugin: MIG devices created at prepare and destroyed at unprepare, every
+placement published as a partitionable device) is refused with `MPSSupport`, as NVIDIA's validation does
+(NVIDIA also refuses it with `PassthroughSupport` and `NVMLDeviceHealthCheck`, gates this driver does not
+have).
 """
 
 from __future__ import annotations
@@ -75,13 +79,21 @@ class FeatureGates:
 
 
 def conflicts(values: Mapping[str, bool]) -> str | None:
-    """Why a set of gates cannot run together (None when it can): MPS with consumable shares."""
-    if values.get(CONSUMABLE_SHARES, DEFAULTS[CONSUMABLE_SHARES]) and values.get(
-        MPS_SUPPORT, DEFAULTS[MPS_SUPPORT]
-    ):
+    """Why a set of gates cannot run together (None when it can): MPS with consumable shares, MPS
+    with dynamic MIG."""
+
+    def on(name: str) -> bool:
+        return bool(values.get(name, DEFAULTS[name]))
+
+    if on(CONSUMABLE_SHARES) and on(MPS_SUPPORT):
         return (
             f"{CONSUMABLE_SHARES}=true and {MPS_SUPPORT}=true: MPS sharing is not supported when "
             "consumable shares is enabled (as in NVIDIA's plugin); enable one of them"
+        )
+    if on(DYNAMIC_MIG) and on(MPS_SUPPORT):
+        return (
+            f"{DYNAMIC_MIG}=true and {MPS_SUPPORT}=true: the two are mutually exclusive (as in NVIDIA's "
+            "plugin); enable one of them"
         )
     return None
 

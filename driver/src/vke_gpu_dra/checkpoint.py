@@ -5,7 +5,8 @@ Format (JSON, version 1):
     {"format": "vke-gpu-dra-checkpoint", "version": 1, "checksum": "sha256:<hex>",
      "claims": [{"uid", "namespace", "name", "state": "PrepareStarted"|"PrepareCompleted",
                  "devices": [PreparedDevice JSON, ...],
-                 "sharing": {"timeslice": {device: 0-3}, "mps": [{"daemonId", "devices"}]}  (optional)}, ...]}
+                 "sharing": {"timeslice": {device: 0-3}, "mps": [{"daemonId", "devices"}]}  (optional),
+                 "partitions": [MigRecord JSON, ...]  (optional: dynamic MIG devices)}, ...]}
 
 The checksum covers the canonical JSON (sorted keys, no spaces) of `{"claims": ..., "version": ...}`.
 NVIDIA's `checkpoint.json` in the same directory is never written, so a rollback to NVIDIA's plugin
@@ -32,6 +33,7 @@ from typing import Any, Final
 from vke_gpu_dra_core.device_model import PreparedDevice
 
 from .fsutil import atomic_write, fsync_dir
+from .partitions.records import MigRecord
 from .sharing.records import SharingRecord
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
@@ -59,6 +61,8 @@ class ClaimEntry:
     #: What the claim changed on the node's GPUs (time-slice, MPS daemons); written only when non-empty,
     #: so files of claims without sharing keep the original shape.
     sharing: SharingRecord = field(default_factory=SharingRecord)
+    #: The claim's dynamic MIG devices (placements, then ids once created); written only when non-empty.
+    partitions: tuple[MigRecord, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -70,6 +74,8 @@ class ClaimEntry:
         }
         if self.sharing:
             data["sharing"] = self.sharing.to_json()
+        if self.partitions:
+            data["partitions"] = [p.to_json() for p in self.partitions]
         return data
 
     @classmethod
@@ -77,7 +83,7 @@ class ClaimEntry:
         if not isinstance(data, Mapping):
             raise CheckpointError(f"{where} must be an object, got {type(data).__name__}")
         base = {"uid", "namespace", "name", "state", "devices"}
-        _exact_fields(data, base | ({"sharing"} & set(data)), where)
+        _exact_fields(data, base | ({"sharing", "partitions"} & set(data)), where)
         for key in ("uid", "namespace", "name"):
             if not isinstance(data[key], str):
                 raise CheckpointError(f"{where}.{key} must be a string, got {data[key]!r}")
@@ -104,7 +110,17 @@ class ClaimEntry:
                 sharing = SharingRecord.from_json(data["sharing"])
             except ValueError as exc:
                 raise CheckpointError(f"{where}.{exc}") from None
-        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices), sharing)
+        partitions = _partitions(data.get("partitions", []), f"{where}.partitions")
+        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices), sharing, partitions)
+
+
+def _partitions(raw: Any, where: str) -> tuple[MigRecord, ...]:
+    if not isinstance(raw, list):
+        raise CheckpointError(f"{where} must be a list, got {raw!r}")
+    try:
+        return tuple(MigRecord.from_json(p, f"{where}[{i}]") for i, p in enumerate(raw))
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 class CheckpointError(ValueError):

@@ -152,9 +152,13 @@ def _rolling_update_id(value: str) -> str:
 
 def _feature_gates(value: str) -> featuregates.FeatureGates:
     try:
-        return featuregates.parse(value)
+        gates = featuregates.parse(value)
     except featuregates.FeatureGateError as err:
         raise ValueError(str(err)) from None
+    conflict = featuregates.conflicts(gates.values)
+    if conflict is not None:
+        raise ValueError(conflict)
+    return gates
 
 
 def _xid_list(value: str) -> frozenset[int]:

@@ -11,6 +11,12 @@ unless the overlap is allowed (admin access on either side, or a sharing strateg
 holder at once: a ghost is cleaned and the prepare goes on, a live holder is refused with
 `held_error`.
 
+Under dynamic MIG a device also overlaps the devices of its GPU it shares a memory slice with
+(`overlapping`: the whole GPU and each of its placements, two placements with a slice in common), as the
+shared counters keep the scheduler from allocating both; placements that share no slice are distinct
+devices. Only admin access allows such an overlap (a sharing strategy shares one device, not a GPU and
+its MIG devices).
+
 Claims adopted from NVIDIA's plugin (`takeover`) that kubelet has not prepared here again exist only
 in the takeover's ledger, yet hold their devices (and NVIDIA's settings on them) until released:
 `adopted_entry` gives each one the shape of a checkpoint entry, so the same reads judge it and the
@@ -21,7 +27,7 @@ settings, so a sharing strategy never allows an overlap with an adopted claim; a
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -173,11 +179,23 @@ class Holder:
     conflict: str | None = None
     #: The holder is a claim adopted from NVIDIA's plugin, known only to the takeover's ledger.
     adopted: bool = False
+    #: Devices the new claim asks for that share a GPU's memory slices with `devices` (dynamic MIG).
+    overlapping: tuple[str, ...] = ()
 
 
 def held_devices(entry: ClaimEntry) -> set[str]:
-    """The devices an entry holds: those it was prepared with and those whose settings it changed."""
-    return {d.device_name for d in entry.devices} | entry.sharing.device_names()
+    """The devices an entry holds: those it was prepared with, those whose settings it changed and the
+    dynamic MIG placements it recorded (a started prepare may have created their MIG devices)."""
+    return (
+        {d.device_name for d in entry.devices}
+        | entry.sharing.device_names()
+        | {r.device for r in entry.partitions}
+    )
+
+
+def no_overlap(device_name: str) -> AbstractSet[str]:
+    """No device overlaps another of a different name (no dynamic MIG)."""
+    return frozenset()
 
 
 def find_holders(
@@ -188,6 +206,7 @@ def find_holders(
     admin: AbstractSet[str] = frozenset(),
     tolerated: frozenset[str] = frozenset(),
     adopted: AbstractSet[str] = frozenset(),
+    overlapping: Callable[[str], AbstractSet[str]] = no_overlap,
 ) -> list[Holder]:
     """The other entries holding devices of `allocated` where the overlap is not allowed.
 
@@ -195,29 +214,46 @@ def find_holders(
     `tolerated` (checked live and holding it with admin access), and a device the new claim asks a
     sharing strategy for, as long as `check_conflicts` accepts its setting next to the holder's;
     never next to a holder adopted from NVIDIA's plugin (UIDs `adopted`: its settings are not known).
+    A held device that shares a GPU's memory slices with a wanted one (`overlapping`: device name ->
+    the other devices it shares them with; dynamic MIG) blocks unless the wanted one has admin access.
     """
     wanted = {a.device.name for a in allocated}
     shared_ok = {a.device.name for a in allocated if a.sharing.strategy is not None}
     plan = plan_for(ref.uid, allocated)
+    #: Device of another GPU partition -> the wanted devices (without admin access) it overlaps.
+    near: dict[str, set[str]] = {}
+    for name in sorted(wanted - admin):
+        for other_name in overlapping(name):
+            near.setdefault(other_name, set()).add(name)
     holders: list[Holder] = []
     for other in others:
         if other.uid == ref.uid or other.uid in tolerated:
             continue
-        overlap = (held_devices(other) & wanted) - admin
-        if not overlap:
+        held = held_devices(other)
+        overlap = (held & wanted) - admin
+        crossing = held & near.keys()
+        if not overlap and not crossing:
             continue
         is_adopted = other.uid in adopted
         blocked = overlap if is_adopted else overlap - shared_ok
         conflict = None
         if is_adopted and overlap & shared_ok:
             conflict = "NVIDIA's plugin prepared it with sharing settings this driver does not share"
-        if not blocked:
+        if overlap and not blocked and not crossing:
             try:
                 check_conflicts(plan, [other.sharing], f"{ref.namespace}/{ref.name}")
             except ClaimError as exc:
                 conflict, blocked = str(exc), overlap
-        if blocked:
-            holders.append(Holder(other, tuple(sorted(blocked)), conflict, is_adopted))
+        if blocked or crossing:
+            holders.append(
+                Holder(
+                    other,
+                    tuple(sorted(blocked | crossing)),
+                    conflict,
+                    is_adopted,
+                    tuple(sorted({w for h in crossing for w in near[h]})),
+                )
+            )
     return holders
 
 
@@ -245,6 +281,11 @@ def held_error(ref: ClaimRef, holder: Holder, *, live: bool = True, failure: str
     )
     if holder.conflict:
         text += f" ({holder.conflict})"
+    if holder.overlapping:
+        text += (
+            f" (they share a GPU's memory slices with {', '.join(holder.overlapping)} asked for here: a GPU "
+            "and its MIG devices, or MIG devices with a memory slice in common, are never prepared together)"
+        )
     return (
         text
         + "; a device is prepared for one claim at a time unless admin access or a sharing strategy allows it"

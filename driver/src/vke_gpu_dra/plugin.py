@@ -1,13 +1,14 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
-Start order (`_start`, one method per step): open the API -> discover devices -> create the
-directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the API)
--> load the prepared claims (checkpoint and restore, with the sharing manager on the API; after a
-reboot every completed claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet
-can call; then the claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once,
-then periodically, in the background) -> DRA socket -> the cluster's features (which ResourceSlice
-fields the API server keeps) -> ResourceSlices -> health and metrics -> registration socket last, so
-kubelet only registers a plugin that can serve.
+Start order (`_start`, one method per step): open the API -> the cluster's features (which ResourceSlice
+fields the API server keeps, shared counters included: feature gate DynamicMIG needs them before
+discovery) -> discover devices -> (DynamicMIG) add the MIG placements -> create the directories -> set
+up the driver's user-space -> build the takeover of NVIDIA's claims (on the API) -> load the prepared
+claims (checkpoint and restore, with the sharing manager on the API; after a reboot every completed
+claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet can call; then the
+claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once, then periodically,
+in the background) -> DRA socket -> ResourceSlices -> health and metrics -> registration socket last,
+so kubelet only registers a plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -50,11 +51,14 @@ from .kubelet.registration import (
 from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
 from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
+from .partitions.publish import CounterLayout, slice_layout
+from .partitions.setup import DynamicMig, counter_layout, nvml_dynamic_mig_at, simulated_dynamic_mig
 from .reconcile import Reconciler
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
 from .slice_controller import SliceController
+from .slices import Layout
 from .state import DeviceState, StateLockTimeout
 from .takeover import Takeover
 from .takeover import Tools as TakeoverTools
@@ -73,14 +77,15 @@ class StartupError(Exception):
     """The plugin cannot start; the message is one line for the operator."""
 
 
-def make_source(config: Config) -> DeviceSource:
+def make_source(config: Config, *, dynamic_mig: bool = False) -> DeviceSource:
+    """The configured device source; `dynamic_mig`: GPUs with MIG mode on are discovered whole."""
     if config.device_source == "simulated":
         from vke_gpu_dra_core.discovery.simulated import SimulatedSource  # noqa: PLC0415  (only the chosen source is loaded)
 
         return SimulatedSource(config.simulated_gpus, config.simulated_product, config.node_name)
     from .discovery import nvml  # noqa: PLC0415  (NVML bindings load only in nvml mode)
 
-    return nvml.NvmlSource(driver_root=config.driver_root_path)
+    return nvml.NvmlSource(driver_root=config.driver_root_path, dynamic_mig=dynamic_mig)
 
 
 class Plugin:
@@ -111,6 +116,10 @@ class Plugin:
         self.state: DeviceState | None = None
         self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
+        #: DynamicMIG on a server keeping shared counters: the slice layout of its counters, else None.
+        self.mig_layout: CounterLayout | None = None
+        #: The partitioned GPUs (DynamicMIG on a server keeping shared counters), else None.
+        self.dynamic_mig: DynamicMig | None = None
         self.reconciler: Reconciler | None = None
         self.health: HealthWatching | None = None
         self.cluster: ClusterFeatures = NONE_KEPT
@@ -146,14 +155,15 @@ class Plugin:
 
     def _start(self) -> None:
         self._open_api()
+        self._know_the_cluster()
         self._discover_devices()
+        self._add_mig_placements()
         self._create_directories()
         self._set_up_driver_user_space()
         self._build_takeover()
         self._load_prepared_claims()
         self._reconcile_claims()
         self._serve_dra()
-        self._know_the_cluster()
         self._publish_slices()
         self._serve_health_and_metrics()
         self._register_with_kubelet()
@@ -165,8 +175,31 @@ class Plugin:
         if self._api is None:
             self._api = KubeAPI.from_kubeconfig(self.config.kubeconfig)
 
+    def _know_the_cluster(self) -> None:
+        """Which optional ResourceSlice fields the API server keeps (`cluster_features`: /version and
+        server-side dry-runs), logged once and exported as a metric; the slices and health read it, and
+        DynamicMIG its shared counters' layout."""
+        cfg = self.config
+        assert self._api is not None
+        self.cluster = cluster_features.detect(self._api, driver=cfg.driver_name, node_name=cfg.node_name)
+        cluster_features.report(self.cluster, self.metrics)
+        if not cfg.feature_gates.dynamic_mig:
+            return
+        self.mig_layout = counter_layout(self.cluster)
+        if self.mig_layout is None:
+            log.warning(
+                "feature gate DynamicMIG is on but the API server keeps no shared counters: GPUs are "
+                "published as without the gate",
+                extra={"fields": {"detected": self.cluster.detail}},
+            )
+        else:
+            log.info("dynamic MIG: shared counters kept", extra={"fields": {"layout": self.mig_layout}})
+
+    def _dynamic_mig_on(self) -> bool:
+        return self.mig_layout is not None
+
     def _discover_devices(self) -> None:
-        source = self._source = self._source or make_source(self.config)
+        source = self._source = self._source or make_source(self.config, dynamic_mig=self._dynamic_mig_on())
         try:
             result = source.discover()
         except DiscoveryError as err:
@@ -177,6 +210,26 @@ class Plugin:
         self.driver_version = result.driver_version
         self.metrics.devices_discovered.set(len(self.devices))
         log.info("discovered devices", extra={"fields": {"devices": [d.name for d in self.devices]}})
+
+    def _add_mig_placements(self) -> None:
+        """DynamicMIG: every MIG placement of the GPUs with MIG mode on becomes a device (`partitions`)."""
+        cfg = self.config
+        if not self._dynamic_mig_on():
+            return
+        if cfg.device_source == "simulated":
+            self.dynamic_mig = simulated_dynamic_mig(self.devices, cfg.plugin_data_dir)
+        else:
+            from .discovery.mig_lifecycle import MigLifecycleError  # noqa: PLC0415  (NVML only in nvml mode)
+
+            try:
+                self.dynamic_mig = nvml_dynamic_mig_at(cfg.driver_root_path, self.devices)
+            except (MigLifecycleError, DiscoveryError) as err:
+                raise StartupError(f"dynamic MIG: reading the GPUs' MIG profiles failed: {err}") from err
+        self.devices = self.dynamic_mig.devices
+        log.info(
+            "dynamic MIG: GPUs partitioned",
+            extra={"fields": {"gpus": [g.whole.name for g in self.dynamic_mig.manager.gpus]}},
+        )
 
     def _create_directories(self) -> None:
         """The plugin data directory (checkpoint, node lock, MPS) and the CDI spec directory."""
@@ -223,6 +276,7 @@ class Plugin:
                 sharing_manager=self._sharing_manager(),
                 takeover=self.takeover,
                 boot_id=boot_id,
+                partitions=self.dynamic_mig.manager if self.dynamic_mig else None,
             )
         except StateLockTimeout as err:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
@@ -258,14 +312,6 @@ class Plugin:
         add_dra_servicer(self._dra, self._dra_servicer)
         add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
         self._dra.start()
-
-    def _know_the_cluster(self) -> None:
-        """Which optional ResourceSlice fields the API server keeps (`cluster_features`: /version and
-        server-side dry-runs), logged once and exported as a metric; the slices and health read it."""
-        cfg = self.config
-        assert self._api is not None
-        self.cluster = cluster_features.detect(self._api, driver=cfg.driver_name, node_name=cfg.node_name)
-        cluster_features.report(self.cluster, self.metrics)
 
     def _slice_entry(self) -> Callable[[Device], dict[str, Any]]:
         """How a device is published: with consumable shares when the gate is on and the server keeps
@@ -307,6 +353,7 @@ class Plugin:
             metrics=self.metrics,
             max_per_slice=self.health.slice_size,
             managed_annotations=self.health.managed_annotations,
+            layout=self._slice_layout(self.health.slice_size),
         )
         self.slices.start()
         self.health.start(
@@ -314,6 +361,17 @@ class Plugin:
             simulated=cfg.device_source == "simulated",
             plugin_data_dir=cfg.plugin_data_dir,
             publish=self.slices.set_entries,
+        )
+
+    def _slice_layout(self, max_per_slice: int) -> Layout | None:
+        """DynamicMIG: the partitioned GPUs with their counter sets, in the server's layout."""
+        if self.dynamic_mig is None or self.mig_layout is None or self.cluster.version is None:
+            return None
+        return slice_layout(
+            self.dynamic_mig.manager.gpus,
+            self.mig_layout,
+            kubernetes_minor=self.cluster.version[1],
+            max_per_slice=max_per_slice,
         )
 
     def _serve_health_and_metrics(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .kubeapi import KubeAPI, KubeError, Watch
 from .metrics import Metrics
-from .slices import MAX_DEVICES_PER_SLICE, SyncPlan, canonical, plan_sync
+from .slices import MAX_DEVICES_PER_SLICE, Layout, SyncPlan, canonical, plan_sync
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,9 @@ class SliceController:
         backoff_max: float = 30.0,
         max_per_slice: int = MAX_DEVICES_PER_SLICE,
         managed_annotations: Sequence[str] = (),
+        layout: Layout | None = None,
     ) -> None:
+        """`layout`: how the entries become slices (dynamic MIG's counter sets); None: plain chunks."""
         self._api = api
         self._driver = driver
         self._node = node_name
@@ -60,6 +62,7 @@ class SliceController:
         self._backoff_max = backoff_max
         self._max_per_slice = max_per_slice
         self._managed_annotations = tuple(managed_annotations)
+        self._layout = layout
         self._annotations: dict[str, str] = {}
         self._node_uid = ""
         self._generation = 0
@@ -170,6 +173,7 @@ class SliceController:
             max_per_slice=self._max_per_slice,
             annotations=annotations,
             managed_annotations=self._managed_annotations,
+            layout=self._layout,
         )
         if not plan.in_sync:
             log.info(

@@ -4,6 +4,10 @@ One pool named after the node holds every device; slices carry at most 128 devic
 pools are split. The pool generation goes up on every change, so consumers only ever combine
 slices of one consistent publication. Annotations the plugin manages (`annotations`, the health of
 devices for operators) are set on every slice of the pool; a managed key that is not wanted is removed.
+
+A `layout` (dynamic MIG's partitionable devices, `partitions.publish.slice_layout`) replaces the plain
+chunking: it turns the entries into the slices' contents, `{"devices": [...]}` with or without
+`{"sharedCounters": [...]}` (KEP-4815 counter sets).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from .kubeapi import SLICE_API_VERSION
 #: resource.k8s.io/v1 ResourceSliceMaxDevices.
 MAX_DEVICES_PER_SLICE = 128
 
+#: Entries -> the contents of the pool's slices: {"devices": [...]} and optionally {"sharedCounters": [...]}.
+Layout = Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]
+
 
 def chunk_devices(
     entries: Sequence[dict[str, Any]], size: int = MAX_DEVICES_PER_SLICE
@@ -31,21 +38,57 @@ def chunk_devices(
 
 
 def slice_spec(
-    *, driver: str, node_name: str, devices: Sequence[dict[str, Any]], generation: int, slice_count: int
+    *,
+    driver: str,
+    node_name: str,
+    devices: Sequence[dict[str, Any]],
+    generation: int,
+    slice_count: int,
+    shared_counters: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The `spec` of one ResourceSlice of this node's pool.
 
-    `devices` is left out when empty, as the apiserver returns it (the field is `omitempty`), so a
-    stored empty slice compares equal to the one wanted.
+    `devices` (and `sharedCounters`) are left out when empty, as the apiserver returns them (the fields
+    are `omitempty`), so a stored empty slice compares equal to the one wanted.
     """
     spec: dict[str, Any] = {
         "driver": driver,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": slice_count},
         "nodeName": node_name,
     }
+    if shared_counters:
+        spec["sharedCounters"] = [copy.deepcopy(c) for c in shared_counters]
     if devices:
         spec["devices"] = [copy.deepcopy(d) for d in devices]
     return spec
+
+
+def _contents(
+    entries: Sequence[dict[str, Any]], max_per_slice: int, layout: Layout | None
+) -> list[dict[str, Any]]:
+    if layout is not None:
+        return layout(entries)
+    return [{"devices": c} for c in chunk_devices(entries, max_per_slice)]
+
+
+def _content_of(spec: Mapping[str, Any]) -> dict[str, Any]:
+    content: dict[str, Any] = {"devices": spec.get("devices", [])}
+    if spec.get("sharedCounters"):
+        content["sharedCounters"] = spec["sharedCounters"]
+    return content
+
+
+def _spec(
+    content: Mapping[str, Any], *, driver: str, node_name: str, generation: int, slice_count: int
+) -> dict[str, Any]:
+    return slice_spec(
+        driver=driver,
+        node_name=node_name,
+        devices=content.get("devices", []),
+        generation=generation,
+        slice_count=slice_count,
+        shared_counters=content.get("sharedCounters", ()),
+    )
 
 
 def desired_specs(
@@ -55,14 +98,13 @@ def desired_specs(
     entries: Sequence[dict[str, Any]],
     generation: int,
     max_per_slice: int = MAX_DEVICES_PER_SLICE,
+    layout: Layout | None = None,
 ) -> list[dict[str, Any]]:
     """All slice specs of the pool at `generation`."""
-    chunks = chunk_devices(entries, max_per_slice)
+    contents = _contents(entries, max_per_slice, layout)
     return [
-        slice_spec(
-            driver=driver, node_name=node_name, devices=c, generation=generation, slice_count=len(chunks)
-        )
-        for c in chunks
+        _spec(c, driver=driver, node_name=node_name, generation=generation, slice_count=len(contents))
+        for c in contents
     ]
 
 
@@ -172,6 +214,7 @@ def plan_sync(
     max_per_slice: int = MAX_DEVICES_PER_SLICE,
     annotations: Mapping[str, str] | None = None,
     managed_annotations: Sequence[str] = (),
+    layout: Layout | None = None,
 ) -> SyncPlan:
     """Compare the slices that exist with the desired pool and plan the writes.
 
@@ -186,9 +229,9 @@ def plan_sync(
     ours = sorted((s for s in existing if pool_name(s) == node_name), key=slice_name)
     foreign = sorted((s for s in existing if pool_name(s) != node_name), key=slice_name)
     current = max([known_generation, *(pool_generation(s) for s in ours)])
-    chunks = chunk_devices(entries, max_per_slice)
+    chunks = _contents(entries, max_per_slice, layout)
     wanted = [
-        slice_spec(driver=driver, node_name=node_name, devices=c, generation=current, slice_count=len(chunks))
+        _spec(c, driver=driver, node_name=node_name, generation=current, slice_count=len(chunks))
         for c in chunks
     ]
     unused = list(ours)
@@ -196,7 +239,7 @@ def plan_sync(
     in_sync = current > 0
     for same in (
         lambda s, i: matches(s.get("spec") or {}, wanted[i]),
-        lambda s, i: (s.get("spec") or {}).get("devices", []) == chunks[i],
+        lambda s, i: _content_of(s.get("spec") or {}) == chunks[i],
     ):
         for i in range(len(chunks)):
             if assigned[i] is None:
@@ -215,8 +258,8 @@ def plan_sync(
     generation = current + 1
     plan = SyncPlan(generation=generation)
     for i, chunk in enumerate(chunks):
-        spec = slice_spec(
-            driver=driver, node_name=node_name, devices=chunk, generation=generation, slice_count=len(chunks)
+        spec = _spec(
+            chunk, driver=driver, node_name=node_name, generation=generation, slice_count=len(chunks)
         )
         target = assigned[i] or (unused.pop(0) if unused else None)
         if target is None:

@@ -30,6 +30,11 @@ A claim goes through three phases here, each a method that calls the sharing pac
   repeated prepare) and, after a reboot, applies its sharing again
   (`SharingManager.reapply_after_reboot`).
 
+Dynamic MIG (`partitions/`) is one step in each phase: `_admit` records the claim's MIG placements in
+its PrepareStarted entry, `_create_partitions` first in `_set_up` creates their MIG devices (the CDI spec
+names the created devices), `_destroy_partitions` in `_clean_claim` destroys them, `_clean_up_partitions`
+in `_restore` destroys what no entry owns, and `_restore_partitions` re-creates them after a reboot.
+
 Claims NVIDIA's plugin prepared on this node (`takeover/`) join through three small hooks, one per
 phase: `_adopt_nvidia_claims` first in `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
 completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
@@ -68,14 +73,17 @@ from . import cdi
 from .allocation import allocated_devices
 from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
-from .ghosts import DevicesHeld, Holder, admin_access_devices, adopted_entry, find_holders
+from .ghosts import DevicesHeld, Holder, admin_access_devices, adopted_entry, find_holders, no_overlap
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
+from .partitions.errors import PartitionError
+from .partitions.records import MigRecord
 from .sharing.manager import MpsDaemonPending
 from .sharing.plan import Plan, devices_in_use, plan_claim
 from .takeover import AdoptionError, CleanupError, NvidiaClaimState
 
 if TYPE_CHECKING:
     from .allocation import AllocatedDevice
+    from .partitions.manager import PartitionManager
     from .sharing.manager import SharingManager
     from .takeover import Takeover
     from .userspace import DriverEdits
@@ -140,6 +148,7 @@ class _Op:
     plan: Plan | None = None  # a prepare's GPU sharing, once checked
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
     adopted_edits: dict[str, dict[str, Any]] = field(default_factory=dict)  # takeover: NVIDIA's MPS edits
+    partitions: tuple[MigRecord, ...] = ()  # dynamic MIG: the claim's placements, then its created devices
     expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
     judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
     tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
@@ -188,6 +197,7 @@ class DeviceState:
         takeover: Takeover | None = None,
         boot_id: str | None = None,
         restore_wait: float = RESTORE_SECONDS,
+        partitions: PartitionManager | None = None,
     ) -> None:
         """`boot_id`: the node's current boot id (`checkpoint.read_boot_id`); None (tests, inspection)
         leaves reboots undetected. `restore_wait`: how long a restore after a reboot waits for MPS
@@ -211,6 +221,7 @@ class DeviceState:
         self._takeover = takeover
         self._boot_id = boot_id
         self._restore_wait = restore_wait
+        self._partitions = partitions
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._queue: list[_Op] = []
@@ -409,6 +420,7 @@ class DeviceState:
                     ClaimState.PREPARE_COMPLETED,
                     tuple(op.prepared),
                     op.plan.record,
+                    op.partitions,
                 )
             self._save(entries, [*written, *rolled_back])
             for op in _open(written):
@@ -480,6 +492,7 @@ class DeviceState:
         if op.plan:
             self._manager(ref)  # a node without sharing refuses it before anything is written
         op.devices = list({a.device.name: a.device for a in allocated}.values())
+        op.partitions = self._plan_partitions(op)
         op.prepared = [
             PreparedDevice(
                 request_names=(a.request_name,),
@@ -491,7 +504,12 @@ class DeviceState:
             for a in allocated
         ]
         entries[ref.uid] = ClaimEntry(
-            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, sharing=op.plan.record
+            ref.uid,
+            ref.namespace,
+            ref.name,
+            ClaimState.PREPARE_STARTED,
+            sharing=op.plan.record,
+            partitions=op.partitions,
         )
         op.changed = True
 
@@ -511,6 +529,7 @@ class DeviceState:
             admin=admin,
             tolerated=op.tolerated,
             adopted=set(adopted),
+            overlapping=self._partitions.overlapping if self._partitions is not None else no_overlap,
         )
         if holders:
             raise DevicesHeld(op.ref, holders)
@@ -537,6 +556,7 @@ class DeviceState:
         rolled back: it stays with the entry that records it, and kubelet's retry waits for it again."""
         plan = op.plan
         assert plan is not None
+        self._create_partitions(op)
         try:
             edits = self._manager(op.ref).prepare(op.ref, plan, op.deadline) if plan else {}
             self._write_spec(op.ref, op.devices, {**edits, **op.adopted_edits}, op.prepared)
@@ -601,6 +621,8 @@ class DeviceState:
                 others=self._others(entries, ref.uid),
                 deadline=deadline,
             )
+        if entry is not None and entry.partitions:
+            self._destroy_partitions(ref, entry.partitions)
         try:
             cdi.delete_claim_spec(self._cdi_root, ref.uid)
         except OSError as exc:
@@ -615,6 +637,7 @@ class DeviceState:
         self.removed_leftovers = self._remove_leftovers()
         self._adopt_nvidia_claims()
         entries = self._read(recover_orphans=True, at_start=True)
+        self._clean_up_partitions(entries)
         self._restore_if_rebooted(entries)
 
     def _restore_if_rebooted(self, entries: dict[str, ClaimEntry]) -> None:
@@ -649,7 +672,9 @@ class DeviceState:
         def restore(entry: ClaimEntry) -> str | None:
             ref = ClaimRef(entry.namespace, entry.name, entry.uid)
             try:
-                self._restore_claim(ref, entry, deadline=deadline)
+                restored = self._restore_claim(ref, entry, deadline=deadline)
+                if restored != entry:  # re-created MIG devices have new ids
+                    entries[entry.uid] = restored
             except ClaimError as exc:
                 return str(exc)
             except Exception as exc:  # a bug met by one claim leaves the others restored
@@ -674,7 +699,7 @@ class DeviceState:
                     "fields": {"claim": f"{entry.namespace}/{entry.name}", "uid": entry.uid, "reason": reason}
                 },
             )
-        if failed:
+        if failed or any(entries[e.uid] != e for e in completed):
             self._store.save(entries)
         restored = tuple(e.uid for e, reason in zip(completed, reasons, strict=True) if reason is None)
         self.reboot = RebootRestore(previous, boot_id, restored, failed)
@@ -690,14 +715,17 @@ class DeviceState:
             },
         )
 
-    def _restore_claim(self, ref: ClaimRef, entry: ClaimEntry, *, deadline: float | None = None) -> None:
+    def _restore_claim(
+        self, ref: ClaimRef, entry: ClaimEntry, *, deadline: float | None = None
+    ) -> ClaimEntry:
         """Give a completed claim back what it lost: its CDI spec if it vanished (a reboot empties
         /var/run/cdi; also checked on a repeated prepare) and, after a reboot (at start, `deadline`
-        given), its devices (`_restore_partitions`) and its GPU sharing settings, before the spec."""
+        given), its devices (`_restore_partitions`) and its GPU sharing settings, before the spec.
+        Returns the entry, with the new ids of MIG devices created again."""
         rebooted = deadline is not None
         spec_missing = not cdi.claim_spec_path(self._cdi_root, ref.uid).exists()
         if not (rebooted or spec_missing):
-            return
+            return entry
         names = list(dict.fromkeys(d.device_name for d in entry.devices))
         missing = [n for n in names if n not in self._by_name]
         if missing:
@@ -706,7 +734,9 @@ class DeviceState:
                 "which this node no longer publishes"
             )
         if deadline is not None:
-            self._restore_partitions(ref, entry)
+            recreated = self._restore_partitions(ref, entry)
+            spec_missing = spec_missing or recreated != entry.partitions  # new MIG UUIDs: a new spec
+            entry = replace(entry, partitions=recreated)
             if entry.sharing:
                 self._manager(ref).reapply_after_reboot(
                     ref, entry.sharing, devices=self._by_name, deadline=deadline
@@ -714,13 +744,89 @@ class DeviceState:
         if spec_missing:
             log.warning("CDI spec of prepared claim %s was missing; writing it again", ref)
             edits = self._manager(ref).restore(entry.sharing) if entry.sharing else {}
-            self._write_spec(ref, [self._by_name[n] for n in names], edits, entry.devices)
+            self._write_spec(ref, self._claim_devices(ref, names, entry.partitions), edits, entry.devices)
+        return entry
 
-    def _restore_partitions(self, ref: ClaimRef, entry: ClaimEntry) -> None:
-        """After a reboot, before the claim's sharing and spec: the devices a reboot removes. MIG
-        devices are made before the plugin starts today (discovered and published as they are), so
-        there is nothing to do; once dynamic MIG creates a claim's MIG devices at prepare, this is
-        where they are created again (and a failure here fails this claim's restore only)."""
+    def _restore_partitions(self, ref: ClaimRef, entry: ClaimEntry) -> tuple[MigRecord, ...]:
+        """After a reboot, before the claim's sharing and spec: the devices a reboot removes. Static
+        MIG devices are made before the plugin starts (discovered and published as they are); the
+        claim's dynamic MIG devices are created again here, at their recorded placements (a failure
+        fails this claim's restore only). Returns the records with the new ids."""
+        if not entry.partitions:
+            return entry.partitions
+        manager = self._partition_manager(ref)
+        try:
+            return tuple(
+                manager.create(replace(r, gi_id=None, ci_id=None, uuid=None)) for r in entry.partitions
+            )
+        except PartitionError as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+
+    # --------------------------------------------- dynamic MIG (the partitions package does the work)
+
+    def _partition_manager(self, ref: ClaimRef) -> PartitionManager:
+        if self._partitions is None:
+            raise ClaimError(
+                f"claim {ref.namespace}/{ref.name}: dynamic MIG is not enabled on this node (feature gate "
+                "DynamicMIG)"
+            )
+        return self._partitions
+
+    def _plan_partitions(self, op: _Op) -> tuple[MigRecord, ...]:
+        """Admit: the MIG placements among the claim's devices, recorded before anything is created."""
+        if self._partitions is None:
+            return ()
+        manager = self._partitions
+        return tuple(manager.record(d.name) for d in op.devices if manager.is_placement(d.name))
+
+    def _create_partitions(self, op: _Op) -> None:
+        """Set up, first (the placements are on disk): create the claim's MIG devices; the CDI spec
+        names the created ones. A failure destroys those created here and fails the claim."""
+        if not op.partitions:
+            return
+        manager = self._partition_manager(op.ref)
+        created: list[MigRecord] = []
+        try:
+            for record in op.partitions:
+                created.append(manager.create(record))
+        except PartitionError as exc:
+            with contextlib.suppress(PartitionError):
+                self._destroy_partitions(op.ref, tuple(created))
+            raise ClaimError(f"claim {op.label}: {exc}") from None
+        op.partitions = tuple(created)
+        names = [d.name for d in op.devices]
+        op.devices = self._claim_devices(op.ref, names, op.partitions)
+
+    def _destroy_partitions(self, ref: ClaimRef, records: Sequence[MigRecord]) -> None:
+        """Unprepare: destroy the claim's MIG devices (gone already is fine); raises ClaimError."""
+        manager = self._partition_manager(ref)
+        try:
+            for record in records:
+                manager.destroy(record)
+        except PartitionError as exc:
+            raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+
+    def _clean_up_partitions(self, entries: Mapping[str, ClaimEntry]) -> None:
+        """Start: destroy the MIG devices no checkpoint entry owns and GPU instances without compute
+        instances (what a crash in a create or destroy leaves)."""
+        if self._partitions is not None:
+            self._partitions.clean_up(r for e in entries.values() for r in e.partitions)
+
+    def _claim_devices(
+        self, ref: ClaimRef, names: Sequence[str], records: Sequence[MigRecord]
+    ) -> list[Device]:
+        """The claim's devices for its CDI spec: a placement as the MIG device created for it."""
+        created = {r.device: r for r in records}
+        devices = []
+        for name in names:
+            device = self._by_name[name]
+            if name in created:
+                try:
+                    device = self._partition_manager(ref).device(created[name], device)
+                except PartitionError as exc:
+                    raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+            devices.append(device)
+        return devices
 
     def _manager(self, ref: ClaimRef) -> SharingManager:
         if self._sharing is None:

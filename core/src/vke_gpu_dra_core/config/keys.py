@@ -682,7 +682,8 @@ KEYS: Final[tuple[Key, ...]] = (
         "",
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
         "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default; ConsumableShares=true: "
-        "GPUs shared by memory between claims on Kubernetes 1.36+, not with MPSSupport); "
+        "GPUs shared by memory between claims on Kubernetes 1.36+, not with MPSSupport; DynamicMIG=true: "
+        "MIG devices created when a claim asks for a MIG profile, Kubernetes 1.36+, not with MPSSupport); "
         "the chart's featureGates.",
         convert=FEATURE_GATES,
     ),

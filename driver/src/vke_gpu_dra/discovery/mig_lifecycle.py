@@ -29,7 +29,7 @@ import pynvml
 from vke_gpu_dra_core.discovery import normalize as norm
 from vke_gpu_dra_core.mig_partitions import MigPlacement, MigProfile
 
-from .nvml import _NVML_LOCK, NvmlSource
+from .nvml import NvmlSource
 
 log = logging.getLogger(__name__)
 
@@ -118,16 +118,8 @@ class MigLifecycle:
     @contextmanager
     def session(self) -> Iterator[MigSession]:
         """NVML initialised for the block (and shut down after it); one session at a time per process."""
-        with _NVML_LOCK:
-            self._source._load()
-            self._source._init()
-            try:
-                yield MigSession()
-            finally:
-                try:
-                    pynvml.nvmlShutdown()
-                except pynvml.NVMLError as exc:
-                    log.warning("nvmlShutdown failed: %s", exc)
+        with self._source.session():
+            yield MigSession()
 
 
 class MigSession:

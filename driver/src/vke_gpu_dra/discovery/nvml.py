@@ -1,6 +1,8 @@
 """Discovery through NVML (the real pynvml), with the NVML library looked up under a driver root.
 
-Every GPU is named `gpu-<minor>`; a GPU with MIG enabled publishes only its existing MIG devices.
+Every GPU is named `gpu-<minor>`; a GPU with MIG enabled publishes only its existing MIG devices, or,
+with `dynamic_mig` (feature gate DynamicMIG), itself whole: its MIG placements are added by
+`partitions`, and its existing MIG devices are the claims' own.
 NVML is initialised and shut down around each enumeration. A GPU whose NVML calls fail is left
 out and reported in `problems` (naming the GPU and the call); a missing library or driver raises
 `NvmlUnavailableError`.
@@ -11,7 +13,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -81,12 +84,15 @@ class NvmlSource:
         driver_root: Path | None = None,
         sysfs_root: Path = DEFAULT_SYSFS,
         proc_root: Path = DEFAULT_PROC,
+        dynamic_mig: bool = False,
     ) -> None:
-        """`library_path` wins; else the library is looked up under `driver_root`; else the default loader."""
+        """`library_path` wins; else the library is looked up under `driver_root`; else the default loader.
+        `dynamic_mig`: a GPU with MIG mode on is published whole (dynamic MIG adds its placements)."""
         self.library_path = library_path
         self.driver_root = driver_root
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
+        self.dynamic_mig = dynamic_mig
 
     # -------------------------------------------------------------------------------- library/init
 
@@ -142,17 +148,24 @@ class NvmlSource:
 
     # ------------------------------------------------------------------------------------ discover
 
-    def discover(self) -> DiscoveryResult:
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """NVML loaded and initialised for the block, shut down after it; one session at a time in this
+        process (pynvml keeps the library in module globals). Raises NvmlUnavailableError."""
         with _NVML_LOCK:
             self._load()
             self._init()
             try:
-                return self._enumerate()
+                yield
             finally:
                 try:
                     pynvml.nvmlShutdown()
                 except pynvml.NVMLError as exc:
                     log.warning("nvmlShutdown failed: %s", exc)
+
+    def discover(self) -> DiscoveryResult:
+        with self.session():
+            return self._enumerate()
 
     def open(self) -> None:
         """Load and initialise NVML for a long-lived user (the health watcher); `close()` undoes it.
@@ -221,7 +234,7 @@ class NvmlSource:
             memory_bytes=int(_call(label, "nvmlDeviceGetMemoryInfo", handle).total),
             addressing_mode=_addressing_mode(label, handle),
         )
-        if not self._mig_enabled(label, handle):
+        if not self._mig_enabled(label, handle) or self.dynamic_mig:
             return [gpu_device(gpu)]
         migs = self._mig_devices(label, handle, gpu, minors, problems)
         if not migs:

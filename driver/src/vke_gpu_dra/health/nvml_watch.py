@@ -162,6 +162,8 @@ class NvmlHealthWatcher:
             if "parentUUID" not in dev.extra:
                 self._placement[Placement(gpu_uuid)] = [name]
                 continue
+            if not dev.uuid:  # a dynamic MIG placement: its MIG device exists only while a claim holds it
+                continue
             handle = pynvml.nvmlDeviceGetHandleByUUID(dev.uuid.encode())
             gi = int(pynvml.nvmlDeviceGetGpuInstanceId(handle))
             ci = int(pynvml.nvmlDeviceGetComputeInstanceId(handle))

@@ -1,0 +1,94 @@
+"""What the checkpoint keeps of a claim's dynamic MIG devices.
+
+A record is written with the claim's PrepareStarted entry, before the MIG device is created: its
+placement (parent GPU, GPU-instance profile id, start) is what owns a GPU instance, so an instance a
+crash left between the create and the next checkpoint write still has an owner. The ids and the MIG
+UUID are filled in by the create and written with the PrepareCompleted entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+_FIELDS: Final = {"device", "parentUUID", "parentMinor", "profileId", "start", "size"}
+_OPTIONAL: Final = {"giId", "ciId", "uuid", "capsNodes"}
+
+
+@dataclass(frozen=True)
+class MigRecord:
+    """One MIG device of a claim: the allocated placement device and, once created, its instance."""
+
+    device: str
+    parent_uuid: str
+    parent_minor: int
+    profile_id: int
+    start: int
+    size: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+    uuid: str | None = None
+    caps_nodes: tuple[str, ...] = ()
+
+    @property
+    def created(self) -> bool:
+        return self.uuid is not None
+
+    def owns(self, parent_uuid: str, profile_id: int, start: int) -> bool:
+        """True when this record's placement is the GPU instance (`parent_uuid`, `profile_id`, `start`)."""
+        return (self.parent_uuid, self.profile_id, self.start) == (parent_uuid, profile_id, start)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "device": self.device,
+            "parentUUID": self.parent_uuid,
+            "parentMinor": self.parent_minor,
+            "profileId": self.profile_id,
+            "start": self.start,
+            "size": self.size,
+        }
+        if self.uuid is not None:
+            data.update(giId=self.gi_id, ciId=self.ci_id, uuid=self.uuid, capsNodes=list(self.caps_nodes))
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> MigRecord:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where} must be an object, got {type(data).__name__}")
+        missing = sorted(_FIELDS - set(data))
+        unknown = sorted(set(data) - _FIELDS - _OPTIONAL)
+        if missing or unknown:
+            raise ValueError(
+                f"{where}: missing field(s) {', '.join(missing) or '-'}, unknown field(s) "
+                f"{', '.join(unknown) or '-'}; allowed: {', '.join(sorted(_FIELDS | _OPTIONAL))}"
+            )
+
+        def whole(key: str) -> int:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{where}.{key}: {value!r}; allowed: a whole number >= 0")
+            return value
+
+        def text(key: str) -> str:
+            value = data[key]
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{where}.{key}: {value!r}; allowed: a non-empty string")
+            return value
+
+        created = "uuid" in data
+        caps = data.get("capsNodes", [])
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+            raise ValueError(f"{where}.capsNodes: {caps!r}; allowed: a list of device node paths")
+        return cls(
+            device=text("device"),
+            parent_uuid=text("parentUUID"),
+            parent_minor=whole("parentMinor"),
+            profile_id=whole("profileId"),
+            start=whole("start"),
+            size=whole("size"),
+            gi_id=whole("giId") if created else None,
+            ci_id=whole("ciId") if created else None,
+            uuid=text("uuid") if created else None,
+            caps_nodes=tuple(caps),
+        )
