@@ -16,7 +16,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
-from vke_gpu_dra.ghosts import Reason, find_holders, judge, pod_claims
+from vke_gpu_dra.ghosts import Reason, find_holders, held_error, judge, pod_claims, shares_overlap
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.plugin import Plugin
@@ -176,6 +176,104 @@ def test_find_holders_allows_admin_access_and_sharing_only() -> None:
 
 def _prepared_devices(uid: str, *names: str):
     return [PreparedDevice(("gpu",), POOL, n, (cdi.claim_device_id(uid, n),)) for n in names]
+
+
+def _share_holder(*shares: tuple[str, str | None]) -> ClaimEntry:
+    """A completed entry holding `(device, share id)` pairs (None: the device whole)."""
+    devices = tuple(
+        PreparedDevice(("gpu",), POOL, n, (cdi.claim_device_id("old", n, s),), s) for n, s in shares
+    )
+    return ClaimEntry("old", "default", "old", ClaimState.PREPARE_COMPLETED, devices)
+
+
+def _allocated_shares(new: ClaimRef, *shares: tuple[str, str | None]):
+    results = []
+    for n, s in shares:
+        r = result(n)
+        if s is not None:
+            r["shareID"] = s
+        results.append(r)
+    return allocated_devices(
+        new,
+        claim(new.uid, *results, name=new.name),
+        driver_name=facts.DRIVER_NAME,
+        pool_name=POOL,
+        devices={d.name: d for d in DEVICES},
+    )
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "allowed"),
+    [
+        (["b"], ["a"], True),
+        (["b", "c"], ["a"], True),
+        (["a"], ["a"], False),
+        (["b"], ["a", "b"], False),
+        ([None], ["a"], False),
+        (["b"], [None], False),
+        ([None], [None], False),
+        (["b"], [], False),
+        ([], ["a"], False),
+    ],
+    ids=[
+        "distinct",
+        "two-of-ours",
+        "same",
+        "one-same",
+        "we-whole",
+        "they-whole",
+        "both-whole",
+        "no-results",
+        "none-of-ours",
+    ],
+)
+def test_shares_overlap(ours: list[str | None], theirs: list[str | None], allowed: bool) -> None:
+    assert shares_overlap(ours, theirs) is allowed
+
+
+def test_distinct_shares_of_one_device_may_be_held_by_two_claims() -> None:
+    new = ref("new", "new")
+    holder = _share_holder(("gpu-0", "share-a"))
+    assert find_holders(new, _allocated_shares(new, ("gpu-0", "share-b")), [holder]) == []
+    two = _allocated_shares(new, ("gpu-0", "share-b"), ("gpu-0", "share-c"))
+    assert find_holders(new, two, [holder]) == []
+
+
+def test_a_share_next_to_a_whole_device_is_refused_either_way() -> None:
+    new = ref("new", "new")
+    [found] = find_holders(
+        new, _allocated_shares(new, ("gpu-0", "share-b")), [_share_holder(("gpu-0", None))]
+    )
+    assert found.devices == ("gpu-0",)
+    assert (
+        found.conflict == "device gpu-0 is held whole by that claim; a share of it overlaps only other shares"
+    )
+    [found] = find_holders(
+        new, _allocated_shares(new, ("gpu-0", None)), [_share_holder(("gpu-0", "share-a"))]
+    )
+    assert found.devices == ("gpu-0",)
+    assert (
+        found.conflict
+        == "this claim is allocated device gpu-0 whole; it overlaps that claim's share(s) of it"
+    )
+    assert "distinct consumable shares allow it" in held_error(new, found)
+
+
+def test_the_same_share_of_one_device_in_two_claims_is_refused() -> None:
+    new = ref("new", "new")
+    holder = _share_holder(("gpu-0", "share-a"), ("gpu-1", "share-x"))
+    allocated = _allocated_shares(new, ("gpu-0", "share-a"), ("gpu-1", "share-y"))
+    [found] = find_holders(new, allocated, [holder])
+    assert found.devices == ("gpu-0",)  # gpu-1's shares are distinct
+    assert found.conflict == "share(s) share-a of device gpu-0 are allocated to both claims"
+    assert find_holders(new, allocated, [holder], admin={"gpu-0"}) == []
+
+
+def test_shares_never_overlap_an_adopted_claim() -> None:
+    new = ref("new", "new")
+    holder = _share_holder(("gpu-0", None))
+    [found] = find_holders(new, _allocated_shares(new, ("gpu-0", "share-b")), [holder], adopted={"old"})
+    assert found.adopted and found.devices == ("gpu-0",)
 
 
 # --- rounds against the API server ---

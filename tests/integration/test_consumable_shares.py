@@ -70,9 +70,11 @@ def test_two_claims_share_one_gpu_each_prepared(
         "requests": {facts.CAPACITY_MEMORY: half}
     }
     cluster.apply(template)
-    for name in PODS:
-        cluster.apply(gpu_pod(name, cluster.namespace, "half-gpu"))
+    # One pod after the other: on 1.34 only one claim gets the GPU, and with both pods made at once the
+    # scheduler may take either first (their claims are made by the controller in any order).
+    cluster.apply(gpu_pod(PODS[0], cluster.namespace, "half-gpu"))
     first = cluster.wait_scheduled(cluster.namespace, PODS[0])
+    cluster.apply(gpu_pod(PODS[1], cluster.namespace, "half-gpu"))
     pods = [first]
     if version == "1.36":
         pods.append(cluster.wait_scheduled(cluster.namespace, PODS[1]))

@@ -6,9 +6,10 @@ longer names a device of this node's pool for this driver (deallocated). `judge`
 read of the claim; `reconcile` does the reads and cleans what it finds.
 
 A prepare whose device is held by another claim's entry meets a `Holder`: `find_holders` lists them,
-unless the overlap is allowed (admin access on either side, or a sharing strategy that
-`sharing.plan.check_conflicts` accepts next to the holder's settings). The prepare then checks each
-holder at once: a ghost is cleaned and the prepare goes on, a live holder is refused with
+unless the overlap is allowed (admin access on either side, a sharing strategy that
+`sharing.plan.check_conflicts` accepts next to the holder's settings, or consumable shares: each
+claim's results on the device carry a `shareID` of their own, `shares_overlap`). The prepare then
+checks each holder at once: a ghost is cleaned and the prepare goes on, a live holder is refused with
 `held_error`.
 
 Under dynamic MIG a device also overlaps the devices of its GPU it shares a memory slice with
@@ -27,7 +28,7 @@ settings, so a sharing strategy never allows an overlap with an adopted claim; a
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -198,6 +199,39 @@ def no_overlap(device_name: str) -> AbstractSet[str]:
     return frozenset()
 
 
+#: The share ids of one claim's results on one device (None: a result of the whole device).
+Shares = Collection[str | None]
+
+
+def shares_overlap(ours: Shares, theirs: Shares) -> bool:
+    """Whether consumable shares let two claims hold one device: every result of both on it carries a
+    `shareID` (the scheduler allocated each its own share of a device published with
+    `allowMultipleAllocations`), and no share id is in both."""
+    if not ours or not theirs or None in ours or None in theirs:
+        return False
+    return not set(ours) & set(theirs)
+
+
+def share_conflict(device: str, ours: Shares, theirs: Shares) -> str | None:
+    """Why consumable shares do not allow the overlap on `device` when either claim has a share of it
+    (None when neither has one, or when they allow it)."""
+    if shares_overlap(ours, theirs) or not {s for s in (*ours, *theirs) if s is not None}:
+        return None
+    same = sorted({s for s in ours if s is not None} & {s for s in theirs if s is not None})
+    if same:
+        return f"share(s) {', '.join(same)} of device {device} are allocated to both claims"
+    if None in theirs or not theirs:
+        return f"device {device} is held whole by that claim; a share of it overlaps only other shares"
+    return f"this claim is allocated device {device} whole; it overlaps that claim's share(s) of it"
+
+
+def _shares_by_device(devices: Iterable[tuple[str, str | None]]) -> dict[str, list[str | None]]:
+    shares: dict[str, list[str | None]] = {}
+    for name, share in devices:
+        shares.setdefault(name, []).append(share)
+    return shares
+
+
 def find_holders(
     ref: ClaimRef,
     allocated: Sequence[AllocatedDevice],
@@ -211,14 +245,16 @@ def find_holders(
     """The other entries holding devices of `allocated` where the overlap is not allowed.
 
     Allowed: a device the new claim has with admin access (`admin`), a holder whose UID is in
-    `tolerated` (checked live and holding it with admin access), and a device the new claim asks a
-    sharing strategy for, as long as `check_conflicts` accepts its setting next to the holder's;
-    never next to a holder adopted from NVIDIA's plugin (UIDs `adopted`: its settings are not known).
+    `tolerated` (checked live and holding it with admin access), a device of which both claims hold
+    distinct consumable shares (`shares_overlap`), and a device the new claim asks a sharing strategy
+    for, as long as `check_conflicts` accepts its setting next to the holder's; a sharing strategy never
+    next to a holder adopted from NVIDIA's plugin (UIDs `adopted`: its settings are not known).
     A held device that shares a GPU's memory slices with a wanted one (`overlapping`: device name ->
     the other devices it shares them with; dynamic MIG) blocks unless the wanted one has admin access.
     """
     wanted = {a.device.name for a in allocated}
     shared_ok = {a.device.name for a in allocated if a.sharing.strategy is not None}
+    ours = _shares_by_device((a.device.name, a.share_id) for a in allocated)
     plan = plan_for(ref.uid, allocated)
     #: Device of another GPU partition -> the wanted devices (without admin access) it overlaps.
     near: dict[str, set[str]] = {}
@@ -234,11 +270,16 @@ def find_holders(
         crossing = held & near.keys()
         if not overlap and not crossing:
             continue
+        theirs = _shares_by_device((d.device_name, d.share_id) for d in other.devices)
+        distinct_shares = {n for n in overlap if shares_overlap(ours[n], theirs.get(n, ()))}
         is_adopted = other.uid in adopted
-        blocked = overlap if is_adopted else overlap - shared_ok
+        blocked = (overlap if is_adopted else overlap - shared_ok) - distinct_shares
         conflict = None
         if is_adopted and overlap & shared_ok:
             conflict = "NVIDIA's plugin prepared it with sharing settings this driver does not share"
+        shares = [c for n in sorted(blocked) if (c := share_conflict(n, ours[n], theirs.get(n, ())))]
+        if conflict is None and shares:
+            conflict = "; ".join(shares)
         if overlap and not blocked and not crossing:
             try:
                 check_conflicts(plan, [other.sharing], f"{ref.namespace}/{ref.name}")
@@ -287,6 +328,6 @@ def held_error(ref: ClaimRef, holder: Holder, *, live: bool = True, failure: str
             "and its MIG devices, or MIG devices with a memory slice in common, are never prepared together)"
         )
     return (
-        text
-        + "; a device is prepared for one claim at a time unless admin access or a sharing strategy allows it"
+        text + "; a device is prepared for one claim at a time unless admin access, a sharing strategy or "
+        "distinct consumable shares allow it"
     )
