@@ -29,7 +29,7 @@ import pynvml
 from vke_gpu_dra_core.discovery import normalize as norm
 from vke_gpu_dra_core.mig_partitions import MigPlacement, MigProfile
 
-from .nvml import NvmlSource
+from .nvml import NvmlSource, gpu_instance_profiles
 
 log = logging.getLogger(__name__)
 
@@ -179,15 +179,7 @@ class MigSession:
         handle = self._handle(gpu)
         total = int(self._call(gpu, "nvmlDeviceGetMemoryInfo", handle).total)
         profiles = []
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
-                continue
-            except pynvml.NVMLError as exc:
-                raise MigLifecycleError(
-                    f"GPU {gpu}: nvmlDeviceGetGpuInstanceProfileInfo (profile {index}) failed: {exc}"
-                ) from None
+        for index, info in gpu_instance_profiles(handle, lambda msg: MigLifecycleError(f"GPU {gpu}: {msg}")):
             profiles.append(
                 MigProfile(
                     name=norm.mig_profile_name(

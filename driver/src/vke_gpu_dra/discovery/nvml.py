@@ -74,6 +74,20 @@ class _Profile:
     info: Any
 
 
+def gpu_instance_profiles(handle: Any, fail: Callable[[str], Exception]) -> Iterator[tuple[int, Any]]:
+    """(profile index, nvmlGpuInstanceProfileInfo) of each GPU-instance profile the GPU `handle` supports
+    (NVML's not-supported and invalid-argument answers skip a profile); any other NVML error is raised as
+    `fail(message)`, the message naming the call and the profile index."""
+    for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+            continue
+        except pynvml.NVMLError as exc:
+            raise fail(f"nvmlDeviceGetGpuInstanceProfileInfo (profile {index}) failed: {exc}") from None
+        yield index, info
+
+
 class NvmlSource:
     """Devices of this node as NVML reports them."""
 
@@ -261,18 +275,10 @@ class NvmlSource:
     @staticmethod
     def _gi_profiles(label: str, handle: Any) -> dict[int, _Profile]:
         """GPU-instance profiles by profile ID (skipping profiles this GPU does not support)."""
-        profiles = {}
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
-                continue
-            except pynvml.NVMLError as exc:
-                raise _GpuFailed(
-                    f"GPU {label}: nvmlDeviceGetGpuInstanceProfileInfo (profile {index}) failed: {exc}"
-                ) from None
-            profiles[int(info.id)] = _Profile(index, info)
-        return profiles
+        return {
+            int(info.id): _Profile(index, info)
+            for index, info in gpu_instance_profiles(handle, lambda msg: _GpuFailed(f"GPU {label}: {msg}"))
+        }
 
     def _mig_devices(
         self, label: str, handle: Any, gpu: GpuFacts, minors: dict[str, int] | None, problems: list[str]
