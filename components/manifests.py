@@ -6,7 +6,7 @@ schema tests. Names of the sample come from the procedure's "Validating results"
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
@@ -86,57 +86,62 @@ def resource_claim_template(ns: str) -> dict[str, Any]:
 
 def deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, Any]:
     """The procedure's Deployment gpu-test: one pod whose container claims the template's GPU."""
-    container: dict[str, Any] = {
-        "name": SAMPLE_CONTAINER,
-        "image": sample.image,
-        "command": list(sample.command),
-        "resources": {"claims": [{"name": SAMPLE_REQUEST}]},
-    }
-    if sample.args:
-        container["args"] = list(sample.args)
-    pod_spec: dict[str, Any] = {
-        "containers": [container],
-        "terminationGracePeriodSeconds": 3,
-        "resourceClaims": [{"name": SAMPLE_REQUEST, "resourceClaimTemplateName": SAMPLE_CLAIM_TEMPLATE}],
-    }
-    tols = tolerations(taints)
-    if tols:
-        pod_spec["tolerations"] = tols
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": SAMPLE_DEPLOYMENT, "namespace": sample.namespace},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": dict(SAMPLE_APP_LABEL)},
-            "template": {"metadata": {"labels": dict(SAMPLE_APP_LABEL)}, "spec": pod_spec},
-        },
-    }
+    return _sample_deployment(
+        sample,
+        taints,
+        name=SAMPLE_DEPLOYMENT,
+        labels=SAMPLE_APP_LABEL,
+        resources={"claims": [{"name": SAMPLE_REQUEST}]},
+        claims=[{"name": SAMPLE_REQUEST, "resourceClaimTemplateName": SAMPLE_CLAIM_TEMPLATE}],
+    )
 
 
 def classic_deployment(sample: SampleConfig, taints: Sequence[Taint] = ()) -> dict[str, Any]:
     """Deployment gpu-test-classic: the sample's pod written for the device plugin, `nvidia.com/gpu: 1` in
     `resources.limits` (requests default to limits) and no claim."""
+    return _sample_deployment(
+        sample,
+        taints,
+        name=SAMPLE_CLASSIC_DEPLOYMENT,
+        labels=SAMPLE_CLASSIC_APP_LABEL,
+        resources={"limits": {facts.GPU_EXTENDED_RESOURCE: "1"}},
+        claims=None,
+    )
+
+
+def _sample_deployment(
+    sample: SampleConfig,
+    taints: Sequence[Taint],
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    resources: dict[str, Any],
+    claims: list[dict[str, str]] | None,
+) -> dict[str, Any]:
+    """One replica of the sample's container (image, command, args) with `resources`, and the pod's
+    `claims` when it has any; tolerations for the GPU pool's `taints`."""
     container: dict[str, Any] = {
         "name": SAMPLE_CONTAINER,
         "image": sample.image,
         "command": list(sample.command),
-        "resources": {"limits": {facts.GPU_EXTENDED_RESOURCE: "1"}},
+        "resources": resources,
     }
     if sample.args:
         container["args"] = list(sample.args)
     pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 3}
+    if claims is not None:
+        pod_spec["resourceClaims"] = claims
     tols = tolerations(taints)
     if tols:
         pod_spec["tolerations"] = tols
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": SAMPLE_CLASSIC_DEPLOYMENT, "namespace": sample.namespace},
+        "metadata": {"name": name, "namespace": sample.namespace},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": dict(SAMPLE_CLASSIC_APP_LABEL)},
-            "template": {"metadata": {"labels": dict(SAMPLE_CLASSIC_APP_LABEL)}, "spec": pod_spec},
+            "selector": {"matchLabels": dict(labels)},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
         },
     }
 
