@@ -36,6 +36,7 @@ from .claims import (
     parse_claim_template,
     parse_device_class,
     parse_pod_claims,
+    whole_quantity,
 )
 from .inventory import GpuPool
 from .placement import Placement, parse_placement
@@ -194,17 +195,14 @@ def pod_extended_resources(
                 if isinstance(name, str) and is_extended_resource(name):
                     asked[name] = (part, value)
         for name, (part, value) in sorted(asked.items()):
-            try:
-                amount = parse_quantity(str(value))
-            except QuantityError:
-                amount = None
-            if amount is None or amount < 0 or amount != int(amount):
+            amount = whole_quantity(value)
+            if amount is None:
                 raise ManifestError(
                     f"{where}: field {field}.containers[{i}].resources.{part}.{name} is {value!r}; "
                     "allowed: a whole number (extended resources are counted in units)"
                 )
             if amount:
-                found.append((i, name, int(amount)))
+                found.append((i, name, amount))
     return tuple(found)
 
 
