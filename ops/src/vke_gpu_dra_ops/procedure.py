@@ -26,11 +26,11 @@ RESOURCE_GROUP_VERSION = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
 REQUIRED_API_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
 
 #: The procedure's sample workload ("Validating results").
-SAMPLE_DEPLOYMENT = "gpu-test"
-SAMPLE_CLAIM_TEMPLATE = "single-gpu"
+SAMPLE_DEPLOYMENT = facts.SAMPLE_DEPLOYMENT
+SAMPLE_CLAIM_TEMPLATE = facts.SAMPLE_CLAIM_TEMPLATE
 #: The program's second sample, written for the device plugin (`nvidia.com/gpu: 1`, no claim): deployed where
 #: gpu.nvidia.com maps nvidia.com/gpu, its pods get GPUs through the claim the scheduler makes for them.
-CLASSIC_DEPLOYMENT = "gpu-test-classic"
+CLASSIC_DEPLOYMENT = facts.SAMPLE_CLASSIC_DEPLOYMENT
 
 #: Label selector of the nodes DRA GPUs are scheduled on.
 DRA_NODE_SELECTOR = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"

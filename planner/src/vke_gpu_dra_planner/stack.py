@@ -512,7 +512,7 @@ def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "single-gpu", "namespace": namespace},
+        "metadata": {"name": facts.SAMPLE_CLAIM_TEMPLATE, "namespace": namespace},
         "spec": {
             "spec": {
                 "devices": {
@@ -529,11 +529,15 @@ def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "gpu-test", "namespace": namespace},
+        "metadata": {"name": facts.SAMPLE_DEPLOYMENT, "namespace": namespace},
         "spec": {
             "replicas": 1,
             "template": {
-                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]}
+                "spec": {
+                    "resourceClaims": [
+                        {"name": "gpu", "resourceClaimTemplateName": facts.SAMPLE_CLAIM_TEMPLATE}
+                    ]
+                }
             },
         },
     }
