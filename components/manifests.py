@@ -12,8 +12,8 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.config import SampleConfig, Taint
 
-SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
-SAMPLE_DEPLOYMENT: Final = "gpu-test"
+SAMPLE_CLAIM_TEMPLATE: Final = facts.SAMPLE_CLAIM_TEMPLATE
+SAMPLE_DEPLOYMENT: Final = facts.SAMPLE_DEPLOYMENT
 #: The sample's second Deployment, written the classic way (`resources.limits: nvidia.com/gpu: 1`, no claim):
 #: on clusters where gpu.nvidia.com maps nvidia.com/gpu, the scheduler makes its claim.
 SAMPLE_CLASSIC_DEPLOYMENT: Final = facts.SAMPLE_CLASSIC_DEPLOYMENT

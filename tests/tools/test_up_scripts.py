@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,9 @@ def project(tmp_path: Path) -> Project:
     return Project.make(tmp_path)
 
 
-def test_a_fresh_clone_is_set_up_logged_in_to_the_file_backend_and_deployed(tmp_path: Path) -> None:
-    project = Project.make(tmp_path, set_up=False)
-    proc = project.run(
+def _up_dev_with_keys(project: Project) -> subprocess.CompletedProcess[str]:
+    """`scripts/up dev --yes` with the passphrase and the Volcengine keys in the environment."""
+    return project.run(
         "up",
         "dev",
         "--yes",
@@ -30,6 +31,11 @@ def test_a_fresh_clone_is_set_up_logged_in_to_the_file_backend_and_deployed(tmp_
         VOLCENGINE_ACCESS_KEY=ACCESS_KEY,
         VOLCENGINE_SECRET_KEY=SECRET_KEY,
     )
+
+
+def test_a_fresh_clone_is_set_up_logged_in_to_the_file_backend_and_deployed(tmp_path: Path) -> None:
+    project = Project.make(tmp_path, set_up=False)
+    proc = _up_dev_with_keys(project)
     assert proc.returncode == 2, proc.stderr  # dev still lacks its CR instance name
     tools = [entry["tool"] for entry in project.log()]
     assert tools[0] == "setup"
@@ -49,14 +55,7 @@ def test_a_fresh_clone_is_set_up_logged_in_to_the_file_backend_and_deployed(tmp_
     data = yaml.safe_load(stack_file.read_text())
     data["config"]["vke-gpu-dra:driver.registry.name"] = "vke-gpu-dra-cr"
     stack_file.write_text(yaml.safe_dump(data))
-    again = project.run(
-        "up",
-        "dev",
-        "--yes",
-        PULUMI_CONFIG_PASSPHRASE=PASSPHRASE,
-        VOLCENGINE_ACCESS_KEY=ACCESS_KEY,
-        VOLCENGINE_SECRET_KEY=SECRET_KEY,
-    )
+    again = _up_dev_with_keys(project)
     assert again.returncode == 0, again.stderr
     assert [entry["tool"] for entry in project.log()].count("setup") == 1
     calls = project.pulumi_calls()
@@ -85,14 +84,7 @@ def test_uses_the_backend_the_cli_is_logged_in_to(project: Project) -> None:
             "  vke-gpu-dra:driver.registry.create: true\n  vke-gpu-dra:driver.registry.name: team-cr",
         )
     )
-    proc = project.run(
-        "up",
-        "dev",
-        "--yes",
-        PULUMI_CONFIG_PASSPHRASE=PASSPHRASE,
-        VOLCENGINE_ACCESS_KEY=ACCESS_KEY,
-        VOLCENGINE_SECRET_KEY=SECRET_KEY,
-    )
+    proc = _up_dev_with_keys(project)
     assert proc.returncode == 0, proc.stderr
     assert "using the Pulumi backend you are logged in to: s3://team-state/vke-gpu-dra" in proc.stdout
     assert project.pulumi_calls() == [

@@ -93,6 +93,10 @@ GPU_EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
 #: The first Kubernetes release whose DRAExtendedResource gate is on by default (beta); 1.34 and 1.35
 #: know the field (alpha) but drop it unless the gate is on.
 EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION: Final = dra_gates.RELEASES[dra_gates.EXTENDED_RESOURCE][1]
+#: The program's sample (the procedure's "Validating results"): a Deployment whose pod's claim comes from a
+#: ResourceClaimTemplate asking one GPU of gpu.nvidia.com.
+SAMPLE_DEPLOYMENT: Final = "gpu-test"
+SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
 #: The program's sample Deployment written the classic way (`resources.limits: nvidia.com/gpu: 1`, no
 #: claim), deployed where gpu.nvidia.com maps nvidia.com/gpu (stack key sample.classicDeployment).
 SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"

@@ -432,39 +432,28 @@ def check_slice_limits(
     counter_sets: Sequence[CounterSet], devices: Sequence[Partition], limits: SliceLimits
 ) -> list[str]:
     """What one ResourceSlice holding `counter_sets` and `devices` breaks of `limits` (empty: nothing)."""
-    problems = []
-    k = limits.kubernetes
-    if len(devices) > limits.max_devices:
-        problems.append(f"{len(devices)} devices in one slice; {k} allows {limits.max_devices}")
-    with_counters = [d for d in devices if d.consumes]
-    if limits.max_devices_with_counters is not None and len(with_counters) > limits.max_devices_with_counters:
-        problems.append(
-            f"{len(with_counters)} devices consuming counters in one slice; {k} allows "
-            f"{limits.max_devices_with_counters}"
-        )
-    if limits.max_counter_sets is not None and len(counter_sets) > limits.max_counter_sets:
-        problems.append(
-            f"{len(counter_sets)} counter sets in one slice; {k} allows {limits.max_counter_sets}"
-        )
-    for counter_set in counter_sets:
-        if len(counter_set.counters) > limits.max_counters_per_set:
-            problems.append(
-                f"counter set {counter_set.name} has {len(counter_set.counters)} counters; {k} allows "
-                f"{limits.max_counters_per_set}"
-            )
+    problems: list[str] = []
+
+    def over(count: int, limit: int | None, what: str) -> None:
+        if limit is not None and count > limit:
+            problems.append(f"{what}; {limits.kubernetes} allows {limit}")
+
+    over(len(devices), limits.max_devices, f"{len(devices)} devices in one slice")
+    with_counters = sum(1 for d in devices if d.consumes)
+    over(
+        with_counters,
+        limits.max_devices_with_counters,
+        f"{with_counters} devices consuming counters in one slice",
+    )
+    over(len(counter_sets), limits.max_counter_sets, f"{len(counter_sets)} counter sets in one slice")
+    for c in counter_sets:
+        n = len(c.counters)
+        over(n, limits.max_counters_per_set, f"counter set {c.name} has {n} counters")
     shared = sum(len(c.counters) for c in counter_sets)
-    if limits.max_shared_counters is not None and shared > limits.max_shared_counters:
-        problems.append(f"{shared} shared counters in one slice; {k} allows {limits.max_shared_counters}")
-    for device in devices:
-        if len(device.consumes) > limits.max_counters_per_device:
-            problems.append(
-                f"device {device.name} consumes {len(device.consumes)} counters; {k} allows "
-                f"{limits.max_counters_per_device}"
-            )
+    over(shared, limits.max_shared_counters, f"{shared} shared counters in one slice")
+    for d in devices:
+        n = len(d.consumes)
+        over(n, limits.max_counters_per_device, f"device {d.name} consumes {n} counters")
     consumed = sum(len(d.consumes) for d in devices)
-    if limits.max_device_counters_per_slice is not None and consumed > limits.max_device_counters_per_slice:
-        problems.append(
-            f"devices consume {consumed} counters in one slice; {k} allows "
-            f"{limits.max_device_counters_per_slice}"
-        )
+    over(consumed, limits.max_device_counters_per_slice, f"devices consume {consumed} counters in one slice")
     return problems

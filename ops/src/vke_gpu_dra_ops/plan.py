@@ -201,14 +201,7 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
     workloads = [_workload_report(w) for w in plan.workloads]
     return {
         "kubernetesVersion": plan.gates.version,
-        "featureGates": {
-            "DRAAdminAccess": plan.gates.admin_access,
-            "DRAPrioritizedList": plan.gates.prioritized_list,
-            "DRAConsumableCapacity": plan.gates.consumable_capacity,
-            "DRAPartitionableDevices": plan.gates.partitionable_devices,
-            "DRADeviceTaints": plan.gates.device_taints,
-            "DRAExtendedResource": plan.gates.extended_resource,
-        },
+        "featureGates": plan.gates.by_name(),
         "consumableShares": model.consumable_shares,
         "dynamicMIG": model.dynamic_mig,
         "pools": [

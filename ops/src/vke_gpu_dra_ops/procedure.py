@@ -25,15 +25,12 @@ RESOURCE_VERSION = "v1"
 RESOURCE_GROUP_VERSION = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
 REQUIRED_API_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
 
-#: Extended resource of NVIDIA's device plugin; DRA nodes must not expose it.
-DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
-
 #: The procedure's sample workload ("Validating results").
-SAMPLE_DEPLOYMENT = "gpu-test"
-SAMPLE_CLAIM_TEMPLATE = "single-gpu"
+SAMPLE_DEPLOYMENT = facts.SAMPLE_DEPLOYMENT
+SAMPLE_CLAIM_TEMPLATE = facts.SAMPLE_CLAIM_TEMPLATE
 #: The program's second sample, written for the device plugin (`nvidia.com/gpu: 1`, no claim): deployed where
 #: gpu.nvidia.com maps nvidia.com/gpu, its pods get GPUs through the claim the scheduler makes for them.
-CLASSIC_DEPLOYMENT = "gpu-test-classic"
+CLASSIC_DEPLOYMENT = facts.SAMPLE_CLASSIC_DEPLOYMENT
 
 #: Label selector of the nodes DRA GPUs are scheduled on.
 DRA_NODE_SELECTOR = f"{facts.LABEL_GPU_SCHEDULE}={facts.LABEL_GPU_SCHEDULE_DRA}"
@@ -495,15 +492,15 @@ def check_device_health(snap: Snapshot, settings: Settings) -> StepResult:
 
 
 def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepResult:
-    step, title = "no-device-plugin-capacity", f"DRA nodes expose no {DEVICE_PLUGIN_RESOURCE} capacity"
+    step, title = "no-device-plugin-capacity", f"DRA nodes expose no {facts.GPU_EXTENDED_RESOURCE} capacity"
     if not snap.nodes:
         return _skip(step, title, _no_nodes(settings))
     problems = []
     for node in snap.nodes:
         for part in ("capacity", "allocatable"):
-            value = (lookup(node, "status", part) or {}).get(DEVICE_PLUGIN_RESOURCE)
+            value = (lookup(node, "status", part) or {}).get(facts.GPU_EXTENDED_RESOURCE)
             if value is not None:
-                problems.append(f"node {_name(node)}: {part} {DEVICE_PLUGIN_RESOURCE}={value}")
+                problems.append(f"node {_name(node)}: {part} {facts.GPU_EXTENDED_RESOURCE}={value}")
     if problems:
         return StepResult(
             step,

@@ -213,6 +213,17 @@ def is_extended_resource(name: str) -> bool:
     return bool(_EXTENDED_NAME.match(name)) and not _kubernetes_io(name) and not name.startswith("requests.")
 
 
+def whole_quantity(value: Any) -> int | None:
+    """`value` as a whole, non-negative Kubernetes quantity (`40Gi`, `2`), or None where it is not one."""
+    try:
+        amount = parse_quantity(str(value))
+    except QuantityError:
+        return None
+    if amount < 0 or amount != int(amount):
+        return None
+    return int(amount)
+
+
 def _capacity(raw: Any, where: str, field: str) -> tuple[tuple[str, int], ...]:
     requests = _mapping(_mapping(raw, where, field).get("requests"), where, f"{field}.requests")
     out = []
@@ -222,16 +233,13 @@ def _capacity(raw: Any, where: str, field: str) -> tuple[tuple[str, int], ...]:
                 f"{where}: field {field}.requests has key {name!r}; allowed: a capacity name <id> or "
                 "<domain>/<id>, e.g. memory"
             )
-        try:
-            amount = parse_quantity(str(value))
-        except QuantityError:
-            amount = None
-        if amount is None or amount < 0 or amount != int(amount):
+        amount = whole_quantity(value)
+        if amount is None:
             raise ManifestError(
                 f"{where}: field {field}.requests.{name} is {value!r}; allowed: a whole, non-negative "
                 "Kubernetes quantity such as 40Gi"
             )
-        out.append((name, int(amount)))
+        out.append((name, amount))
     return tuple(sorted(out))
 
 

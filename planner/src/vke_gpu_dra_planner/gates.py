@@ -43,6 +43,10 @@ class FeatureGates:
     #: gates set explicitly (the operator's --feature-gates), by name
     overrides: tuple[tuple[str, bool], ...] = ()
 
+    def by_name(self) -> dict[str, bool]:
+        """Each gate the planner knows, by its Kubernetes name: on or off in this cluster."""
+        return {gate: getattr(self, name) for gate, name in _FIELDS.items()}
+
     def state(self, gate: str) -> str:
         on = getattr(self, _FIELDS[gate])
         if gate in dict(self.overrides):
@@ -53,10 +57,10 @@ class FeatureGates:
 _FIELDS: Final = {
     "DRAAdminAccess": "admin_access",
     "DRAPrioritizedList": "prioritized_list",
-    "DRAConsumableCapacity": "consumable_capacity",
-    "DRAPartitionableDevices": "partitionable_devices",
-    "DRADeviceTaints": "device_taints",
-    "DRAExtendedResource": "extended_resource",
+    dra_gates.CONSUMABLE_CAPACITY: "consumable_capacity",
+    dra_gates.PARTITIONABLE_DEVICES: "partitionable_devices",
+    dra_gates.DEVICE_TAINTS: "device_taints",
+    dra_gates.EXTENDED_RESOURCE: "extended_resource",
 }
 
 

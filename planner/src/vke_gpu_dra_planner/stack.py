@@ -36,6 +36,7 @@ from .claims import (
     parse_claim_template,
     parse_device_class,
     parse_pod_claims,
+    whole_quantity,
 )
 from .inventory import GpuPool
 from .placement import Placement, parse_placement
@@ -194,17 +195,14 @@ def pod_extended_resources(
                 if isinstance(name, str) and is_extended_resource(name):
                     asked[name] = (part, value)
         for name, (part, value) in sorted(asked.items()):
-            try:
-                amount = parse_quantity(str(value))
-            except QuantityError:
-                amount = None
-            if amount is None or amount < 0 or amount != int(amount):
+            amount = whole_quantity(value)
+            if amount is None:
                 raise ManifestError(
                     f"{where}: field {field}.containers[{i}].resources.{part}.{name} is {value!r}; "
                     "allowed: a whole number (extended resources are counted in units)"
                 )
             if amount:
-                found.append((i, name, int(amount)))
+                found.append((i, name, amount))
     return tuple(found)
 
 
@@ -514,7 +512,7 @@ def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "single-gpu", "namespace": namespace},
+        "metadata": {"name": facts.SAMPLE_CLAIM_TEMPLATE, "namespace": namespace},
         "spec": {
             "spec": {
                 "devices": {
@@ -531,11 +529,15 @@ def sample_objects(cfg: StackConfig) -> list[dict[str, Any]]:
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "gpu-test", "namespace": namespace},
+        "metadata": {"name": facts.SAMPLE_DEPLOYMENT, "namespace": namespace},
         "spec": {
             "replicas": 1,
             "template": {
-                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]}
+                "spec": {
+                    "resourceClaims": [
+                        {"name": "gpu", "resourceClaimTemplateName": facts.SAMPLE_CLAIM_TEMPLATE}
+                    ]
+                }
             },
         },
     }

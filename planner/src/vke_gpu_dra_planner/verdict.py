@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from vke_gpu_dra_core import facts
+
 from .admission import REFUSED, UNKNOWN, Admission, admit
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, Request, SubRequest
 from .fit import FitResult, Planner, template_subject
@@ -74,9 +76,6 @@ def workload_claims(model: StackModel, workload: Workload) -> tuple[PodClaims, l
     return pod, missing
 
 
-#: the extended resource NVIDIA's device plugin advertises, which the gpu.nvidia.com DeviceClass maps
-#: from 1.36; a pod asking it is a GPU pod even when no class maps it
-CLASSIC_GPU_RESOURCE: Final = "nvidia.com/gpu"
 #: the pod claim name the plan reports for the claim the scheduler makes
 EXTENDED_CLAIM: Final = "extended resources (the scheduler's claim)"
 
@@ -103,7 +102,7 @@ def extended_claim(
     ours = [
         (c, name, n)
         for c, name, n in workload.extended
-        if name == CLASSIC_GPU_RESOURCE or mapping_class(model, name) is not None
+        if name == facts.GPU_EXTENDED_RESOURCE or mapping_class(model, name) is not None
     ]
     if not ours:
         return None, []

@@ -52,9 +52,9 @@ def claims_fit(
 #: What to do when the program's classic sample takes GPUs another workload needs.
 CLASSIC_SAMPLE_HINT: Final = (
     f"{facts.SAMPLE_CLASSIC_DEPLOYMENT} is the program's classic sample ({facts.GPU_EXTENDED_RESOURCE}: 1, "
-    "one more GPU beside gpu-test): set sample.classicDeployment=auto (deployed only where the pool has a "
-    "GPU for each sample at its maximum size) or off, or give the pool more GPUs (nodePool.maxReplicas, "
-    "an instance type with more GPUs)"
+    f"one more GPU beside {facts.SAMPLE_DEPLOYMENT}): set sample.classicDeployment=auto (deployed only "
+    "where the pool has a GPU for each sample at its maximum size) or off, or give the pool more GPUs "
+    "(nodePool.maxReplicas, an instance type with more GPUs)"
 )
 
 
