@@ -511,6 +511,16 @@ def test_driver_feature_gates_unknown_gate_is_one_issue() -> None:
     assert "unrecognized feature gate: Sharing" in str(issue)
 
 
+def test_driver_feature_gates_as_a_map_is_one_issue_naming_the_string_to_write() -> None:
+    issue = only_issue(
+        {"driver.featureGates": {"DynamicMIG": True, "MPSSupport": False}}, "driver.featureGates"
+    )
+    assert issue.value == '\'{"DynamicMIG": true, "MPSSupport": false}\''
+    assert (
+        issue.allowed == "a string Name=true|false,..., not a map: write 'DynamicMIG=true,MPSSupport=false'"
+    )
+
+
 def test_driver_feature_gates_reach_both_charts() -> None:
     from components import driver
 
