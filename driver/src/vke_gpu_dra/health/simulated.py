@@ -99,7 +99,7 @@ class SimulatedHealthFile:
             text = self.path.read_text()
         except FileNotFoundError:
             text = ""
-        except OSError as err:
+        except (OSError, UnicodeDecodeError) as err:  # what the file said last still holds
             log.warning(
                 "cannot read the simulated health file",
                 extra={"fields": {"path": str(self.path), "error": str(err)}},

@@ -1,0 +1,48 @@
+"""The simulated health file read once: a file that cannot be read changes nothing and is logged."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import cast
+
+import pytest
+from vke_gpu_dra.health.monitor import HealthMonitor
+from vke_gpu_dra.health.policy import Change
+from vke_gpu_dra.health.simulated import SimulatedHealthFile
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+
+    def apply(self, changes: list[Change]) -> None:
+        self.changes += changes
+
+
+def test_a_file_that_is_not_utf8_is_one_warning_and_keeps_the_last_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "simulated-health"
+    monitor = Recorder()
+    watcher = SimulatedHealthFile(
+        path,
+        ["gpu-0"],
+        cast(HealthMonitor, monitor),
+        recovery_window=0,
+        ignored_xids=frozenset(),
+        clock=lambda: 100.0,
+    )
+    path.write_text("gpu-0 xid 79\n")
+    watcher.poll()
+    before = list(monitor.changes)
+    assert before
+    path.write_bytes(b"gpu-0 lost\n\xff\xfe\n")
+    with caplog.at_level(logging.WARNING, logger="vke_gpu_dra.health.simulated"):
+        watcher.poll()  # raised UnicodeDecodeError before, ending the watching thread
+    assert monitor.changes == before
+    [record] = caplog.records
+    assert record.getMessage() == "cannot read the simulated health file"
+    fields = record.__dict__["fields"]
+    assert fields["path"] == str(path)
+    assert "can't decode byte 0xff in position 11" in fields["error"]
