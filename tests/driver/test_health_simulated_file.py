@@ -46,3 +46,28 @@ def test_a_file_that_is_not_utf8_is_one_warning_and_keeps_the_last_state(
     fields = record.__dict__["fields"]
     assert fields["path"] == str(path)
     assert "can't decode byte 0xff in position 11" in fields["error"]
+
+
+@pytest.mark.parametrize("window", [0, 1])
+def test_an_xid_held_in_the_file_stays_one_problem_with_a_short_window(tmp_path: Path, window: int) -> None:
+    path = tmp_path / "simulated-health"
+    monitor = Recorder()
+    now = [100.0]
+    watcher = SimulatedHealthFile(
+        path,
+        ["gpu-0", "gpu-1"],
+        cast(HealthMonitor, monitor),
+        recovery_window=window,
+        ignored_xids=frozenset({13}),
+        clock=lambda: now[0],
+    )
+    path.write_text("gpu-0 xid 79\n")
+    for _ in range(4):  # read every second: it was recovered and raised again at each read
+        watcher.poll()
+        now[0] += 1
+    [change] = monitor.changes
+    assert (change.after.name, change.after.problems[0].reason) == ("gpu-0", "xid 79")
+    path.write_text("gpu-0 xid 13\n")  # an ignored XID: the held one ends after the window
+    now[0] += window
+    watcher.poll()
+    assert [(c.after.name, c.after.problems) for c in monitor.changes[1:]] == [("gpu-0", ())]
