@@ -204,6 +204,10 @@ def test_values_contract() -> None:
             {"deviceClasses": {"gpuExtendedResourceName": "deviceclass.resource.kubernetes.io/gpu"}},
             "at '/deviceClasses/gpuExtendedResourceName'",
         ),
+        (  # Kubernetes keeps requests.<name> for quota: such a name is no extended resource
+            {"deviceClasses": {"gpuExtendedResourceName": "requests.nvidia.com/gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
         ({"nvidiaCDIHookPath": "bin/nvidia-cdi-hook"}, "at '/nvidiaCDIHookPath'"),
     ],
 )
