@@ -340,6 +340,14 @@ def test_nvidia_rejects_simulated_devices_and_taints() -> None:
     assert [i.key for i in issues] == ["driver.deviceSource", "nodePool.taints"]
 
 
+def test_an_xid_the_plugin_would_refuse_is_one_issue() -> None:
+    issue = only_issue({"driver.additionalXidsToIgnore": "79,99999999999"}, "driver.additionalXidsToIgnore")
+    assert (issue.value, issue.allowed) == (
+        "'79,99999999999'",
+        "XID numbers of at most 9 digits each (NVIDIA's are such as 79)",
+    )
+
+
 def test_health_keys_are_checked() -> None:
     issue = only_issue({"driver.additionalXidsToIgnore": "74;79"}, "driver.additionalXidsToIgnore")
     assert issue.allowed == "a comma-separated list of XID numbers such as 74,79"
