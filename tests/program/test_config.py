@@ -329,6 +329,27 @@ def test_rejects_unknown_target_and_bad_sample_namespace() -> None:
     assert [(i.key, i.value) for i in issues] == [("target", "'gke'"), ("sample.namespace", "'Bad_NS'")]
 
 
+def test_nvidia_rejects_the_python_drivers_health_and_reconcile_settings() -> None:
+    issues = problems(
+        {
+            "driver.implementation": "nvidia",
+            "driver.claimReconcileIntervalSeconds": 60,
+            "driver.additionalXidsToIgnore": "79",
+            "driver.healthRecoveryWindowSeconds": 30,
+        }
+    )
+    assert [(i.key, i.value, i.allowed) for i in issues] == [
+        (key, value, "unset with driver.implementation=nvidia (a setting of the python driver)")
+        for key, value in (
+            ("driver.claimReconcileIntervalSeconds", "60"),
+            ("driver.additionalXidsToIgnore", "'79'"),
+            ("driver.healthRecoveryWindowSeconds", "30"),
+        )
+    ]
+    default = config.load(raw({"driver.implementation": "nvidia", "driver.healthRecoveryWindowSeconds": 300}))
+    assert default.driver.health_recovery_window_seconds == 300
+
+
 def test_nvidia_rejects_simulated_devices_and_taints() -> None:
     issues = problems(
         {
