@@ -442,13 +442,18 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
     return pulumi.attach(*command)
 
 
-def down(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mapping[str, str]) -> int:
-    check_stack(stack, root)
+def check_confirmable(stack: str, yes: bool, term: Terminal | None) -> None:
+    """scripts/down asks before it destroys: without a terminal only --yes will do."""
     if term is None and not yes:
         raise UpError(
             f"refusing to destroy stack {stack} without a terminal to confirm: scripts/down {stack} --yes",
             EXIT_USAGE,
         )
+
+
+def down(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mapping[str, str]) -> int:
+    check_stack(stack, root)
+    check_confirmable(stack, yes, term)
     pulumi = Pulumi(root, environ, find_pulumi())
     url = use_backend(pulumi, Path(environ.get("HOME") or Path.home()))
     if not stack_exists(pulumi.check("stack", "ls", "--json"), stack):
@@ -501,6 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_stamp(ROOT)
             return 0
         if args.preflight:
+            if args.command == "down":  # refused before a set-up that could take minutes
+                check_stack(args.stack, ROOT)
+                check_confirmable(args.stack, args.yes, term)
             preflight(args.stack, ROOT)
             return 0
         run = up if args.command == "up" else down

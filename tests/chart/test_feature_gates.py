@@ -61,3 +61,15 @@ def test_schema_knows_exactly_the_plugins_gates() -> None:
 
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     assert set(schema["properties"]["featureGates"]["properties"]) == set(featuregates.DEFAULTS)
+
+
+def test_gates_the_plugin_refuses_together_are_refused_by_the_chart_with_the_plugins_words(
+    helm: Any,
+) -> None:
+    for pair in ({"ConsumableShares": True, "MPSSupport": True}, {"DynamicMIG": True, "MPSSupport": True}):
+        error = helm.template_error({"featureGates": pair})
+        reason = featuregates.conflicts(pair)
+        assert reason is not None and f"featureGates: {reason}" in error
+    # one of each pair, or the pair with one off, renders
+    helm.template({"featureGates": {"DynamicMIG": True, "MPSSupport": False}})
+    helm.template({"featureGates": {"ConsumableShares": True, "DynamicMIG": True}})

@@ -126,6 +126,10 @@ def test_values_contract() -> None:
             {"health": {"additionalXidsToIgnore": "74;79"}},
             "at '/health/additionalXidsToIgnore': '74;79' does not match",
         ),
+        (  # the plugin refuses an XID above 4294967295 and would not start
+            {"health": {"additionalXidsToIgnore": "79,99999999999"}},
+            "at '/health/additionalXidsToIgnore': '79,99999999999' does not match",
+        ),
         (
             {"health": {"recoveryWindowSeconds": -1}},
             "at '/health/recoveryWindowSeconds': minimum: got -1, want 0",
@@ -202,6 +206,10 @@ def test_values_contract() -> None:
         ),
         (
             {"deviceClasses": {"gpuExtendedResourceName": "deviceclass.resource.kubernetes.io/gpu"}},
+            "at '/deviceClasses/gpuExtendedResourceName'",
+        ),
+        (  # Kubernetes keeps requests.<name> for quota: such a name is no extended resource
+            {"deviceClasses": {"gpuExtendedResourceName": "requests.nvidia.com/gpu"}},
             "at '/deviceClasses/gpuExtendedResourceName'",
         ),
         ({"nvidiaCDIHookPath": "bin/nvidia-cdi-hook"}, "at '/nvidiaCDIHookPath'"),

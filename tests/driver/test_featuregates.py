@@ -26,6 +26,7 @@ def test_chart_rendering_with_trailing_comma_and_go_booleans():
         ("mpssupport=true", "unrecognized feature gate: mpssupport"),
         ("MPSSupport", "missing bool value for MPSSupport"),
         ("MPSSupport=yes", "invalid value of MPSSupport=yes: must be true or false"),
+        ("=true", "missing gate name in '=true' (write Name=true, e.g. MPSSupport=true"),
     ],
 )
 def test_bad_gates_are_one_clear_error(text, message):

@@ -329,6 +329,27 @@ def test_rejects_unknown_target_and_bad_sample_namespace() -> None:
     assert [(i.key, i.value) for i in issues] == [("target", "'gke'"), ("sample.namespace", "'Bad_NS'")]
 
 
+def test_nvidia_rejects_the_python_drivers_health_and_reconcile_settings() -> None:
+    issues = problems(
+        {
+            "driver.implementation": "nvidia",
+            "driver.claimReconcileIntervalSeconds": 60,
+            "driver.additionalXidsToIgnore": "79",
+            "driver.healthRecoveryWindowSeconds": 30,
+        }
+    )
+    assert [(i.key, i.value, i.allowed) for i in issues] == [
+        (key, value, "unset with driver.implementation=nvidia (a setting of the python driver)")
+        for key, value in (
+            ("driver.claimReconcileIntervalSeconds", "60"),
+            ("driver.additionalXidsToIgnore", "'79'"),
+            ("driver.healthRecoveryWindowSeconds", "30"),
+        )
+    ]
+    default = config.load(raw({"driver.implementation": "nvidia", "driver.healthRecoveryWindowSeconds": 300}))
+    assert default.driver.health_recovery_window_seconds == 300
+
+
 def test_nvidia_rejects_simulated_devices_and_taints() -> None:
     issues = problems(
         {
@@ -338,6 +359,14 @@ def test_nvidia_rejects_simulated_devices_and_taints() -> None:
         }
     )
     assert [i.key for i in issues] == ["driver.deviceSource", "nodePool.taints"]
+
+
+def test_an_xid_the_plugin_would_refuse_is_one_issue() -> None:
+    issue = only_issue({"driver.additionalXidsToIgnore": "79,99999999999"}, "driver.additionalXidsToIgnore")
+    assert (issue.value, issue.allowed) == (
+        "'79,99999999999'",
+        "XID numbers of at most 9 digits each (NVIDIA's are such as 79)",
+    )
 
 
 def test_health_keys_are_checked() -> None:
@@ -509,6 +538,16 @@ def test_driver_feature_gates_default_off_and_parse() -> None:
 def test_driver_feature_gates_unknown_gate_is_one_issue() -> None:
     issue = only_issue({"driver.featureGates": "Sharing=true"}, "driver.featureGates")
     assert "unrecognized feature gate: Sharing" in str(issue)
+
+
+def test_driver_feature_gates_as_a_map_is_one_issue_naming_the_string_to_write() -> None:
+    issue = only_issue(
+        {"driver.featureGates": {"DynamicMIG": True, "MPSSupport": False}}, "driver.featureGates"
+    )
+    assert issue.value == '\'{"DynamicMIG": true, "MPSSupport": false}\''
+    assert (
+        issue.allowed == "a string Name=true|false,..., not a map: write 'DynamicMIG=true,MPSSupport=false'"
+    )
 
 
 def test_driver_feature_gates_reach_both_charts() -> None:

@@ -176,6 +176,16 @@ def test_down_refuses_without_a_terminal_and_without_yes(project: Project) -> No
     assert project.pulumi_calls() == []
 
 
+def test_down_without_a_terminal_is_refused_before_the_set_up(tmp_path: Path) -> None:
+    project = Project.make(tmp_path, set_up=False)
+    proc = project.run("down", "dev", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "down: refusing to destroy stack dev without a terminal to confirm: scripts/down dev --yes\n"
+    )
+    assert project.log() == []  # neither scripts/setup nor pulumi ran
+
+
 def test_down_with_yes_destroys(project: Project) -> None:
     project.state(url="file:///state", stacks=("dev",))
     proc = project.run("down", "dev", "--yes", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE)

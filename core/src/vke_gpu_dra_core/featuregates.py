@@ -112,6 +112,8 @@ def parse_explicit(text: str) -> dict[str, bool]:
             continue
         name, sep, value = entry.partition("=")
         name, value = name.strip(), value.strip()
+        if not name:
+            raise FeatureGateError(f"missing gate name in {entry!r} (write Name=true, e.g. MPSSupport=true)")
         if not sep:
             raise FeatureGateError(f"missing bool value for {name} (write {name}=true or {name}=false)")
         if name not in DEFAULTS:

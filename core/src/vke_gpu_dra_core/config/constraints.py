@@ -9,6 +9,7 @@ part through `fail`.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,6 +222,19 @@ def _taints(items: Sequence[str], fail: Fail) -> tuple[Taint, ...]:
 
 
 def _feature_gates(text: str, fail: Fail) -> dict[str, bool]:
+    if text.lstrip().startswith("{"):
+        # A YAML map (the chart's featureGates form) reaches here as its JSON text.
+        try:
+            gates = json.loads(text)
+        except ValueError:
+            gates = None
+        written = (
+            ",".join(f"{k}={'true' if v else 'false'}" for k, v in gates.items())
+            if isinstance(gates, dict)
+            else "DynamicMIG=true"
+        )
+        fail(text, f"a string Name=true|false,..., not a map: write {written!r}")
+        return {}
     try:
         values = featuregates.parse_explicit(text)
     except featuregates.FeatureGateError as exc:

@@ -49,6 +49,8 @@ VOLUME_TYPES: Final = ("ESSD_PL0", "ESSD_FlexPL", "PTSSD")
 CHARGE_TYPES: Final = ("PostPaid", "PrePaid")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 XID_LIST_RE: Final = re.compile(r"^ *([0-9]+ *(, *[0-9]+ *)*)?$")
+#: Each XID short enough for the plugin, which refuses one above 4294967295 (NVML's unsigned int).
+XID_LIST_SHORT_RE: Final = re.compile(r"^ *([0-9]{1,9} *(, *[0-9]{1,9} *)*)?$")
 REGISTRY_EDITIONS: Final = ("Enterprise", "Micro")
 #: driver.extendedResource: map nvidia.com/gpu on clusters that serve it by default, always, or never.
 EXTENDED_RESOURCE_AUTO: Final = "auto"
@@ -568,7 +570,10 @@ KEYS: Final[tuple[Key, ...]] = (
         "",
         "python: comma-separated XIDs treated as application errors (the GPU stays healthy) on top of "
         "NVIDIA's list 13,31,43,45,68,109 (docs/health.md).",
-        checks=(Pattern(XID_LIST_RE, "a comma-separated list of XID numbers such as 74,79"),),
+        checks=(
+            Pattern(XID_LIST_RE, "a comma-separated list of XID numbers such as 74,79"),
+            Pattern(XID_LIST_SHORT_RE, "XID numbers of at most 9 digits each (NVIDIA's are such as 79)"),
+        ),
     ),
     Key(
         "driver.healthRecoveryWindowSeconds",

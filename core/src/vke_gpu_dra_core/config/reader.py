@@ -259,6 +259,14 @@ def _driver_rules(r: _Reader) -> None:
             True,
             "false with driver.implementation=nvidia (the procedure's node affinity)",
         )
+    for name in (  # settings of the python driver's chart only: NVIDIA's would not get them
+        "driver.claimReconcileIntervalSeconds",
+        "driver.additionalXidsToIgnore",
+        "driver.healthRecoveryWindowSeconds",
+    ):
+        default = _ALL_BY_NAME[name].default_value()
+        if v[name] != default:
+            r.fail(name, v[name], "unset with driver.implementation=nvidia (a setting of the python driver)")
 
 
 def _sample_rule(r: _Reader) -> None:

@@ -99,7 +99,7 @@ class SimulatedHealthFile:
             text = self.path.read_text()
         except FileNotFoundError:
             text = ""
-        except OSError as err:
+        except (OSError, UnicodeDecodeError) as err:  # what the file said last still holds
             log.warning(
                 "cannot read the simulated health file",
                 extra={"fields": {"path": str(self.path), "error": str(err)}},
@@ -117,7 +117,11 @@ class SimulatedHealthFile:
             if kind == "lost":
                 changes += self.tracker.lost(device, now)
                 continue
-            changes += self.tracker.answered(device, now)  # ends what the window allows, then:
+            has = {p.kind for p in self.tracker.health(device).problems}
+            held = kind == "xid" and xid is not None and not self.tracker.is_ignored(xid)
+            # An XID the file still holds is not ended and raised again (a short window flapped it).
+            if not (held and "xid" in has and "gpu-lost" not in has):
+                changes += self.tracker.answered(device, now)  # ends what the window allows, then:
             if kind == "xid" and xid is not None:  # what the file still says holds
                 changes += self.tracker.xid(device, xid, now)
             if kind == "unmonitored":

@@ -1,0 +1,73 @@
+"""The simulated health file read once: a file that cannot be read changes nothing and is logged."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import cast
+
+import pytest
+from vke_gpu_dra.health.monitor import HealthMonitor
+from vke_gpu_dra.health.policy import Change
+from vke_gpu_dra.health.simulated import SimulatedHealthFile
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+
+    def apply(self, changes: list[Change]) -> None:
+        self.changes += changes
+
+
+def test_a_file_that_is_not_utf8_is_one_warning_and_keeps_the_last_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "simulated-health"
+    monitor = Recorder()
+    watcher = SimulatedHealthFile(
+        path,
+        ["gpu-0"],
+        cast(HealthMonitor, monitor),
+        recovery_window=0,
+        ignored_xids=frozenset(),
+        clock=lambda: 100.0,
+    )
+    path.write_text("gpu-0 xid 79\n")
+    watcher.poll()
+    before = list(monitor.changes)
+    assert before
+    path.write_bytes(b"gpu-0 lost\n\xff\xfe\n")
+    with caplog.at_level(logging.WARNING, logger="vke_gpu_dra.health.simulated"):
+        watcher.poll()  # raised UnicodeDecodeError before, ending the watching thread
+    assert monitor.changes == before
+    [record] = caplog.records
+    assert record.getMessage() == "cannot read the simulated health file"
+    fields = record.__dict__["fields"]
+    assert fields["path"] == str(path)
+    assert "can't decode byte 0xff in position 11" in fields["error"]
+
+
+@pytest.mark.parametrize("window", [0, 1])
+def test_an_xid_held_in_the_file_stays_one_problem_with_a_short_window(tmp_path: Path, window: int) -> None:
+    path = tmp_path / "simulated-health"
+    monitor = Recorder()
+    now = [100.0]
+    watcher = SimulatedHealthFile(
+        path,
+        ["gpu-0", "gpu-1"],
+        cast(HealthMonitor, monitor),
+        recovery_window=window,
+        ignored_xids=frozenset({13}),
+        clock=lambda: now[0],
+    )
+    path.write_text("gpu-0 xid 79\n")
+    for _ in range(4):  # read every second: it was recovered and raised again at each read
+        watcher.poll()
+        now[0] += 1
+    [change] = monitor.changes
+    assert (change.after.name, change.after.problems[0].reason) == ("gpu-0", "xid 79")
+    path.write_text("gpu-0 xid 13\n")  # an ignored XID: the held one ends after the window
+    now[0] += window
+    watcher.poll()
+    assert [(c.after.name, c.after.problems) for c in monitor.changes[1:]] == [("gpu-0", ())]
