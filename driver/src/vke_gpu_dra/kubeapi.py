@@ -90,6 +90,12 @@ def load_api_client(kubeconfig: Path | None) -> k8s_client.ApiClient:
     return kube_client.api_client(configuration, pool_size=POOL_SIZE)
 
 
+def _within(timeout: float | None) -> Any:
+    """A request's timeout: `timeout` seconds for the whole request (a millisecond at least), else the
+    default (connect, read) seconds."""
+    return REQUEST_TIMEOUT if timeout is None else max(timeout, 0.001)
+
+
 def slice_field_selector(driver: str, node_name: str) -> str:
     return f"spec.driver={driver},spec.nodeName={node_name}"
 
@@ -225,7 +231,7 @@ class KubeAPI:
                 "GET",
                 f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}",
                 query=[("resourceVersion", "0")] if cached else None,
-                timeout=REQUEST_TIMEOUT if timeout is None else max(timeout, 0.001),
+                timeout=_within(timeout),
             )
         except KubeError as err:
             if err.not_found:
@@ -242,7 +248,7 @@ class KubeAPI:
             "GET",
             "/api/v1/pods",
             query=[("fieldSelector", f"spec.nodeName={node_name}")],
-            timeout=REQUEST_TIMEOUT if timeout is None else max(timeout, 0.001),
+            timeout=_within(timeout),
         )
         return [p for p in data.get("items") or [] if isinstance(p, dict)]
 

@@ -4,11 +4,12 @@ Start order (`_start`, one method per step): open the API -> the cluster's featu
 fields the API server keeps, shared counters included: feature gate DynamicMIG needs them before
 discovery) -> discover devices -> (DynamicMIG) add the MIG placements -> create the directories -> set
 up the driver's user-space -> build the takeover of NVIDIA's claims (on the API) -> load the prepared
-claims (checkpoint and restore, with the sharing manager on the API; after a reboot every completed
-claim gets its GPU settings, MPS daemons and CDI spec back here, before kubelet can call; then the
-claims NVIDIA's plugin prepared adopted) -> reconcile the claims (a round at once, then periodically,
-in the background) -> DRA socket -> ResourceSlices -> health and metrics -> registration socket last,
-so kubelet only registers a plugin that can serve.
+claims (the claims NVIDIA's plugin prepared adopted first, then the checkpoint read and restored, with
+the sharing manager on the API; after a reboot every completed claim gets its GPU settings, MPS
+daemons and CDI spec back here, before kubelet can call) -> reconcile the claims (a round at once,
+then periodically, in the background) -> DRA socket -> ResourceSlices and the GPU health watching
+that changes them -> health and metrics -> registration socket last, so kubelet only registers a
+plugin that can serve.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -255,6 +256,22 @@ class Plugin:
         leftovers undone at their unprepare (see `takeover`)."""
         self.takeover = self._new_takeover()
 
+    def _new_takeover(self) -> Takeover:
+        """The takeover, its tools through the API opened first: NVIDIA's MPS daemons are deleted in
+        `--nvidia-namespace`, its GPU settings reset through `nvidia-smi`."""
+        cfg = self.config
+        return Takeover(
+            TakeoverTools(
+                cdi_root=cfg.cdi_root,
+                plugin_data_dir=cfg.plugin_data_dir,
+                namespace=cfg.nvidia_namespace,
+                api=self._api,
+                smi=NvidiaSmi(cfg.driver_root_path),
+                mounter=Mounter(),
+                driver_name=cfg.driver_name,
+            )
+        )
+
     def _load_prepared_claims(self) -> None:
         """The device state: reads the checkpoint of claims prepared before a restart, restores what an
         interrupted run left and what a reboot reset when the node's boot id changed, and adopts
@@ -282,6 +299,22 @@ class Plugin:
             raise StartupError(f"cannot read the prepared claims: {err}") from None
         if self.state.load_problem:
             log.warning("checkpoint problem", extra={"fields": {"problem": self.state.load_problem}})
+
+    def _sharing_manager(self) -> SharingManager:
+        """GPU sharing (time-slicing, MPS), through the API opened first. Built whatever the gates say:
+        the gates decide what a new claim may ask, and a claim prepared while they were on is still
+        undone after they went off."""
+        cfg = self.config
+        return SharingManager(
+            gates=cfg.feature_gates,
+            smi=NvidiaSmi(cfg.driver_root_path),
+            plugin_data_dir=cfg.plugin_data_dir,
+            node_name=cfg.node_name,
+            namespace=cfg.namespace,
+            image=cfg.image_name,
+            host_driver_root=cfg.nvidia_driver_root,
+            api=self._api,
+        )
 
     def _reconcile_claims(self) -> None:
         """Checks the checkpoint's claims against the API server in the background: a round now, then
@@ -407,38 +440,6 @@ class Plugin:
                     "metrics_port": cfg.metrics_port,
                 }
             },
-        )
-
-    def _sharing_manager(self) -> SharingManager:
-        """GPU sharing (time-slicing, MPS), through the API opened first. Built whatever the gates say:
-        the gates decide what a new claim may ask, and a claim prepared while they were on is still
-        undone after they went off."""
-        cfg = self.config
-        return SharingManager(
-            gates=cfg.feature_gates,
-            smi=NvidiaSmi(cfg.driver_root_path),
-            plugin_data_dir=cfg.plugin_data_dir,
-            node_name=cfg.node_name,
-            namespace=cfg.namespace,
-            image=cfg.image_name,
-            host_driver_root=cfg.nvidia_driver_root,
-            api=self._api,
-        )
-
-    def _new_takeover(self) -> Takeover:
-        """The takeover, its tools through the API opened first: NVIDIA's MPS daemons are deleted in
-        `--nvidia-namespace`, its GPU settings reset through `nvidia-smi`."""
-        cfg = self.config
-        return Takeover(
-            TakeoverTools(
-                cdi_root=cfg.cdi_root,
-                plugin_data_dir=cfg.plugin_data_dir,
-                namespace=cfg.nvidia_namespace,
-                api=self._api,
-                smi=NvidiaSmi(cfg.driver_root_path),
-                mounter=Mounter(),
-                driver_name=cfg.driver_name,
-            )
         )
 
     def stop(self, grace: float | None = None) -> None:

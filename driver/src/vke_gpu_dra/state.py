@@ -36,9 +36,9 @@ names the created devices), `_destroy_partitions` in `_clean_claim` destroys the
 in `_restore` destroys what no entry owns, and `_restore_partitions` re-creates them after a reboot.
 
 Claims NVIDIA's plugin prepared on this node (`takeover/`) join through three small hooks, one per
-phase: `_adopt_nvidia_claims` first in `_restore`, `_admit_adopted` in `_admit` (a claim NVIDIA
-completed answers under this plugin's CDI ids, no sharing of its own) and `_release_adopted` first
-in `_unprepare_claim` (NVIDIA's leftovers undone).
+phase: `_adopt_nvidia_claims` in `_restore` before the checkpoint is read, `_admit_adopted` in
+`_admit` (a claim NVIDIA completed answers under this plugin's CDI ids, no sharing of its own) and
+`_release_adopted` first in `_unprepare_claim` (NVIDIA's leftovers undone).
 
 Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim
 the API server no longer has for this node as an unprepare: an unprepare operation through the same
@@ -632,8 +632,9 @@ class DeviceState:
     def _restore(self) -> None:
         """Start-up (caller holds the node lock): remove the temp files of interrupted writes, adopt
         NVIDIA's claims, read the checkpoint and recover the claims whose CDI spec has no entry (not
-        NVIDIA's claim specs of adopted claims: their name is the one this driver uses); then give the
-        completed claims back what a reboot reset (`_restore_if_rebooted`)."""
+        NVIDIA's claim specs of adopted claims: their name is the one this driver uses), destroy the MIG
+        devices no entry owns (`_clean_up_partitions`); then give the completed claims back what a
+        reboot reset (`_restore_if_rebooted`)."""
         self.removed_leftovers = self._remove_leftovers()
         self._adopt_nvidia_claims()
         entries = self._read(recover_orphans=True, at_start=True)

@@ -80,6 +80,16 @@ class ApiError(Exception):
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details or {}
 
+    @classmethod
+    def not_found(cls, resource: str, group: str, name: str) -> ApiError:
+        """The API server's 404 for a named object of `resource` in API `group`."""
+        return cls(
+            404,
+            "NotFound",
+            f'{resource}.{group} "{name}" not found',
+            {"name": name, "group": group, "kind": resource},
+        )
+
     def status(self) -> dict[str, Any]:
         return {
             "kind": "Status",
@@ -811,12 +821,7 @@ class FakeAPIServer:
         if len(parts) == 7:
             key = (namespace, parts[6])
             if key not in self.deployments:
-                raise ApiError(
-                    404,
-                    "NotFound",
-                    f'deployments.apps "{parts[6]}" not found',
-                    {"name": parts[6], "group": "apps", "kind": "deployments"},
-                )
+                raise ApiError.not_found("deployments", "apps", parts[6])
             if method == "GET":
                 return 200, copy.deepcopy(self.deployments[key])
             if method == "DELETE":
@@ -912,12 +917,7 @@ class FakeAPIServer:
         try:
             return self.slices[name]
         except KeyError:
-            raise ApiError(
-                404,
-                "NotFound",
-                f'resourceslices.resource.k8s.io "{name}" not found',
-                {"name": name, "group": "resource.k8s.io", "kind": "resourceslices"},
-            ) from None
+            raise ApiError.not_found("resourceslices", "resource.k8s.io", name) from None
 
     def _update_slice(self, name: str, obj: dict[str, Any]) -> dict[str, Any]:
         current = self._get_slice(name)
@@ -1094,12 +1094,7 @@ class _Handler(BaseHTTPRequestHandler):
                     store = api.claim_cache  # served from the (stale) watch cache
                 claim = store.get((parts[4], parts[6]))
                 if claim is None:
-                    raise ApiError(
-                        404,
-                        "NotFound",
-                        f'resourceclaims.resource.k8s.io "{parts[6]}" not found',
-                        {"name": parts[6], "group": "resource.k8s.io", "kind": "resourceclaims"},
-                    )
+                    raise ApiError.not_found("resourceclaims", "resource.k8s.io", parts[6])
                 return 200, copy.deepcopy(claim)
             routed = api._route_pods(method, parts, query) or api._route_deployments(method, parts, body)
             if routed is not None:
@@ -1119,12 +1114,7 @@ class _Handler(BaseHTTPRequestHandler):
         if len(parts) == 5 and method == "GET":
             found = api.device_classes.get(parts[4])
             if found is None:
-                raise ApiError(
-                    404,
-                    "NotFound",
-                    f'deviceclasses.resource.k8s.io "{parts[4]}" not found',
-                    {"name": parts[4], "group": "resource.k8s.io", "kind": "deviceclasses"},
-                )
+                raise ApiError.not_found("deviceclasses", "resource.k8s.io", parts[4])
             return 200, copy.deepcopy(found)
         raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
 

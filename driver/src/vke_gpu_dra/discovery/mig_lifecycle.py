@@ -133,6 +133,11 @@ class MigSession:
             error = _ERRORS.get(exc.value, MigLifecycleError)
             raise error(f"GPU {gpu}: {name} failed: {exc}") from None
 
+    @staticmethod
+    def _failure(gpu: str) -> Callable[[str], MigLifecycleError]:
+        """How `gpu_instance_profiles` names a failed NVML call of `gpu`."""
+        return lambda msg: MigLifecycleError(f"GPU {gpu}: {msg}")
+
     def _handle(self, uuid: str) -> Any:
         for index in range(int(self._call(uuid, "nvmlDeviceGetCount"))):
             handle = self._call(f"index {index}", "nvmlDeviceGetHandleByIndex", index)
@@ -179,7 +184,7 @@ class MigSession:
         handle = self._handle(gpu)
         total = int(self._call(gpu, "nvmlDeviceGetMemoryInfo", handle).total)
         profiles = []
-        for index, info in gpu_instance_profiles(handle, lambda msg: MigLifecycleError(f"GPU {gpu}: {msg}")):
+        for index, info in gpu_instance_profiles(handle, self._failure(gpu)):
             profiles.append(
                 MigProfile(
                     name=norm.mig_profile_name(
@@ -238,15 +243,7 @@ class MigSession:
 
     def _gpu_instances(self, gpu: str, handle: Any) -> list[Any]:
         handles = []
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
-                continue
-            except pynvml.NVMLError as exc:
-                raise MigLifecycleError(
-                    f"GPU {gpu}: nvmlDeviceGetGpuInstanceProfileInfo (profile {index}) failed: {exc}"
-                ) from None
+        for _, info in gpu_instance_profiles(handle, self._failure(gpu)):
             array = (pynvml.c_nvmlGpuInstance_t * max(int(info.instanceCount), 1))()
             count = ctypes.c_uint(len(array))
             self._call(gpu, "nvmlDeviceGetGpuInstances", handle, int(info.id), array, ctypes.byref(count))
@@ -349,15 +346,7 @@ class MigSession:
 
     def _profile_by_id(self, gpu: str, handle: Any, profile_id: int) -> Any:
         known = []
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
-                continue
-            except pynvml.NVMLError as exc:
-                raise MigLifecycleError(
-                    f"GPU {gpu}: nvmlDeviceGetGpuInstanceProfileInfo (profile {index}) failed: {exc}"
-                ) from None
+        for _, info in gpu_instance_profiles(handle, self._failure(gpu)):
             if int(info.id) == profile_id:
                 return info
             known.append(str(info.id))

@@ -53,10 +53,6 @@ class HealthMonitor:
         with self._lock:
             return published_entries(self._entries, self._health, driver=self._driver, support=self.support)
 
-    def desired_annotations(self) -> dict[str, str]:
-        with self._lock:
-            return health_annotations(self._health, driver=self._driver)
-
     def health(self, device: str) -> DeviceHealth:
         with self._lock:
             return self._health.get(device, DeviceHealth(device))

@@ -35,13 +35,19 @@ def mps_dirs(plugin_data_dir: Path, ident: str) -> dict[str, Path]:
 
 def mps_cdi_edits(plugin_data_dir: Path, ident: str) -> dict[str, Any]:
     """The workload's container edits for one MPS daemon (NVIDIA's GetCDIContainerEdits)."""
-    dirs = mps_dirs(plugin_data_dir, ident)
+    return mps_container_edits(mps_dirs(plugin_data_dir, ident)["root"], MPS_PIPE_IN_CONTAINER)
+
+
+def mps_container_edits(root: Path, pipe_in_container: str) -> dict[str, Any]:
+    """A workload's container edits for the MPS daemon whose directories are under `root`: the pipe
+    directory in the environment, `root`'s shm and pipe directories bound in (also for the daemons of
+    claims adopted from NVIDIA's plugin)."""
     options = ["rw", "nosuid", "nodev", "bind"]
     return {
-        "env": [f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_IN_CONTAINER}"],
+        "env": [f"CUDA_MPS_PIPE_DIRECTORY={pipe_in_container}"],
         "mounts": [
-            {"hostPath": str(dirs["shm"]), "containerPath": "/dev/shm", "options": options},
-            {"hostPath": str(dirs["pipe"]), "containerPath": MPS_PIPE_IN_CONTAINER, "options": options},
+            {"hostPath": str(root / "shm"), "containerPath": "/dev/shm", "options": options},
+            {"hostPath": str(root / "pipe"), "containerPath": pipe_in_container, "options": options},
         ],
     }
 

@@ -25,6 +25,7 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, PreparedDevice
 
+from ..sharing.mps import mps_container_edits
 from .nvidia_checkpoint import (
     AllocatedResult,
     NvidiaCheckpoint,
@@ -185,19 +186,7 @@ def nvidia_mps_root(plugin_data_dir: Path, daemon_id: str) -> Path:
 
 def nvidia_mps_edits(plugin_data_dir: Path, daemon_id: str) -> dict[str, Any]:
     """NVIDIA's container edits for a workload of its MPS daemon (GetCDIContainerEdits)."""
-    root = nvidia_mps_root(plugin_data_dir, daemon_id)
-    options = ["rw", "nosuid", "nodev", "bind"]
-    return {
-        "env": [f"CUDA_MPS_PIPE_DIRECTORY={NVIDIA_MPS_PIPE_IN_CONTAINER}"],
-        "mounts": [
-            {"hostPath": str(root / "shm"), "containerPath": "/dev/shm", "options": options},
-            {
-                "hostPath": str(root / "pipe"),
-                "containerPath": NVIDIA_MPS_PIPE_IN_CONTAINER,
-                "options": options,
-            },
-        ],
-    }
+    return mps_container_edits(nvidia_mps_root(plugin_data_dir, daemon_id), NVIDIA_MPS_PIPE_IN_CONTAINER)
 
 
 @dataclass(frozen=True)
