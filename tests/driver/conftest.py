@@ -8,11 +8,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+
+from tests.driver.fake_nvml import build
 
 
 @pytest.fixture(autouse=True)
@@ -61,3 +64,19 @@ def kube(fake_api: FakeAPIServer, short_tmp: Path) -> Iterator[KubeAPI]:
     api = KubeAPI.from_kubeconfig(short_tmp / "kubeconfig")
     yield api
     api.close()
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' fake libnvidia-ml, built once per test module (each module loads its own copy, so the
+    fake's state never crosses modules)."""
+    return build(tmp_path_factory.mktemp("nvml"))
+
+
+@pytest.fixture
+def release_pynvml() -> Iterator[None]:
+    """pynvml keeps the loaded library in module globals: do not leak a fake into other tests."""
+    yield
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()

@@ -12,7 +12,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
-from tests.driver.fake_nvml import build, write_config
+from tests.driver.fake_nvml import write_config
 from tests.driver.slice_check import assert_publishable
 
 GIB = 2**30
@@ -30,18 +30,7 @@ A100_PROFILES = {
 }
 
 
-@pytest.fixture(scope="session")
-def fake_lib(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("nvml"))
-
-
-@pytest.fixture(autouse=True)
-def _release_pynvml():
-    """pynvml keeps the loaded library in module globals: do not leak a fake into other tests."""
-    yield
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
+pytestmark = pytest.mark.usefixtures("release_pynvml")
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pynvml
 import pytest
 import yaml
 from vke_gpu_dra.cdi import claim_spec_path
@@ -20,7 +19,7 @@ from vke_gpu_dra.discovery.mig_lifecycle import MigLifecycle
 from vke_gpu_dra.discovery.nvml import NvmlSource
 from vke_gpu_dra.partitions.setup import nvml_dynamic_mig_at
 
-from tests.driver.fake_nvml import build, mig_settings, write_config
+from tests.driver.fake_nvml import mig_settings, write_config
 from tests.driver.mig_state import claim_of, open_state, ref
 
 A100_80 = "NVIDIA A100-SXM4-80GB"
@@ -30,17 +29,7 @@ GPU1 = "GPU-00000000-0000-4000-8000-000000000001"
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("nvml"))
-
-
-@pytest.fixture(autouse=True)
-def _release_pynvml() -> object:
-    yield
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
+pytestmark = pytest.mark.usefixtures("release_pynvml")
 
 
 def settings(mode0: int = 1, mode1: int = 1, **extra: object) -> dict[str, object]:

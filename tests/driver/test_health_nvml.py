@@ -15,7 +15,7 @@ from vke_gpu_dra.kubelet.resource_health import DeviceHealthBoard
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra_testing.plugin_env import wait_until
 
-from tests.driver.fake_nvml import build, write_config
+from tests.driver.fake_nvml import write_config
 from tests.driver.test_discovery_nvml import mig_settings
 
 XID = pynvml.nvmlEventTypeXidCriticalError
@@ -32,11 +32,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(scope="session")
-def fake_lib(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("nvml-health"))
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from vke_gpu_dra_core.mig_partitions import (
     product_partitions,
 )
 
-from tests.driver.fake_nvml import build, mig_settings, write_config
+from tests.driver.fake_nvml import mig_settings, write_config
 
 A100_80 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -31,17 +31,7 @@ GPU0 = "GPU-00000000-0000-4000-8000-000000000000"
 GPU1 = "GPU-00000000-0000-4000-8000-000000000001"
 
 
-@pytest.fixture(scope="session")
-def fake_lib(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("nvml"))
-
-
-@pytest.fixture(autouse=True)
-def _release_pynvml():
-    yield
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
+pytestmark = pytest.mark.usefixtures("release_pynvml")
 
 
 @pytest.fixture
