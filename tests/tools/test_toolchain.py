@@ -1,0 +1,263 @@
+"""scripts/toolchain (tools/toolchain.py): the pins, the cache keys, the shared binaries and the cache's
+reuse, without Go (the builds themselves run in .ci/run, and the tiers use what they built)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tools import toolchain
+from tools.toolchain import Recipe, Sums, ToolchainError
+
+GO_MOD = """module example.local/toolchain/tool
+
+go 1.26.0
+
+require example.com/tool/v2 v2.3.4
+
+require (
+\texample.com/other v0.1.0 // indirect
+\tk8s.io/kubernetes v1.37.2
+)
+"""
+BUILD_TOML = """# a tool
+module = "example.com/tool/v2"
+version_command = ["tool", "--version"]
+
+[binaries]
+tool = "example.com/tool/v2/cmd/tool"
+
+[stamp]
+"example.com/tool/v2/version.Version" = "{version}"
+"example.com/tool/v2/version.Minor" = "{minor}"
+
+[files]
+helper-script = "example.com/tool/v2:scripts/helper"
+"""
+
+
+def wrapper(tmp_path: Path, name: str = "tool", build_toml: str = BUILD_TOML) -> Path:
+    folder = tmp_path / "wrappers" / name
+    folder.mkdir(parents=True)
+    (folder / "go.mod").write_text(GO_MOD)
+    (folder / "go.sum").write_text("example.com/tool/v2 v2.3.4 h1:abc=\n")
+    (folder / "build.toml").write_text(build_toml)
+    return folder
+
+
+def test_the_version_is_the_one_go_mod_requires() -> None:
+    assert toolchain.module_version(GO_MOD, "example.com/tool/v2") == "v2.3.4"
+    assert toolchain.module_version(GO_MOD, "k8s.io/kubernetes") == "v1.37.2"
+    with pytest.raises(ToolchainError, match=r"go\.mod requires no version of example\.com/absent"):
+        toolchain.module_version(GO_MOD, "example.com/absent")
+
+
+def test_a_recipe_reads_build_toml_and_stamps_the_version(tmp_path: Path) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    assert (recipe.name, recipe.module, recipe.version) == ("tool", "example.com/tool/v2", "v2.3.4")
+    assert recipe.outputs == ["helper-script", "tool"]
+    assert recipe.version_command == ("tool", "--version")
+    assert recipe.ldflags() == (
+        "-s -w -X example.com/tool/v2/version.Minor=3 -X example.com/tool/v2/version.Version=v2.3.4"
+    )
+
+
+@pytest.mark.parametrize(
+    ("build_toml", "message"),
+    [
+        ('[binaries]\ntool = "x"\n', "module must name the Go module"),
+        ('module = "example.com/tool/v2"\n', r"\[binaries\] names no binary"),
+        ('module = "example.com/tool/v2"\n[binaries]\ntool = 3\n', r"\[binaries\] must map names to strings"),
+        (
+            'module = "example.com/tool/v2"\nversion_command = "tool"\n[binaries]\ntool = "x"\n',
+            "version_command",
+        ),
+        (
+            'module = "example.com/absent"\n[binaries]\ntool = "x"\n',
+            "requires no version of example.com/absent",
+        ),
+        ("module = \n", "tool: "),
+    ],
+)
+def test_a_bad_build_toml_is_one_error_naming_the_file(tmp_path: Path, build_toml: str, message: str) -> None:
+    with pytest.raises(ToolchainError, match=message):
+        toolchain.load_recipe(wrapper(tmp_path, build_toml=build_toml))
+
+
+def test_the_cache_key_follows_what_decides_the_build(tmp_path: Path) -> None:
+    folder = wrapper(tmp_path)
+    (folder / "cmd").mkdir()
+    (folder / "cmd" / "main.go").write_text("package main\n")
+    key = toolchain.load_recipe(folder).key()
+    (folder / toolchain.SUMS).write_text("# recorded\n")
+    assert toolchain.load_recipe(folder).key() == key, "SHA256SUMS records the result; it decides nothing"
+    (folder / "cmd" / "main.go").write_text("package main\n\nfunc main() {}\n")
+    changed = toolchain.load_recipe(folder).key()
+    assert changed != key
+    (folder / "go.sum").write_text("example.com/tool/v2 v2.3.4 h1:def=\n")
+    assert toolchain.load_recipe(folder).key() not in (key, changed)
+
+
+def test_only_names_the_tools_there_are(tmp_path: Path) -> None:
+    recipes = {"tool": toolchain.load_recipe(wrapper(tmp_path))}
+    assert toolchain.select(recipes, None) == list(recipes.values())
+    assert toolchain.select(recipes, " tool ,") == [recipes["tool"]]
+    with pytest.raises(ToolchainError, match="--only tool,nope: no tool nope; the tools: tool"):
+        toolchain.select(recipes, "tool,nope")
+
+
+def test_sums_round_trip_with_the_go_release(tmp_path: Path) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    sums = Sums("go1.26.8", {"tool": "a" * 64, "helper-script": "b" * 64})
+    parsed = Sums.parse(sums.render(recipe))
+    assert parsed == sums
+    assert parsed.covers(recipe.outputs)
+    assert not Sums("go1.26.8", {"tool": "a" * 64}).covers(recipe.outputs)
+
+
+def _recorded(recipe: Recipe, files: dict[str, bytes]) -> None:
+    sums = Sums("go1.26.8", {name: hashlib.sha256(data).hexdigest() for name, data in files.items()})
+    (recipe.folder / toolchain.SUMS).write_text(sums.render(recipe))
+
+
+def test_shared_binaries_are_used_when_every_digest_matches(tmp_path: Path) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    files = {"tool": b"\x7fELF tool", "helper-script": b"#!/bin/sh\n"}
+    _recorded(recipe, files)
+    shared = tmp_path / "shared"
+    (shared / "bin").mkdir(parents=True)
+    (shared / "bin" / "tool").write_bytes(files["tool"])
+    (shared / "helper-script").write_bytes(files["helper-script"])
+    (shared / "tool").write_bytes(b"another build")  # same name, other bytes: not taken
+    cache = tmp_path / "cache"
+
+    outcome = toolchain.ensure(recipe, cache, shared, say=lambda _m: None)
+
+    assert outcome.source == "shared"
+    assert (outcome.path / "tool").read_bytes() == files["tool"]
+    assert os.access(outcome.path / "helper-script", os.X_OK)
+    manifest = json.loads((outcome.path / toolchain.MANIFEST).read_text())
+    assert (manifest["source"], manifest["go"], manifest["version"]) == ("shared", "go1.26.8", "v2.3.4")
+    assert toolchain.locate("tool", cache, recipe.folder.parent) == outcome.path
+    # The second time the cache is reused, after its files are checked against the manifest.
+    assert toolchain.ensure(recipe, cache, shared, say=lambda _m: None).source == "cached"
+
+
+def test_an_altered_cache_entry_is_not_reused(tmp_path: Path) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    files = {"tool": b"tool", "helper-script": b"script"}
+    _recorded(recipe, files)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for name, data in files.items():
+        (shared / name).write_bytes(data)
+    cache = tmp_path / "cache"
+    path = toolchain.ensure(recipe, cache, shared, say=lambda _m: None).path
+    (path / "tool").write_bytes(b"tampered")
+    said: list[str] = []
+
+    outcome = toolchain.ensure(recipe, cache, shared, say=said.append)
+
+    assert outcome.source == "shared" and (outcome.path / "tool").read_bytes() == b"tool"
+    assert said == [f"toolchain: {path.name} is incomplete or altered; building it again"]
+
+
+def test_shared_binaries_missing_one_output_are_not_used(tmp_path: Path) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    files = {"tool": b"tool", "helper-script": b"script"}
+    _recorded(recipe, files)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "tool").write_bytes(files["tool"])
+    assert toolchain.shared_copies(recipe, toolchain.read_sums(recipe), shared) is None
+    assert toolchain.shared_copies(recipe, None, shared) is None
+
+
+def test_nothing_built_is_located_and_an_interrupted_build_leaves_nothing(tmp_path: Path) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    cache = tmp_path / "cache"
+    assert toolchain.locate("tool", cache, recipe.folder.parent) is None
+    assert toolchain.locate("absent", cache, recipe.folder.parent) is None
+    # A tool folder without its manifest (a build cut short before the rename) does not count.
+    partial = toolchain.tool_dir(recipe, cache)
+    partial.mkdir(parents=True)
+    (partial / "tool").write_bytes(b"half")
+    assert toolchain.locate("tool", cache, recipe.folder.parent) is None
+
+
+def test_kube_assets_are_one_folder_of_the_four_binaries(tmp_path: Path) -> None:
+    wrappers, cache = tmp_path / "wrappers", tmp_path / "cache"
+    kube_toml = 'module = "k8s.io/kubernetes"\n[binaries]\n' + "".join(
+        f'{b} = "k8s.io/kubernetes/cmd/{b}"\n'
+        for b in ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+    )
+    built = {}
+    for name, toml in (
+        ("kubernetes-1.37", kube_toml),
+        ("etcd", 'module = "k8s.io/kubernetes"\n[binaries]\netcd = "x"\n'),
+    ):
+        recipe = toolchain.load_recipe(wrapper(tmp_path, name, toml))
+        path = toolchain.tool_dir(recipe, cache)
+        path.mkdir(parents=True)
+        for output in recipe.outputs:
+            (path / output).write_text(output)
+        (path / toolchain.MANIFEST).write_text("{}")
+        built[name] = path
+    assert toolchain.kube_assets("1.34", cache, wrappers) is None, "1.34 is not built here"
+
+    assets = toolchain.kube_assets("1.37", cache, wrappers)
+
+    assert assets is not None
+    assert sorted(p.name for p in assets.iterdir()) == sorted(toolchain.ASSET_BINARIES)
+    assert (assets / "etcd").resolve() == built["etcd"] / "etcd"
+    assert (assets / "kube-apiserver").read_text() == "kube-apiserver"
+    assert toolchain.kube_assets("1.37", cache, wrappers) == assets
+
+
+def test_the_cache_is_outside_the_repository() -> None:
+    assert toolchain.cache_root({"VKE_GPU_DRA_TOOLCHAIN_CACHE": "/x/tc"}) == Path("/x/tc")
+    assert toolchain.cache_root({"XDG_CACHE_HOME": "/x/cache"}) == Path("/x/cache/vke-gpu-dra/toolchain")
+    assert toolchain.cache_root({}) == Path.home() / ".cache" / "vke-gpu-dra" / "toolchain"
+    assert toolchain.shared_root({}) == toolchain.ROOT.parent / "shared" / "toolchain"
+
+
+# --- the project's own wrappers ------------------------------------------------------------------
+
+
+def test_every_wrapper_builds_a_pinned_module_and_records_its_digests() -> None:
+    recipes = toolchain.recipes()
+    assert set(recipes) >= {"etcd", "helm", "pulumi", "pulumi-kubernetes", *toolchain.KUBERNETES.values()}
+    for recipe in recipes.values():
+        assert recipe.version.startswith("v"), recipe.name
+        sums = toolchain.read_sums(recipe)
+        assert sums is not None and sums.covers(recipe.outputs), f"{recipe.name}: SHA256SUMS lacks an output"
+        assert sums.go.startswith("go1."), recipe.name
+
+
+def test_the_kubernetes_wrappers_pin_every_staging_module_to_the_matching_tag() -> None:
+    for minor, name in toolchain.KUBERNETES.items():
+        recipe = toolchain.recipes()[name]
+        assert recipe.version.startswith(f"v{minor}."), name
+        staging = "v0." + recipe.version.removeprefix("v1.")
+        go_mod = (recipe.folder / "go.mod").read_text()
+        replaces = [line.split() for line in go_mod.splitlines() if line.startswith("replace k8s.io/")]
+        assert len(replaces) >= 30, name
+        assert all(words[3] == words[1] and words[4] == staging for words in replaces), name
+
+
+def test_check_and_path_build_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VKE_GPU_DRA_TOOLCHAIN_CACHE", str(tmp_path))
+    assert toolchain.main(["--check", "--only", "helm"]) == 1
+    assert toolchain.main(["--path", "helm"]) == 1
+    assert toolchain.main(["--path", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "toolchain: helm is not built" in err
+    assert "helm is not built (scripts/toolchain --only helm)" in err
+    assert "--only nope: no tool nope" in err
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,512 @@
+"""The binaries the test tiers run, built with this machine's Go from the Go module proxy into a cache
+outside the repository, keyed by the pins.
+
+    scripts/toolchain                      build what is missing, reuse what is cached; one line per tool
+    scripts/toolchain --only helm,pulumi   the same for some tools
+    scripts/toolchain --check              build nothing: exit 1 naming each tool that is not built
+    scripts/toolchain --path NAME          the folder of one built tool (exit 1 when it is not built)
+    scripts/toolchain --record             write each tool's SHA256SUMS from its build (after a pin change)
+
+Each tool is a folder under toolchain/ (its wrapper module): `go.mod` and `go.sum` declare the module
+versions (nothing of those projects is copied here), `build.toml` names the binaries, the version stamps
+(`-ldflags -X`), files copied out of a module beside the binaries and files copied into the build, and
+`SHA256SUMS` the binaries' digests as built with the Go release its first line names. A build runs in a
+scratch copy of the wrapper with `-mod=readonly -trimpath`, CGO off and the machine's own Go
+(GOTOOLCHAIN=local), so the same pins and Go release give the same bytes; the folder is moved into the
+cache only when complete (`manifest.json` last), so an interrupted build leaves nothing that counts.
+
+Where `../shared/toolchain/` (beside the clone; $VKE_GPU_DRA_SHARED_TOOLCHAIN elsewhere) holds files
+whose SHA256 is the one recorded for every file of a tool, they are copied into the cache instead of
+building. A cached tool is checked against its manifest before it is reused.
+
+The cache: $VKE_GPU_DRA_TOOLCHAIN_CACHE, else $XDG_CACHE_HOME/vke-gpu-dra/toolchain, else
+~/.cache/vke-gpu-dra/toolchain. Standard library only: it runs before the virtualenvs exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+WRAPPERS = ROOT / "toolchain"
+#: Changes whenever the way a tool is built changes (flags, layout): part of every cache key.
+RECIPE = "1"
+MANIFEST = "manifest.json"
+SUMS = "SHA256SUMS"
+#: The wrapper's files that decide what is built (SHA256SUMS only records the result).
+KEY_FILES = ("go.mod", "go.sum", "build.toml")
+#: The tools the control planes of the integration tier are made of, per Kubernetes minor.
+KUBERNETES = {"1.34": "kubernetes-1.34", "1.37": "kubernetes-1.37"}
+ETCD = "etcd"
+#: What a folder of `kube_assets` holds (envtest's $KUBEBUILDER_ASSETS).
+ASSET_BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+GO_FLAGS = "-mod=readonly -trimpath -buildvcs=false"
+
+
+class ToolchainError(Exception):
+    """A problem reported as one message (exit 1)."""
+
+
+# --- recipes (pure) --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One wrapper folder under toolchain/ and what build.toml says to make of it."""
+
+    name: str
+    folder: Path
+    module: str
+    version: str
+    binaries: Mapping[str, str]
+    stamp: Mapping[str, str] = field(default_factory=dict)
+    #: output file -> "module:path inside it", copied beside the binaries (made executable).
+    files: Mapping[str, str] = field(default_factory=dict)
+    #: path in the build copy -> "module:path inside it", copied in before `go build`.
+    embed: Mapping[str, str] = field(default_factory=dict)
+    #: `binary args...` whose first output line shows the tool's version.
+    version_command: tuple[str, ...] = ()
+
+    @property
+    def outputs(self) -> list[str]:
+        return sorted([*self.binaries, *self.files])
+
+    def key(self) -> str:
+        """sha256 over the files that decide the build, and RECIPE."""
+        digest = hashlib.sha256(f"recipe {RECIPE}\n".encode())
+        for path in self._key_paths():
+            digest.update(path.relative_to(self.folder).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()
+
+    def _key_paths(self) -> list[Path]:
+        paths = [self.folder / name for name in KEY_FILES]
+        paths += [p for p in self.folder.rglob("*.go") if p.is_file()]
+        return sorted(paths, key=lambda p: p.relative_to(self.folder).as_posix())
+
+    def ldflags(self) -> str:
+        major, minor = _major_minor(self.version)
+        values = {"version": self.version, "major": major, "minor": minor}
+        stamps = [
+            f"-X {symbol}={template.format(**values)}" for symbol, template in sorted(self.stamp.items())
+        ]
+        return " ".join(["-s", "-w", *stamps])
+
+
+def _major_minor(version: str) -> tuple[str, str]:
+    match = re.match(r"v(\d+)\.(\d+)\.", version)
+    return (match.group(1), match.group(2)) if match else ("", "")
+
+
+def module_version(go_mod: str, module: str) -> str:
+    """The version go.mod requires of `module` (a `require` line, single or in a block)."""
+    for line in go_mod.splitlines():
+        words = line.split("//")[0].split()
+        if words[:1] == ["require"]:
+            words = words[1:]
+        if len(words) == 2 and words[0] == module:
+            return words[1]
+    raise ToolchainError(f"go.mod requires no version of {module}")
+
+
+def _table(data: Mapping[str, Any], key: str, where: Path) -> dict[str, str]:
+    value = data.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ToolchainError(f"{where}: [{key}] must map names to strings")
+    return dict(value)
+
+
+def load_recipe(folder: Path) -> Recipe:
+    where = folder / "build.toml"
+    try:
+        data = tomllib.loads(where.read_text(encoding="utf-8"))
+        go_mod = (folder / "go.mod").read_text(encoding="utf-8")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ToolchainError(f"{folder.name}: {exc}") from None
+    module = data.get("module")
+    if not isinstance(module, str):
+        raise ToolchainError(f"{where}: module must name the Go module whose version the tool is")
+    binaries = _table(data, "binaries", where)
+    if not binaries:
+        raise ToolchainError(f"{where}: [binaries] names no binary")
+    command = data.get("version_command", [])
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise ToolchainError(f"{where}: version_command must be a list of strings")
+    return Recipe(
+        name=folder.name,
+        folder=folder,
+        module=module,
+        version=module_version(go_mod, module),
+        binaries=binaries,
+        stamp=_table(data, "stamp", where),
+        files=_table(data, "files", where),
+        embed=_table(data, "embed", where),
+        version_command=tuple(command),
+    )
+
+
+def recipes(wrappers: Path = WRAPPERS) -> dict[str, Recipe]:
+    return {p.parent.name: load_recipe(p.parent) for p in sorted(wrappers.glob("*/build.toml"))}
+
+
+def select(all_recipes: Mapping[str, Recipe], only: str | None) -> list[Recipe]:
+    if not only:
+        return list(all_recipes.values())
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in all_recipes]
+    if unknown:
+        raise ToolchainError(
+            f"--only {only}: no tool {', '.join(unknown)}; the tools: {', '.join(all_recipes)}"
+        )
+    return [all_recipes[n] for n in names]
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A wrapper's SHA256SUMS: the Go release the digests were recorded with, and file -> sha256."""
+
+    go: str
+    digests: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> Sums:
+        go, digests = "", {}
+        for line in text.splitlines():
+            if line.startswith("#"):
+                match = re.search(r"\bgo(\d+\.\d+(?:\.\d+)?)\b", line)
+                go = go or (f"go{match.group(1)}" if match else "")
+                continue
+            if line.strip():
+                digest, name = line.split(maxsplit=1)
+                digests[name.strip().lstrip("*")] = digest
+        return cls(go, digests)
+
+    def render(self, recipe: Recipe) -> str:
+        head = (
+            f"# {recipe.name} ({recipe.module} {recipe.version}) built by scripts/toolchain with {self.go}\n"
+        )
+        return head + "".join(f"{self.digests[name]}  {name}\n" for name in sorted(self.digests))
+
+    def covers(self, outputs: Iterable[str]) -> bool:
+        return all(name in self.digests for name in outputs)
+
+
+def read_sums(recipe: Recipe) -> Sums | None:
+    path = recipe.folder / SUMS
+    return Sums.parse(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- the cache ---------------------------------------------------------------------------------------
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("VKE_GPU_DRA_TOOLCHAIN_CACHE"):
+        return Path(env["VKE_GPU_DRA_TOOLCHAIN_CACHE"]).expanduser()
+    base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "vke-gpu-dra" / "toolchain"
+
+
+def shared_root(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    given = env.get("VKE_GPU_DRA_SHARED_TOOLCHAIN")
+    return Path(given).expanduser() if given else ROOT.parent / "shared" / "toolchain"
+
+
+def tool_dir(recipe: Recipe, cache: Path) -> Path:
+    return cache / f"{recipe.name}-{recipe.version}-{recipe.key()[:16]}"
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def locate(name: str, cache: Path | None = None, wrappers: Path = WRAPPERS) -> Path | None:
+    """The folder of tool `name` built for the current pins, or None (nothing is checked but the manifest:
+    the tests call this on every run)."""
+    folder = wrappers / name
+    if not (folder / "build.toml").exists():
+        return None
+    recipe = load_recipe(folder)
+    path = tool_dir(recipe, cache or cache_root())
+    manifest = read_manifest(path)
+    if manifest is None or not all((path / name).exists() for name in recipe.outputs):
+        return None
+    return path
+
+
+def kube_assets(minor: str, cache: Path | None = None, wrappers: Path = WRAPPERS) -> Path | None:
+    """A folder with etcd, kube-apiserver, kube-scheduler and kube-controller-manager of Kubernetes
+    `minor` ("1.34", "1.37"): what $KUBEBUILDER_ASSETS names for envtest. None when either is not built."""
+    cache = cache or cache_root()
+    kube, etcd = locate(KUBERNETES[minor], cache, wrappers), locate(ETCD, cache, wrappers)
+    if kube is None or etcd is None:
+        return None
+    assets = cache / "assets" / f"{kube.name}+{etcd.name}"
+    if not (assets / "kube-apiserver").exists():
+        staging = assets.with_name(f".{assets.name}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for binary in ASSET_BINARIES:
+            (staging / binary).symlink_to((etcd if binary == ETCD else kube) / binary)
+        try:
+            staging.rename(assets)
+        except OSError:  # another process made it first
+            shutil.rmtree(staging, ignore_errors=True)
+    return assets
+
+
+# --- building ----------------------------------------------------------------------------------------
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"CGO_ENABLED": "0", "GOFLAGS": GO_FLAGS, "GOTOOLCHAIN": "local", "GOWORK": "off"})
+    return env
+
+
+def go_version() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ToolchainError(
+            "go is not on PATH: the toolchain is built with Go 1.26 from the Go module proxy "
+            "(https://go.dev/doc/install), or copied from ../shared/toolchain"
+        )
+    return _run([go, "env", "GOVERSION"], cwd=ROOT).strip()
+
+
+def _run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> str:
+    result = subprocess.run(
+        list(argv), cwd=cwd, env=dict(env or go_env()), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip()
+        raise ToolchainError(f"`{' '.join(argv)}` in {cwd} failed (exit {result.returncode}):\n{output}")
+    return result.stdout
+
+
+def module_file(spec: str, work: Path) -> Path:
+    """`module:path` -> that file in the module cache (the module is downloaded as go.sum pins it)."""
+    module, _, inner = spec.partition(":")
+    directory = _run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=work).strip()
+    path = Path(directory) / inner
+    if not directory or not path.is_file():
+        raise ToolchainError(f"{spec}: not in {module} as go.mod pins it ({directory or 'not downloaded'})")
+    return path
+
+
+def build(recipe: Recipe, staging: Path) -> None:
+    """Build `recipe` into `staging` (binaries and files), in a scratch copy of its wrapper."""
+    with tempfile.TemporaryDirectory(prefix=f"toolchain-{recipe.name}-") as scratch:
+        work = Path(scratch) / "src"
+        shutil.copytree(recipe.folder, work)
+        for target, spec in recipe.embed.items():
+            destination = work / target
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(module_file(spec, work), destination)
+        ldflags = recipe.ldflags()
+        for name, package in sorted(recipe.binaries.items()):
+            _run(["go", "build", "-ldflags", ldflags, "-o", str(staging / name), package], cwd=work)
+        for name, spec in sorted(recipe.files.items()):
+            shutil.copyfile(module_file(spec, work), staging / name)
+            (staging / name).chmod(0o755)
+
+
+def shared_copies(recipe: Recipe, sums: Sums | None, shared: Path) -> dict[str, Path] | None:
+    """Files under `shared` with the recorded SHA256 of each output, found by name; None unless all are."""
+    if sums is None or not sums.covers(recipe.outputs) or not shared.is_dir():
+        return None
+    found: dict[str, Path] = {}
+    for path in sorted(shared.rglob("*")):
+        name = path.name
+        if (
+            name in recipe.outputs
+            and name not in found
+            and path.is_file()
+            and sha256(path) == sums.digests[name]
+        ):
+            found[name] = path
+    return found if len(found) == len(recipe.outputs) else None
+
+
+@dataclass
+class Outcome:
+    recipe: Recipe
+    path: Path
+    source: str  # built, cached, shared
+    seconds: float
+    version_line: str = ""
+
+
+def verify_cached(path: Path, recipe: Recipe) -> bool:
+    manifest = read_manifest(path)
+    if manifest is None:
+        return False
+    digests = manifest.get("files", {})
+    return all(
+        (path / name).is_file() and digests.get(name) == sha256(path / name) for name in recipe.outputs
+    )
+
+
+def ensure(recipe: Recipe, cache: Path, shared: Path, *, say: Any = print) -> Outcome:
+    """The tool's folder in the cache: reused when its manifest checks out, else copied from `shared`
+    (SHA256 as recorded) or built."""
+    path = tool_dir(recipe, cache)
+    if verify_cached(path, recipe):
+        manifest = read_manifest(path) or {}
+        return Outcome(recipe, path, "cached", float(manifest.get("seconds", 0.0)))
+    if path.exists():
+        say(f"toolchain: {path.name} is incomplete or altered; building it again")
+        shutil.rmtree(path)
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{recipe.name}-", dir=cache))
+    staging.chmod(0o755)  # mkdtemp's 0700 would keep the tools from other users
+    try:
+        sums = read_sums(recipe)
+        begin = time.monotonic()
+        copies = shared_copies(recipe, sums, shared)
+        if copies is not None:
+            for name, source in copies.items():
+                shutil.copyfile(source, staging / name)
+                (staging / name).chmod(0o755)
+            source_kind, go = "shared", sums.go if sums else ""
+        else:
+            say(f"toolchain: building {recipe.name} ({recipe.module} {recipe.version}) ...")
+            go = go_version()
+            build(recipe, staging)
+            source_kind = "built"
+        seconds = time.monotonic() - begin
+        digests = {name: sha256(staging / name) for name in recipe.outputs}
+        if source_kind == "built" and sums is not None and sums.go == go:
+            changed = sorted(n for n, d in digests.items() if n in sums.digests and sums.digests[n] != d)
+            if changed:
+                raise ToolchainError(
+                    f"{recipe.name}: {', '.join(changed)} built with {go} differ from "
+                    f"{recipe.folder / SUMS}, recorded with the same Go release: the build is not "
+                    "reproducible here"
+                )
+        manifest = {
+            "name": recipe.name, "module": recipe.module, "version": recipe.version, "go": go,
+            "source": source_kind, "seconds": round(seconds, 1), "key": recipe.key(), "files": digests,
+        }  # fmt: skip
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        staging.rename(path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Outcome(recipe, path, source_kind, seconds)
+
+
+def version_line(outcome: Outcome) -> str:
+    """The first line of the tool's version command, or "" when it has none."""
+    command = outcome.recipe.version_command
+    if not command:
+        return ""
+    argv = [str(outcome.path / command[0]), *command[1:]]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[0].strip() if lines else f"(exit {result.returncode}, no output)"
+
+
+def record(recipe: Recipe, cache: Path) -> Path:
+    """Write SHA256SUMS from the tool's build in the cache (with the Go release it was built with)."""
+    path = tool_dir(recipe, cache)
+    manifest = read_manifest(path)
+    if manifest is None or manifest.get("source") != "built":
+        raise ToolchainError(f"{recipe.name}: build it first (scripts/toolchain --only {recipe.name})")
+    sums = Sums(str(manifest["go"]), dict(manifest["files"]))
+    target = recipe.folder / SUMS
+    target.write_text(sums.render(recipe), encoding="utf-8")
+    return target
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def summary(outcome: Outcome) -> str:
+    took = f"built in {outcome.seconds:.0f} s" if outcome.source == "built" else outcome.source
+    if outcome.source == "cached":
+        took = f"cached (built in {outcome.seconds:.0f} s)"
+    elif outcome.source == "shared":
+        took = "copied from the shared toolchain (SHA256 as recorded)"
+    version = f"  [{outcome.version_line}]" if outcome.version_line else ""
+    return f"{outcome.recipe.name:<18} {outcome.recipe.version:<40} {took}{version}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/toolchain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated tools (folders of toolchain/)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="build nothing; exit 1 when a tool is not built")
+    mode.add_argument("--path", metavar="NAME", help="print the folder of one built tool")
+    mode.add_argument("--record", action="store_true", help="write SHA256SUMS from the builds in the cache")
+    args = parser.parse_args(argv)
+    try:
+        return _main(args)
+    except ToolchainError as exc:
+        print(f"toolchain: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(args: argparse.Namespace) -> int:
+    all_recipes = recipes()
+    cache = cache_root()
+    if args.path:
+        select(all_recipes, args.path)
+        found = locate(args.path, cache)
+        if found is None:
+            print(
+                f"toolchain: {args.path} is not built (scripts/toolchain --only {args.path})", file=sys.stderr
+            )
+            return 1
+        print(found)
+        return 0
+    chosen = select(all_recipes, args.only)
+    if args.check:
+        missing = [r.name for r in chosen if locate(r.name, cache) is None]
+        for name in missing:
+            print(f"toolchain: {name} is not built", file=sys.stderr)
+        return 1 if missing else 0
+    if args.record:
+        for recipe in chosen:
+            print(f"toolchain: wrote {record(recipe, cache).relative_to(ROOT)}")
+        return 0
+    begin = time.monotonic()
+    shared = shared_root()
+    print(f"toolchain: cache {cache}" + (f"; shared binaries from {shared}" if shared.is_dir() else ""))
+    for recipe in chosen:
+        outcome = ensure(recipe, cache, shared)
+        outcome.version_line = version_line(outcome)
+        print(f"toolchain: {summary(outcome)}", flush=True)
+    print(f"toolchain: {len(chosen)} tools ready in {time.monotonic() - begin:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
