@@ -27,6 +27,17 @@ def test_pulumi_yaml_and_the_configuration_doc_are_as_generated_from_the_table()
     assert generate.main(["--check", "--root", str(harness.ROOT)]) == 0
 
 
+def test_pulumi_yaml_declares_only_keys_the_cli_does_not_read_as_paths() -> None:
+    """The Pulumi CLI merges a declared key's default at the path its dots spell (`driver.image` is `image`
+    in `driver`), and `driver.image` beside `driver.image.build` fails every preview with
+    "driver.image: expected a map": only the keys without a dot are declared, each with its default."""
+    block = config.load_pulumi_yaml((harness.ROOT / "Pulumi.yaml").read_text())["config"]
+    undotted = {k.name for k in keys.KEYS if "." not in k.name}
+    assert set(block) == undotted
+    assert {"target", "production", "namePrefix", "kubeconfig"} <= undotted
+    assert all(block[k.name]["default"] == k.default_value() for k in keys.KEYS if k.name in block)
+
+
 def test_the_doc_has_one_row_per_key_with_type_default_and_constraints() -> None:
     doc = (harness.ROOT / "docs" / "configuration.md").read_text()
     for key in keys.ALL_KEYS:
