@@ -182,6 +182,9 @@ class DriverImage(pulumi.ComponentResource):
         volc = pulumi.ResourceOptions(parent=self, provider=provider)
         registry_deps: list[pulumi.Resource] = []
         registry_name: pulumi.Input[str] = cfg.registry_name
+        #: The registry whose push token is asked for (the CR API has none for a registry that does not
+        #: exist yet).
+        token_registry: pulumi.Input[str] = cfg.registry_name
         if cfg.registry_create:
             registry = volcengine.cr.Registry(
                 f"{name}-registry",
@@ -196,6 +199,10 @@ class DriverImage(pulumi.ComponentResource):
             )
             registry_name = registry.name
             registry_deps = [registry, endpoint]
+            # Known once the registry exists: its id is unknown in a preview that creates it, and an invoke
+            # with an unknown argument is not made then (pulumi-volcengine's output functions ignore an
+            # invoke's depends_on).
+            token_registry = pulumi.Output.all(registry.id, registry.name).apply(lambda ids: str(ids[1]))
         deps = pulumi.ResourceOptions.merge(volc, pulumi.ResourceOptions(depends_on=registry_deps))
         namespace = volcengine.cr.Namespace(
             f"{name}-namespace", registry=registry_name, name=cfg.registry_namespace, opts=deps
@@ -212,7 +219,7 @@ class DriverImage(pulumi.ComponentResource):
         domain = registry_domain(cfg.registry_name, region)
         repository = f"{domain}/{cfg.registry_namespace}/{cfg.registry_repository}"
         token = volcengine.cr.get_authorization_tokens_output(
-            registry=registry_name, opts=pulumi.InvokeOptions(parent=self, provider=provider)
+            registry=token_registry, opts=pulumi.InvokeOptions(parent=self, provider=provider)
         ).tokens[0]
         content_hash = source_hash()
         image = docker_build.Image(

@@ -169,10 +169,12 @@ def _unwrap_secrets(value: Any) -> Any:
 
 
 class ProgramMocks(pulumi.runtime.Mocks):
-    """Echo inputs back; answer the kubeconfig invoke."""
+    """Echo inputs back; answer the kubeconfig invoke. With `preview`, a first preview: no resource
+    exists yet, so none has an id."""
 
-    def __init__(self) -> None:
+    def __init__(self, preview: bool = False) -> None:
         self.invokes: list[tuple[str, dict[str, Any]]] = []
+        self.preview = preview
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = copy.deepcopy(args.inputs)
@@ -187,7 +189,7 @@ class ProgramMocks(pulumi.runtime.Mocks):
         if args.typ == DOCKER_IMAGE:
             state["digest"] = fake_digest(state.get("tags"))
             state["ref"] = f"{(state.get('tags') or ['image'])[0]}@{state['digest']}"
-        return f"{args.name}-id", state
+        return ("" if self.preview else f"{args.name}-id"), state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]  # a bare dict is accepted
         self.invokes.append((args.token, copy.deepcopy(dict(args.args))))
@@ -290,11 +292,12 @@ def stack_raw_config(
     return config_mod.RawConfig(values=merged, secret_keys=frozenset(secret_keys))
 
 
-def run_program(raw: config_mod.RawConfig, stack: str = "test") -> ProgramRun:
-    """Run components.stack.build() for `raw` under fresh mocks; return the registrations."""
-    mocks = ProgramMocks()
+def run_program(raw: config_mod.RawConfig, stack: str = "test", *, preview: bool = False) -> ProgramRun:
+    """Run components.stack.build() for `raw` under fresh mocks; return the registrations. `preview`:
+    as a first `pulumi preview` (no ids; invokes with unknown arguments are not made)."""
+    mocks = ProgramMocks(preview)
     monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project=config_mod.PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=config_mod.PROJECT, stack=stack, preview=preview, monitor=monitor)
     pulumi.runtime.set_all_config(dict(raw.values), secret_keys=sorted(raw.secret_keys))
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
@@ -328,9 +331,11 @@ def run_stack(
     overrides: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
     remove: Iterable[str] = (),
+    *,
+    preview: bool = False,
 ) -> ProgramRun:
     """run_program for Pulumi.<stack>.yaml (+ overrides / secrets / removed keys)."""
-    return run_program(stack_raw_config(stack, overrides, secrets, remove), stack=stack)
+    return run_program(stack_raw_config(stack, overrides, secrets, remove), stack=stack, preview=preview)
 
 
 def api_json(resource: Registered, api_version: str, kind: str) -> dict[str, Any]:

@@ -72,6 +72,20 @@ def test_push_token_never_reaches_outputs_or_other_resources() -> None:
     ) in [(t, a) for t, a in run.invokes]
 
 
+def test_first_preview_asks_no_token_of_the_registry_it_creates() -> None:
+    """The CR API has no push token for a registry that does not exist yet: a first preview of a stack
+    that creates its registry must not ask for one (the real engine makes an invoke whose arguments are
+    known, in previews too)."""
+    run = harness.run_stack("dev", preview=True)
+    assert run.one(REGISTRY).inputs["name"] == "vke-gpu-dra-dev"
+    assert all(t != harness.CR_TOKEN_INVOKE for t, _ in run.invokes)
+
+
+def test_preview_asks_an_existing_registry_for_its_token() -> None:
+    run = harness.run_stack("prod", {"driver.registry.name": "vke-gpu-dra-prod"}, preview=True)
+    assert (harness.CR_TOKEN_INVOKE, {"registry": "vke-gpu-dra-prod"}) in run.invokes
+
+
 def test_dev_stack_creates_the_registry_namespace_and_repository() -> None:
     run = harness.run_stack("dev")
     registry = run.one(REGISTRY).inputs
