@@ -12,10 +12,12 @@ from __future__ import annotations
 import sys
 import time
 from concurrent import futures
+from dataclasses import replace
 from typing import Any, Final
 
 import grpc
 from pulumi.runtime.proto import analyzer_pb2_grpc
+from vke_gpu_dra_core import resources as r
 
 from . import context, pack, wire
 from .context import Run, StackInfo
@@ -37,13 +39,17 @@ class Servicer(AnalyzerServicer):
         )
         env = context.STACK
         self._stack = StackInfo(env.project, env.stack, dict(env.config))
+        #: Each resource as Analyze saw it (its checked inputs), for AnalyzeStack in a preview.
+        self._inputs: dict[str, r.Res] = {}
 
     def Analyze(self, request: Any, context_: Any) -> Any:
         run = Run(self._stack, {request.urn: wire.from_request(request)})
+        self._inputs[request.urn] = run.resources[request.urn]
         return self.analyze_with(pack.policies(run), request, context_)
 
     def AnalyzeStack(self, request: Any, context_: Any) -> Any:
-        run = Run(self._stack, {res.urn: wire.from_request(res) for res in request.resources})
+        outputs = {res.urn: wire.from_request(res) for res in request.resources}
+        run = Run(self._stack, with_preview_inputs(outputs, self._inputs))
         return self.analyze_stack_with(pack.policies(run), request, context_)
 
     def ConfigureStack(self, request: Any, context_: Any) -> Any:
@@ -54,6 +60,24 @@ class Servicer(AnalyzerServicer):
             config=wire.config_from_request(request.config) or previous.config,
         )
         return super().ConfigureStack(request, context_)
+
+
+def with_preview_inputs(outputs: dict[str, r.Res], inputs: dict[str, r.Res]) -> dict[str, r.Res]:
+    """The stack's resources for the stack policies: each one's outputs, or, where it has none, the inputs
+    Analyze saw for it.
+
+    AnalyzeStack carries outputs only. In a preview, a resource whose provider's configuration is not yet
+    known has none: every Kubernetes object of a stack that creates its cluster in the same update (the
+    engine hands back an empty property map for it). Its inputs are what will be applied, and what the
+    stack policies check (names, selectors, claims); the stack request's own view (protect, parent,
+    dependencies) is kept.
+    """
+    merged = dict(outputs)
+    for urn, res in outputs.items():
+        seen = inputs.get(urn)
+        if not res.props and seen is not None:
+            merged[urn] = replace(res, props=seen.props, secret_paths=seen.secret_paths)
+    return merged
 
 
 def serve() -> None:

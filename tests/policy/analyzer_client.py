@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,14 +120,18 @@ class PackProcess:
         )
         return _diagnostics(self.stub.Analyze(request))
 
-    def analyze_stack(self, resources: Iterable[SimRes]) -> list[Diagnostic]:
+    def analyze_stack(
+        self, resources: Iterable[SimRes], outputs: Callable[[SimRes], Mapping[str, Any]] | None = None
+    ) -> list[Diagnostic]:
+        """`outputs`: what the engine hands over as each resource's properties (its outputs; by default
+        the same as its inputs)."""
         request = analyzer_pb2.AnalyzeStackRequest(
             resources=[
                 analyzer_pb2.AnalyzerResource(
                     type=res.type,
                     name=res.name,
                     urn=res.urn,
-                    properties=_struct(res.props),
+                    properties=_struct(outputs(res) if outputs else res.props),
                     options=_options(res),
                     parent=res.parent,
                     dependencies=res.dependencies,
@@ -137,11 +141,14 @@ class PackProcess:
         )
         return _diagnostics(self.stub.AnalyzeStack(request))
 
-    def run(self, stack: Any) -> list[Diagnostic]:
-        """Preview/up as the engine runs it: stack config, Analyze per resource, then AnalyzeStack."""
+    def run(
+        self, stack: Any, outputs: Callable[[SimRes], Mapping[str, Any]] | None = None
+    ) -> list[Diagnostic]:
+        """Preview/up as the engine runs it: stack config, Analyze per resource (its inputs), then
+        AnalyzeStack (`outputs`, by default the inputs again)."""
         self.configure_stack(stack.name, stack.config)
         diags = [d for res in stack if res.type != pt.STACK for d in self.analyze(res)]
-        return diags + self.analyze_stack(stack)
+        return diags + self.analyze_stack(stack, outputs)
 
 
 def _diagnostics(response: analyzer_pb2.AnalyzeResponse) -> list[Diagnostic]:

@@ -457,6 +457,31 @@ def test_first_preview_with_unknowns_passes_without_notes(analyzer: PackProcess,
     assert not [d for d in diags if "during preview" in d.message]
 
 
+def _engine_preview_outputs(res: SimRes) -> dict[str, object]:
+    """What the real engine hands AnalyzeStack in a first preview of a stack that creates its cluster: no
+    properties for the Kubernetes objects (their provider's kubeconfig is not known yet, and the engine
+    answers their Create preview with an empty map), the inputs of the rest."""
+    return {} if res.type.startswith("kubernetes:") and res.type != pt.K8S_PROVIDER else res.props
+
+
+def test_first_preview_stack_policies_check_the_inputs_of_objects_without_outputs(
+    analyzer: PackProcess,
+) -> None:
+    diags = analyzer.run(program_stack("prod", "python").mutated(_preview), outputs=_engine_preview_outputs)
+    assert mandatory(diags) == []
+
+
+def test_first_preview_without_outputs_still_finds_a_bad_device_class(analyzer: PackProcess) -> None:
+    def broken(s: Stack) -> None:
+        _preview(s)
+        gpu_class_selects_everything(s)
+
+    stack = program_stack("dev", "python").mutated(broken)
+    diags = mandatory(analyzer.run(stack, outputs=_engine_preview_outputs))
+    assert [d.policy for d in diags] == [names.DEVICE_CLASSES]
+    assert "also select a MIG device" in diags[0].message
+
+
 def test_unknown_version_in_preview_hides_nothing_else(analyzer: PackProcess) -> None:
     def broken(s: Stack) -> None:
         _preview(s)
