@@ -15,6 +15,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core.versions import format_version
 
+from components import config as config_mod
 from components import driver as driver_mod
 from components import manifests
 from components.node_pool import POOL_LABEL_KEY
@@ -289,6 +290,21 @@ def test_credentials_for_the_runtime_pin_are_secret() -> None:
     assert runtime.inputs["access_key"] == "AKLT-test"
     assert {"access_key", "secret_key"} <= runtime.secret_inputs
     assert {"accessKey", "secretKey"} <= run.one(VOLC_PROVIDER).secret_inputs
+
+
+def test_credentials_from_the_environment_are_secret_in_the_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VOLCENGINE_ACCESS_KEY / VOLCENGINE_SECRET_KEY instead of config: the program reads them and hands
+    them to the provider as secrets. Left unset, pulumi_volcengine's Provider would read them itself and
+    keep them in the state in plaintext (the pack's secrets policy then fails the real preview)."""
+    env = {"VOLCENGINE_ACCESS_KEY": "AKLT-env", "VOLCENGINE_SECRET_KEY": "sk-env"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    raw = harness.stack_raw_config("dev")
+    run = harness.run_program(config_mod.RawConfig(raw.values, raw.secret_keys, environ=env), stack="dev")
+    provider = run.one(VOLC_PROVIDER)
+    assert (provider.inputs["accessKey"], provider.inputs["secretKey"]) == ("AKLT-env", "sk-env")
+    assert {"accessKey", "secretKey"} <= provider.secret_inputs
+    assert {"access_key", "secret_key"} <= run.one(RUNTIME).secret_inputs
 
 
 def test_password_login_is_base64_and_secret() -> None:

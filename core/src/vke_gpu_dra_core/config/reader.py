@@ -116,7 +116,8 @@ class _Reader:
         if key.when is not None and not key.when.holds(self.values):
             return
         value = self.values[key.name]
-        if key.secret and key.secret_required and value and key.full not in self.raw.secret_keys:
+        in_stack = bool(self.raw.values.get(key.full))  # not from the key's environment variable
+        if key.secret and key.secret_required and value and in_stack and key.full not in self.raw.secret_keys:
             command = f"pulumi config set --secret {key.name}" + (" ..." if key.declared else "")
             self.fail(key.name, value, f"a secret value: {command}")
         for constraint in key.checks:
