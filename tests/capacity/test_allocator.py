@@ -3,6 +3,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_planner.allocator import AllocationError, NodeAllocator
 from vke_gpu_dra_planner.fit import MAX_PODS_PER_NODE, Planner
+from vke_gpu_dra_planner.gates import DISTINCT_DROPPED, DISTINCT_ENFORCED, DISTINCT_PRESENT
 from vke_gpu_dra_planner.inventory import GpuPool, Node
 from vke_gpu_dra_planner.placement import Placement
 from vke_gpu_dra_planner.selection import SelectorCache, observed_ids
@@ -94,9 +95,32 @@ def test_distinct_attribute_with_consumable_capacity():
     assert planner.fit("t", [("t", spec)], [[pool(gpus=8)]], 1).fits
 
 
+def test_distinct_attribute_on_134_needs_the_attribute_but_compares_no_values():
+    # 1.34 keeps distinctAttribute (gate on or off) and its allocator compares the values by pointer: two
+    # GPUs of the same product are allocated together, a device without the attribute is not
+    planner = Planner(default_classes(), distinct_attribute=DISTINCT_PRESENT)
+    same_product = [{"distinctAttribute": PRODUCT_NAME}]
+    result = planner.fit("t", [("t", parsed(exactly("a", 2), constraints=same_product).spec)], [[pool()]], 1)
+    assert result.fits
+    assert [d for _, _, d in result.pools[0].chosen] == ["pool-node-0/gpu-0", "pool-node-0/gpu-1"]
+    lacking = [{"distinctAttribute": f"{DRIVER}/nonexistent"}]
+    result = planner.fit("t", [("t", parsed(exactly("a"), constraints=lacking).spec)], [[pool()]], 1)
+    assert not result.fits and result.error is None
+    assert "distinctAttribute gpu.nvidia.com/nonexistent" in result.reasons()[0]
+    # from 1.35 the values are compared; left unset, distinct_attribute follows consumable_capacity
+    enforced = Planner(default_classes(), consumable_capacity=True, distinct_attribute=DISTINCT_ENFORCED)
+    spec = parsed(exactly("a", 2), constraints=same_product).spec
+    assert not enforced.fit("t", [("t", spec)], [[pool()]], 1).fits
+    allocator = NodeAllocator(pool().node(0), default_classes(), SelectorCache(), consumable_capacity=True)
+    assert allocator.distinct_attribute == DISTINCT_ENFORCED
+    assert NodeAllocator(pool().node(0), default_classes(), SelectorCache()).distinct_attribute == (
+        DISTINCT_DROPPED
+    )
+
+
 def test_distinct_attribute_without_the_feature_gate_never_schedules():
-    # DRAConsumableCapacity is off in 1.34: the apiserver drops distinctAttribute and the scheduler's
-    # allocator then fails on the empty constraint
+    # DRAConsumableCapacity is off in 1.35: the apiserver drops distinctAttribute and the scheduler's
+    # allocator then fails on the empty constraint (1.34 keeps it: the test above)
     distinct_bus = [{"distinctAttribute": PCIE_BUS_ID}]
     result = fit(parsed(exactly("a", 3), constraints=distinct_bus), pools=[pool(gpus=8)])
     assert not result.fits

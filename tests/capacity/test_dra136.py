@@ -351,7 +351,7 @@ def test_plan_command_shares_gpus_with_the_driver_gate_on_136_only(tmp_path, cap
         )
     )
     reports = {}
-    for version in ("1.36", "1.34"):
+    for version in ("1.36", "1.37", "1.34"):
         args = ["plan", "--stack-config", str(stack), "--manifests", str(manifests), "-o", "json"]
         rc = main([*args, "--kubernetes-version", version])
         reports[version] = (rc, json.loads(capsys.readouterr().out))
@@ -362,6 +362,10 @@ def test_plan_command_shares_gpus_with_the_driver_gate_on_136_only(tmp_path, cap
         "pair": ("fits", 2),
         "classic": ("pending", 0),
     }
+    # 1.37 has the same gates on: the same plan
+    newest = reports["1.37"][1]
+    assert newest["kubernetesVersion"] == "1.37" and newest["featureGates"] == report["featureGates"]
+    assert newest["workloads"] == report["workloads"] and reports["1.37"][0] == rc
     rc, report = reports["1.34"]
     assert rc == 1 and report["featureGates"]["DRAExtendedResource"] is False
     assert {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]} == {

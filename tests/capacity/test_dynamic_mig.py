@@ -106,7 +106,9 @@ def test_claims_per_profile_on_an_empty_gpu_follow_nvidias_table():
 
 
 @pytest.mark.parametrize("product", [A100, H100])
-@pytest.mark.parametrize("gates", [GATES["1.36"], WITH_GATE_134], ids=["1.36", "1.34-with-gate"])
+@pytest.mark.parametrize(
+    "gates", [GATES["1.36"], GATES["1.37"], WITH_GATE_134], ids=["1.36", "1.37", "1.34-with-gate"]
+)
 def test_seven_1g_10gb_claims_fit_an_eighth_does_not(product, gates):
     objects = [profile_claim("small", "1g.10gb"), deployment("small", 8, claim="small")]
     result = plan(mig_pool(product), objects, gates)

@@ -234,25 +234,54 @@ def test_plan_reads_namespaces_from_the_manifests(stack_dir, tmp_path, capsys, l
 
 
 def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp_path, capsys):
-    """distinctAttribute is refused before 1.36 (DRAConsumableCapacity off) and enforced from 1.36."""
+    """distinctAttribute is refused on 1.35 (DRAConsumableCapacity off) and enforced from 1.36 (1.37
+    included); a 1.34 API server keeps it although the gate is off, and the plan's hints say what its
+    scheduler does with it."""
     tpl = template(exactly("gpu", 2), name="t")
     tpl["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/uuid"}]
     manifests = write_manifests(tmp_path / "d.yaml", tpl, deployment(2))
-    assert plan_json(stack_dir, "--manifests", str(manifests)) == 1
-    assert json.loads(capsys.readouterr().out)["workloads"][0]["status"] == "refused"
-    assert plan_json(stack_dir, "--manifests", str(manifests), "--kubernetes-version", "1.36") == 0
-    assert json.loads(capsys.readouterr().out)["workloads"][0]["status"] == "fits"
+
+    def planned(*extra: str) -> tuple[int, dict]:
+        rc = plan_json(stack_dir, "--manifests", str(manifests), *extra)
+        return rc, json.loads(capsys.readouterr().out)
+
+    rc, report = planned()  # the stack's default: 1.34
+    [workload], [planned_template] = report["workloads"], report["templates"]
+    assert (rc, report["kubernetesVersion"], workload["status"]) == (0, "1.34", "fits")
+    assert planned_template["admission"] == "admitted"
+    assert any("distinctAttribute is kept although DRAConsumableCapacity" in h for h in workload["hints"])
+    rc, report = planned("--kubernetes-version", "1.35")
+    assert (rc, report["workloads"][0]["status"]) == (1, "refused")
+    for version in ("1.36", "1.37", "v1.37.2"):
+        rc, report = planned("--kubernetes-version", version)
+        assert (rc, report["workloads"][0]["status"]) == (0, "fits"), version
+        assert not any("distinctAttribute" in h for h in report["workloads"][0]["hints"])
+    rc, report = planned(
+        "--kubernetes-version", "1.37", "--kubernetes-feature-gates", "DRAConsumableCapacity=false"
+    )
+    assert (rc, report["workloads"][0]["status"]) == (1, "refused")
     stack = stack_dir / "Pulumi.dev.yaml"
     config = yaml.safe_load(stack.read_text())
-    config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.36"
-    stack.write_text(yaml.safe_dump(config))
-    assert plan_json(stack_dir, "--manifests", str(manifests)) == 0
-    capsys.readouterr()
+    for version, rc_wanted, status in (("1.35", 1, "refused"), ("1.37", 0, "fits")):
+        config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = version
+        stack.write_text(yaml.safe_dump(config))
+        rc, report = planned()
+        assert (rc, report["kubernetesVersion"], report["workloads"][0]["status"]) == (
+            rc_wanted,
+            version,
+            status,
+        )
     assert plan_json(stack_dir, "--kubernetes-version", "1.33") == 2
     assert capsys.readouterr().err == (
         "error: --kubernetes-version: Kubernetes version '1.33' is not known to the planner; allowed: "
-        "1.34, 1.35, 1.36 (major.minor, optionally with a patch or VKE suffix)\n"
+        "1.34, 1.35, 1.36, 1.37 (major.minor, optionally with a patch or VKE suffix)\n"
     )
+
+
+def test_plan_help_lists_every_known_version(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "(1.34, 1.35, 1.36, 1.37; default: the stack's" in " ".join(capsys.readouterr().out.split())
 
 
 def test_plan_yaml_is_the_json_report_and_o_is_short_for_output(stack_dir, capsys):

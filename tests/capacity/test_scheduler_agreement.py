@@ -11,7 +11,7 @@ import pytest
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_planner import check_stack
-from vke_gpu_dra_planner.gates import VersionError, feature_gates
+from vke_gpu_dra_planner.gates import VersionError, feature_gates, with_overrides
 from vke_gpu_dra_planner.stack import model_from_resources
 from vke_gpu_dra_planner.verdict import plan_model
 
@@ -129,12 +129,16 @@ def test_admin_access_needs_the_namespace_label(labels, expected):
 
 
 @pytest.mark.parametrize(
-    ("version", "expected"), [("1.34", "refused"), ("v1.35.1", "refused"), ("1.36", "fits")]
+    ("version", "expected"),
+    [("1.34", "fits"), ("v1.34.4", "fits"), ("v1.35.1", "refused"), ("1.36", "fits"), ("1.37", "fits")],
 )
 def test_distinct_attribute_per_version(version, expected):
-    """`distinctAttribute` belongs to DRAConsumableCapacity: alpha (off) in 1.34 and 1.35, beta (on) in
-    1.36. With the gate off the API server drops the field and then refuses the empty constraint, so
-    creating the template fails (`pulumi up` fails); with it on, the constraint is enforced.
+    """`distinctAttribute` belongs to DRAConsumableCapacity: alpha (off) in 1.34 and 1.35, beta (on) from
+    1.36. With the gate off a 1.35 API server drops the field and then refuses the empty constraint, so
+    creating the template fails (`pulumi up` fails); with it on, the constraint is enforced. A 1.34 API
+    server keeps the field although the gate is off (the real v1.34.4 stores it: its strategy clears a
+    copy of each constraint), so the template is admitted there; a hint says that its scheduler only
+    checks that the devices have the attribute.
     """
     tpl = claim_template(exactly("gpu", 2))
     tpl.props["spec"]["spec"]["devices"]["constraints"] = [
@@ -153,24 +157,83 @@ def test_distinct_attribute_per_version(version, expected):
         )
     else:
         assert violations == [] and workload.placed == 8
+    kept = [h for h in workload.hints if "distinctAttribute is kept" in h]
+    if feature_gates(version).version == "1.34":
+        assert kept == [
+            "default/t: spec.spec.devices.constraints[0].distinctAttribute is kept although "
+            "DRAConsumableCapacity is off by default in 1.34 (the API server's drop misses it), and the 1.34 "
+            "scheduler only checks that every device of its requests has gpu.nvidia.com/uuid: devices with "
+            "equal values may be allocated together"
+        ]
+    else:
+        assert kept == []
+
+
+@pytest.mark.parametrize(
+    ("version", "gates", "shared", "lacking"),
+    [
+        # the real v1.34.4 scheduler: both GPUs (equal productName) for the claim; none without the attribute
+        ("1.34", "", "fits", "pending"),
+        ("1.34", "DRAConsumableCapacity=true", "fits", "pending"),
+        # the real v1.37.2 scheduler: no two devices with the same productName, none without the attribute
+        ("1.37", "", "pending", "pending"),
+        ("1.36", "", "pending", "pending"),
+        ("1.35", "DRAConsumableCapacity=true", "pending", "pending"),
+    ],
+)
+def test_distinct_attribute_values_are_compared_from_135(version, gates, shared, lacking):
+    """A claim for 2 GPUs whose distinctAttribute every GPU of the node shares (productName: 4 x L20), and
+    one naming an attribute no GPU has. 1.34's allocator (k8s.io/dynamic-resource-allocation v0.34.4, the
+    one DRAResourceClaimDeviceStatus selects) compares the values by pointer, so equal values never
+    collide: the first claim gets gpu-0 and gpu-1, as on a real v1.34.4 control plane; a device without
+    the attribute is still refused. From 1.35 (gate on) the values are compared: the first claim stays
+    Pending, as on a real v1.37.2."""
+
+    def constrained(attribute: str, name: str) -> Any:
+        tpl = claim_template(exactly("gpu", 2), name=name)
+        tpl.props["spec"]["spec"]["devices"]["constraints"] = [{"distinctAttribute": attribute}]
+        return tpl
+
+    resources = [
+        two_nodes_of_four_gpus(),
+        constrained(f"{facts.DRIVER_NAME}/{facts.ATTR_PRODUCT_NAME}", "same"),
+        constrained(f"{facts.DRIVER_NAME}/nonexistent", "lacking"),
+        deployment(1.0, claim="same", name="same"),
+        deployment(1.0, claim="lacking", name="lacking"),
+    ]
+    model = model_from_resources(resources, ROWS)
+    plan = plan_model(model, with_overrides(feature_gates(version), gates))
+    assert {w.workload.name: w.status for w in plan.workloads} == {"same": shared, "lacking": lacking}
+    if shared == "fits":
+        [pool] = plan.workloads[0].alone.pools
+        assert [d.split("/")[-1] for _, _, d in pool.chosen] == ["gpu-0", "gpu-1"]
+    for workload in plan.workloads:
+        if workload.status == "pending":
+            attribute = facts.ATTR_PRODUCT_NAME if workload.workload.name == "same" else "nonexistent"
+            [reason] = workload.reasons
+            assert reason.endswith(
+                "each request fits alone, but not together under the constraint(s) distinctAttribute "
+                f"{facts.DRIVER_NAME}/{attribute} across all requests"
+            )
 
 
 def test_the_cluster_resource_names_the_version():
     """The VKE cluster's kubernetesVersion (e.g. v1.36.0-vke.1) selects the gates. A version before 1.34
     is the kubernetes-version policy's to report (planned with the 1.34 rules); a newer one than the
-    planner knows is planned with the newest table."""
+    planner knows is planned with the newest table (1.37)."""
     tpl = claim_template(exactly("gpu", 1))
     tpl.props["spec"]["spec"]["devices"]["constraints"] = [
         {"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}
     ]
     cluster = res(pt.CLUSTER, "c", {"kubernetesVersion": "v1.36.0-vke.1"})
     assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
-    cluster.props["kubernetesVersion"] = "v1.37.1"
-    assert check_stack([cluster, node_pool(), tpl, deployment()]) == []
-    cluster.props["kubernetesVersion"] = "v1.29.3"
+    cluster.props["kubernetesVersion"] = "v1.35.2"
     [violation] = check_stack([cluster, node_pool(), tpl, deployment()])
-    assert "DRAConsumableCapacity is off by default in 1.34" in violation.message
-    with pytest.raises(VersionError, match=r"allowed: 1\.34, 1\.35, 1\.36"):
+    assert "DRAConsumableCapacity is off by default in 1.35" in violation.message
+    for version in ("v1.37.2", "v1.38.1", "v1.34.2-vke.3", "v1.29.3"):
+        cluster.props["kubernetesVersion"] = version
+        assert check_stack([cluster, node_pool(), tpl, deployment()]) == [], version
+    with pytest.raises(VersionError, match=r"allowed: 1\.34, 1\.35, 1\.36, 1\.37 "):
         feature_gates("latest")
 
 
@@ -241,8 +304,8 @@ def test_job_pods_without_spreading_leave_the_choice_to_chance():
 
 
 def test_an_unknown_cluster_version_in_preview_leaves_gated_fields_undecided():
-    """In preview the cluster's version may be unknown: distinctAttribute cannot be decided then; other
-    answers (the same in 1.34 to 1.36) still are."""
+    """In preview the cluster's version may be unknown: distinctAttribute cannot be decided then (1.35
+    refuses it, 1.34 and 1.36 on admit it); other answers (the same in 1.34 to 1.37) still are."""
     from .test_policy import Unknown
 
     cluster = res(pt.CLUSTER, "c", {"kubernetesVersion": Unknown()})

@@ -51,22 +51,27 @@ CLUSTER = pt.CLUSTER
 
 # Untyped like its siblings: a Stack holds SimRes, which claims_fit reads like the analyzer's resources.
 def test_the_cluster_version_selects_the_admission_rules(dev):
-    """distinctAttribute is refused by a 1.34 API server (DRAConsumableCapacity off) and accepted from
-    1.36 (beta, on): the program's cluster resource says which."""
+    """distinctAttribute is refused by a 1.35 API server (DRAConsumableCapacity off) and accepted from
+    1.36 (beta, on); a 1.34 API server (the program's v1.34.2-vke.3) keeps it although the gate is off:
+    the program's cluster resource says which."""
 
     def distinct(s: Stack) -> None:
         devices = s.one(TEMPLATE).props["spec"]["spec"]["devices"]
         devices["constraints"] = [{"distinctAttribute": f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"}]
 
+    def version(value: str):
+        def set_version(s: Stack) -> None:
+            s.one(CLUSTER).props["kubernetesVersion"] = value
+
+        return set_version
+
     stack = dev.mutated(distinct)
-    (violation,) = capacity.claims_fit(stack, {})
+    assert capacity.claims_fit(stack, {}) == []
+    (violation,) = capacity.claims_fit(stack.mutated(version("v1.35.2-vke.1")), {})
     assert "spec.spec.devices.constraints[0].matchAttribute: Required value" in violation.message
-    assert "DRAConsumableCapacity is off by default in 1.34" in violation.message
-
-    def newer(s: Stack) -> None:
-        s.one(CLUSTER).props["kubernetesVersion"] = "v1.36.0-vke.1"
-
-    assert capacity.claims_fit(stack.mutated(newer), {}) == []
+    assert "DRAConsumableCapacity is off by default in 1.35" in violation.message
+    for newer in ("v1.36.0-vke.1", "v1.37.2"):
+        assert capacity.claims_fit(stack.mutated(version(newer)), {}) == []
 
 
 def test_the_driver_gate_consumable_shares_lets_claims_share_a_gpu_on_136(dev, monkeypatch):

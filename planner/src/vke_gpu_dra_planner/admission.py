@@ -5,7 +5,10 @@
   1.34). The Namespace must be part of the stack or the manifests; otherwise its labels are unknown and
   the answer is "unknown", never assumed.
 * `distinctAttribute` belongs to DRAConsumableCapacity: with the gate off the API server drops the
-  field, and validation then refuses the empty constraint (`matchAttribute: Required value`).
+  field, and validation then refuses the empty constraint (`matchAttribute: Required value`) — from 1.35
+  on. A 1.34 API server keeps it, gate or not (its strategy clears a copy of each constraint; the real
+  v1.34.4 server stores the field, see `gates`): the claim is admitted, and `Admission.notes` says that
+  its scheduler only checks that the devices have the attribute.
 * a request's `capacity` (`capacity.requests`) belongs to DRAConsumableCapacity too: with the gate off
   it is dropped silently (the claim is admitted and asks for whole devices), which `Admission.dropped`
   says. (The same gate keeps a ResourceSlice's `allowMultipleAllocations` and capacities'
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .claims import ClaimTemplate, Request, SubRequest
-from .gates import FeatureGates
+from .gates import DISTINCT_DROPPED, DISTINCT_PRESENT, FeatureGates
 from .inventory import GpuPool
 
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
@@ -44,6 +47,9 @@ class Admission:
     message: str = ""
     #: fields the API server drops on create (the object is admitted without them)
     dropped: tuple[str, ...] = ()
+    #: fields the API server keeps that the scheduler treats otherwise than the API documents (1.34's
+    #: distinctAttribute: kept with its gate off, values not compared)
+    notes: tuple[str, ...] = ()
 
 
 def admit(
@@ -71,11 +77,22 @@ def admit(
                 f"{prefix}.devices.requests[{ri}].exactly.adminAccess: {ADMIN_ACCESS_FORBIDDEN}"
                 for ri in admin
             )
-    if not gates.consumable_capacity:
-        errors.extend(
-            f"{prefix}.devices.constraints[{ci}].matchAttribute: Required value"
-            for ci, constraint in enumerate(template.spec.constraints)
-            if constraint.distinct_attribute is not None
+    distinct = [ci for ci, c in enumerate(template.spec.constraints) if c.distinct_attribute is not None]
+    if gates.distinct_attribute == DISTINCT_DROPPED:
+        errors.extend(f"{prefix}.devices.constraints[{ci}].matchAttribute: Required value" for ci in distinct)
+    notes: tuple[str, ...] = ()
+    if gates.distinct_attribute == DISTINCT_PRESENT:
+        kept = (
+            "is kept"
+            if gates.consumable_capacity
+            else f"is kept although {gates.state('DRAConsumableCapacity')} (the API server's drop misses it)"
+        )
+        notes = tuple(
+            f"{prefix}.devices.constraints[{ci}].distinctAttribute {kept}, and the {gates.version} "
+            f"scheduler only checks that every device of its requests has "
+            f"{template.spec.constraints[ci].distinct_attribute}: devices with equal values may be "
+            "allocated together"
+            for ci in distinct
         )
     dropped = (
         ()
@@ -91,14 +108,12 @@ def admit(
     if errors:
         detail = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
         message = f'{kind}.resource.k8s.io "{template.name}" is invalid: {detail}'
-        if any(c.distinct_attribute is not None for c in template.spec.constraints) and (
-            not gates.consumable_capacity
-        ):
+        if distinct and gates.distinct_attribute == DISTINCT_DROPPED:
             message += f" (distinctAttribute is dropped: {gates.state('DRAConsumableCapacity')})"
-        return Admission(REFUSED, message, dropped)
+        return Admission(REFUSED, message, dropped, notes)
     if undecided:
-        return Admission(UNKNOWN, undecided, dropped)
-    return Admission(ADMITTED, dropped=dropped)
+        return Admission(UNKNOWN, undecided, dropped, notes)
+    return Admission(ADMITTED, dropped=dropped, notes=notes)
 
 
 def _subrequests(request: Request) -> list[tuple[str, SubRequest]]:

@@ -5,11 +5,15 @@ one node by exhaustive search that stops at the first solution; requests in orde
 skipping devices in use; class selectors before request selectors, all of which must be true; `All`
 takes every matching device on the node (and fails if one is in use, or none matches); `firstAvailable`
 tries its subrequests in order; `matchAttribute` constraints are checked as devices are added.
-`distinctAttribute` belongs to the DRAConsumableCapacity feature gate (alpha, off in 1.34): without it the
-apiserver drops the field and the scheduler fails the claim on the empty constraint left behind, so such a
-claim is an error unless `consumable_capacity` is set (then the constraint is enforced).
+`distinctAttribute` (the DRAConsumableCapacity feature gate) follows `distinct_attribute`
+(`FeatureGates.distinct_attribute`): DISTINCT_ENFORCED (the gate on, 1.35 and later: every device of the
+constraint's requests has the attribute, values pairwise distinct), DISTINCT_PRESENT (1.34, gate on or
+off: the API server keeps the field and its allocator compares the values by pointer, so it only checks
+that every such device has the attribute), DISTINCT_DROPPED (the gate off, 1.35 and later: the apiserver
+drops the field and the scheduler fails the claim on the empty constraint left behind: an error). Left
+unset it follows `consumable_capacity` (enforced with it, dropped without).
 
-With `consumable_capacity` (DRAConsumableCapacity, beta and on in 1.36) the allocator also follows the
+With `consumable_capacity` (DRAConsumableCapacity, beta and on from 1.36) the allocator also follows the
 incubating allocator's `CmpRequestOverCapacity`: a device published with `allowMultipleAllocations`
 (`Node.sharing`) is never "in use"; instead, for each of its capacities, the request consumes
 `capacity.requests[name]` rounded up by the capacity's `requestPolicy` (validRange: to `min`, then to
@@ -21,7 +25,7 @@ device, as does a request naming a capacity the device does not have. The same d
 several requests of one claim. Without the gate the API server drops both `allowMultipleAllocations`
 and `capacity.requests`: every device is allocated whole.
 
-With `partitionable_devices` (DRAPartitionableDevices, KEP-4815: beta and on in 1.36, alpha and off in
+With `partitionable_devices` (DRAPartitionableDevices, KEP-4815: beta and on from 1.36, alpha and off in
 1.34 and 1.35) devices that consume shared counters (`Node.counters`, the driver gate DynamicMIG) follow
 the allocator's `checkAvailableCounters`: a device can be allocated only if, for each counter set it
 consumes from, what the devices already allocated on the node (earlier claims) and those being allocated
@@ -41,6 +45,7 @@ from vke_gpu_dra_core.device_model import AttributeValue, Device, Version
 
 from .cel.environment import SelectorCompileError, SelectorError, SelectorRuntimeError
 from .claims import ALLOCATION_RESULTS_MAX_SIZE, ClaimSpec, Constraint, DeviceClass, Request, SubRequest
+from .gates import DISTINCT_DROPPED, DISTINCT_ENFORCED, DISTINCT_PRESENT
 from .inventory import Node, RequestPolicy
 from .selection import DeviceView, SelectorCache
 
@@ -101,8 +106,10 @@ def _attribute_key(value: AttributeValue) -> tuple[str, object]:
 
 
 class _ConstraintState:
-    def __init__(self, constraint: Constraint) -> None:
+    def __init__(self, constraint: Constraint, compare: bool = True) -> None:
         self.constraint = constraint
+        #: distinctAttribute: compare the values (False: 1.34, which only needs the attribute present)
+        self.compare = compare
         self.values: list[tuple[str, object]] = []
         self.skipped: list[bool] = []
 
@@ -117,7 +124,7 @@ class _ConstraintState:
         if self.constraint.match_attribute is not None:
             if self.values and self.values[0] != key:
                 return False
-        elif key in self.values:
+        elif self.compare and key in self.values:
             return False
         self.values.append(key)
         self.skipped.append(False)
@@ -139,10 +146,15 @@ class NodeAllocator:
         *,
         consumable_capacity: bool = False,
         partitionable_devices: bool = False,
+        distinct_attribute: str | None = None,
     ) -> None:
         self.node = node
-        #: the DRAConsumableCapacity feature gate (enables `distinctAttribute`)
+        #: the DRAConsumableCapacity feature gate (shared devices, requests' capacity)
         self.consumable_capacity = consumable_capacity
+        #: what becomes of `distinctAttribute` (DISTINCT_*; None: as the gate says)
+        self.distinct_attribute = distinct_attribute or (
+            DISTINCT_ENFORCED if consumable_capacity else DISTINCT_DROPPED
+        )
         #: the DRAPartitionableDevices feature gate: shared counters kept (None: no counters to check)
         self.available: dict[tuple[str, str], int] | None = (
             node.counters.available() if partitionable_devices and node.counters is not None else None
@@ -264,13 +276,13 @@ class NodeAllocator:
     def _request_data(self, claims: Sequence[ClaimSpec]) -> dict[tuple[int, int, int], _RequestData]:
         result: dict[tuple[int, int, int], _RequestData] = {}
         for ci, claim in enumerate(claims):
-            if not self.consumable_capacity:
+            if self.distinct_attribute == DISTINCT_DROPPED:
                 for i, constraint in enumerate(claim.constraints):
                     if constraint.distinct_attribute is not None:
                         raise AllocationError(
                             f"constraint #{i}: empty constraint (unsupported constraint type?): "
                             f"distinctAttribute {constraint.distinct_attribute} needs the "
-                            "DRAConsumableCapacity feature gate (alpha, off by default in Kubernetes 1.34), "
+                            "DRAConsumableCapacity feature gate (alpha, off by default in Kubernetes 1.35): "
                             "without it the apiserver drops the field and the pod never schedules"
                         )
             minimum = 0
@@ -360,7 +372,8 @@ class _Search:
         self.alloc = alloc
         self.claims = claims
         self.data = data
-        self.constraints = [[_ConstraintState(c) for c in claim.constraints] for claim in claims]
+        compare = alloc.distinct_attribute != DISTINCT_PRESENT
+        self.constraints = [[_ConstraintState(c, compare) for c in claim.constraints] for claim in claims]
         #: device index -> claims it is being allocated for in this attempt
         self.allocating: dict[int, set[int]] = {}
         #: (claim, request result name, device index, admin access, capacity consumed)

@@ -123,10 +123,12 @@ def _sum_worst(pools: Sequence[PoolFit], attribute: str, pinned: bool = False) -
 class Planner:
     classes: Mapping[str, DeviceClass]
     cache: SelectorCache = field(default_factory=SelectorCache)
-    #: the DRAConsumableCapacity feature gate (off in 1.34): enforce `distinctAttribute` instead of failing
+    #: the DRAConsumableCapacity feature gate (off in 1.34 and 1.35): shared devices, requests' capacity
     consumable_capacity: bool = False
     #: the DRAPartitionableDevices feature gate (off in 1.34): devices' shared counters are kept
     partitionable_devices: bool = False
+    #: what becomes of `distinctAttribute` (`FeatureGates.distinct_attribute`; None: as the gate says)
+    distinct_attribute: str | None = None
     _pool_class_ids: dict[tuple[str, str, int, int, bool, bool], tuple[int, ...]] = field(
         default_factory=dict, repr=False
     )
@@ -164,6 +166,7 @@ class Planner:
             self.cache,
             consumable_capacity=self.consumable_capacity,
             partitionable_devices=self.partitionable_devices,
+            distinct_attribute=self.distinct_attribute,
         )
 
     def _shared_fit(

@@ -3,18 +3,46 @@
 From kubernetes `pkg/features/kube_features.go` (versioned specs): the default of each gate in the
 version the control plane runs (VKE does not change DRA gates).
 
-| gate | 1.34 | 1.35 | 1.36 |
-|---|---|---|---|
-| DRAAdminAccess (adminAccess, namespace label admission) | beta, on | beta, on | GA |
-| DRAPrioritizedList (firstAvailable) | beta, on | beta, on | GA |
-| DRAConsumableCapacity (distinctAttribute, capacity, shares) | alpha, off | alpha, off | beta, on |
-| DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on |
-| DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on |
-| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on |
+| gate | 1.34 | 1.35 | 1.36 | 1.37 |
+|---|---|---|---|---|
+| DRAAdminAccess (adminAccess, namespace label admission) | beta, on | beta, on | GA | GA |
+| DRAPrioritizedList (firstAvailable) | beta, on | beta, on | GA | GA |
+| DRAConsumableCapacity (capacity, distinctAttribute) | alpha, off | alpha, off | beta, on | beta, on |
+| DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on | GA |
+| DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on | beta, on |
+| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on | GA |
 
 A cluster whose operator turned a gate on or off (`--feature-gates` of the API server and scheduler) is
 planned with `with_overrides` (`plan --kubernetes-feature-gates DRAPartitionableDevices=true`: 1.34 with
 partitionable devices).
+
+`distinctAttribute` does not follow its gate on 1.34 (`FeatureGates.distinct_attribute`). Run against
+real binaries (v1.34.4 and v1.37.2, as the control-plane tier of tests/integration builds and starts them,
+default gates) and read in their sources:
+
+* a v1.34.4 API server keeps the field although DRAConsumableCapacity is off: its ResourceClaim and
+  ResourceClaimTemplate strategies (`pkg/registry/resource/resourceclaim(template)/strategy.go`) clear it
+  with `for _, constaint := range ...Constraints { constaint.DistinctAttribute = nil }`, which clears a
+  copy. The v1.34.4 scheduler runs the allocator of k8s.io/dynamic-resource-allocation v0.34.4 that
+  DRAResourceClaimDeviceStatus (beta, on since 1.33) selects ("experimental"), which knows the
+  constraint, but compares the attribute's values by pointer (`attribute.StringValue ==
+  attr.StringValue`), so two devices never collide: it only requires every device of the constraint's
+  requests to have the attribute. On the real v1.34.4 a claim for 2 GPUs with `distinctAttribute:
+  gpu.nvidia.com/productName` (4 equal L20s per node) got gpu-0 and gpu-1; one naming an attribute the
+  devices lack stayed Pending. With the gate turned on, 1.34 runs the same allocator (read in its
+  source, not run): still no values compared. (With DRAResourceClaimDeviceStatus turned off, which the
+  planner does not model, a 1.34 scheduler would pick an allocator that fails the constraint.)
+* v1.37.2 clears the field by index (`pkg/api/resourceclaimspec/util.go`), so with the gate off the
+  empty constraint is refused (`matchAttribute: Required value`); its allocator compares values (the
+  productName claim above stays Pending there).
+* 1.35 (not run here; inferred from upstream's history): the strategy fix is kubernetes#134962
+  ("Fix setting distinctAttribute=nil when DRAConsumableCapacity is disabled"), listed in the
+  CHANGELOG of v1.35.0-alpha.3 and of v1.35.0 and in no 1.34 patch release up to v1.34.7; the value
+  comparison fix is kubernetes#135022 (merged November 2025, before 1.35's code freeze). So 1.35 refuses
+  the field with its gate off, as before, and compares values when an operator turns the gate on.
+
+Other fields of DRAConsumableCapacity (requests' `capacity`, devices' `allowMultipleAllocations` and
+`requestPolicy`) are dropped on 1.34 as the gate says (the strategy drops them by index).
 """
 
 from __future__ import annotations
@@ -28,6 +56,19 @@ from vke_gpu_dra_core.versions import format_version, parse_major_minor
 
 #: The version a stack that names none runs: the program's default (the config key's).
 DEFAULT_VERSION: Final = str(KEYS_BY_NAME["cluster.kubernetesVersion"].default)
+
+# What the API server and the scheduler do with a claim's `distinctAttribute` constraint
+# (`FeatureGates.distinct_attribute`):
+#: the API server drops the field, and refuses the empty constraint left behind;
+DISTINCT_DROPPED: Final = "dropped"
+#: kept, and every device of the constraint's requests needs the attribute, values not compared (1.34);
+DISTINCT_PRESENT: Final = "present"
+#: kept, and the devices of the constraint's requests have the attribute with pairwise distinct values.
+DISTINCT_ENFORCED: Final = "enforced"
+
+#: Releases that keep `distinctAttribute` whatever DRAConsumableCapacity says and compare no values:
+#: the strategy clears a copy, the allocator compares pointers (see the module docstring).
+_DISTINCT_KEPT_UNCOMPARED: Final = frozenset({(1, 34)})
 
 
 @dataclass(frozen=True)
@@ -46,6 +87,16 @@ class FeatureGates:
     def by_name(self) -> dict[str, bool]:
         """Each gate the planner knows, by its Kubernetes name: on or off in this cluster."""
         return {gate: getattr(self, name) for gate, name in _FIELDS.items()}
+
+    @property
+    def distinct_attribute(self) -> str:
+        """What this cluster does with `distinctAttribute`: DISTINCT_DROPPED, _PRESENT or _ENFORCED.
+
+        1.34 keeps it and checks only that the devices have the attribute, with the gate on or off (its
+        strategy clears a copy, its allocator compares pointers); later releases follow the gate."""
+        if parse_major_minor(self.version) in _DISTINCT_KEPT_UNCOMPARED:
+            return DISTINCT_PRESENT
+        return DISTINCT_ENFORCED if self.consumable_capacity else DISTINCT_DROPPED
 
     def state(self, gate: str) -> str:
         on = getattr(self, _FIELDS[gate])
@@ -80,7 +131,7 @@ def _gates(version: str) -> FeatureGates:
     )
 
 
-GATES: Final = {version: _gates(version) for version in ("1.34", "1.35", "1.36")}
+GATES: Final = {version: _gates(version) for version in ("1.34", "1.35", "1.36", "1.37")}
 
 #: The newest version with a table; a newer cluster is planned with it.
 NEWEST_VERSION: Final = max(GATES, key=lambda v: parse_major_minor(v) or (0, 0))
@@ -91,7 +142,7 @@ class VersionError(ValueError):
 
 
 def feature_gates(value: Any, where: str = "--kubernetes-version") -> FeatureGates:
-    """The gates of `value` (`1.34`, `v1.35.2`, `1.36.1-vke.3`; None: the default version)."""
+    """The gates of `value` (`1.34`, `v1.35.2`, `1.37.2-vke.3`; None: the default version)."""
     if value is None or value == "":
         return GATES[DEFAULT_VERSION]
     parsed = parse_major_minor(str(value))

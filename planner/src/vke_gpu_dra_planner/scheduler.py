@@ -177,6 +177,7 @@ class Simulation:
                 self.planner.cache,
                 consumable_capacity=self.planner.consumable_capacity,
                 partitionable_devices=self.planner.partitionable_devices,
+                distinct_attribute=self.planner.distinct_attribute,
             )
             position = len(self.nodes)
             self.nodes.append(_Node(pool, index, allocator))

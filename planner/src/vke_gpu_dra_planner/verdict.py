@@ -9,7 +9,7 @@ rules of the cluster's Kubernetes version (`admission`); every workload is check
 reasons), then all workloads' pods are placed the way the default kube-scheduler places them
 (`scheduler`), in stack order: a workload is fine only when all its pods are placed there.
 
-Pods that ask an extended resource (`nvidia.com/gpu: 1` in a container's limits) get, on Kubernetes 1.36
+Pods that ask an extended resource (`nvidia.com/gpu: 1` in a container's limits) get, from Kubernetes 1.36
 (DRAExtendedResource), the claim kube-scheduler's DynamicResources plugin makes for them: one request
 per container and resource, `container-<i>-request-<j>`, exactly that many devices of the DeviceClass
 that maps the name (`extendedResourceName`, else the implicit `deviceclass.resource.kubernetes.io/<class>`);
@@ -267,6 +267,7 @@ def plan_model(
         model.classes,
         consumable_capacity=gates.consumable_capacity,
         partitionable_devices=gates.partitionable_devices,
+        distinct_attribute=gates.distinct_attribute,
     )
     violations = [Violation(message, urn) for urn, message in model.problems]
     admissions = {key: admit(t, model.namespaces, gates) for key, t in model.templates.items()}
@@ -322,7 +323,9 @@ def plan_model(
         ]
         plan.reasons.extend(unknown)
         plan.hints.extend(
-            f"{t.key}: {note}" for t in _templates(model, workload) for note in admissions[t.key].dropped
+            f"{t.key}: {note}"
+            for t in _templates(model, workload)
+            for note in (*admissions[t.key].dropped, *admissions[t.key].notes)
         )
         plans.append(plan)
         simulated.append((plan, _group(workload, pod)))

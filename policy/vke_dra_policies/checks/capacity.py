@@ -5,10 +5,11 @@ stack's resources and the stack config's GPU catalog rows (`<project>:gpuInstanc
 nothing it cannot decide: unknown values in preview, stacks without a DRA node pool, and references to
 missing templates or DeviceClasses (claim-references reports those), and claims whose admission depends
 on a Namespace outside the stack. Claims the API server refuses for the cluster's Kubernetes version
-(adminAccess without the namespace label, distinctAttribute before 1.36) and pods the default scheduler
-leaves pending are violations. The stack config's `driver.featureGates` says whether the driver shares
-GPUs (its gate ConsumableShares: several claims on one GPU, on Kubernetes 1.36 and later) and whether it
-carves MIG devices on demand (its gate DynamicMIG: MIG placements as partitionable devices).
+(adminAccess without the namespace label, distinctAttribute on 1.35, whose DRAConsumableCapacity is off;
+a 1.34 API server keeps the field) and pods the default scheduler leaves pending are violations. The
+stack config's `driver.featureGates` says whether the driver shares GPUs (its gate ConsumableShares:
+several claims on one GPU, on Kubernetes 1.36 and later) and whether it carves MIG devices on demand (its
+gate DynamicMIG: MIG placements as partitionable devices).
 """
 
 from __future__ import annotations
