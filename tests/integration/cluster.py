@@ -173,7 +173,8 @@ class Cluster:
                 {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "envtest",
                  "lastHeartbeatTime": now(), "lastTransitionTime": now()}
             ],
-            "nodeInfo": {"containerRuntimeVersion": "containerd://2.1.3", "kubeletVersion": "v1.36.2",
+            "nodeInfo": {"containerRuntimeVersion": "containerd://2.1.3",
+                         "kubeletVersion": f"v{self.plane.version}.0",
                          "architecture": "amd64", "operatingSystem": "linux"},
         }  # fmt: skip
         self.api.patch(f"/api/v1/nodes/{name}/status", {"status": status})

@@ -1,9 +1,10 @@
-"""The real control-plane tier: one control plane per test run, each test in its own namespace.
+"""The real control-plane tier: one control plane per Kubernetes release and test run, each test in its
+own namespace.
 
-The control plane (`controlplane.py`) starts on first use and stops at the end of the run; a second one
-with `--emulated-version=1.34` starts only when a test asks for it. Without the binaries
-(`$KUBEBUILDER_ASSETS`) every test here is skipped with one line saying how to get them. The tier's own time
-and its test count are printed at the end of the run.
+Two releases, from the toolchain (scripts/toolchain): Kubernetes 1.37, the newest, and 1.34, VKE's; both on
+etcd 3.6. Each control plane (`controlplane.py`) starts when a test first asks for it and stops at the end
+of the run. Without the toolchain's binaries every test here is skipped with one line saying how to build
+them. The tier's own time and its test count are printed at the end of the run.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tools import toolchain
+
 from .cluster import FIGURES, Cluster
 from .controlplane import ControlPlane, missing_assets
+
+#: The releases the tier runs: the newest and VKE's.
+NEWEST, VKE = "1.37", "1.34"
 
 #: Fixtures that start a control plane: the tests using them form the tier (marker `envtest`).
 PLANE_FIXTURES = frozenset({"control_plane", "control_plane_134", "each_cluster"})
@@ -51,9 +56,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Without the binaries every test of the tier is skipped from here: one location, so `-ra` folds
     them into one line."""
     if in_tier(item):
-        reason = missing_assets()
+        reason = _missing()
         if reason:
             pytest.skip(reason)
+
+
+def _missing() -> str | None:
+    for minor in (NEWEST, VKE):
+        reason = missing_assets(minor, toolchain.kube_assets(minor))
+        if reason:
+            return reason
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -92,53 +105,50 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"  {figure}")
 
 
-def _assets() -> Path:
-    reason = missing_assets()
+def _start(minor: str) -> Iterator[ControlPlane]:
+    assets = toolchain.kube_assets(minor)
+    reason = missing_assets(minor, assets)
     if reason:
         pytest.skip(reason)
-    return Path(os.environ["KUBEBUILDER_ASSETS"])
-
-
-def _start(name: str, emulated_version: str | None) -> Iterator[ControlPlane]:
-    assets = _assets()
-    plane = ControlPlane(assets, emulated_version=emulated_version)
+    assert assets is not None  # missing_assets names a reason otherwise
+    plane = ControlPlane(assets, minor)
     plane.start()
-    TIER.planes[name], TIER.startups[name] = plane, plane.started_in
+    TIER.planes[minor], TIER.startups[minor] = plane, plane.started_in
     try:
         yield plane
     finally:
-        TIER.planes.pop(name, None)
+        TIER.planes.pop(minor, None)
         plane.stop(keep=bool(os.environ.get("ENVTEST_KEEP")))
 
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    """Kubernetes 1.36 (the binaries' own version)."""
-    yield from _start("1.36", None)
+    """Kubernetes 1.37, the newest release (its DRA features on by default)."""
+    yield from _start(NEWEST)
 
 
 @pytest.fixture(scope="session")
 def control_plane_134() -> Iterator[ControlPlane]:
-    """The same binaries with --emulated-version=1.34 (VKE's 1.34: the DRA beta features of 1.36 off)."""
-    yield from _start("1.34", "1.34")
+    """Kubernetes 1.34, VKE's release (the DRA features that were alpha in 1.34 off)."""
+    yield from _start(VKE)
 
 
 @pytest.fixture
 def cluster(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """This test's namespace on the 1.36 control plane; what the test made is removed afterwards."""
+    """This test's namespace on the 1.37 control plane; what the test made is removed afterwards."""
     with Cluster.for_test(control_plane, request.node.name) as c:
         yield c
 
 
 @pytest.fixture
 def cluster_134(control_plane_134: ControlPlane, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """This test's namespace on the emulated 1.34 control plane."""
+    """This test's namespace on the 1.34 control plane."""
     with Cluster.for_test(control_plane_134, request.node.name) as c:
         yield c
 
 
-@pytest.fixture(params=["1.36", "1.34"])
+@pytest.fixture(params=[NEWEST, VKE])
 def each_cluster(request: pytest.FixtureRequest) -> Cluster:
-    """This test's namespace on each control plane in turn: 1.36, then emulated 1.34 (VKE's version)."""
-    cluster: Cluster = request.getfixturevalue("cluster_134" if request.param == "1.34" else "cluster")
+    """This test's namespace on each control plane in turn: 1.37, then 1.34 (VKE's release)."""
+    cluster: Cluster = request.getfixturevalue("cluster_134" if request.param == VKE else "cluster")
     return cluster

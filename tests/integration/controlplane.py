@@ -1,5 +1,6 @@
 """A real Kubernetes control plane for tests, the envtest way: etcd, kube-apiserver, kube-scheduler and
-kube-controller-manager from `$KUBEBUILDER_ASSETS`, on free ports of 127.0.0.1, in one temporary folder.
+kube-controller-manager from one folder of binaries (envtest's `$KUBEBUILDER_ASSETS`: here the
+toolchain's, `tools.toolchain.kube_assets`), on free ports of 127.0.0.1, in one temporary folder.
 
 No kubelet runs: tests create Nodes themselves and play kubelet's part (pod status, the plugin's sockets).
 Everything started here is stopped by PID, and the folder (certificates, tokens, etcd's data, the logs) is
@@ -26,14 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The binaries a control plane needs in $KUBEBUILDER_ASSETS (etcd: Debian's etcd-server, linked there).
+#: The binaries a control plane needs in its folder.
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 #: What to do when they are missing (one line: the tier's skip reason).
-HOW_TO_GET = (
-    "set KUBEBUILDER_ASSETS to a folder with etcd, kube-apiserver, kube-scheduler and "
-    "kube-controller-manager (`setup-envtest use 1.36 -p path` where the internet is reachable; "
-    "on CI .ci/run unpacks ../shared/envtest)"
-)
+HOW_TO_GET = "build them with scripts/toolchain (Go 1.26 and the Go module proxy; docs/testing.md)"
 #: Start-up to /readyz ok takes 3-8 s on a 2-core machine; a loaded one gets this long.
 READY_TIMEOUT = 90.0
 ADMIN_TOKEN = "envtest-admin-token"  # the test cluster's own credential (--token-auth-file)
@@ -53,15 +50,14 @@ CONTROLLERS = ",".join(
 )
 
 
-def missing_assets(environ: dict[str, str] | None = None) -> str | None:
-    """Why the tier cannot run here (one line), or None when every binary is in $KUBEBUILDER_ASSETS."""
-    env = os.environ if environ is None else environ
-    folder = env.get("KUBEBUILDER_ASSETS", "")
-    if not folder:
-        return f"KUBEBUILDER_ASSETS is not set: {HOW_TO_GET}"
-    missing = [b for b in BINARIES if not os.access(Path(folder) / b, os.X_OK)]
+def missing_assets(minor: str, folder: Path | None) -> str | None:
+    """Why a Kubernetes `minor` control plane cannot run here (one line), or None when `folder` holds
+    every binary."""
+    if folder is None:
+        return f"the toolchain's Kubernetes {minor} and etcd 3.6 are not built: {HOW_TO_GET}"
+    missing = [b for b in BINARIES if not os.access(folder / b, os.X_OK)]
     if missing:
-        return f"KUBEBUILDER_ASSETS={folder} lacks {', '.join(missing)}: {HOW_TO_GET}"
+        return f"{folder} lacks {', '.join(missing)}: {HOW_TO_GET}"
     if not shutil.which("openssl"):
         return "openssl is not on PATH (it makes the test cluster's certificates): apt-get install openssl"
     return None
@@ -201,11 +197,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
 class ControlPlane:
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager; `start()`, then `stop()`.
 
-    `emulated_version` ("1.34") starts all three Kubernetes components with --emulated-version.
+    `version` is the Kubernetes minor the binaries are ("1.34", "1.37"); `controllers` the
+    kube-controller-manager's (CONTROLLERS by default).
     """
 
     assets: Path
-    emulated_version: str | None = None
+    version: str
+    controllers: str = ""
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="envtest-")))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     server: str = ""
@@ -270,9 +268,6 @@ class ControlPlane:
         )
         log.close()
 
-    def _emulation(self) -> list[str]:
-        return [f"--emulated-version={self.emulated_version}"] if self.emulated_version else []
-
     def start(self) -> ControlPlane:
         begin = time.monotonic()
         try:
@@ -303,15 +298,12 @@ class ControlPlane:
                  "--service-cluster-ip-range=10.0.0.0/24",
                  "--allow-privileged=true",
                  # No kubernetes Endpoints for 127.0.0.1 (a loopback address there is refused).
-                 "--endpoint-reconciler-type=none",
-                 # Debian's etcd 3.4 lacks RequestWatchProgress, which WatchList's bookmarks need.
-                 "--feature-gates=WatchList=false",
-                 *self._emulation()],
+                 "--endpoint-reconciler-type=none"],
             )  # fmt: skip
             self.server = f"https://127.0.0.1:{api_port}"
             self._wait_ready()
             self.write_kubeconfig(self.kubeconfig, ADMIN_TOKEN, "envtest-admin")
-            common = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", *self._emulation()]
+            common = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false"]
             self._spawn(
                 "kube-scheduler",
                 [str(self.assets / "kube-scheduler"), *common, f"--secure-port={free_port()}",
@@ -320,7 +312,7 @@ class ControlPlane:
             self._spawn(
                 "kube-controller-manager",
                 [str(self.assets / "kube-controller-manager"), *common, f"--secure-port={free_port()}",
-                 "--bind-address=127.0.0.1", f"--controllers={CONTROLLERS}",
+                 "--bind-address=127.0.0.1", f"--controllers={self.controllers or CONTROLLERS}",
                  "--use-service-account-credentials=false", "--concurrent-gc-syncs=1"],
             )  # fmt: skip
             self._check_alive()

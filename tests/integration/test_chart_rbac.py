@@ -1,5 +1,6 @@
-"""The chart's objects on a real API server (1.36 and emulated 1.34): RBAC with a real service-account
-token, and the ValidatingAdmissionPolicy that confines the kubelet plugin to its own node's ResourceSlices."""
+"""The chart's objects on a real API server (Kubernetes 1.37, the newest release, and 1.34, VKE's): RBAC with
+a real service-account token, and the ValidatingAdmissionPolicy that confines the kubelet plugin to its own
+node's ResourceSlices."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra_core import facts
+
+from tools import toolchain
 
 from .cluster import Cluster
 from .controlplane import ApiError, Client, wait_until
@@ -203,25 +206,36 @@ def test_the_cluster_role_grants_nothing_else(each_cluster: Cluster, plugin_setu
         )
 
 
-def test_the_server_is_the_version_it_emulates(each_cluster: Cluster) -> None:
+def test_the_server_is_the_release_it_is(each_cluster: Cluster) -> None:
+    """The binaries are the release the toolchain pins (v1.37.2, v1.34.4), stamped: /version names it, and
+    the server emulates no other (its emulation version is its own, its minimum compatibility version the
+    release before)."""
     version = each_cluster.api.get("/version")
-    expected = each_cluster.plane.emulated_version or "1.36"
-    assert (version["gitVersion"], f"{version['emulationMajor']}.{version['emulationMinor']}") == (
-        "v1.36.2",
-        expected,
-    )
+    minor = each_cluster.plane.version
+    pinned = toolchain.recipes()[toolchain.KUBERNETES[minor]].version
+    assert pinned.startswith(f"v{minor}.")
+    major, number = minor.split(".")
+    assert {k: version.get(k) for k in (
+        "gitVersion", "major", "minor", "emulationMajor", "emulationMinor",
+        "minCompatibilityMajor", "minCompatibilityMinor", "gitTreeState",
+    )} == {
+        "gitVersion": pinned, "major": major, "minor": number,
+        "emulationMajor": major, "emulationMinor": number,
+        "minCompatibilityMajor": major, "minCompatibilityMinor": str(int(number) - 1),
+        "gitTreeState": "clean",
+    }  # fmt: skip
 
 
-def test_device_taints_are_kept_on_136_and_dropped_on_134(each_cluster: Cluster) -> None:
-    """DRADeviceTaints is beta (on) in 1.36 and off in 1.34, where the API server drops the field: a 1.34
-    cluster never sees the taints a driver might publish."""
+def test_device_taints_are_kept_on_137_and_dropped_on_134(each_cluster: Cluster) -> None:
+    """DRADeviceTaints is GA (on) in 1.37 and alpha (off) in 1.34, where the API server drops the field: a
+    1.34 cluster never sees the taints a driver might publish."""
     node = each_cluster.node_name("taints")
     obj = resource_slice(node)
     taint = {"key": "example.com/unhealthy", "value": "true", "effect": "NoSchedule"}
     obj["spec"]["devices"][0]["taints"] = [taint]
     created = each_cluster.apply(obj)
     kept = created["spec"]["devices"][0].get("taints")
-    if each_cluster.plane.emulated_version == "1.34":
+    if each_cluster.plane.version == "1.34":
         assert kept is None
     else:
         assert kept and kept[0]["key"] == taint["key"] and kept[0]["effect"] == "NoSchedule"

@@ -1,10 +1,11 @@
 """Two claims share one GPU's memory through the real scheduler, the plugin process publishing the slice
 (simulated GPU, driver gate ConsumableShares) and preparing each share through the kubelet-like client.
 
-1.36: the plugin finds that the API server keeps `allowMultipleAllocations` and `requestPolicy`, publishes
-the GPU as NVIDIA's gate does, the scheduler puts both pods on the one GPU with a `shareID` each, and each
-share is prepared and unprepared on its own. Emulated 1.34: the dry-runs show the fields dropped, the GPU
-is published as before, the requests' capacity is dropped, the second claim is not allocated.
+1.37 (DRAConsumableCapacity beta, on): the plugin finds that the API server keeps `allowMultipleAllocations`
+and `requestPolicy`, publishes the GPU as NVIDIA's gate does, the scheduler puts both pods on the one GPU
+with a `shareID` each, and each share is prepared and unprepared on its own. 1.34 (the gate alpha, off):
+the dry-runs show the fields dropped, the GPU is published as before, the requests' capacity is dropped,
+the second claim is not allocated.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ def test_two_claims_share_one_gpu_each_prepared(
     each_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = each_cluster
-    version = cluster.plane.emulated_version or "1.36"
+    version = cluster.plane.version
     plugin, node, gpu = start_with_shares(cluster, monkeypatch)
     memory = gpu["capacity"][facts.CAPACITY_MEMORY]
     detected = "ResourceSlice fields this API server keeps"
     assert detected in plugin.log
-    if version == "1.36":
+    if version == "1.37":
         assert gpu["allowMultipleAllocations"] is True
         assert memory["requestPolicy"]["validRange"]["step"] == "1Mi"
     else:
@@ -76,7 +77,7 @@ def test_two_claims_share_one_gpu_each_prepared(
     first = cluster.wait_scheduled(cluster.namespace, PODS[0])
     cluster.apply(gpu_pod(PODS[1], cluster.namespace, "half-gpu"))
     pods = [first]
-    if version == "1.36":
+    if version == "1.37":
         pods.append(cluster.wait_scheduled(cluster.namespace, PODS[1]))
     else:
         pending = wait_until(
@@ -86,7 +87,7 @@ def test_two_claims_share_one_gpu_each_prepared(
     claims = [claims_of(cluster, p) for p in pods]
     results = [c["status"]["allocation"]["devices"]["results"][0] for c in claims]
     assert {(r["pool"], r["device"]) for r in results} == {(node, gpu["name"])}
-    if version == "1.36":
+    if version == "1.37":
         assert len({r["shareID"] for r in results}) == 2
         consumed = [quantity_value(r["consumedCapacity"][facts.CAPACITY_MEMORY]) for r in results]
         assert consumed == [quantity_value(half)] * 2, results

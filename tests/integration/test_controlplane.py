@@ -12,26 +12,26 @@ import pytest
 from .controlplane import BINARIES, HOW_TO_GET, missing_assets, path_of, stop_processes, wait_until
 
 
-def test_without_kubebuilder_assets_the_tier_says_how_to_get_them() -> None:
-    assert missing_assets({}) == f"KUBEBUILDER_ASSETS is not set: {HOW_TO_GET}"
-    assert "setup-envtest use 1.36" in HOW_TO_GET
+def test_without_the_toolchain_the_tier_says_how_to_build_it() -> None:
+    assert missing_assets("1.37", None) == (
+        f"the toolchain's Kubernetes 1.37 and etcd 3.6 are not built: {HOW_TO_GET}"
+    )
+    assert "scripts/toolchain" in HOW_TO_GET
 
 
 def test_a_folder_lacking_a_binary_is_named_with_what_is_missing(tmp_path: Path) -> None:
     for name in ("kube-apiserver", "etcd"):
         (tmp_path / name).write_text("")
         (tmp_path / name).chmod(0o755)
-    reason = missing_assets({"KUBEBUILDER_ASSETS": str(tmp_path)})
-    assert (
-        reason == f"KUBEBUILDER_ASSETS={tmp_path} lacks kube-scheduler, kube-controller-manager: {HOW_TO_GET}"
-    )
+    reason = missing_assets("1.34", tmp_path)
+    assert reason == f"{tmp_path} lacks kube-scheduler, kube-controller-manager: {HOW_TO_GET}"
 
 
 def test_a_complete_folder_runs_the_tier(tmp_path: Path) -> None:
     for name in BINARIES:
         (tmp_path / name).write_text("")
         (tmp_path / name).chmod(0o755)
-    assert missing_assets({"KUBEBUILDER_ASSETS": str(tmp_path)}) is None
+    assert missing_assets("1.37", tmp_path) is None
 
 
 @pytest.mark.parametrize(

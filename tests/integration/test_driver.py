@@ -74,7 +74,7 @@ def test_published_slice_is_accepted_and_restored_after_deletion(cluster: Cluste
 
 
 def test_claim_allocated_by_the_scheduler_is_prepared(each_cluster: Cluster) -> None:
-    """On 1.36 and on emulated 1.34: the same slices, claims and allocation."""
+    """On 1.37 and on 1.34: the same slices, claims and allocation."""
     cluster = each_cluster
     plugin, node = start_on_node(cluster)
     name = node["metadata"]["name"]

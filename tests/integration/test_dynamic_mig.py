@@ -1,8 +1,9 @@
-"""Dynamic MIG against the real 1.36 API server and kube-scheduler: the plugin process (one simulated
-H100 80GB, feature gate DynamicMIG) publishes its counter set and every MIG placement in slices the server
-accepts, the scheduler allocates a placement for a claim asking `1g.10gb` by CEL on the profile attribute,
-the claim prepares (its simulated MIG device created) and unprepares (destroyed), and placements that
-overlap an allocated one are never allocated."""
+"""Dynamic MIG against the real 1.37 API server and kube-scheduler (DRAPartitionableDevices beta, on): the
+plugin process (one simulated H100 80GB, feature gate DynamicMIG) publishes its counter set and every MIG
+placement in slices the server accepts, the scheduler allocates a placement for a claim asking `1g.10gb` by
+CEL on the profile attribute, the claim prepares (its simulated MIG device created) and unprepares
+(destroyed), and placements that overlap an allocated one are never allocated. On 1.34 (the gate alpha, off)
+the GPU is published whole."""
 
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def test_the_scheduler_allocates_mig_placements_that_never_overlap(
 def test_a_server_without_shared_counters_gets_whole_gpus(
     cluster_134: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """1.34 keeps shared counters only behind its alpha gate DRAPartitionableDevices (off here): the
+    """1.34 keeps shared counters only behind its alpha gate DRAPartitionableDevices (off by default): the
     dry-run shows they are dropped, so the GPU is published as without DynamicMIG, and the log says why."""
     plugin = start_dynamic(cluster_134, monkeypatch, slices=1)
     [published] = cluster_134.slices_of(plugin.node)

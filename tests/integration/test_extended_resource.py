@@ -1,12 +1,12 @@
 """A classic pod (`resources.limits: nvidia.com/gpu: 1`, no claim) against the real control plane.
 
 The chart's DeviceClass gpu.nvidia.com maps `nvidia.com/gpu` (`spec.extendedResourceName`, the same object
-as core's `DeviceClassSpec.manifest(extended_resource=True)`). On 1.36 (KEP-5004's DRAExtendedResource on by
-default) the real kube-scheduler makes a ResourceClaim for the pod on a node that does not advertise
+as core's `DeviceClassSpec.manifest(extended_resource=True)`). On 1.37 (KEP-5004's DRAExtendedResource, GA)
+the real kube-scheduler makes a ResourceClaim for the pod on a node that does not advertise
 nvidia.com/gpu itself, allocates one of the plugin's simulated GPUs, binds the pod, and the claim prepares
 through the kubelet-like client with the driver's CDI ids; the claim has the shape
-tests/driver/test_extended_resource_claim.py models. On emulated 1.34 the same manifests: the server drops
-the field and the pod stays Pending.
+tests/driver/test_extended_resource_claim.py models. On 1.34 (the gate alpha, off) the same manifests: the
+server drops the field and the pod stays Pending.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def install(cluster: Cluster) -> list[JSON]:
     return objects
 
 
-def test_classic_gpu_pod_gets_one_of_our_gpus_on_136(cluster: Cluster) -> None:
+def test_classic_gpu_pod_gets_one_of_our_gpus_on_137(cluster: Cluster) -> None:
     objects = install(cluster)
     assert cluster.api.get(GPU_CLASS)["spec"]["extendedResourceName"] == facts.GPU_EXTENDED_RESOURCE
     plugin, node = cluster.driver_on_new_node(gpus=2, objects=objects)

@@ -1,8 +1,8 @@
 """GPU health against the real control plane: the plugin process (simulated GPUs) is told through its
 simulated-health file (docs/health.md) that gpu-0 had a fatal XID, and the real kube-scheduler stops giving
-it to new claims: on 1.36 the device carries NVIDIA's taint `gpu.nvidia.com/xid=79` (NoSchedule) and only a
-claim tolerating it gets it; on emulated 1.34 (no device taints) it is left out of the slice. After the
-recovery window it is published as before and a waiting claim gets it.
+it to new claims: on 1.37 (DRADeviceTaints GA) the device carries NVIDIA's taint `gpu.nvidia.com/xid=79`
+(NoSchedule) and only a claim tolerating it gets it; on 1.34 (the gate alpha, off: no device taints) it is
+left out of the slice. After the recovery window it is published as before and a waiting claim gets it.
 
 The time from writing the file to the slice change is printed with the tier's summary; the only bound on it
 is a generous one that catches a hang.
@@ -94,10 +94,15 @@ def start(cluster: Cluster) -> tuple[Plugin, str]:
     return plugin, name
 
 
-def test_tainted_gpu_is_avoided_tolerated_and_back_after_recovery_on_136(cluster: Cluster) -> None:
+def test_tainted_gpu_is_avoided_tolerated_and_back_after_recovery_on_137(cluster: Cluster) -> None:
     plugin, node = start(cluster)
     plugin.health_file.write_text("gpu-0 xid 79\n")
-    timed("xid 79 to taint", "1.36", lambda: devices_of(cluster, node)["gpu-0"].get("taints"), plugin)
+    timed(
+        "xid 79 to taint",
+        cluster.plane.version,
+        lambda: devices_of(cluster, node)["gpu-0"].get("taints"),
+        plugin,
+    )
     [taint] = devices_of(cluster, node)["gpu-0"]["taints"]
     assert (taint["key"], taint["value"], taint["effect"]) == (XID_KEY, "79", "NoSchedule")
     assert taint["timeAdded"]
@@ -120,7 +125,7 @@ def test_tainted_gpu_is_avoided_tolerated_and_back_after_recovery_on_136(cluster
     plugin.health_file.write_text("")
     timed(
         f"healthy again to taint lifted ({RECOVERY_WINDOW}s window)",
-        "1.36",
+        cluster.plane.version,
         lambda: not devices_of(cluster, node)["gpu-0"].get("taints"),
         plugin,
     )
@@ -135,7 +140,12 @@ def test_unhealthy_gpu_is_left_out_and_published_again_on_134(cluster_134: Clust
     cluster = cluster_134
     plugin, node = start(cluster)
     plugin.health_file.write_text("gpu-0 xid 79\n")
-    timed("xid 79 to device left out", "1.34", lambda: "gpu-0" not in devices_of(cluster, node), plugin)
+    timed(
+        "xid 79 to device left out",
+        cluster.plane.version,
+        lambda: "gpu-0" not in devices_of(cluster, node),
+        plugin,
+    )
     assert sorted(devices_of(cluster, node)) == ["gpu-1"]
 
     cluster.apply(claim_template("plain"))
@@ -147,7 +157,7 @@ def test_unhealthy_gpu_is_left_out_and_published_again_on_134(cluster_134: Clust
     plugin.health_file.write_text("")
     timed(
         f"healthy again to device published ({RECOVERY_WINDOW}s window)",
-        "1.34",
+        cluster.plane.version,
         lambda: "gpu-0" in devices_of(cluster, node),
         plugin,
     )

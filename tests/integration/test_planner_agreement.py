@@ -1,11 +1,11 @@
 """`vke-gpu-dra plan` (the CLI process) gives the verdict the real kube-scheduler and kube-apiserver give on
-the same nodes, devices and workloads: the scenarios of docs/capacity-planning.md, and a claim the API
-server accepts on 1.36 but refuses on 1.34 (distinctAttribute, dropped while DRAConsumableCapacity is off).
-On both versions also the 1.36 features: pods asking an extended resource that a DeviceClass maps
-(DRAExtendedResource), and two claims sharing one GPU's memory (DRAConsumableCapacity, the device published
-with allowMultipleAllocations as the driver gate ConsumableShares publishes it), and MIG placements
-published as partitionable devices (KEP-4815, the driver gate DynamicMIG): which still fit after others
-are taken, with the counters kept (1.36) and dropped (1.34).
+the same nodes, devices and workloads: the scenarios of docs/capacity-planning.md, and whether the API
+server admits a claim with a distinctAttribute constraint (the field DRAConsumableCapacity gates).
+On both releases also the DRA features 1.37 has on and 1.34 has off (alpha): pods asking an extended resource
+that a DeviceClass maps (DRAExtendedResource), and two claims sharing one GPU's memory
+(DRAConsumableCapacity, the device published with allowMultipleAllocations as the driver gate
+ConsumableShares publishes it), and MIG placements published as partitionable devices (KEP-4815, the driver
+gate DynamicMIG): which still fit after others are taken, with the counters kept (1.37) and dropped (1.34).
 
 The nodes are the stack's pool at its maximum size (2 x ecs.gni3cl.44xlarge: 4 x NVIDIA L20, 176 vCPUs,
 960 GiB), each with the kubelet plugin publishing the simulated GPUs of that product.
@@ -180,7 +180,9 @@ def schedule(
 def test_planner_verdict_is_the_schedulers(cluster: Cluster, scenario: str) -> None:
     templates, deployments = SCENARIOS[scenario]
     claims = [template(name, count) for name, count in templates]
-    report = plan(cluster, [*claims, *(deployment(*d, cluster.namespace) for d in deployments)], "1.36")
+    report = plan(
+        cluster, [*claims, *(deployment(*d, cluster.namespace) for d in deployments)], cluster.plane.version
+    )
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
 
     gpu_pool(cluster)
@@ -190,10 +192,17 @@ def test_planner_verdict_is_the_schedulers(cluster: Cluster, scenario: str) -> N
 
 
 def test_planner_admission_is_the_api_servers(each_cluster: Cluster) -> None:
-    """distinctAttribute: refused on 1.34 (the field is dropped, the constraint is then empty), accepted
-    and allocated on 1.36, by the planner and by the API server of that version alike."""
+    """A claim template with a distinctAttribute constraint: the planner admits or refuses it as the API
+    server of that release does, and where admitted the real scheduler allocates what the planner places.
+
+    1.37 (DRAConsumableCapacity beta, on) keeps the field and allocates. 1.34.4 (the gate alpha, off) keeps
+    it too: its strategy means to drop it, but clears a copy (`for _, constaint := range ...Constraints`),
+    and its scheduler's allocator (the one DRAResourceClaimDeviceStatus, beta and on in 1.34, selects)
+    requires each device to have the attribute but compares values by pointer, so it never finds two equal
+    (planner/src/vke_gpu_dra_planner/gates.py). A server that does drop the field refuses the empty
+    constraint with 422."""
     cluster = each_cluster
-    version = cluster.plane.emulated_version or "1.36"
+    version = cluster.plane.version
     claim = template("distinct", 2, distinct=True)
     report = plan(cluster, [claim, deployment("app", 1, "distinct", cluster.namespace)], version)
     [planned] = report["templates"]
@@ -215,7 +224,7 @@ def test_planner_admission_is_the_api_servers(each_cluster: Cluster) -> None:
     assert schedule(cluster, [("app", 1, "distinct")]) == {"app": ("fits", workload["placed"])}
 
 
-# --------------------------------------------------------------------------- Kubernetes 1.36 DRA features
+# ------------------------------------------------- DRA features on in 1.37, alpha and off in 1.34
 
 
 def extended_deployment(
@@ -230,11 +239,11 @@ def extended_deployment(
 
 
 def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cluster: Cluster) -> None:
-    """Pods asking 3 of an extended resource that a DeviceClass maps to the driver's GPUs: on 1.36 the
+    """Pods asking 3 of an extended resource that a DeviceClass maps to the driver's GPUs: on 1.37 the
     scheduler makes their claims (2 of 3 pods find 3 free GPUs on the 2 x 4-GPU nodes), on 1.34 the field
     is dropped and no node advertises the resource (all Pending); the planner says the same."""
     cluster = each_cluster
-    version = cluster.plane.emulated_version or "1.36"
+    version = cluster.plane.version
     resource = "example.com/gpu"
     gpu_class: dict[str, Any] = facts.DEVICE_CLASS_GPU.manifest()
     mapped = {
@@ -245,13 +254,13 @@ def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cl
     classic = extended_deployment("classic", 3, resource, 3, cluster.namespace)
     report = plan(cluster, [mapped, classic], version)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    assert planned == ({"classic": ("pending", 2)} if version == "1.36" else {"classic": ("pending", 0)})
+    assert planned == ({"classic": ("pending", 2)} if version == "1.37" else {"classic": ("pending", 0)})
 
     stored = cluster.apply(mapped)
-    assert stored["spec"].get("extendedResourceName") == (resource if version == "1.36" else None)
+    assert stored["spec"].get("extendedResourceName") == (resource if version == "1.37" else None)
     gpu_pool(cluster)
     assert schedule(cluster, [("classic", 3, "")], {"classic": classic}) == planned
-    if version != "1.36":
+    if version != "1.37":
         assert f"Insufficient {resource}" in cluster.why_pending(
             cluster.namespace, cluster.pods("app=classic")[0]["metadata"]["name"]
         )
@@ -260,11 +269,11 @@ def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cl
 def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     """One node, one GPU published with allowMultipleAllocations and NVIDIA's memory request policy (the
     driver gate ConsumableShares; published here by the test, the plugin's own publishing is in
-    test_consumable_shares.py); two pods whose claims each ask half its memory. 1.36: both on the one GPU.
+    test_consumable_shares.py); two pods whose claims each ask half its memory. 1.37: both on the one GPU.
     1.34: the API server drops the request's capacity and the device's sharing, each claim takes the whole
     GPU, one pod stays Pending. The planner, with driver.featureGates ConsumableShares=true, says the same."""
     cluster = each_cluster
-    version = cluster.plane.emulated_version or "1.36"
+    version = cluster.plane.version
     config = {
         "vke-gpu-dra:nodePool.minReplicas": 1,
         "vke-gpu-dra:nodePool.desiredReplicas": 1,
@@ -286,7 +295,7 @@ def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     }
     report = plan(cluster, [claim, deployment("pair", 2, "half", cluster.namespace)], version, config)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    assert planned == ({"pair": ("fits", 2)} if version == "1.36" else {"pair": ("pending", 1)})
+    assert planned == ({"pair": ("fits", 2)} if version == "1.37" else {"pair": ("pending", 1)})
 
     cluster.apply(facts.DEVICE_CLASS_GPU.manifest(), shared=True)
     published = cluster.apply({
@@ -298,7 +307,7 @@ def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     })  # fmt: skip
     stored = cluster.apply(claim)
     [kept] = published["spec"]["devices"]
-    if version == "1.36":
+    if version == "1.37":
         assert kept.get("allowMultipleAllocations") is True
         assert "requestPolicy" in kept["capacity"][facts.CAPACITY_MEMORY]
         assert stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
@@ -326,8 +335,8 @@ MIG_SCENARIOS: dict[str, list[tuple[str, int, str | None]]] = {
 }
 
 
-#: what the 1.36 scheduler (counters kept) does with each scenario: name -> (status, placed)
-MIG_ON_136: dict[str, dict[str, tuple[str, int]]] = {
+#: what the 1.37 scheduler (counters kept) does with each scenario: name -> (status, placed)
+MIG_ON_137: dict[str, dict[str, tuple[str, int]]] = {
     "seven-1g-fit-an-eighth-does-not": {"small": ("pending", 7)},
     "3g-then-4g": {"three": ("fits", 1), "four": ("pending", 0)},
     "4g-then-3g": {"four": ("fits", 1), "three": ("fits", 1)},
@@ -381,12 +390,12 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
     each_cluster: Cluster, scenario: str
 ) -> None:
     """One node with one A100 80GB published as MIG partitions (the driver gate DynamicMIG; published here
-    by the test). 1.36 (DRAPartitionableDevices on): the scheduler allocates a placement only while the
+    by the test). 1.37 (DRAPartitionableDevices on): the scheduler allocates a placement only while the
     counters it consumes are left, and the planner says which claims fit and which stay Pending. On the
-    emulated 1.34 (gate off) the API server drops the counters, overlapping placements are allocated
+    1.34 (gate alpha, off) the API server drops the counters, overlapping placements are allocated
     together, and the planner says that too."""
     cluster = each_cluster
-    version = cluster.plane.emulated_version or "1.36"
+    version = cluster.plane.version
     deployments = MIG_SCENARIOS[scenario]
     claims = {name: mig_template(name, profile) for name, _, profile in deployments}
     config = {
@@ -401,8 +410,8 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
     objects = [*claims.values(), *(deployment(n, r, n, cluster.namespace) for n, r, _ in deployments)]
     report = plan(cluster, objects, version, config)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    if version == "1.36":
-        assert planned == MIG_ON_136[scenario]
+    if version == "1.37":
+        assert planned == MIG_ON_137[scenario]
     else:  # counters dropped: every claim finds a placement, overlapping or not (only 7 are 1g.10gb)
         assert planned == {n: ("pending", 7) if r == 8 else ("fits", r) for n, r, _ in deployments}
 
@@ -411,7 +420,7 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
         cluster.apply(device_class.manifest(), shared=True)
     stored = [cluster.apply(s) for s in mig_slices(node_name)]
     kept = bool(stored[0]["spec"].get("sharedCounters"))
-    assert kept is (version == "1.36")
+    assert kept is (version == "1.37")
     assert all(bool(d.get("consumesCounters")) is kept for d in stored[1]["spec"]["devices"])
     for claim in claims.values():
         cluster.apply(claim)
