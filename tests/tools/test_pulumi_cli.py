@@ -1,0 +1,113 @@
+"""scripts/setup's Pulumi CLI step (tools/pulumi_cli.py): nothing when the CLI is there; the official
+installer with the internet; the toolchain's build, linked where the installer puts it, without."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tools import pulumi_cli, toolchain
+
+
+def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def no_cli_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+
+
+def test_the_pinned_release_is_the_toolchains() -> None:
+    assert pulumi_cli.pinned_version() == toolchain.recipes()["pulumi"].version.removeprefix("v")
+    assert pulumi_cli.pinned_version().startswith("3.")
+
+
+def test_the_kubernetes_plugin_version_is_requirements_pin(tmp_path: Path) -> None:
+    assert pulumi_cli.sdk_pin("pulumi-kubernetes") == "4.34.2"
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# the program's\npulumi_kubernetes == 4.1.0  # comment\n")
+    assert pulumi_cli.sdk_pin("pulumi-kubernetes", requirements) == "4.1.0"
+    with pytest.raises(
+        toolchain.ToolchainError, match=r"requirements\.txt pins no version of pulumi-command"
+    ):
+        pulumi_cli.sdk_pin("pulumi-command", requirements)
+
+
+def test_a_cli_on_path_or_in_the_installers_place_is_kept(
+    tmp_path: Path, no_cli_on_path: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(pulumi_cli, "internet_reachable", lambda: pytest.fail("nothing to install"))
+    home = tmp_path / "home"
+    assert pulumi_cli.installed(home) is None
+    cli = _executable(home / ".pulumi" / "bin" / "pulumi")
+    assert pulumi_cli.installed(home) == str(cli)
+    assert pulumi_cli.main([], home=home) == 0
+    assert f"using the Pulumi CLI at {cli}" in capsys.readouterr().out
+    on_path = _executable(tmp_path / "bin" / "pulumi")
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert pulumi_cli.installed(home) == str(on_path)
+
+
+def test_with_the_internet_the_official_installer_installs_the_pin(
+    tmp_path: Path, no_cli_on_path: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed: list[str] = []
+    monkeypatch.setattr(pulumi_cli, "internet_reachable", lambda: True)
+    monkeypatch.setattr(pulumi_cli, "run_installer", installed.append)
+    monkeypatch.setattr(pulumi_cli, "link_from_toolchain", lambda _home: pytest.fail("the internet is there"))
+    assert pulumi_cli.main([], home=tmp_path) == 0
+    assert installed == [pulumi_cli.pinned_version()]
+
+
+def test_without_the_internet_the_toolchains_cli_is_linked_and_its_provider_installed(
+    tmp_path: Path, no_cli_on_path: None
+) -> None:
+    built = tmp_path / "cache"
+    calls = tmp_path / "calls"
+    cli_dir = built / "pulumi"
+    _executable(cli_dir / "pulumi", f'#!/bin/sh\necho "$@" >> {calls}\n')
+    for name in ("pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python"):
+        _executable(cli_dir / name)
+    (cli_dir / toolchain.MANIFEST).write_text("{}")
+    provider = _executable(built / "pulumi-kubernetes" / "pulumi-resource-kubernetes")
+    home = tmp_path / "home"
+
+    cli = pulumi_cli.link_from_toolchain(home, build=lambda name: built / name)
+
+    bin_dir = home / ".pulumi" / "bin"
+    assert cli == bin_dir / "pulumi"
+    assert sorted(p.name for p in bin_dir.iterdir()) == [
+        "pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python"
+    ]  # fmt: skip
+    assert all(os.path.realpath(p) == str(cli_dir / p.name) for p in bin_dir.iterdir())
+    assert calls.read_text().split() == [
+        "plugin",
+        "install",
+        "resource",
+        "kubernetes",
+        "4.34.2",
+        "--file",
+        str(provider),
+    ]
+    # Idempotent: linking again replaces the links.
+    pulumi_cli.link_from_toolchain(home, build=lambda name: built / name)
+    assert len(calls.read_text().splitlines()) == 2
+
+
+def test_a_failed_install_is_one_message(
+    tmp_path: Path, no_cli_on_path: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fail(_home: Path) -> Path:
+        raise toolchain.ToolchainError("go is not on PATH")
+
+    monkeypatch.setattr(pulumi_cli, "internet_reachable", lambda: False)
+    monkeypatch.setattr(pulumi_cli, "link_from_toolchain", fail)
+    assert pulumi_cli.main([], home=tmp_path) == 1
+    assert "scripts/setup: could not install the Pulumi CLI: go is not on PATH" in capsys.readouterr().err

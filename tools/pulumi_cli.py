@@ -1,0 +1,133 @@
+"""The Pulumi CLI where it is missing: scripts/setup's last step.
+
+    python3 tools/pulumi_cli.py            # nothing when `pulumi` is on PATH or in ~/.pulumi/bin
+
+Where the CLI is missing it installs the release the toolchain pins (toolchain/pulumi/go.mod):
+
+* with the internet reachable, through Pulumi's official installer
+  (`curl -fsSL https://get.pulumi.com | sh -s -- --version X`), into ~/.pulumi/bin;
+* else from the toolchain (scripts/toolchain builds it with Go from the Go module proxy): the CLI and
+  what it runs Python programs and packs with are linked into ~/.pulumi/bin, where the installer puts
+  them, and the toolchain's Kubernetes provider is installed into the CLI's plugin cache
+  (`pulumi plugin install resource kubernetes VERSION --file …`), as the CLI cannot download it.
+
+Standard library only: it runs with the system Python.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tools import toolchain
+
+INSTALLER = "https://get.pulumi.com"
+#: requirements.txt's pin of pulumi-kubernetes: the plugin version the program's SDK asks for.
+REQUIREMENTS = toolchain.ROOT / "requirements.txt"
+
+
+def say(message: str) -> None:
+    print(f"scripts/setup: {message}", flush=True)
+
+
+def installed(home: Path) -> str | None:
+    """Where the CLI is: on PATH, or in ~/.pulumi/bin (the installer's place), else None."""
+    found = shutil.which("pulumi")
+    if found:
+        return found
+    candidate = home / ".pulumi" / "bin" / "pulumi"
+    return str(candidate) if os.access(candidate, os.X_OK) else None
+
+
+def internet_reachable(url: str = INSTALLER, timeout: float = 5.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def pinned_version() -> str:
+    """The CLI release the toolchain builds, without the `v` (3.274.1)."""
+    return toolchain.recipes()["pulumi"].version.removeprefix("v")
+
+
+def sdk_pin(package: str, requirements: Path = REQUIREMENTS) -> str:
+    """The version requirements.txt pins `package` at (`pulumi-kubernetes==4.34.2` -> 4.34.2)."""
+    for line in requirements.read_text(encoding="utf-8").splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep and name.strip().lower().replace("_", "-") == package:
+            return version.strip()
+    raise toolchain.ToolchainError(f"{requirements.name} pins no version of {package}")
+
+
+def run_installer(version: str) -> None:
+    say(f"installing the Pulumi CLI {version} with the official installer ({INSTALLER})")
+    script = subprocess.run(["curl", "-fsSL", INSTALLER], capture_output=True, text=True, check=True).stdout
+    subprocess.run(["sh", "-s", "--", "--version", version, "--silent"], input=script, text=True, check=True)
+
+
+def link_from_toolchain(home: Path, build: Callable[[str], Path] | None = None) -> Path:
+    """Link the toolchain's CLI into ~/.pulumi/bin and install its Kubernetes provider into the plugin
+    cache; returns the CLI's path."""
+    build = build or _built
+    cli = build("pulumi")
+    bin_dir = home / ".pulumi" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for path in sorted(cli.iterdir()):
+        if path.name != toolchain.MANIFEST:
+            target = bin_dir / path.name
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            target.symlink_to(path)
+    pulumi = bin_dir / "pulumi"
+    provider = build("pulumi-kubernetes") / "pulumi-resource-kubernetes"
+    version = sdk_pin("pulumi-kubernetes")
+    subprocess.run(
+        [str(pulumi), "plugin", "install", "resource", "kubernetes", version, "--file", str(provider)],
+        check=True,
+        env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
+    )
+    say(f"linked the toolchain's Pulumi CLI into {bin_dir}; its Kubernetes provider installed as {version}")
+    return pulumi
+
+
+def _built(name: str) -> Path:
+    found = toolchain.locate(name)
+    if found is None:
+        subprocess.run(
+            [sys.executable, str(toolchain.ROOT / "tools" / "toolchain.py"), "--only", name], check=True
+        )
+        found = toolchain.locate(name)
+    if found is None:
+        raise toolchain.ToolchainError(f"{name} is not built")
+    return found
+
+
+def main(argv: Sequence[str] | None = None, home: Path | None = None) -> int:
+    home = home or Path.home()
+    where = installed(home)
+    if where:
+        say(f"using the Pulumi CLI at {where}")
+        return 0
+    version = pinned_version()
+    try:
+        if internet_reachable():
+            run_installer(version)
+        else:
+            say(f"{INSTALLER} is not reachable: the Pulumi CLI {version} comes from the toolchain")
+            link_from_toolchain(home)
+    except (subprocess.CalledProcessError, toolchain.ToolchainError) as exc:
+        print(f"scripts/setup: could not install the Pulumi CLI: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
