@@ -1,0 +1,120 @@
+"""The engine tier: `pulumi preview`, `pulumi up`, refresh, destroy and `vke-gpu-dra demo` on the real
+Pulumi CLI, the real Python language host and the real Kubernetes provider (all from scripts/toolchain),
+against a file backend in a temporary folder, with the passphrase secrets provider.
+
+Without the toolchain's `pulumi` and `pulumi-resource-kubernetes` every test here is skipped with one line
+saying how to build them. At the end of the run the tier prints its test count, its time, and the timings
+its tests recorded (`TIMINGS`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools import toolchain
+
+from .workspace import Workspace
+
+#: The toolchain's tools this tier runs: the CLI with its language host, and the Kubernetes provider.
+TOOLS = ("pulumi", "pulumi-kubernetes")
+#: "what: seconds" lines the tests recorded, printed with the tier's summary.
+TIMINGS: list[str] = []
+
+
+class _Tier:
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.last = 0.0
+        self.outcomes: dict[str, int] = {}
+
+
+TIER = _Tier()
+
+
+def missing_tools() -> str | None:
+    missing = [name for name in TOOLS if toolchain.locate(name) is None]
+    if missing:
+        return (
+            f"the toolchain's {', '.join(missing)} not built: build them with scripts/toolchain "
+            "(Go 1.26 and the Go module proxy; docs/testing.md)"
+        )
+    return None
+
+
+def in_tier(item: pytest.Item) -> bool:
+    return Path(str(item.fspath)).parent == Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if in_tier(item):
+            item.add_marker(pytest.mark.engine)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Without the tools every test of the tier is skipped from here: one location, one `-ra` line."""
+    if in_tier(item):
+        reason = missing_tools()
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if not in_tier(item):
+        return (yield)
+    TIER.first = TIER.first or time.monotonic()
+    try:
+        return (yield)
+    finally:
+        TIER.last = time.monotonic()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if in_tier(item) and (report.when == "call" or (report.when == "setup" and not report.passed)):
+        TIER.outcomes[report.outcome] = TIER.outcomes.get(report.outcome, 0) + 1
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIER.first is None:
+        return
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(TIER.outcomes.items()))
+    terminalreporter.write_line(
+        f"engine tier (tests/engine): {sum(TIER.outcomes.values())} tests ({counts}) "
+        f"in {TIER.last - TIER.first:.1f}s"
+    )
+    for line in TIMINGS:
+        terminalreporter.write_line(f"  {line}")
+
+
+def timed(what: str, seconds: float) -> None:
+    TIMINGS.append(f"{what}: {seconds:.1f}s")
+
+
+def _tool_dirs() -> list[Path]:
+    dirs = [toolchain.locate(name) for name in TOOLS]
+    if any(d is None for d in dirs):
+        pytest.skip(missing_tools() or "")
+    return [d for d in dirs if d is not None]
+
+
+@pytest.fixture
+def workspace() -> Iterator[Workspace]:
+    """A fresh copy of the project with its own backend; removed afterwards (ENGINE_KEEP=1 keeps it)."""
+    root = Path(tempfile.mkdtemp(prefix="engine-"))
+    try:
+        yield Workspace.create(root, _tool_dirs())
+    finally:
+        if not os.environ.get("ENGINE_KEEP"):
+            shutil.rmtree(root, ignore_errors=True)
