@@ -19,8 +19,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.cluster import Cluster
+from tests.integration.controlplane import CONTROLLERS, ControlPlane, missing_assets
 from tools import toolchain
 
+from .kubelet import NodeAgent
 from .workspace import Workspace
 
 #: The toolchain's tools this tier runs: the CLI with its language host, and the Kubernetes provider.
@@ -118,3 +121,35 @@ def workspace() -> Iterator[Workspace]:
     finally:
         if not os.environ.get("ENGINE_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
+
+
+#: The plane's controllers: the tier's, plus the DaemonSet controller (the chart's plugin pods).
+ENGINE_CONTROLLERS = f"{CONTROLLERS},daemonset-controller"
+
+
+@pytest.fixture(scope="session")
+def plane() -> Iterator[ControlPlane]:
+    """Kubernetes 1.34 (VKE's release) from the toolchain, for the stacks aimed at an existing cluster."""
+    assets = toolchain.kube_assets("1.34")
+    reason = missing_assets("1.34", assets)
+    if reason:
+        pytest.skip(reason)
+    assert assets is not None
+    control_plane = ControlPlane(assets, "1.34", controllers=ENGINE_CONTROLLERS).start()
+    try:
+        yield control_plane
+    finally:
+        control_plane.stop()
+
+
+@pytest.fixture
+def gpu_node(plane: ControlPlane) -> Iterator[tuple[str, NodeAgent]]:
+    """A Ready GPU node with the DRA labels, and the agent playing its kubelet (its folder short: the
+    plugin's unix sockets live in it)."""
+    with Cluster.for_test(plane, "engine-gpu-node") as cluster:
+        node = cluster.add_node("gpu")["metadata"]["name"]
+        agent = NodeAgent(plane, node, cluster.tmp / "n").start()
+        try:
+            yield node, agent
+        finally:
+            agent.stop()

@@ -51,7 +51,9 @@ def _prepare(ws: Workspace, stack: str) -> None:
             CR_TOKEN: {
                 "id": "token-engine-tier",
                 "registry": f"vke-gpu-dra-{stack}",
-                "tokens": [{"username": "engine", "token": "token-engine-tier", "expireTime": "2026-12-02T12:00:00Z"}],
+                "tokens": [
+                    {"username": "engine", "token": "token-engine-tier", "expireTime": "2026-12-02T12:00:00Z"}
+                ],
             }
         }
     )
@@ -81,7 +83,12 @@ def test_dev_preview_plans_the_stack_and_passes_the_pack(workspace: Workspace) -
     assert cluster["kubernetesVersion"].startswith("1.34")
     assert not events.one(pt.CLUSTER).protect, "dev is not a production stack"
     # The pack: every stack policy passed, and the one verdict is the public API server's advisory.
-    assert {names.DEVICE_CLASSES, names.CLAIM_REFERENCES, names.NODE_POOL_RUNTIME, names.CAPACITY} <= events.passed
+    assert {
+        names.DEVICE_CLASSES,
+        names.CLAIM_REFERENCES,
+        names.NODE_POOL_RUNTIME,
+        names.CAPACITY,
+    } <= events.passed
     assert [(v.policy, v.level) for v in events.violations] == [(names.API_SERVER_PUBLIC_ACCESS, "advisory")]
     # Secrets stay secret: the credentials reach the provider encrypted, never in the stream.
     assert CREDENTIALS["volcengine:secretKey"] not in run.stdout
@@ -116,8 +123,13 @@ def test_a_mandatory_policy_fails_the_preview_naming_itself(workspace: Workspace
 
     assert run.returncode != 0
     assert events.result == "failed"
-    mandatory = sorted((v.policy, v.urn.rsplit("::", 1)[-1]) for v in events.violations if v.level == "mandatory")
-    assert mandatory == [(names.PRODUCTION_PROTECTION, "gpu-pool"), (names.PRODUCTION_PROTECTION, "vke-cluster")]
+    mandatory = sorted(
+        (v.policy, v.urn.rsplit("::", 1)[-1]) for v in events.violations if v.level == "mandatory"
+    )
+    assert mandatory == [
+        (names.PRODUCTION_PROTECTION, "gpu-pool"),
+        (names.PRODUCTION_PROTECTION, "vke-cluster"),
+    ]
     assert "protect is false in a production stack" in events.violations[0].message
 
 
@@ -134,7 +146,9 @@ def test_a_config_the_program_refuses_fails_before_anything_is_planned(workspace
 
 
 @pytest.mark.parametrize("missing", ["volcengine:accessKey", "volcengine:secretKey"])
-def test_the_volcengine_provider_refuses_to_start_without_credentials(workspace: Workspace, missing: str) -> None:
+def test_the_volcengine_provider_refuses_to_start_without_credentials(
+    workspace: Workspace, missing: str
+) -> None:
     """The program reads credentials from config or VOLCENGINE_*; with none the provider's Configure refuses
     (the provider double applies terraform-provider-volcengine's rule)."""
     _prepare(workspace, "dev")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The test virtualenv's bin folder (vke-gpu-dra, the plugin).
+BIN = Path(sys.executable).parent
 #: Plugins the Go module proxy serves no version of: the provider double answers for them.
 DOUBLES = ("volcengine", "docker-build", "command")
 #: Where the double's invoke answers come from (provider_double.INVOKES_ENV).
@@ -88,7 +91,7 @@ class Events:
                 new = meta.get("new") or meta.get("old") or {}
                 events.steps.append(
                     Step(meta["op"], meta["urn"], meta["type"], dict(new.get("inputs") or {}),
-                         bool(new.get("protect")), tuple(meta.get("diffs") or ()))
+                         bool(new.get("protect")), _diffs(meta))
                 )  # fmt: skip
             elif "policyEvent" in event:
                 e = event["policyEvent"]
@@ -126,6 +129,11 @@ class Events:
         return [message for severity, message in self.diagnostics if severity == "error"]
 
 
+def _diffs(meta: dict[str, Any]) -> tuple[str, ...]:
+    """The properties a step changes: its top-level diff keys, else its detailed diff's paths."""
+    return tuple(meta.get("diffs") or sorted((meta.get("detailedDiff") or {}).keys()))
+
+
 def _is_component(type_: str) -> bool:
     return type_.startswith("vke-gpu-dra:index:") or type_ == "pulumi:pulumi:Stack"
 
@@ -144,6 +152,30 @@ class Run:
 
     def events(self) -> Events:
         return Events.parse(self.stdout)
+
+
+def run_group(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdin: str | None = None, timeout: float = 600
+) -> tuple[str, str, int]:
+    """Run a command in its own process group: (stdout, stderr, exit status). On timeout the whole group is
+    killed (pulumi's plugins with it, which would outlive a killed `pulumi`), then TimeoutExpired."""
+    process = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return stdout, stderr, process.returncode
 
 
 @dataclass
@@ -212,19 +244,21 @@ class Workspace:
     def set_invokes(self, answers: Mapping[str, Any]) -> None:
         (self.root / INVOKES_FILE).write_text(json.dumps(dict(answers)))
 
-    def pulumi(self, *args: str, check: bool = True, timeout: float = 600, stdin: str | None = None) -> Run:
+    def pulumi(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 600,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Run:
+        """`pulumi ARGS --non-interactive` in the project copy (`env` added to the workspace's)."""
         argv = ["pulumi", *args, "--non-interactive"]
         begin = time.monotonic()
-        result = subprocess.run(  # noqa: PLW1510 - the exit status is the test's to judge (check=)
-            argv,
-            cwd=self.project,
-            env=self.env(),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+        stdout, stderr, returncode = run_group(
+            argv, cwd=self.project, env={**self.env(), **(env or {})}, stdin=stdin, timeout=timeout
         )
-        run = Run(argv, result.returncode, result.stdout, result.stderr, time.monotonic() - begin)
+        run = Run(argv, returncode, stdout, stderr, time.monotonic() - begin)
         self.runs.append(run)
         if check and run.returncode != 0:
             raise PulumiFailed(f"`{' '.join(argv)}` exited {run.returncode}:\n{run.output[-6000:]}")
