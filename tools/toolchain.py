@@ -80,6 +80,8 @@ class Recipe:
     embed: Mapping[str, str] = field(default_factory=dict)
     #: `binary args...` whose first output line shows the tool's version.
     version_command: tuple[str, ...] = ()
+    #: The release a pseudo-version is (build.toml `release`), for a module without tags of its own.
+    release: str = ""
 
     @property
     def outputs(self) -> list[str]:
@@ -100,7 +102,7 @@ class Recipe:
 
     def ldflags(self) -> str:
         major, minor = _major_minor(self.version)
-        values = {"version": self.version, "major": major, "minor": minor}
+        values = {"version": self.version, "major": major, "minor": minor, "release": self.release}
         stamps = [
             f"-X {symbol}={template.format(**values)}" for symbol, template in sorted(self.stamp.items())
         ]
@@ -143,6 +145,9 @@ def load_recipe(folder: Path) -> Recipe:
     binaries = _table(data, "binaries", where)
     if not binaries:
         raise ToolchainError(f"{where}: [binaries] names no binary")
+    release = data.get("release", "")
+    if not isinstance(release, str):
+        raise ToolchainError(f"{where}: release must be a string such as v4.25.0")
     command = data.get("version_command", [])
     if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
         raise ToolchainError(f"{where}: version_command must be a list of strings")
@@ -156,6 +161,7 @@ def load_recipe(folder: Path) -> Recipe:
         files=_table(data, "files", where),
         embed=_table(data, "embed", where),
         version_command=tuple(command),
+        release=release,
     )
 
 
@@ -427,7 +433,7 @@ def version_line(outcome: Outcome) -> str:
     """The first line of the tool's version command, or "" when it has none."""
     command = outcome.recipe.version_command
     if not command:
-        return ""
+        return f"release {outcome.recipe.release}" if outcome.recipe.release else ""
     argv = [str(outcome.path / command[0]), *command[1:]]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     lines = (result.stdout or result.stderr).strip().splitlines()

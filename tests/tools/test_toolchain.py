@@ -66,6 +66,15 @@ def test_a_recipe_reads_build_toml_and_stamps_the_version(tmp_path: Path) -> Non
     )
 
 
+def test_a_pseudo_version_names_its_release(tmp_path: Path) -> None:
+    toml = 'module = "example.com/tool/v2"\nrelease = "v2.3.4"\n[binaries]\ntool = "x"\n'
+    toml += '[stamp]\n"v.V" = "{release}"\n'
+    recipe = toolchain.load_recipe(wrapper(tmp_path, build_toml=toml))
+    assert recipe.ldflags() == "-s -w -X v.V=v2.3.4"
+    outcome = toolchain.Outcome(recipe, tmp_path, "cached", 1.0)
+    assert toolchain.version_line(outcome) == "release v2.3.4"
+
+
 @pytest.mark.parametrize(
     ("build_toml", "message"),
     [
@@ -80,6 +89,7 @@ def test_a_recipe_reads_build_toml_and_stamps_the_version(tmp_path: Path) -> Non
             'module = "example.com/absent"\n[binaries]\ntool = "x"\n',
             "requires no version of example.com/absent",
         ),
+        ('module = "example.com/tool/v2"\nrelease = 4\n[binaries]\ntool = "x"\n', "release must be a string"),
         ("module = \n", "tool: "),
     ],
 )
