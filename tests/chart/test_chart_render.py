@@ -12,7 +12,6 @@ from tests.chart import chartlib
 from tests.chart.chartlib import (
     CHART_DIR,
     KUBE_VERSION,
-    NAMESPACE,
     NO_DEVICE_CLASSES,
     RELEASE,
     SCENARIOS,
@@ -180,7 +179,7 @@ def test_two_releases_do_not_collide(render: Any) -> None:
     assert first and second and not first & second
 
 
-def test_notes_list_the_verification_commands(helm: Helm) -> None:
+def test_notes_list_the_verification_commands() -> None:
     notes = (CHART_DIR / "templates" / "NOTES.txt").read_text()
     for command in (
         "kubectl api-resources | grep resource.k8s.io",
@@ -191,11 +190,8 @@ def test_notes_list_the_verification_commands(helm: Helm) -> None:
         "helm test {{ .Release.Name }} -n {{ .Release.Namespace }}",
     ):
         assert command in notes, command
-    # and they render (client-side dry run, no cluster involved)
-    out = helm.run("install", "--dry-run=client", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE).stdout
-    rendered_notes = out.split("NOTES:", 1)[1]
-    assert f"kubectl get pods -n {NAMESPACE} -o wide" in rendered_notes
-    assert f"helm test {RELEASE} -n {NAMESPACE}" in rendered_notes
+    # helm 3 renders NOTES.txt only in an install, which needs a cluster even as a client-side dry run:
+    # tests/integration/test_chart_rbac.py renders them against the real API server.
 
 
 def test_all_kinds_of_objects_are_accounted_for(render: Any) -> None:

@@ -4,6 +4,8 @@ node's ResourceSlices."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra_core import facts
 
+from tests.chart.chartlib import CHART_DIR, find_helm
 from tools import toolchain
 
 from .cluster import Cluster
@@ -239,3 +242,21 @@ def test_device_taints_are_kept_on_137_and_dropped_on_134(each_cluster: Cluster)
         assert kept is None
     else:
         assert kept and kept[0]["key"] == taint["key"] and kept[0]["effect"] == "NoSchedule"
+
+
+def test_the_chart_notes_render_for_the_release(cluster: Cluster) -> None:
+    """`helm install --dry-run=client` against the server (helm 3 checks it is reachable): the NOTES name
+    the release's namespace and its `helm test`."""
+    helm = find_helm()
+    assert helm, "helm not found: run scripts/setup"
+    release = "notes"
+    home = cluster.tmp / "helm"
+    out = subprocess.run(
+        [str(helm), "install", "--dry-run=client", release, str(CHART_DIR), "--namespace", cluster.namespace,
+         "--kubeconfig", str(cluster.plane.kubeconfig)],
+        capture_output=True, text=True, check=True, timeout=120,
+        env={**os.environ, **{f"HELM_{kind}_HOME": str(home) for kind in ("CACHE", "CONFIG", "DATA")}},
+    ).stdout  # fmt: skip
+    notes = out.split("NOTES:", 1)[1]
+    assert f"kubectl get pods -n {cluster.namespace} -o wide" in notes
+    assert f"helm test {release} -n {cluster.namespace}" in notes
