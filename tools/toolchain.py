@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+#: The repository: scripts/toolchain, scripts/setup and the tests run from its root.
+ROOT = Path.cwd()
 WRAPPERS = ROOT / "toolchain"
 #: Changes whenever the way a tool is built changes (flags, layout): part of every cache key.
 RECIPE = "1"
