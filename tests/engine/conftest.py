@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 
 from tests.integration.cluster import Cluster
 from tests.integration.controlplane import CONTROLLERS, ControlPlane, missing_assets
+from tests.tier import TierRecord
 from tools import toolchain
 
 from .kubelet import NodeAgent
@@ -32,14 +32,7 @@ TOOLS = ("pulumi", "pulumi-kubernetes")
 TIMINGS: list[str] = []
 
 
-class _Tier:
-    def __init__(self) -> None:
-        self.first: float | None = None
-        self.last = 0.0
-        self.outcomes: dict[str, int] = {}
-
-
-TIER = _Tier()
+TIER = TierRecord("engine tier (tests/engine)")
 
 
 def missing_tools() -> str | None:
@@ -72,31 +65,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    if not in_tier(item):
-        return (yield)
-    TIER.first = TIER.first or time.monotonic()
-    try:
-        return (yield)
-    finally:
-        TIER.last = time.monotonic()
+    return (yield from TIER.timing(in_tier(item)))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if in_tier(item) and (report.when == "call" or (report.when == "setup" and not report.passed)):
-        TIER.outcomes[report.outcome] = TIER.outcomes.get(report.outcome, 0) + 1
+    if in_tier(item):
+        TIER.outcome(report)
     return report
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if TIER.first is None:
+    if not TIER.ran:
         return
-    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(TIER.outcomes.items()))
-    terminalreporter.write_line(
-        f"engine tier (tests/engine): {sum(TIER.outcomes.values())} tests ({counts}) "
-        f"in {TIER.last - TIER.first:.1f}s"
-    )
+    terminalreporter.write_line(TIER.line())
     for line in TIMINGS:
         terminalreporter.write_line(f"  {line}")
 

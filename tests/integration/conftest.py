@@ -10,12 +10,12 @@ them. The tier's own time and its test count are printed at the end of the run.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.tier import TierRecord
 from tools import toolchain
 
 from .cluster import FIGURES, Cluster
@@ -28,18 +28,10 @@ NEWEST, VKE = "1.37", "1.34"
 PLANE_FIXTURES = frozenset({"control_plane", "control_plane_134", "each_cluster"})
 
 
-class _Tier:
-    """What the terminal summary reports: tests run, outcomes, time spent, control-plane start-ups."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None
-        self.last = 0.0
-        self.outcomes: dict[str, int] = {}
-        self.startups: dict[str, float] = {}
-        self.planes: dict[str, ControlPlane] = {}
-
-
-TIER = _Tier()
+TIER = TierRecord("real control-plane tier (tests/integration)")
+#: Control planes running, and how long each took to come up.
+PLANES: dict[str, ControlPlane] = {}
+STARTUPS: dict[str, float] = {}
 
 
 def in_tier(item: pytest.Item) -> bool:
@@ -71,36 +63,25 @@ def _missing() -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    if not in_tier(item):
-        return (yield)
-    TIER.first = TIER.first or time.monotonic()
-    try:
-        return (yield)
-    finally:
-        TIER.last = time.monotonic()
+    return (yield from TIER.timing(in_tier(item)))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if in_tier(item):
-        if report.when == "call" or (report.when == "setup" and not report.passed):
-            TIER.outcomes[report.outcome] = TIER.outcomes.get(report.outcome, 0) + 1
+        TIER.outcome(report)
         if report.failed:
-            for name, plane in TIER.planes.items():
+            for name, plane in PLANES.items():
                 report.sections.append((f"control plane {name}: logs", plane.logs()))
     return report
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if TIER.first is None:
+    if not TIER.ran:
         return
-    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(TIER.outcomes.items()))
-    startups = ", ".join(f"{name} up in {seconds:.1f}s" for name, seconds in TIER.startups.items())
-    terminalreporter.write_line(
-        f"real control-plane tier (tests/integration): {sum(TIER.outcomes.values())} tests ({counts}) "
-        f"in {TIER.last - TIER.first:.1f}s" + (f"; {startups}" if startups else "")
-    )
+    startups = ", ".join(f"{name} up in {seconds:.1f}s" for name, seconds in STARTUPS.items())
+    terminalreporter.write_line(TIER.line(f"; {startups}" if startups else ""))
     for figure in FIGURES:
         terminalreporter.write_line(f"  {figure}")
 
@@ -113,11 +94,11 @@ def _start(minor: str) -> Iterator[ControlPlane]:
     assert assets is not None  # missing_assets names a reason otherwise
     plane = ControlPlane(assets, minor)
     plane.start()
-    TIER.planes[minor], TIER.startups[minor] = plane, plane.started_in
+    PLANES[minor], STARTUPS[minor] = plane, plane.started_in
     try:
         yield plane
     finally:
-        TIER.planes.pop(minor, None)
+        PLANES.pop(minor, None)
         plane.stop(keep=bool(os.environ.get("ENVTEST_KEEP")))
 
 
