@@ -184,7 +184,6 @@ class Workspace:
     tool_dirs: Sequence[Path]
     passphrase: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     extra_env: dict[str, str] = field(default_factory=dict)
-    runs: list[Run] = field(default_factory=list)
 
     @property
     def project(self) -> Path:
@@ -259,7 +258,6 @@ class Workspace:
             argv, cwd=self.project, env={**self.env(), **(env or {})}, stdin=stdin, timeout=timeout
         )
         run = Run(argv, returncode, stdout, stderr, time.monotonic() - begin)
-        self.runs.append(run)
         if check and run.returncode != 0:
             raise PulumiFailed(f"`{' '.join(argv)}` exited {run.returncode}:\n{run.output[-6000:]}")
         return run

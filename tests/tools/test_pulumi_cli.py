@@ -111,3 +111,14 @@ def test_a_failed_install_is_one_message(
     monkeypatch.setattr(pulumi_cli, "link_from_toolchain", fail)
     assert pulumi_cli.main([], home=tmp_path) == 1
     assert "scripts/setup: could not install the Pulumi CLI: go is not on PATH" in capsys.readouterr().err
+
+
+def test_the_workflows_run_the_cli_the_engine_tier_tests() -> None:
+    workflows = sorted((toolchain.ROOT / ".github" / "workflows").glob("*.yaml"))
+    versions = {
+        line.split(":", 1)[1].strip()
+        for path in workflows
+        for line in path.read_text().splitlines()
+        if line.strip().startswith("pulumi-version:")
+    }
+    assert versions == {pulumi_cli.pinned_version()}
