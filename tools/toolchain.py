@@ -338,6 +338,9 @@ def build(recipe: Recipe, staging: Path) -> None:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(module_file(spec, work), destination)
         ldflags = recipe.ldflags()
+        own = sorted(package for package in recipe.binaries.values() if package.startswith("./"))
+        if own:  # this repository's own Go code (a main of the wrapper) is vetted before it is built
+            _run(["go", "vet", *own], cwd=work)
         for name, package in sorted(recipe.binaries.items()):
             _run(["go", "build", "-ldflags", ldflags, "-o", str(staging / name), package], cwd=work)
         for name, spec in sorted(recipe.files.items()):
