@@ -456,6 +456,48 @@ def record(recipe: Recipe, cache: Path) -> Path:
     return target
 
 
+# --- what the proxy does not serve ---------------------------------------------------------------------
+
+
+UNAVAILABLE = "unavailable.toml"
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A module the tiers would build if the proxy served it, and what runs instead."""
+
+    name: str
+    module: str  # path@version, as `go list -m` takes it
+    instead: str
+
+
+def unavailable(wrappers: Path = WRAPPERS) -> list[Unavailable]:
+    data = tomllib.loads((wrappers / UNAVAILABLE).read_text(encoding="utf-8"))
+    return [Unavailable(name, str(entry["module"]), str(entry["instead"])) for name, entry in data.items()]
+
+
+def proxy_answer(module: str, timeout: float = 60.0) -> str:
+    """What the Go module proxy says of `module` today: its version, or the first line of its refusal
+    (`go list -m`, in a scratch module, nothing downloaded but the answer)."""
+    env = {**go_env(), "GOFLAGS": "-mod=mod"}
+    with tempfile.TemporaryDirectory(prefix="toolchain-probe-") as scratch:
+        (Path(scratch) / "go.mod").write_text("module probe\n\ngo 1.26\n")
+        try:
+            result = subprocess.run(
+                ["go", "list", "-m", "-f", "{{.Version}}", module],
+                cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return f"no answer within {timeout:.0f} s"
+    if result.returncode == 0:
+        return f"served ({result.stdout.strip()}): build it"
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    refused = [
+        line for line in lines if "server response" in line or "Forbidden" in line or "not found" in line
+    ]
+    return " ".join(refused[-2:] or lines[-1:]) or f"exit {result.returncode}"
+
+
 # --- the command ------------------------------------------------------------------------------------
 
 
@@ -515,6 +557,10 @@ def _main(args: argparse.Namespace) -> int:
         outcome.version_line = version_line(outcome)
         print(f"toolchain: {summary(outcome)}", flush=True)
     print(f"toolchain: {len(chosen)} tools ready in {time.monotonic() - begin:.0f} s")
+    if not args.only and shutil.which("go"):
+        for item in unavailable():
+            print(f"toolchain: not built: {item.name} ({item.module}): {proxy_answer(item.module)}")
+            print(f"toolchain:   instead: {item.instead}")
     return 0
 
 

@@ -271,3 +271,30 @@ def test_check_and_path_build_nothing(
     assert "helm is not built (scripts/toolchain --only helm)" in err
     assert "--only nope: no tool nope" in err
     assert not any(tmp_path.iterdir())
+
+
+def test_what_the_proxy_does_not_serve_is_named_with_what_runs_instead() -> None:
+    items = {u.name: u for u in toolchain.unavailable()}
+    assert {"pulumi-language-python", "pulumi-resource-volcengine", "pulumi-kubernetes 4.34.2"} <= set(items)
+    assert all("@" in u.module and u.instead for u in items.values())
+
+
+def test_the_proxys_answer_is_its_refusal_or_the_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    go = tmp_path / "go"
+    go.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *served*) echo v1.2.3 ;;\n"
+        '  *) echo "go: example.com/x@latest: reading https://proxy/x/@v/list: 403 Forbidden" >&2\n'
+        '     echo "\tserver response: This module version is not available." >&2; exit 1 ;;\n'
+        "esac\n"
+    )
+    go.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.proxy_answer("example.com/served@latest") == "served (v1.2.3): build it"
+    assert toolchain.proxy_answer("example.com/x@latest") == (
+        "go: example.com/x@latest: reading https://proxy/x/@v/list: 403 Forbidden "
+        "server response: This module version is not available."
+    )
