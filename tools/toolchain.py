@@ -321,7 +321,8 @@ def _run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None
 def module_file(spec: str, work: Path) -> Path:
     """`module:path` -> that file in the module cache (the module is downloaded as go.sum pins it)."""
     module, _, inner = spec.partition(":")
-    directory = _run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=work).strip()
+    # `go mod download` fetches the version go.mod requires (into the module cache) and names its folder.
+    directory = str(json.loads(_run(["go", "mod", "download", "-json", module], cwd=work)).get("Dir", ""))
     path = Path(directory) / inner
     if not directory or not path.is_file():
         raise ToolchainError(f"{spec}: not in {module} as go.mod pins it ({directory or 'not downloaded'})")
