@@ -133,6 +133,21 @@ def test_a_mandatory_policy_fails_the_preview_naming_itself(workspace: Workspace
     assert "protect is false in a production stack" in events.violations[0].message
 
 
+def test_a_stack_config_the_program_takes_but_a_mandatory_policy_refuses_fails_the_preview(
+    workspace: Workspace,
+) -> None:
+    """A non-GPU instance type for the GPU pool: the program deploys it as asked, the pack refuses it."""
+    _prepare(workspace, "dev")
+    workspace.config_set("dev", {"nodePool.instanceTypes": '["ecs.g3i.large"]'})
+
+    run, events = workspace.preview("dev", check=False)
+
+    assert run.returncode != 0 and events.result == "failed"
+    mandatory = [(v.policy, v.urn.rsplit("::", 1)[-1]) for v in events.violations if v.level == "mandatory"]
+    assert mandatory == [(names.NODE_POOL_INSTANCE_TYPES, "gpu-pool")]
+    assert "ecs.g3i.large" in next(v.message for v in events.violations if v.level == "mandatory")
+
+
 def test_a_config_the_program_refuses_fails_before_anything_is_planned(workspace: Workspace) -> None:
     _prepare(workspace, "dev")
     workspace.config_set("dev", {"nodePool.containerdVersion": "1.7"})
