@@ -5,8 +5,9 @@ kubelet the node agent plays (`kubelet.py`), a prebuilt driver image and no Dock
 The real Kubernetes provider installs the chart's Helm release (and waits for its DaemonSet, whose pod
 the agent runs as the plugin process, publishing simulated GPUs), the DeviceClasses and the sample (and
 waits for its Deployment, whose pod gets its claim allocated by the scheduler and prepared by the
-plugin). Then: a refresh finds no drift; a config change updates exactly the sample's Deployment; destroy
-leaves none of the stack's objects on the server.
+plugin). Then: a refresh finds no drift; a config change updates exactly the sample's Deployment; another
+sample namespace previews as a replacement of the namespace and what lives in it; destroy leaves none of the
+stack's objects on the server.
 """
 
 from __future__ import annotations
@@ -121,6 +122,19 @@ def test_up_refresh_update_destroy_on_a_real_api_server(
     assert [s.name for s in events.steps if s.op == "update"] == ["sample-deployment"]
     timed("update (the sample's image)", run.seconds)
     wait_for(lambda: len(api.items(f"/api/v1/namespaces/{SAMPLE_NAMESPACE}/pods")) == 1, timeout=60)
+
+    # Another namespace for the sample replaces its namespace and what lives in it, new ones first.
+    workspace.config_set(STACK, {"sample.namespace": "gpu-samples-2"})
+    _, preview = workspace.preview(STACK)
+    ops: dict[str, set[str]] = {}
+    for step in preview.steps:
+        if step.op != "same":
+            ops.setdefault(step.name, set()).add(step.op)
+    replacement = {"create-replacement", "replace", "delete-replaced"}
+    assert ops == {
+        n: replacement for n in ("sample-namespace", "sample-claim-template", "sample-deployment")
+    }, ops
+    workspace.config_set(STACK, {"sample.namespace": SAMPLE_NAMESPACE})
 
     # Destroy: nothing of the stack is left on the server.
     destroy = workspace.pulumi("destroy", "--stack", STACK, "--yes", "--json", timeout=600)
