@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -298,3 +300,11 @@ def test_the_proxys_answer_is_its_refusal_or_the_version(
         "go: example.com/x@latest: reading https://proxy/x/@v/list: 403 Forbidden "
         "server response: This module version is not available."
     )
+
+
+@pytest.mark.skipif(not shutil.which("gofmt"), reason="gofmt is not installed (it comes with Go)")
+def test_the_wrappers_own_go_code_is_gofmt_clean() -> None:
+    result = subprocess.run(
+        ["gofmt", "-l", str(toolchain.WRAPPERS)], capture_output=True, text=True, check=True
+    )
+    assert result.stdout == ""
