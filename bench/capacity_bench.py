@@ -150,8 +150,8 @@ def measure(nodes: int = 1000, gpus: int = 8) -> dict[str, Any]:
     build = time.perf_counter() - started
 
     planner = Planner(default_classes())
-    # distinctAttribute needs the DRAConsumableCapacity gate (off in 1.34, where such a claim never
-    # schedules): those templates are planned with the gate on, sharing the selector cache
+    # distinctAttribute is enforced by value with the DRAConsumableCapacity gate on (1.34.4 keeps the
+    # field but compares no values): those templates are planned with the gate on, sharing the selector cache
     gated = Planner(default_classes(), cache=planner.cache, consumable_capacity=True)
 
     def plan(template: ClaimTemplate, replicas: int) -> Any:
