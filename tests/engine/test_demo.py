@@ -11,14 +11,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import yaml
 from vke_gpu_dra_core import facts
 
 from tests.integration.controlplane import ControlPlane
 
 from .conftest import timed
 from .kubelet import NodeAgent
-from .test_stack_lifecycle import stack_file
 from .workspace import BIN, Workspace, run_group
 
 BASE = "engine"
@@ -53,8 +51,7 @@ def test_demo_up_list_expire_and_reap(
 ) -> None:
     _, agent = gpu_node
     api = plane.admin()
-    kubeconfig = plane.write_kubeconfig(workspace.root / "kubeconfig", api.token, "engine-admin")
-    workspace.stack_file(BASE).write_text(yaml.safe_dump(stack_file(kubeconfig)))
+    workspace.aim_at(plane, BASE)
 
     begin = time.monotonic()
     up = demo(workspace, "up", "--base-stack", BASE, "--ttl", "2h", "--user", "ci")

@@ -13,7 +13,7 @@ from vke_gpu_dra_core import policy_names as names
 from vke_gpu_dra_core import pulumi_types as pt
 
 from .conftest import timed
-from .workspace import Events, Workspace
+from .workspace import Events, Run, Workspace
 
 CR_TOKEN = "volcengine:cr/getAuthorizationTokens:getAuthorizationTokens"
 #: What `scripts/up` asks for before the first `pulumi up` of dev and prod (tools/up.py's missing keys).
@@ -59,19 +59,21 @@ def _prepare(ws: Workspace, stack: str) -> None:
     )
 
 
-def _counts(events: Events) -> Counter[str]:
-    return Counter(s.type for s in events.steps if s.op == "create")
+def _planned(workspace: Workspace, stack: str, what: str) -> tuple[Run, Events, Counter[str]]:
+    """A successful preview of `stack` (timed as `what`), and the resources it creates by type, which
+    must include COMMON."""
+    _prepare(workspace, stack)
+    run, events = workspace.preview(stack)
+    timed(what, run.seconds)
+    assert events.result == "succeeded", events.errors()
+    counts = Counter(s.type for s in events.steps if s.op == "create")
+    assert {t: counts[t] for t in COMMON} == COMMON
+    return run, events, counts
 
 
 def test_dev_preview_plans_the_stack_and_passes_the_pack(workspace: Workspace) -> None:
-    _prepare(workspace, "dev")
+    run, events, counts = _planned(workspace, "dev", "dev preview (37 resources, the pack)")
 
-    run, events = workspace.preview("dev")
-
-    timed("dev preview (37 resources, the pack)", run.seconds)
-    assert events.result == "succeeded", events.errors()
-    counts = _counts(events)
-    assert {t: counts[t] for t in COMMON} == COMMON
     assert counts["volcengine:cr/registry:Registry"] == 1, "dev creates its CR instance"
     assert counts["volcengine:vpc/subnet:Subnet"] == 1
     assert all(s.op == "create" for s in events.steps)
@@ -95,14 +97,8 @@ def test_dev_preview_plans_the_stack_and_passes_the_pack(workspace: Workspace) -
 
 
 def test_prod_preview_protects_the_cluster_and_asks_the_existing_registry(workspace: Workspace) -> None:
-    _prepare(workspace, "prod")
+    _, events, counts = _planned(workspace, "prod", "prod preview (40 resources, the pack)")
 
-    run, events = workspace.preview("prod")
-
-    timed("prod preview (40 resources, the pack)", run.seconds)
-    assert events.result == "succeeded", events.errors()
-    counts = _counts(events)
-    assert {t: counts[t] for t in COMMON} == COMMON
     assert counts["volcengine:cr/registry:Registry"] == 0, "prod pushes to an existing CR instance"
     assert counts["volcengine:vpc/subnet:Subnet"] == 3
     assert events.one(pt.CLUSTER).protect and events.one(pt.NODE_POOL).protect

@@ -13,10 +13,8 @@ stack's objects on the server.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 
@@ -24,31 +22,9 @@ from tests.integration.controlplane import ApiError, ControlPlane
 
 from .conftest import timed
 from .kubelet import NodeAgent, wait_for
-from .workspace import Workspace
+from .workspace import SAMPLE_NAMESPACE, Workspace
 
 STACK = "engine"
-#: The driver image: prebuilt, never pulled (no container runtime here; the agent runs the plugin).
-IMAGE = "vke-gpu-dra-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin@sha256:" + "5" * 64
-SAMPLE_NAMESPACE = "gpu-samples"
-
-
-def stack_file(kubeconfig: Path) -> dict[str, Any]:
-    """The local stack's settings (Pulumi.local.yaml), aimed at this cluster with a prebuilt image."""
-    local = yaml.safe_load((Path(__file__).resolve().parents[2] / "Pulumi.local.yaml").read_text())["config"]
-    config = {k: v for k, v in local.items() if not k.startswith("vke-gpu-dra:kubeconfig")}
-    del config["vke-gpu-dra:driver.image.build"]
-    config.update(
-        {
-            "vke-gpu-dra:kubeconfigPath": str(kubeconfig),
-            "vke-gpu-dra:driver.image": IMAGE,
-            "vke-gpu-dra:driver.kubeletPluginOnAllNodes": False,
-            "vke-gpu-dra:sample.namespace": SAMPLE_NAMESPACE,
-            "vke-gpu-dra:sample.args": ["-c", "sleep 600"],
-            # A release that cannot become ready fails the test in 3 minutes, not the default 10.
-            "vke-gpu-dra:driver.timeoutSeconds": 180,
-        }
-    )
-    return {"config": config}
 
 
 def _server_objects(api: Any) -> dict[str, list[str]]:
@@ -82,8 +58,7 @@ def test_up_refresh_update_destroy_on_a_real_api_server(
 ) -> None:
     node, agent = gpu_node
     api = plane.admin()
-    kubeconfig = plane.write_kubeconfig(workspace.root / "kubeconfig", plane.admin().token, "engine-admin")
-    workspace.stack_file(STACK).write_text(yaml.safe_dump(stack_file(kubeconfig)))
+    workspace.aim_at(plane, STACK)
     workspace.stack_init(STACK)
 
     run, events = workspace.up(STACK, check=False)

@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tests.integration.controlplane import ControlPlane
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The test virtualenv's bin folder (vke-gpu-dra, the plugin).
 BIN = Path(sys.executable).parent
@@ -36,6 +40,10 @@ DOUBLES = ("volcengine", "docker-build", "command")
 #: Where the double's invoke answers come from (provider_double.INVOKES_ENV).
 INVOKES_FILE = "invokes.json"
 STACK_FILE_PREFIX = "Pulumi."
+#: The driver image of the stacks aimed at the test cluster: prebuilt, never pulled (no container runtime
+#: here; the node agent runs the plugin).
+IMAGE = "vke-gpu-dra-cn-beijing.cr.volces.com/vke-gpu-dra/dra-gpu-kubelet-plugin@sha256:" + "5" * 64
+SAMPLE_NAMESPACE = "gpu-samples"
 
 
 class PulumiFailed(AssertionError):
@@ -289,6 +297,26 @@ class Workspace:
         args = ("--stack", stack, "--yes", "--skip-preview", "--policy-pack", "policy", "--json", *args)
         run = self.pulumi("up", *args, check=check, timeout=timeout)
         return run, run.events()
+
+    def aim_at(self, plane: ControlPlane, stack: str) -> None:
+        """Write `stack`'s file: the local stack's settings (Pulumi.local.yaml) aimed at `plane` (an admin
+        kubeconfig beside the project) with a prebuilt driver image."""
+        kubeconfig = plane.write_kubeconfig(self.root / "kubeconfig", plane.admin().token, "engine-admin")
+        local = yaml.safe_load((ROOT / "Pulumi.local.yaml").read_text())["config"]
+        config = {k: v for k, v in local.items() if not k.startswith("vke-gpu-dra:kubeconfig")}
+        del config["vke-gpu-dra:driver.image.build"]
+        config.update(
+            {
+                "vke-gpu-dra:kubeconfigPath": str(kubeconfig),
+                "vke-gpu-dra:driver.image": IMAGE,
+                "vke-gpu-dra:driver.kubeletPluginOnAllNodes": False,
+                "vke-gpu-dra:sample.namespace": SAMPLE_NAMESPACE,
+                "vke-gpu-dra:sample.args": ["-c", "sleep 600"],
+                # A release that cannot become ready fails the test in 3 minutes, not the default 10.
+                "vke-gpu-dra:driver.timeoutSeconds": 180,
+            }
+        )
+        self.stack_file(stack).write_text(yaml.safe_dump({"config": config}))
 
     def stack_file(self, stack: str) -> Path:
         return self.project / f"{STACK_FILE_PREFIX}{stack}.yaml"
