@@ -23,7 +23,7 @@ from vke_gpu_dra.kubelet.resource_health import (
     ResourceHealthServicer,
     add_resource_health_servicer,
 )
-from vke_gpu_dra.kubelet.sockets import SocketError, prepare_socket_path, unix_server
+from vke_gpu_dra.kubelet.sockets import MAX_SOCKET_PATH_BYTES, SocketError, prepare_socket_path, unix_server
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
@@ -152,7 +152,13 @@ def test_registration_handshake_advertises_dra_plugin(servers: Servers, kubelet:
     assert info.name == facts.DRIVER_NAME
     assert info.endpoint == str(servers.dra_socket)
     assert Path(info.endpoint).is_absolute()
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    # as the Go helper (k8s.io/dynamic-resource-allocation 0.37) lists them: DRA, then health, newest first
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
     assert kubelet.version == "v1"
     snap = servers.status.snapshot()
     assert snap.registered is True and snap.error == ""
@@ -398,6 +404,25 @@ def test_prepare_socket_path_refuses_non_sockets_and_long_paths(short_tmp: Path)
     assert regular.exists()
     with pytest.raises(SocketError, match="longer than"):
         prepare_socket_path(short_tmp / ("x" * 120))
+
+
+def test_a_socket_path_of_the_longest_length_binds_and_serves(short_tmp: Path) -> None:
+    path = short_tmp / ("s" * (MAX_SOCKET_PATH_BYTES - len(str(short_tmp)) - 1))
+    assert len(str(path)) == MAX_SOCKET_PATH_BYTES
+    server = unix_server(path, max_workers=1, name="t")
+    add_registration_servicer(
+        server,
+        RegistrationServicer(
+            driver_name=facts.DRIVER_NAME, dra_endpoint=short_tmp / "dra.sock", status=RegistrationStatus()
+        ),
+    )
+    server.start()
+    kubelet = Kubelet(path)
+    try:
+        assert kubelet.register(accept=False).name == facts.DRIVER_NAME
+    finally:
+        kubelet.close()
+        server.stop(0).wait()
 
 
 def test_stale_socket_is_replaced(short_tmp: Path) -> None:

@@ -1,13 +1,19 @@
 """The kubelet plugin-registration service served on `<registrar-dir>/<driver>-reg.sock`.
 
-With a rolling-update id (the pod UID) the sockets are `<driver>-<id>-reg.sock` and `dra-<id>.sock`:
-kubelet 1.33+ keeps one registration per endpoint, so two plugin pods of one driver can run on a
-node at once during an upgrade.
+With a rolling-update id (the pod UID) each pod gets sockets of its own, so two plugin pods of
+one driver can run on a node at once during an upgrade (kubelet 1.33+ keeps one registration per
+endpoint): `<plugin-data-dir>/dra-<id>.sock`, and the first registration socket name of
+`rolling_update_registration_names` whose path fits a unix socket, as Kubernetes' Go helper
+(k8s.io/dynamic-resource-allocation 0.37 `kubeletplugin.RollingUpdateRegistrarSocketFile`) names
+it. kubelet finds registration sockets by watching the registrar directory, whatever their name.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,19 +25,55 @@ import grpc
 from ._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from ._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from .dra_service import DRA_SOCKET_NAME
+from .resource_health import HEALTH_SERVICES
+from .sockets import MAX_SOCKET_PATH_BYTES
 
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-#: Services offered on the DRA socket, in order of preference (kubelet takes the first it knows).
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: The DRA services on the DRA socket, in order of preference (kubelet takes the first it knows).
+DRA_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: PluginInfo.supported_versions: every service on the DRA socket, as the Go helper lists them.
+#: kubelet picks its DRA service from the first two and (1.37+) its health service from the last
+#: two; a kubelet ignores the names it does not know.
+SUPPORTED_VERSIONS = DRA_SERVICES + HEALTH_SERVICES
+#: SHA-256 bytes of the pod UID in the second rolling-update name.
+_UID_HASH_BYTES = 8
+#: SHA-256 bytes of the driver name, a NUL and the pod UID in the last rolling-update name.
+_DRIVER_UID_HASH_BYTES = 16
 
 
-def registration_socket_name(driver_name: str, rolling_update_id: str | None = None) -> str:
-    """`<driver>-reg.sock`, or `<driver>-<id>-reg.sock` with a rolling-update id."""
+def registration_socket_name(driver_name: str) -> str:
+    """`<driver>-reg.sock`, the name without a rolling-update id."""
+    return f"{driver_name}-reg.sock"
+
+
+def _hash(text: str, size: int) -> str:
+    """The first `size` bytes of SHA-256(text) in unpadded URL-safe base64."""
+    digest = hashlib.sha256(text.encode()).digest()[:size]
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+def rolling_update_registration_names(driver_name: str, rolling_update_id: str) -> tuple[str, str, str]:
+    """The registration socket names for a rolling-update id, in order of preference:
+    `<driver>-<id>-reg.sock`, `<driver>-<hash of id>-reg.sock`, `dra-<hash of driver and id>-reg.sock`."""
+    driver_and_id = f"{driver_name}\x00{rolling_update_id}"
+    return (
+        f"{driver_name}-{rolling_update_id}-reg.sock",
+        f"{driver_name}-{_hash(rolling_update_id, _UID_HASH_BYTES)}-reg.sock",
+        f"dra-{_hash(driver_and_id, _DRIVER_UID_HASH_BYTES)}-reg.sock",
+    )
+
+
+def registration_socket(registrar_dir: Path, driver_name: str, rolling_update_id: str | None = None) -> Path:
+    """Where the registration socket goes: the fixed name, or with a rolling-update id the first of
+    its names whose path fits `MAX_SOCKET_PATH_BYTES` (else the last, the shortest)."""
     if rolling_update_id is None:
-        return f"{driver_name}-reg.sock"
-    return f"{driver_name}-{rolling_update_id}-reg.sock"
+        return registrar_dir / registration_socket_name(driver_name)
+    paths = [
+        registrar_dir / name for name in rolling_update_registration_names(driver_name, rolling_update_id)
+    ]
+    return next((p for p in paths if len(os.fsencode(p)) <= MAX_SOCKET_PATH_BYTES), paths[-1])
 
 
 def dra_socket_name(rolling_update_id: str | None = None) -> str:

@@ -1,8 +1,12 @@
-"""Device health for kubelet's DRAResourceHealth v1alpha1 stream (NodeWatchResources).
+"""Device health for kubelet's DRAResourceHealth stream (NodeWatchResources), v1 and v1alpha1.
 
 `DeviceHealthBoard` holds the current health of every device (thread-safe) and wakes the
 streams when it changes; `ResourceHealthServicer` sends the complete device list on every
-change and at a fixed interval.
+change and at a fixed interval. One servicer answers both API versions on the DRA socket:
+`v1.DRAResourceHealth` (kubelet 1.37+ prefers it) and `v1alpha1.DRAResourceHealth` (kubelet
+1.34 to 1.36; 1.37 to 1.39 still take it from plugins that offer nothing newer). The two
+schemas are the same message for message and field for field, so every v1alpha1 update is the
+v1 update re-read as v1alpha1.
 """
 
 from __future__ import annotations
@@ -16,8 +20,20 @@ from typing import Literal
 import grpc
 from vke_gpu_dra_core.device_model import Device
 
-from ._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
-from ._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
+from ._proto.dra_health.v1 import api_pb2 as health_pb2
+from ._proto.dra_health.v1 import api_pb2_grpc as health_grpc
+from ._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1_pb2
+from ._proto.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+
+#: The health services in PluginInfo.supported_versions (`<proto package>.<service>`), newest
+#: first, as Kubernetes' Go helper (kubeletplugin) lists them: kubelet 1.37+ opens the stream on
+#: the newest it knows, and only for plugins that list one; kubelet 1.34 to 1.36 open v1alpha1
+#: without looking.
+HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+#: Longest `message` kubelet keeps (it cuts longer ones to 1021 characters and "...").
+MAX_MESSAGE_CHARS = 1024
+#: Seconds between two full lists when nothing changes (kubelet's default timeout is 30 s).
+DEFAULT_RESEND_INTERVAL = 30.0
 
 #: Health as the stream reports it.
 HealthStatus = Literal["healthy", "unhealthy", "unknown"]
@@ -35,8 +51,8 @@ class DeviceHealthEntry:
     updated_at: int
     #: "unknown" for a device that cannot be watched (it stays allocatable).
     status: HealthStatus = "healthy"
-    #: Why it is not healthy (`xid 79`, `gpu-lost`, `unmonitored`); "" when healthy. The v1alpha1
-    #: stream has no field for it: it goes to the log and the metrics.
+    #: Why it is not healthy (`xid 79`, `gpu-lost`, `unmonitored`); "" when healthy. It is the
+    #: stream's `message` (kubelet 1.36+ shows it in the pod status), the log's and the metrics'.
     reason: str = ""
 
 
@@ -104,23 +120,39 @@ class DeviceHealthBoard:
             return self._closed
 
 
+def health_message(reason: str) -> str:
+    """The `message` of a device: its reason, cut as kubelet would cut it beyond 1024 characters."""
+    if len(reason) <= MAX_MESSAGE_CHARS:
+        return reason
+    return reason[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
 def health_response(
     pool_name: str, entries: Sequence[DeviceHealthEntry]
 ) -> health_pb2.NodeWatchResourcesResponse:
+    """The v1 update: every device with its health, last change and reason."""
     response = health_pb2.NodeWatchResourcesResponse()
     for entry in entries:
         response.devices.add(
             device=health_pb2.DeviceIdentifier(pool_name=pool_name, device_name=entry.name),
             health=_PROTO_STATUS[entry.status],
             last_updated_time=entry.updated_at,
+            message=health_message(entry.reason),
         )
     return response
 
 
-class ResourceHealthServicer(health_grpc.DRAResourceHealthServicer):
-    """Streams the full device list on every change and every `resend_interval` seconds."""
+def as_v1alpha1(
+    response: health_pb2.NodeWatchResourcesResponse,
+) -> health_v1alpha1_pb2.NodeWatchResourcesResponse:
+    """The same update for a v1alpha1 client (the schemas are wire-identical)."""
+    return health_v1alpha1_pb2.NodeWatchResourcesResponse.FromString(response.SerializeToString())
 
-    def __init__(self, board: DeviceHealthBoard, *, resend_interval: float = 30.0) -> None:
+
+class ResourceHealthServicer(health_grpc.DRAResourceHealthServicer):
+    """v1: streams the full device list on every change and every `resend_interval` seconds."""
+
+    def __init__(self, board: DeviceHealthBoard, *, resend_interval: float = DEFAULT_RESEND_INTERVAL) -> None:
         self._board = board
         self._resend_interval = resend_interval
 
@@ -134,5 +166,22 @@ class ResourceHealthServicer(health_grpc.DRAResourceHealthServicer):
             self._board.wait(version, self._resend_interval)
 
 
+class ResourceHealthV1alpha1Servicer(health_v1alpha1_grpc.DRAResourceHealthServicer):
+    """v1alpha1: the v1 servicer's stream, each update re-read as v1alpha1."""
+
+    def __init__(self, v1: ResourceHealthServicer) -> None:
+        self._v1 = v1
+
+    def NodeWatchResources(
+        self, request: health_v1alpha1_pb2.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[health_v1alpha1_pb2.NodeWatchResourcesResponse]:
+        for response in self._v1.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), context):
+            yield as_v1alpha1(response)
+
+
 def add_resource_health_servicer(server: grpc.Server, servicer: ResourceHealthServicer) -> None:
+    """Serve `servicer` as v1.DRAResourceHealth and as v1alpha1.DRAResourceHealth."""
     health_grpc.add_DRAResourceHealthServicer_to_server(servicer, server)
+    health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
+        ResourceHealthV1alpha1Servicer(servicer), server
+    )

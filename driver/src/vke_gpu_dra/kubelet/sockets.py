@@ -56,6 +56,12 @@ def unix_server(path: Path, *, max_workers: int, name: str) -> grpc.Server:
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name),
         options=[("grpc.so_reuseport", 0)],
     )
-    if server.add_insecure_port(f"unix://{path}") == 0:
+    # `unix:<path>`, not `unix://<path>`: gRPC counts the `//` against the path limit, so a path of
+    # 106 or 107 bytes would not bind.
+    try:
+        port = server.add_insecure_port(f"unix:{path}")
+    except RuntimeError as err:  # what grpcio raises when it cannot bind
+        raise SocketError(f"cannot bind gRPC server to unix socket {path}: {err}") from None
+    if port == 0:
         raise SocketError(f"cannot bind gRPC server to unix socket {path}")
     return server
