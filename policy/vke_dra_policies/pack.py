@@ -115,7 +115,7 @@ def _api_server(res: r.Res, _config: Mapping[str, Any], _stack: StackInfo) -> li
 TABLE: Final[tuple[Row, ...]] = (
     ResourceRow(
         names.KUBERNETES_VERSION,
-        "The VKE cluster runs Kubernetes 1.34 or later (resource.k8s.io/v1 for DRA).",
+        "The VKE cluster runs a Kubernetes line VKE offers for DRA (1.34 or later: resource.k8s.io/v1).",
         (pt.CLUSTER,),
         lambda res, _c, _s: cluster.kubernetes_version(res),
         severity=Severity.CRITICAL,

@@ -16,9 +16,21 @@ def _cluster(**props: object) -> r.Res:
     return res(pt.CLUSTER, "vke-cluster", dict(props))
 
 
-@pytest.mark.parametrize("version", ["1.34", "v1.34.2-vke.3", "1.35", "2.0"])
-def test_supported_versions_pass(version: str) -> None:
+@pytest.mark.parametrize("version", ["1.34", "v1.34.2-vke.3", "1.37", "v1.37.2-vke.1", "v1.37.2"])
+def test_lines_vke_offers_pass_as_written_or_as_vke_reports_its_build(version: str) -> None:
     assert cluster.kubernetes_version(_cluster(kubernetesVersion=version)) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "line"), [("1.35", "1.35"), ("1.36", "1.36"), ("v1.36.0-vke.1", "1.36"), ("1.38", "1.38")]
+)
+def test_lines_vke_does_not_offer_fail_with_the_offered_ones(version: str, line: str) -> None:
+    (v,) = cluster.kubernetes_version(_cluster(kubernetesVersion=version))
+    assert v.message == (
+        f'{pt.CLUSTER} "vke-cluster": kubernetesVersion "{version}" is Kubernetes {line}, which VKE does '
+        "not offer; set kubernetesVersion to a line VKE offers for DRA: 1.34, 1.37 (DRA needs "
+        "resource.k8s.io/v1)."
+    )
 
 
 @pytest.mark.parametrize(

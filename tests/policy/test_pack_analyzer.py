@@ -62,6 +62,19 @@ def test_example_stacks_have_no_mandatory_violation(
     assert not [d for d in diags if "during preview" in d.message]
 
 
+@pytest.mark.parametrize("implementation", ["python", "nvidia"])
+def test_a_137_stack_has_no_mandatory_violation(analyzer: PackProcess, implementation: str) -> None:
+    """The newest line VKE offers, as the program writes it and as VKE reports the build after `up`."""
+
+    def reported_build(s: Stack) -> None:
+        s.one(CLUSTER).props["kubernetesVersion"] = "v1.37.2-vke.1"
+
+    stack = program_stack("dev", implementation, {"cluster.kubernetesVersion": "1.37"})
+    assert stack.one(CLUSTER).props["kubernetesVersion"] == "1.37"
+    assert mandatory(analyzer.run(stack)) == []
+    assert mandatory(analyzer.run(stack.mutated(reported_build))) == []
+
+
 def test_dev_stack_gets_the_public_api_server_advisory(analyzer: PackProcess) -> None:
     diags = analyzer.run(program_stack("dev", "python"))
     assert [(d.policy, d.level) for d in diags] == [(names.API_SERVER_PUBLIC_ACCESS, "advisory")]
@@ -95,6 +108,11 @@ def _set_schedule_label(value: str) -> Callable[[Stack], None]:
 
 def k8s_133(s: Stack) -> None:
     s.one(CLUSTER).props["kubernetesVersion"] = "1.33"
+
+
+def k8s_136_build(s: Stack) -> None:
+    """A cluster another program made on a line VKE does not offer, as VKE would report its build."""
+    s.one(CLUSTER).props["kubernetesVersion"] = "v1.36.1-vke.2"
 
 
 def containerd_20(s: Stack) -> None:
@@ -217,6 +235,14 @@ BROKEN = [
         mutate=k8s_133,
     ),
     Case(
+        "kubernetes-1.36-not-offered",
+        "dev",
+        "python",
+        names.KUBERNETES_VERSION,
+        ("vke-cluster", '"v1.36.1-vke.2"', "Kubernetes 1.36, which VKE does not offer", "1.34, 1.37"),
+        mutate=k8s_136_build,
+    ),
+    Case(
         "containerd-2.0",
         "dev",
         "python",
@@ -262,9 +288,9 @@ BROKEN = [
         "python",
         names.NO_DEVICE_PLUGIN_ON_DRA_NODES,
         ("nvdp", "nvidia-device-plugin", "nvidia.com/gpu.present=true", "KEP-5004"),
-        # 1.36 maps nvidia.com/gpu; sample.classicDeployment=auto leaves gpu-test-classic out of the
+        # 1.37 maps nvidia.com/gpu; sample.classicDeployment=auto leaves gpu-test-classic out of the
         # one-GPU pool, so the capacity policy stays quiet and this is the only violation
-        overrides={"cluster.kubernetesVersion": "1.36"},
+        overrides={"cluster.kubernetesVersion": "1.37"},
         mutate=device_plugin_release,
     ),
     Case(

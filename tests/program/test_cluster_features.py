@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 from vke_gpu_dra_core import config as config_mod
-from vke_gpu_dra_core import dra_gates, facts
+from vke_gpu_dra_core import dra_gates, facts, vke_releases
+from vke_gpu_dra_core import pulumi_types as pt
+from vke_gpu_dra_core.versions import format_version
 
 from tests.program import harness
 
@@ -13,22 +15,36 @@ ALL = frozenset(dra_gates.SLICE_FIELDS)
 
 
 @pytest.mark.parametrize(
-    ("overrides", "fields", "shared"),
+    ("stack", "overrides", "fields", "shared"),
     [
-        ({}, frozenset(), False),  # the example stack: 1.34
+        ("dev", {}, frozenset(), False),  # the example stack: 1.34
+        ("dev", {"driver.featureGates": "ConsumableShares=true"}, frozenset(), False),
+        ("dev", {"cluster.kubernetesVersion": "1.37"}, ALL, False),
         (
+            "dev",
+            {"cluster.kubernetesVersion": "1.37", "driver.featureGates": "ConsumableShares=true"},
+            ALL,
+            True,
+        ),
+        # an existing cluster may run a line VKE does not offer
+        (
+            "local",
             {"cluster.kubernetesVersion": "1.35", "driver.featureGates": "ConsumableShares=true"},
             frozenset(),
             False,
         ),
-        ({"cluster.kubernetesVersion": "1.37"}, ALL, False),
-        ({"cluster.kubernetesVersion": "1.36", "driver.featureGates": "ConsumableShares=true"}, ALL, True),
+        (
+            "local",
+            {"cluster.kubernetesVersion": "1.36", "driver.featureGates": "ConsumableShares=true"},
+            ALL,
+            True,
+        ),
     ],
 )
 def test_slice_fields_and_shared_gpus_per_cluster_version(
-    overrides: dict, fields: frozenset, shared: bool
+    stack: str, overrides: dict, fields: frozenset, shared: bool
 ) -> None:
-    cfg = config_mod.load(harness.stack_raw_config("dev", overrides))
+    cfg = config_mod.load(harness.stack_raw_config(stack, overrides))
     assert cfg.slice_fields == fields
     assert cfg.gpus_shared_by_memory is shared
 
@@ -39,3 +55,19 @@ def test_one_table_for_the_gates_of_each_version() -> None:
     assert dra_gates.slice_fields_kept((1, 32), frozenset({dra_gates.CONSUMABLE_CAPACITY})) == frozenset()
     assert dra_gates.slice_fields_kept((1, 36)) == ALL
     assert facts.EXTENDED_RESOURCE_MIN_KUBERNETES_VERSION == (1, 36)
+
+
+@pytest.mark.parametrize("line", [format_version(v) for v in vke_releases.OFFERED])
+def test_the_cluster_resource_gets_the_line_vke_runs_its_newest_build_of(line: str) -> None:
+    """The program writes the line, never a patch: VKE's provider keeps `1.37` unchanged against the build the
+    cluster reports (`v1.37.2-vke.1`), and the field is replace-on-change."""
+    run = harness.run_stack("dev", {"cluster.kubernetesVersion": line})
+    assert run.one(pt.CLUSTER).inputs["kubernetesVersion"] == line
+
+
+def test_a_line_vke_does_not_offer_stops_the_program_before_any_resource() -> None:
+    with pytest.raises(config_mod.StackConfigError) as info:
+        harness.run_stack("dev", {"cluster.kubernetesVersion": "1.36"})
+    (issue,) = info.value.issues
+    assert (issue.key, issue.value) == ("cluster.kubernetesVersion", "'1.36'")
+    assert "1.34, 1.37" in issue.allowed

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from vke_gpu_dra_core import config, facts
+from vke_gpu_dra_core import config, facts, vke_releases
 from vke_gpu_dra_core.config import RawConfig, StackConfigError
 from vke_gpu_dra_core.versions import format_version
 
@@ -105,16 +105,61 @@ def test_errors_are_collected_into_one_exception() -> None:
     assert f"{P}:driver.implementation = 'rust': allowed: one of python, nvidia" in message
 
 
-@pytest.mark.parametrize("version", ["1.33", "1.30", "v1.34", "1.34.1", "latest", ""])
-def test_rejects_kubernetes_versions_other_than_1_34_or_later(version: str) -> None:
+@pytest.mark.parametrize("version", ["1.34", "1.37"])
+def test_accepts_the_kubernetes_lines_vke_offers(version: str) -> None:
+    assert config.load(raw({"cluster.kubernetesVersion": version})).cluster.kubernetes_version == version
+
+
+def test_the_default_line_is_offered_and_the_offered_lines_run_dra() -> None:
+    assert vke_releases.DEFAULT in vke_releases.OFFERED
+    assert vke_releases.NEWEST == (1, 37)
+    assert all(line >= facts.MIN_KUBERNETES_VERSION for line in vke_releases.OFFERED)
+    assert config.KEYS_BY_NAME["cluster.kubernetesVersion"].default == format_version(vke_releases.DEFAULT)
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        # lines VKE does not offer: older than DRA's minimum, between the offered ones, newer
+        ("1.33", "(1.33 cannot run DRA, which needs 1.34 or later)"),
+        ("1.30", "(1.30 cannot run DRA, which needs 1.34 or later)"),
+        ("1.4", "(1.4 cannot run DRA, which needs 1.34 or later)"),
+        ("1.36", "(VKE does not offer 1.36)"),
+        ("1.35", "(VKE does not offer 1.35)"),
+        ("1.38", "(VKE does not offer 1.38)"),
+        ("2.0", "(VKE does not offer 2.0)"),
+        # an offered line written otherwise: the line is what to write
+        ("v1.37", "1.37, without the 'v'"),
+        ("1.37.2", "1.37 exactly, the line alone: VKE runs the newest 1.37 build itself"),
+        ("v1.37.2-vke.1", "1.37 exactly, the line alone"),
+        (" 1.37", "1.37, without blanks around it"),
+        ("v1.34", "1.34, without the 'v'"),
+        # no version at all
+        ("latest", "(e.g. 1.34)"),
+        ("", "(e.g. 1.34)"),
+    ],
+)
+def test_refuses_lines_vke_does_not_offer_with_the_offered_ones(version: str, says: str) -> None:
     issue = only_issue({"cluster.kubernetesVersion": version}, "cluster.kubernetesVersion")
     assert issue.value == repr(version)
-    assert f"{format_version(facts.MIN_KUBERNETES_VERSION)} or later" in issue.allowed
+    assert says in issue.allowed
+    assert vke_releases.offered_text() in issue.allowed
+    assert vke_releases.offered_text() == "1.34, 1.37"
 
 
-@pytest.mark.parametrize("version", ["1.34", "1.35", "2.0"])
-def test_accepts_kubernetes_1_34_and_later(version: str) -> None:
-    assert config.load(raw({"cluster.kubernetesVersion": version})).cluster.kubernetes_version == version
+def test_a_refused_line_is_one_message_naming_key_value_and_the_offered_lines() -> None:
+    with pytest.raises(StackConfigError) as info:
+        config.load(raw({"cluster.kubernetesVersion": "1.36"}))
+    assert str(info.value).endswith(
+        f"{P}:cluster.kubernetesVersion = '1.36': allowed: one of the Kubernetes lines VKE offers for DRA, "
+        "major.minor: 1.34, 1.37 (VKE does not offer 1.36)"
+    )
+
+
+def test_an_existing_cluster_may_run_another_line() -> None:
+    """target=existing-cluster creates no VKE cluster: the key names the cluster's line (kind, 1.36)."""
+    cfg = config.load(harness.stack_raw_config("local", {"cluster.kubernetesVersion": "1.36"}))
+    assert cfg.cluster.kubernetes_version == "1.36"
 
 
 @pytest.mark.parametrize("version", ["2.0", "1.7.27", "1.6", "containerd-2.1", ""])

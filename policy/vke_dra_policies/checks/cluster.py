@@ -1,12 +1,12 @@
-"""The VKE cluster: Kubernetes version (mandatory) and public API server exposure (advisory)."""
+"""The VKE cluster: a Kubernetes line VKE offers for DRA (mandatory), a public API server (advisory)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, vke_releases
 from vke_gpu_dra_core import resources as r
-from vke_gpu_dra_core.versions import at_least, format_version
+from vke_gpu_dra_core.versions import format_version, parse_major_minor
 
 from . import Violation
 
@@ -16,39 +16,35 @@ OPEN_CIDRS = ("0.0.0.0/0", "::/0")
 
 
 def kubernetes_version(cluster: r.Res) -> list[Violation]:
-    """The cluster runs Kubernetes 1.34 or later (the procedure's prerequisite)."""
+    """The cluster runs a Kubernetes line VKE offers for DRA: 1.34 or later (the procedure's prerequisite),
+    one of `vke_releases.OFFERED`; a build VKE reports (`v1.37.2-vke.1`) counts as its line."""
     version = cluster.get("kubernetesVersion")
     if version is r.UNKNOWN:
         return []
-    fix = f'set kubernetesVersion to "{MIN_K8S}" or later (DRA needs resource.k8s.io/v1)'
+    problem = _version_problem(version)
+    if problem is None:
+        return []
+    fix = (
+        f"set kubernetesVersion to a line VKE offers for DRA: {vke_releases.offered_text()} "
+        "(DRA needs resource.k8s.io/v1)"
+    )
+    return [Violation(f"{cluster.label}: {problem}; {fix}.", cluster.urn)]
+
+
+def _version_problem(version: object) -> str | None:
+    """What is wrong with the cluster's kubernetesVersion, or None."""
     if version is None or version == "":
-        return [
-            Violation(
-                f"{cluster.label}: kubernetesVersion is not set, so VKE picks its default; {fix}.",
-                cluster.urn,
-            )
-        ]
+        return "kubernetesVersion is not set, so VKE picks its default"
     if not isinstance(version, str):
-        return [
-            Violation(
-                f"{cluster.label}: kubernetesVersion {version!r} is not a version string; {fix}.", cluster.urn
-            )
-        ]
-    ok = at_least(version, facts.MIN_KUBERNETES_VERSION)
-    if ok is None:
-        return [
-            Violation(
-                f'{cluster.label}: kubernetesVersion "{version}" is not a MAJOR.MINOR version; {fix}.',
-                cluster.urn,
-            )
-        ]
-    if not ok:
-        return [
-            Violation(
-                f'{cluster.label}: kubernetesVersion "{version}" is older than {MIN_K8S}; {fix}.', cluster.urn
-            )
-        ]
-    return []
+        return f"kubernetesVersion {version!r} is not a version string"
+    line = parse_major_minor(version)
+    if line is None:
+        return f'kubernetesVersion "{version}" is not a MAJOR.MINOR version'
+    if line < facts.MIN_KUBERNETES_VERSION:
+        return f'kubernetesVersion "{version}" is older than {MIN_K8S}'
+    if not vke_releases.is_offered(line):
+        return f'kubernetesVersion "{version}" is Kubernetes {format_version(line)}, which VKE does not offer'
+    return None
 
 
 def api_server_public(cluster: r.Res) -> list[Violation]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from vke_gpu_dra_core import facts, featuregates
+from vke_gpu_dra_core import facts, featuregates, vke_releases
 from vke_gpu_dra_core.object_names import is_dns_subdomain
 from vke_gpu_dra_core.versions import release_major_minor
 
@@ -167,6 +167,18 @@ class MinVersion:
         else:
             bad = version is None or version < self.minimum or not re.fullmatch(r"\d+\.\d+", value)
         return self.doc if bad else None
+
+
+@dataclass(frozen=True)
+class OfferedKubernetesLine:
+    """A Kubernetes line VKE offers for DRA, written `major.minor` (`vke_gpu_dra_core.vke_releases`)."""
+
+    @property
+    def doc(self) -> str:
+        return vke_releases.allowed_text()
+
+    def problem(self, value: str) -> str | None:
+        return vke_releases.problem(value)
 
 
 # --- converters ---------------------------------------------------------------------------------

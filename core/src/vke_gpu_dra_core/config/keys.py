@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, vke_releases
 from vke_gpu_dra_core.facts import DEVICE_SOURCES
 from vke_gpu_dra_core.object_names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from vke_gpu_dra_core.versions import format_version
 
 from .constraints import (
     FEATURE_GATES,
@@ -29,6 +30,7 @@ from .constraints import (
     Convert,
     IntRange,
     MinVersion,
+    OfferedKubernetesLine,
     Pattern,
     PrivateCidr,
     Required,
@@ -317,14 +319,11 @@ KEYS: Final[tuple[Key, ...]] = (
     ),
     _string(
         "cluster.kubernetesVersion",
-        "1.34",
-        "Kubernetes version (major.minor), 1.34 or later.",
-        checks=(
-            MinVersion(
-                facts.MIN_KUBERNETES_VERSION,
-                "a Kubernetes version major.minor, {minimum} or later (e.g. 1.34)",
-            ),
-        ),
+        format_version(vke_releases.DEFAULT),
+        "Kubernetes line of the cluster (major.minor); VKE runs its newest patch build. Changing it on a "
+        "running cluster replaces the cluster: upgrade in VKE first (docs/upgrading.md). With "
+        "target=existing-cluster, the cluster's line (the 'auto' defaults follow it).",
+        checks=(OfferedKubernetesLine(),),
         when=VKE,
     ),
     _string(
