@@ -87,8 +87,9 @@ def seen_gpus(env: Mapping[str, str]) -> set[str]:
     return {value for name, value in env.items() if _UUID_VAR.match(name)}
 
 
-def claim_specs(cdi_root: Path) -> list[dict[str, Any]]:
-    return [cdi_check.load_and_validate(p) for p in cdi.list_claim_specs(cdi_root).values()]
+def node_specs(cdi_root: Path) -> list[dict[str, Any]]:
+    """Every spec a runtime would read from `cdi_root` (the base spec and the claim specs)."""
+    return cdi_check.specs_in(cdi_root)
 
 
 @contextmanager
@@ -144,7 +145,7 @@ def test_gpu_test5_gives_each_container_one_gpu_of_its_own_request(
         (["mps-gpu"], "gpu-1"),
     ]
     uuids = simulated_uuids(short_tmp)
-    specs = claim_specs(short_tmp / "cdi")
+    specs = node_specs(short_tmp / "cdi")
     [pod_claim] = pod["spec"]["resourceClaims"]
     prepared = {pod_claim["name"]: answer["devices"]}
 
@@ -154,7 +155,6 @@ def test_gpu_test5_gives_each_container_one_gpu_of_its_own_request(
         assert len(ids) == 1, (container["name"], ids)
         env = cdi_check.container_env(cdi_check.inject(specs, ids))
         assert env[cdi.ENV_VISIBLE_DEVICES] == "void"
-        assert env[cdi.ENV_CLAIM_UID] == CLAIM_UID
         seen[container["name"]] = seen_gpus(env)
     assert seen == {
         "ts-ctr0": {uuids["gpu-0"]},
@@ -302,7 +302,8 @@ def test_a_spec_of_the_previous_version_keeps_its_ids_and_is_removed_on_unprepar
         # prepared again, the claim gets this version's spec
         answer = kubelet.prepare([(namespace, name, CLAIM_UID)])[CLAIM_UID]
         assert answer["error"] == ""
-        [spec] = claim_specs(short_tmp / "cdi")
-        env = cdi_check.container_env(cdi_check.inject([spec], answer["devices"][0]["cdi_device_ids"]))
+        env = cdi_check.container_env(
+            cdi_check.inject(node_specs(short_tmp / "cdi"), answer["devices"][0]["cdi_device_ids"])
+        )
         assert (env[cdi.ENV_VISIBLE_DEVICES], seen_gpus(env)) == ("void", {uuids["gpu-0"]})
         assert kubelet.unprepare([(namespace, name, CLAIM_UID)]) == {CLAIM_UID: ""}

@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, plugin_config
@@ -170,7 +171,8 @@ def test_scheduler_made_claim_prepares_and_unprepares(
         i.startswith(f"{facts.CDI_VENDOR}/") for i in device["cdi_device_ids"]
     )
     assert plugin.state is not None and CLAIM_UID in plugin.state.prepared()
-    assert list((short_tmp / "cdi").glob(f"*{CLAIM_UID}*"))
+    env = cdi_check.container_env(cdi_check.resolve(short_tmp / "cdi", device["cdi_device_ids"]))
+    assert env["GPU_DEVICE_3"] == "gpu-3"  # the ids resolve to the device on the node
     assert kubelet.unprepare([("default", CLAIM, CLAIM_UID)], version=version) == {CLAIM_UID: ""}
     assert plugin.state.prepared() == {}
     assert not list((short_tmp / "cdi").glob(f"*{CLAIM_UID}*"))

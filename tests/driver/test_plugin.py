@@ -17,6 +17,7 @@ from vke_gpu_dra.config import parse_config
 from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin, StartupError
+from vke_gpu_dra.steps.sharing import SharingStep
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
@@ -336,7 +337,8 @@ def test_the_api_is_opened_before_the_devices_and_the_claims(short_tmp: Path) ->
 
 def test_the_sharing_manager_gets_the_api_when_it_is_built(plugin: Plugin) -> None:
     assert plugin.state is not None
-    assert plugin.state._sharing is not None and plugin.state._sharing.api is plugin._api is not None
+    [sharing] = [s for s in plugin.state._lifecycle.steps if isinstance(s, SharingStep)]
+    assert sharing.manager is not None and sharing.manager.api is plugin._api is not None
 
 
 def test_an_unreadable_boot_id_stops_the_start_before_the_claims_and_names_the_flag(

@@ -50,7 +50,8 @@ def test_simulated_plugin_with_a_fake_root_serves_and_reports_what_it_lacks(
         fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
         result = kubelet.prepare([("default", "c1", "uid-1")])
         assert result["uid-1"]["error"] == ""
-        spec = cdi.load_spec(cdi.claim_spec_path(short_tmp / "cdi", "uid-1"))
+        spec = cdi.load_spec(cdi.base_spec_path(short_tmp / "cdi"))  # a claim without edits of its own
+        assert result["uid-1"]["devices"][0]["cdi_device_ids"] == [cdi.base_device_id("gpu-0")]
         edits = spec["containerEdits"]
         assert "NVIDIA_VISIBLE_DEVICES=void" in edits["env"]
         mounted = {m["containerPath"] for m in edits["mounts"]}

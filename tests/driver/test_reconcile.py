@@ -18,15 +18,18 @@ from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra.ghosts import Reason, find_holders, held_error, judge, pod_claims, shares_overlap
 from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra.kubelet.pod_resources import PodResourcesClient
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra.reconcile import Reconciler
 from vke_gpu_dra.sharing.mps import daemon_id
 from vke_gpu_dra.state import DeviceState
+from vke_gpu_dra.takeover.node_claims import NodeClaimLookup
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.fake_pod_resources import FakePodResources, UsedClaim
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, plugin_args, plugin_config, wait_until
 
@@ -289,7 +292,7 @@ def test_a_claim_deleted_without_unprepare_is_cleaned_in_one_round(
         got = reconciler.run_round()
     assert got.cleaned == {"uid-gone": Reason.GONE} and got.kept == {} and got.checked == 2
     assert sorted(state.entries()) == ["uid-live"]
-    assert sorted(cdi.list_claim_specs(dirs[0])) == ["uid-live"]
+    assert cdi.list_claim_specs(dirs[0]) == {}  # both were answered from the base spec
     assert counted(reconciler, "claim_ghosts_cleaned", "gone") == 1
     [line] = [r for r in caplog.records if r.getMessage() == "cleaned ghost claim"]
     assert line.fields == {
@@ -468,11 +471,16 @@ def test_a_ghost_adopted_from_nvidia_is_released_as_its_unprepare_would(
 
 
 def adopted_node(
-    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, *named: tuple[str, str], pods: bool = False
+    tmp_path: Path,
+    fake_api: FakeAPIServer,
+    kube: KubeAPI,
+    *named: tuple[str, str],
+    pods: bool = False,
+    pod_resources: FakePodResources | None = None,
 ):
     """NVIDIA's node taken over, nothing prepared by kubelet since; `named` (uid, name) adopted claims
-    got their namespace/name as kubelet's prepare records it (NVIDIA 25.8.1 records none); `pods`: the
-    unnamed ones are looked for through the pods of the node."""
+    got their namespace/name as kubelet's prepare records it (NVIDIA 25.8.1 records none); the unnamed
+    ones are looked for through kubelet's `pod_resources` API and, with `pods`, the pod list."""
     node = nvidia_node(tmp_path)
     fake_api.deployments[(NS, MPS_DAEMON)] = {"metadata": {"name": MPS_DAEMON, "namespace": NS}}
     state = make_takeover_state(node, kube)
@@ -484,8 +492,15 @@ def adopted_node(
         driver_name=facts.DRIVER_NAME,
         pool_name=TAKEOVER_POOL,
         metrics=Metrics(),
-        pods=kube if pods else None,
-        node_name=TAKEOVER_POOL if pods else "",
+        lookup=NodeClaimLookup(
+            driver_name=facts.DRIVER_NAME,
+            node_name=TAKEOVER_POOL,
+            pod_resources=PodResourcesClient(pod_resources.socket) if pod_resources else None,
+            nodes=kube,
+            pods=kube if pods else None,
+        )
+        if pods or pod_resources
+        else None,
     )
     state.holder_check = rec.check_holders
     return node, state, rec
@@ -677,7 +692,8 @@ def test_a_failed_pod_lookup_cleans_nothing_and_starts_the_count_again(
     finally:
         rec.stop()
     assert set(takeover_ledger(node).values()) == {False} and node[0].calls() == []
-    assert counted(rec, "claim_reconcile_failures", "forbidden") == 2
+    # no grant to list pods is how the default chart runs: no failure, said once
+    assert counted(rec, "claim_reconcile_failures", "forbidden") == 0
     assert counted(rec, "claim_reconcile_failures", "api-error") == 1
     warned = [r for r in caplog.records if r.getMessage().startswith("cannot look for the adopted claims")]
     assert len(warned) == 2  # once while forbidden, once for the failed claim read; not once per round
@@ -705,6 +721,89 @@ def test_a_stale_cache_never_cleans_an_unnamed_adopted_claim(
         p for m, p in fake_api.requests if p.endswith(("/resourceclaims/ts", "/ts?resourceVersion=0"))
     ]
     assert ts_reads[0].endswith("/resourceclaims/ts") and ts_reads.count(ts_reads[1]) == 3
+
+
+# --- the same, through kubelet's PodResources API on the node (no pod list, no API grant) ---
+
+
+def kubelet_at(fake_api: FakeAPIServer, version: str) -> None:
+    fake_api.add_node(TAKEOVER_POOL)
+    with fake_api.cond:
+        fake_api.nodes[TAKEOVER_POOL]["status"] = {"nodeInfo": {"kubeletVersion": version}}
+
+
+def test_an_unnamed_adopted_claim_is_found_through_kubelets_pod_resources_without_a_pod_list(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, pod_resources: FakePodResources
+) -> None:
+    # the pod list would be granted: kubelet's answer names claims, so it is never needed
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, pods=True, pod_resources=pod_resources)
+    fake_api.add_claim(adopted_claim(UID_FULL, "full", "gpu-0", "gpu"))
+    fake_api.add_claim(claim(UID_MIG, name="train-gpu-x7k2p", allocated=False))
+    pod_resources.add_pod("default", "full-pod", main=[UsedClaim("full", [(TAKEOVER_POOL, "gpu-0")])])
+    pod_resources.add_pod(
+        "default",
+        "train",
+        main=[UsedClaim("train-gpu-x7k2p", [(TAKEOVER_POOL, "gpu-1-mig-1g.10gb-0")])],
+        nic=[UsedClaim("nic", [("rack", "eth0")], driver="nic.example.com")],  # another driver's
+    )
+    try:
+        first = rec.run_round()
+        second = rec.run_round()
+    finally:
+        rec.stop()
+    assert first.named_by_pods == {UID_FULL: "default/full", UID_MIG: "default/train-gpu-x7k2p"}
+    assert first.pods_sources == ("pod-resources",) and first.pods_undecided is None
+    assert first.cleaned == {UID_MIG: Reason.DEALLOCATED}
+    assert ledger_names(node) == {UID_FULL: "default/full", UID_MIG: "default/train-gpu-x7k2p"}
+    # kubelet names every claim its containers use: the three no container uses go after two rounds
+    assert first.unreferenced == {UID_MPS: 1, UID_STARTED: 1, UID_TS: 1}
+    assert second.cleaned == dict.fromkeys((UID_MPS, UID_STARTED, UID_TS), Reason.UNREFERENCED)
+    assert pod_lists(fake_api) == [] and pod_resources.calls == 2
+    assert fake_api.count("GET", "/resourceclaims/nic") == 0
+    assert takeover_ledger(node)[UID_FULL] is False
+
+
+def test_a_kubelet_that_locks_its_claims_on_rules_even_when_no_container_uses_a_claim(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, pod_resources: FakePodResources
+) -> None:
+    kubelet_at(fake_api, "v1.36.2")
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, pod_resources=pod_resources)
+    try:
+        rounds = [rec.run_round(), rec.run_round()]
+    finally:
+        rec.stop()
+    assert rounds[0].unreferenced == dict.fromkeys(ALL_ADOPTED, 1)
+    assert rounds[1].cleaned == dict.fromkeys(ALL_ADOPTED, Reason.UNREFERENCED)
+    assert set(takeover_ledger(node).values()) == {True} and pod_lists(fake_api) == []
+
+
+def test_without_a_pod_list_grant_a_kubelet_that_cannot_tell_keeps_them_and_says_so_once(
+    tmp_path: Path, fake_api: FakeAPIServer, kube: KubeAPI, pod_resources: FakePodResources, caplog
+) -> None:
+    """A 1.34 kubelet naming no claim (its gate may be off) and the default chart (no `list` on pods):
+    nothing is released, one warning, no failure counted; once a container's claim shows the gate is on,
+    the count starts."""
+    kubelet_at(fake_api, "v1.34.4")
+    node, _, rec = adopted_node(tmp_path, fake_api, kube, pods=True, pod_resources=pod_resources)
+    fake_api.inject_fault("GET", "/api/v1/pods", 403, times=3)
+    caplog.set_level(logging.INFO, logger="vke_gpu_dra.reconcile")
+    try:
+        kept = [rec.run_round() for _ in range(3)]
+        fake_api.add_claim(adopted_claim("uid-new", "new", "gpu-4", "gpu"))
+        pod_resources.add_pod("default", "new", main=[UsedClaim("new", [(TAKEOVER_POOL, "gpu-4")])])
+        ruled = rec.run_round()
+    finally:
+        rec.stop()
+    assert all(r.cleaned == {} and r.unreferenced == {} for r in kept)
+    assert kept[0].pods_undecided is not None and kept[0].pods_undecided.startswith(
+        "forbidden: kubelet (1.34)"
+    )
+    assert set(takeover_ledger(node).values()) == {False} and node[0].calls() == []
+    assert counted(rec, "claim_reconcile_failures", "forbidden") == 0
+    warned = [r for r in caplog.records if r.getMessage().startswith("cannot look for the adopted claims")]
+    assert len(warned) == 1 and "is not granted" in warned[0].fields["error"]
+    assert ruled.pods_undecided is None and ruled.unreferenced == dict.fromkeys(ALL_ADOPTED, 1)
+    assert pod_lists(fake_api) == [POD_LIST] * 3  # the fourth round needed none
 
 
 def test_a_device_an_adopted_claim_holds_is_guarded(
@@ -785,9 +884,7 @@ def test_a_claim_prepared_between_the_read_and_the_clean_is_left_alone(
         assert rec.run_round().cleaned == {}
     finally:
         rec.stop()
-    assert sorted(state.entries()) == ["uid-1"] and sorted(cdi.list_claim_specs(state_cdi(state))) == [
-        "uid-1"
-    ]
+    assert sorted(state.entries()) == ["uid-1"] and cdi.base_spec_path(state_cdi(state)).exists()
 
 
 def state_cdi(state: DeviceState) -> Path:
@@ -967,7 +1064,7 @@ def test_ghosts_left_by_a_killed_plugin_are_cleaned_after_its_restart(
         proc = launch(args, module=True)
         assert wait_until(lambda: uids() == ["uid-3"] or proc.poll() is not None, timeout=30), uids()
         assert proc.poll() is None
-        assert sorted(cdi.list_claim_specs(short_tmp / "cdi")) == ["uid-3"]
+        assert cdi.list_claim_specs(short_tmp / "cdi") == {}  # answered from the base spec
         assert not [
             p for m, p in fake_api.requests if m == "GET" and p.endswith("/resourceclaims")
         ]  # no list

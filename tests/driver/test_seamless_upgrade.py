@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE
+from vke_gpu_dra.kubelet.registration import registration_socket, rolling_update_registration_names
+from vke_gpu_dra.kubelet.sockets import MAX_SOCKET_PATH_BYTES
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
@@ -33,15 +35,18 @@ GPUS = 4
 class Instance:
     """One plugin process with its rolling-update id, and a kubelet client registered with it."""
 
-    def __init__(self, root: Path, rolling_id: str) -> None:
+    def __init__(self, root: Path, rolling_id: str, registrar: Path | None = None) -> None:
         self.id = rolling_id
         self.metrics_port = free_port()
+        registrar = registrar or root / "registry"
         args = [
             *plugin_args(root, gpus=GPUS, metrics_port=self.metrics_port),
             "--rolling-update-id",
             rolling_id,
+            "--registrar-dir",
+            str(registrar),
         ]
-        self.reg = root / "registry" / f"{facts.DRIVER_NAME}-{rolling_id}-reg.sock"
+        self.reg = registration_socket(registrar, facts.DRIVER_NAME, rolling_id)
         self.dra = root / "plugins" / facts.DRIVER_NAME / f"dra-{rolling_id}.sock"
         self.proc = launch(args, module=True)
         assert wait_until(lambda: self.reg.exists() or self.proc.poll() is not None, timeout=30), "no socket"
@@ -130,9 +135,10 @@ def test_two_instances_share_one_consistent_checkpoint(
     doc = json.loads((short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE).read_text())
     assert sorted(c["uid"] for c in doc["claims"]) == expected
     assert {c["state"] for c in doc["claims"]} == {"PrepareCompleted"}
-    assert sorted(cdi.list_claim_specs(short_tmp / "cdi")) == expected
-    for path in cdi.list_claim_specs(short_tmp / "cdi").values():  # the plugin processes' specs too
-        cdi_check.load_and_validate(path)
+    assert cdi.list_claim_specs(short_tmp / "cdi") == {}  # each answered from the base spec
+    specs = cdi_check.specs_in(short_tmp / "cdi")  # the plugin processes' base spec, validated
+    ids = [i for d in doc["claims"] for p in d["devices"] for i in p["cdiDeviceIDs"]]
+    cdi_check.inject(specs, ids)  # every answer resolves
     # the old instance leaves; the new one unprepares everything, including what the old one prepared
     old.stop()
     errors = new.kubelet.unprepare([("default", "-", u) for u in expected])
@@ -166,6 +172,29 @@ def test_newcomer_changes_no_slice_and_each_removes_only_its_own_sockets(
     new.stop()
     assert not new.reg.exists() and not new.dra.exists()
     assert fake_api.slices_of(NODE) == [published]  # slices stay for the next pod
+
+
+def test_each_pod_has_its_own_registration_socket_named_as_the_go_helper_names_it(
+    short_tmp: Path, fake_api: FakeAPIServer, instances: list[Instance]
+) -> None:
+    old = Instance(short_tmp, OLD)
+    instances.append(old)
+    assert old.reg.name == f"{facts.DRIVER_NAME}-{OLD}-reg.sock"  # kubelet's registry dir: the pod UID
+    # a registrar dir too long for the pod UID in the name (Kubernetes 1.37's helper hashes it)
+    long_dir = short_tmp / ("r" * (MAX_SOCKET_PATH_BYTES - len(str(short_tmp)) - 40))
+    assert len(str(long_dir / old.reg.name)) > MAX_SOCKET_PATH_BYTES
+    hashed = [Instance(short_tmp, uid, registrar=long_dir) for uid in (OLD, NEW)]
+    instances.extend(hashed)
+    for instance in hashed:
+        assert instance.reg.name == rolling_update_registration_names(facts.DRIVER_NAME, instance.id)[1]
+        assert instance.id not in instance.reg.name and instance.reg.name.startswith(f"{facts.DRIVER_NAME}-")
+    assert sorted(p.name for p in long_dir.iterdir()) == sorted(i.reg.name for i in hashed)
+    fake_api.add_claim(claim("c0", "uid-0", "gpu-0"))
+    first = hashed[0].kubelet.prepare([("default", "c0", "uid-0")])["uid-0"]
+    assert first["error"] == "" and hashed[1].kubelet.prepare([("default", "c0", "uid-0")])["uid-0"] == first
+    hashed[0].stop()
+    assert [p.name for p in long_dir.iterdir()] == [hashed[1].reg.name]  # only its own socket went
+    assert hashed[1].kubelet.unprepare([("default", "c0", "uid-0")]) == {"uid-0": ""}
 
 
 def test_without_an_id_the_fixed_socket_names_stay(short_tmp: Path, fake_api: FakeAPIServer) -> None:

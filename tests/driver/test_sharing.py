@@ -152,7 +152,7 @@ def test_crash_after_the_started_entry_is_undone_after_restart(env, monkeypatch)
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies between nvidia-smi and the completed entry
 
-    monkeypatch.setattr(state, "_write_spec", crash)
+    monkeypatch.setattr(state._lifecycle, "complete", crash)
     with pytest.raises(KeyboardInterrupt):
         state.prepare(ref(), claim("uid-1", result("gpu-0"), config=[opaque(LONG)]))
     assert stored(env)["uid-1"]["state"] == ClaimState.PREPARE_STARTED

@@ -7,13 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra import state as state_module
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.state import DeviceState, StateLockTimeout
+from vke_gpu_dra.steps import allocation as allocation_step
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_testing.cdi_check import container_env, resolve
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 
@@ -46,22 +47,35 @@ def checkpoint_doc(dirs):
     return json.loads((dirs[1] / CHECKPOINT_FILE).read_text())
 
 
+def base_id(device):
+    return f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_BASE}={device}"
+
+
+def claim_id(uid, device, share=None):
+    suffix = f"-share-{share}" if share else ""
+    return f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}={uid}-{device}{suffix}"
+
+
+def share(device, share_id, request="gpu"):
+    """A result of one consumable share of `device`: the claim gets a CDI spec of its own."""
+    return {**result(device, request), "shareID": share_id}
+
+
 def test_prepare_writes_spec_and_checkpoint_and_answers(dirs):
     state = make_state(dirs)
     got = state.prepare(ref(), claim("uid-1", result("gpu-0", "gpu"), result("gpu-2", "pair/second")))
+    # A claim without edits of its own is answered from the base spec written at start: no spec of its own.
     assert got == [
-        PreparedDevice(("gpu",), POOL, "gpu-0", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=uid-1-gpu-0",)),
-        PreparedDevice(
-            ("pair",), POOL, "gpu-2", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=uid-1-gpu-2",)
-        ),
+        PreparedDevice(("gpu",), POOL, "gpu-0", (base_id("gpu-0"),)),
+        PreparedDevice(("pair",), POOL, "gpu-2", (base_id("gpu-2"),)),
     ]
-    spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
-    assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-0", "uid-1-gpu-2"]
-    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
-    assert [d["containerEdits"]["env"][1] for d in spec["devices"]] == [
-        f"GPU_DEVICE_0_UUID={DEVICES[0].uuid}",
-        f"GPU_DEVICE_2_UUID={DEVICES[2].uuid}",
-    ]
+    assert cdi.list_claim_specs(dirs[0]) == {}
+    base = cdi.load_spec(cdi.base_spec_path(dirs[0]))
+    assert [d["name"] for d in base["devices"]] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert base["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    env = container_env(resolve(dirs[0], [i for d in got for i in d.cdi_device_ids]))
+    assert env["GPU_DEVICE_0_UUID"] == DEVICES[0].uuid and env["GPU_DEVICE_2_UUID"] == DEVICES[2].uuid
+    assert "GPU_DEVICE_1" not in env
     doc = checkpoint_doc(dirs)
     assert [(c["uid"], c["namespace"], c["name"], c["state"]) for c in doc["claims"]] == [
         ("uid-1", "default", "c", "PrepareCompleted"),
@@ -88,7 +102,40 @@ def test_results_of_other_drivers_are_ignored(dirs):
 def test_same_device_in_two_results_is_one_cdi_device(dirs):
     got = make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-0", "a"), result("gpu-0", "b")))
     assert [d.request_names for d in got] == [("a",), ("b",)]
-    assert len(cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"]) == 1
+    assert {i for d in got for i in d.cdi_device_ids} == {base_id("gpu-0")}
+
+
+def test_a_claim_with_edits_of_its_own_gets_its_own_spec(dirs):
+    state = make_state(dirs)
+    got = state.prepare(ref(), claim("uid-1", share("gpu-1", "s1")))
+    assert got[0].cdi_device_ids == (claim_id("uid-1", "gpu-1", "s1"),)
+    spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
+    assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-1-share-s1"]
+    assert "DRA_RESOURCE_CLAIM_UID=uid-1" in spec["containerEdits"]["env"]
+    assert container_env(resolve(dirs[0], got[0].cdi_device_ids))["GPU_DEVICE_1_UUID"] == DEVICES[1].uuid
+    state.unprepare(ref())
+    assert cdi.list_claim_specs(dirs[0]) == {}
+    assert cdi.base_spec_path(dirs[0]).exists()  # the base spec stays for the node's other claims
+
+
+def test_the_base_spec_is_written_at_start_and_again_only_when_it_changed(dirs):
+    make_state(dirs)
+    path = cdi.base_spec_path(dirs[0])
+    written = path.stat().st_mtime_ns, path.stat().st_ino
+    make_state(dirs)
+    assert (path.stat().st_mtime_ns, path.stat().st_ino) == written
+    make_state(dirs, devices=DEVICES[:2])
+    assert [d["name"] for d in cdi.load_spec(path)["devices"]] == ["gpu-0", "gpu-1"]
+
+
+def test_a_vanished_base_spec_is_written_again_by_the_next_prepare(dirs):
+    state = make_state(dirs)
+    first = state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    cdi.base_spec_path(dirs[0]).unlink()
+    assert state.prepare(ref(), claim("uid-1", result("gpu-0"))) == first  # a repeated prepare restores it
+    cdi.base_spec_path(dirs[0]).unlink()
+    state.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))  # so does a new one
+    assert container_env(resolve(dirs[0], first[0].cdi_device_ids))["GPU_DEVICE_0"] == "gpu-0"
 
 
 @pytest.mark.parametrize(
@@ -162,7 +209,7 @@ def test_failed_spec_write_leaves_a_started_entry_that_unprepare_cleans(dirs, mo
 
     monkeypatch.setattr(cdi, "write_claim_spec", refuse)
     with pytest.raises(ClaimError, match=r"claim default/c: cannot write its CDI spec: .*No space left"):
-        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+        state.prepare(ref(), claim("uid-1", share("gpu-0", "s1")))
     assert state.entries()["uid-1"].state is ClaimState.PREPARE_STARTED
     assert state.prepared() == {}
     state.unprepare(ref())
@@ -201,19 +248,22 @@ def test_restart_after_a_started_prepare_redoes_it(dirs, monkeypatch):
 
     monkeypatch.setattr(cdi, "write_claim_spec", fail)
     with pytest.raises(ClaimError):
-        state.prepare(ref(), claim("uid-1", result("gpu-0")))
+        state.prepare(ref(), claim("uid-1", share("gpu-0", "s1")))
     monkeypatch.undo()
     restarted = make_state(dirs)
     assert restarted.entries()["uid-1"].state is ClaimState.PREPARE_STARTED
-    got = restarted.prepare(ref(), claim("uid-1", result("gpu-0")))
+    got = restarted.prepare(ref(), claim("uid-1", share("gpu-0", "s1")))
     assert [d.device_name for d in got] == ["gpu-0"]
     assert restarted.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
 
 
 def test_corrupt_checkpoint_is_moved_aside_and_claims_recovered_from_cdi_specs(dirs, caplog):
     state = make_state(dirs)
-    state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))
-    state.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))
+    state.prepare(ref("uid-1"), claim("uid-1", share("gpu-0", "s1")))
+    state.prepare(ref("uid-2", "d"), claim("uid-2", share("gpu-1", "s2"), name="d"))
+    state.prepare(
+        ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e")
+    )  # known from the checkpoint only
     (dirs[1] / CHECKPOINT_FILE).write_text('{"format": "vke-gpu-dra-checkpoint", "version": 1, "chec')
 
     recovered = make_state(dirs)
@@ -225,7 +275,7 @@ def test_corrupt_checkpoint_is_moved_aside_and_claims_recovered_from_cdi_specs(d
     assert all(e.state is ClaimState.PREPARE_STARTED for e in entries.values())
     assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-1", "uid-2"]
     # kubelet retries prepare: the claim is prepared again with the right request names
-    again = recovered.prepare(ref("uid-1"), claim("uid-1", result("gpu-0", "gpu")))
+    again = recovered.prepare(ref("uid-1"), claim("uid-1", share("gpu-0", "s1", "gpu")))
     assert again[0].request_names == ("gpu",)
     # and unprepare removes what the lost checkpoint knew about
     recovered.unprepare(ref("uid-2", "d"))
@@ -244,17 +294,19 @@ def test_orphan_cdi_spec_is_recovered_even_with_a_valid_checkpoint(dirs):
 
 def test_missing_spec_of_a_completed_claim_is_rewritten(dirs):
     state = make_state(dirs)
-    first = state.prepare(ref(), claim("uid-1", result("gpu-2")))
+    first = state.prepare(ref(), claim("uid-1", share("gpu-2", "s1")))
     cdi.claim_spec_path(dirs[0], "uid-1").unlink()
-    assert make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-2"))) == first
-    assert cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"][0]["name"] == "uid-1-gpu-2"
+    assert make_state(dirs).prepare(ref(), claim("uid-1", share("gpu-2", "s1"))) == first
+    assert (
+        cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))["devices"][0]["name"] == "uid-1-gpu-2-share-s1"
+    )
 
 
 def test_missing_spec_of_a_claim_on_a_vanished_device_is_an_error(dirs):
-    make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-3")))
+    make_state(dirs).prepare(ref(), claim("uid-1", share("gpu-3", "s1")))
     cdi.claim_spec_path(dirs[0], "uid-1").unlink()
     with pytest.raises(ClaimError, match=r"device.* gpu-3, which this node no longer publishes"):
-        make_state(dirs, devices=DEVICES[:2]).prepare(ref(), claim("uid-1", result("gpu-3")))
+        make_state(dirs, devices=DEVICES[:2]).prepare(ref(), claim("uid-1", share("gpu-3", "s1")))
 
 
 def test_real_gpu_spec_uses_control_nodes_present_under_dev_root(dirs, tmp_path):
@@ -270,11 +322,18 @@ def test_real_gpu_spec_uses_control_nodes_present_under_dev_root(dirs, tmp_path)
         minor=0,
         device_nodes=("/dev/nvidia0",),
     )
-    make_state(dirs, devices=[gpu], dev_root=dev_root).prepare(ref(), claim("uid-1", result("gpu-0")))
-    spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
+    state = make_state(dirs, devices=[gpu], dev_root=dev_root)
+    got = state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    spec = cdi.load_spec(cdi.base_spec_path(dirs[0]))
     assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
     assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
+    # nvidia-uvm-tools appears later (created once something loads the UVM module): the next prepare sees it
+    (dev_root / "dev" / "nvidia-uvm-tools").touch()
+    state.unprepare(ref())
+    state.prepare(ref(), claim("uid-1", result("gpu-0")))
+    nodes = [n["path"] for n in resolve(dirs[0], got[0].cdi_device_ids)["deviceNodes"]]
+    assert nodes == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"]
 
 
 def test_duplicate_device_names_are_rejected(dirs):
@@ -297,7 +356,7 @@ def test_many_threads_many_claims(dirs):
         assert by_uid.setdefault(uid, got) == got  # the same claim always gets the same answer
     assert sorted(state.prepared()) == sorted(uids)
     assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == sorted(uids)
-    assert sorted(cdi.list_claim_specs(dirs[0])) == sorted(uids)
+    assert cdi.list_claim_specs(dirs[0]) == {}  # each answered from the base spec
 
     with ThreadPoolExecutor(max_workers=32) as pool:
         list(pool.map(lambda uid: state.unprepare(ref(uid)), uids * 2))
@@ -319,7 +378,7 @@ def test_same_claim_concurrently_is_prepared_once(dirs, monkeypatch):
 
     def work(_):
         start.wait(timeout=30)
-        return state.prepare(ref(), claim("uid-1", result("gpu-0")))
+        return state.prepare(ref(), claim("uid-1", share("gpu-0", "s1")))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(work, range(8)))
@@ -357,13 +416,13 @@ def test_prepares_and_unprepares_never_overlap(dirs, monkeypatch):
 def test_no_prepared_claim_is_kept_in_memory_between_calls(dirs):
     """Two states on one node (two plugin processes) see each other's changes at their next call."""
     first, second = make_state(dirs), make_state(dirs)
-    answer = first.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))
+    answer = first.prepare(ref("uid-1"), claim("uid-1", share("gpu-0", "s1")))
     assert second.prepared() == {"uid-1": answer}
-    second.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))
+    second.prepare(ref("uid-2", "d"), claim("uid-2", share("gpu-1", "s2"), name="d"))
     assert sorted(first.prepared()) == ["uid-1", "uid-2"]
     # an unprepare through one state is not undone by the next write of the other
     second.unprepare(ref("uid-1"))
-    first.prepare(ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e"))
+    first.prepare(ref("uid-3", "e"), claim("uid-3", share("gpu-2", "s3"), name="e"))
     assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-2", "uid-3"]
     assert sorted(cdi.list_claim_specs(dirs[0])) == ["uid-2", "uid-3"]
 
@@ -448,19 +507,22 @@ def test_calls_that_wait_for_the_lock_share_one_batch_of_checkpoint_writes(dirs,
     with ThreadPoolExecutor(max_workers=5) as pool:
         first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
         assert first_inside.wait(timeout=30)
-        queued = [pool.submit(state.prepare, ref(u), claim(u, result("gpu-1"))) for u in others]
+        queued = [
+            pool.submit(state.prepare, ref(u), claim(u, share(f"gpu-{i}", f"s{i}")))
+            for i, u in enumerate(others, start=1)
+        ]
         gone = pool.submit(state.unprepare, ref("uid-9"))  # unknown: no write of its own
         for _ in range(3000):  # until all four wait behind the held batch
-            with state._queue_guard:
-                if len(state._queue) == 4:
-                    break
+            if state._runner.waiting() == 4:
+                break
             threading.Event().wait(0.01)
         release.set()
         assert all(f.result(timeout=30) for f in [first, *queued]) and gone.result(timeout=30) is None
     started, completed = ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED
-    assert saves[2] == {"uid-0": completed, **dict.fromkeys(others, started)}  # one write for three claims
-    assert saves[3] == {"uid-0": completed, **dict.fromkeys(others, completed)}
-    assert len(saves) == 4  # 2 per claim when each call writes on its own
+    assert saves[0] == {"uid-0": completed}  # a claim answered from the base spec: one write
+    assert saves[1] == {"uid-0": completed, **dict.fromkeys(others, started)}  # one write for three claims
+    assert saves[2] == {"uid-0": completed, **dict.fromkeys(others, completed)}
+    assert len(saves) == 3  # 2 per claim with a spec of its own when each call writes on its own
     assert set(state.prepared()) == {"uid-0", *others}
 
 
@@ -478,7 +540,7 @@ def test_a_failed_batch_write_fails_each_of_its_claims_and_spares_the_others(dir
     with pytest.raises(ClaimError, match=r"claim default/c: cannot write checkpoint .*No space left"):
         state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
     assert state.prepare(ref("uid-0"), claim("uid-0", result("gpu-0")))[0].device_name == "gpu-0"
-    assert list(state.entries()) == ["uid-0"] and list(cdi.list_claim_specs(dirs[0])) == ["uid-0"]
+    assert list(state.entries()) == ["uid-0"] and cdi.list_claim_specs(dirs[0]) == {}
 
 
 def test_an_unexpected_error_in_a_batch_is_an_internal_error_of_its_claims(dirs, monkeypatch):
@@ -497,14 +559,14 @@ def test_an_unexpected_error_in_a_batch_is_an_internal_error_of_its_claims(dirs,
 
 def test_a_bug_met_by_one_claim_of_a_batch_fails_only_that_claim(dirs, monkeypatch):
     state = make_state(dirs)
-    real = state_module.allocated_devices
+    real = allocation_step.allocated_devices
 
     def bug_for_uid_2(ref, *args, **kwargs):
         if ref.uid == "uid-2":
             raise KeyError("status")
         return real(ref, *args, **kwargs)
 
-    monkeypatch.setattr(state_module, "allocated_devices", bug_for_uid_2)
+    monkeypatch.setattr(allocation_step, "allocated_devices", bug_for_uid_2)
     with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: KeyError\('status'\)"):
         state.prepare(ref("uid-2"), claim("uid-2", result("gpu-1")))
     assert state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))[0].device_name == "gpu-0"
@@ -513,7 +575,7 @@ def test_a_bug_met_by_one_claim_of_a_batch_fails_only_that_claim(dirs, monkeypat
 
 def test_a_bug_met_by_one_claim_of_a_shared_batch_spares_the_others(dirs, monkeypatch):
     state = make_state(dirs)
-    real_save, real_allocated = state._store.save, state_module.allocated_devices
+    real_save, real_allocated = state._store.save, allocation_step.allocated_devices
     first_inside, release = threading.Event(), threading.Event()
     saves = []
 
@@ -530,21 +592,68 @@ def test_a_bug_met_by_one_claim_of_a_shared_batch_spares_the_others(dirs, monkey
         return real_allocated(ref, *args, **kwargs)
 
     monkeypatch.setattr(state._store, "save", held_first_save)
-    monkeypatch.setattr(state_module, "allocated_devices", bug_for_uid_2)
+    monkeypatch.setattr(allocation_step, "allocated_devices", bug_for_uid_2)
     with ThreadPoolExecutor(max_workers=3) as pool:
         first = pool.submit(state.prepare, ref("uid-0"), claim("uid-0", result("gpu-0")))
         assert first_inside.wait(timeout=30)
         good = pool.submit(state.prepare, ref("uid-1"), claim("uid-1", result("gpu-1")))
         bad = pool.submit(state.prepare, ref("uid-2"), claim("uid-2", result("gpu-2")))
         for _ in range(3000):  # until both wait behind the held batch
-            with state._queue_guard:
-                if len(state._queue) == 2:
-                    break
+            if state._runner.waiting() == 2:
+                break
             threading.Event().wait(0.01)
         release.set()
         assert first.result(timeout=30)[0].device_name == "gpu-0"
         assert good.result(timeout=30)[0].device_name == "gpu-1"
         with pytest.raises(RuntimeError, match=r"prepare of claim default/c failed: KeyError\('status'\)"):
             bad.result(timeout=30)
-    assert saves[2] == {"uid-0", "uid-1"}  # one batch: uid-1 went on without uid-2
+    assert saves == [{"uid-0"}, {"uid-0", "uid-1"}]  # one batch: uid-1 went on without uid-2
     assert sorted(state.entries()) == ["uid-0", "uid-1"]
+
+
+def prepare_together(state, claims):
+    """Prepare `claims` (uid -> claim object) from as many threads at once, as kubelet's concurrent calls
+    do; uid -> the answer or the error."""
+    start = threading.Barrier(len(claims))
+
+    def work(uid):
+        start.wait(timeout=30)
+        try:
+            return uid, state.prepare(ref(uid, uid), claims[uid])
+        except ClaimError as exc:
+            return uid, exc
+
+    with ThreadPoolExecutor(max_workers=len(claims)) as pool:
+        return dict(pool.map(work, claims))
+
+
+def test_the_held_devices_guard_holds_for_exclusive_claims_prepared_together(dirs):
+    """Exclusive claims allocated the same GPU, prepared concurrently (one batch): exactly one is
+    prepared, the others get the guard's error, as they would one after another."""
+    state = make_state(dirs)
+    uids = [f"uid-{i}" for i in range(8)]
+    answers = prepare_together(state, {u: claim(u, result("gpu-0"), name=u) for u in uids})
+    prepared = [u for u, a in answers.items() if isinstance(a, list)]
+    assert len(prepared) == 1
+    for uid, answer in answers.items():
+        if uid not in prepared:
+            assert isinstance(answer, ClaimError)
+            assert f"are prepared on this node for claim default/{prepared[0]} (uid {prepared[0]})" in str(
+                answer
+            )
+    assert list(state.prepared()) == prepared
+    # one after another: the same answer
+    with pytest.raises(ClaimError, match=prepared[0]):
+        state.prepare(ref("uid-9", "uid-9"), claim("uid-9", result("gpu-0"), name="uid-9"))
+
+
+def test_admin_access_and_distinct_shares_prepared_together_are_all_allowed(dirs):
+    state = make_state(dirs)
+    monitors = {
+        f"adm-{i}": claim(f"adm-{i}", {**result("gpu-1"), "adminAccess": True}, name=f"adm-{i}")
+        for i in range(4)
+    }
+    shares = {f"sh-{i}": claim(f"sh-{i}", share("gpu-2", f"s{i}"), name=f"sh-{i}") for i in range(4)}
+    answers = prepare_together(state, {**monitors, **shares})
+    assert all(isinstance(a, list) for a in answers.values()), answers
+    assert sorted(state.prepared()) == sorted([*monitors, *shares])

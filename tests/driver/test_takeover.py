@@ -249,7 +249,7 @@ def test_nvidias_claims_are_adopted_prepared_with_our_ids_and_unprepared_with_no
     assert fake_api.deployments.keys() == {(NS, MPS_DAEMON)}
     # a claim NVIDIA only started is prepared anew by us
     got = state.prepare(ref(UID_STARTED), claim(UID_STARTED, result("gpu-4", pool=POOL)))
-    assert got[0].cdi_device_ids == (claim_id(UID_STARTED, "gpu-4"),)
+    assert got[0].cdi_device_ids == (cdi.base_device_id("gpu-4"),)  # no edits of its own: our base spec
     assert ledger(node)[UID_STARTED] is True
     assert driver_root.calls() == []
     # the same prepare again is answered from our checkpoint
@@ -267,7 +267,8 @@ def test_nvidias_claims_are_adopted_prepared_with_our_ids_and_unprepared_with_no
     ]
     assert fake_api.deployments == {}
     assert not (data / "mps" / MPS_ID).exists()
-    assert sorted(p.name for p in cdi_root.iterdir()) == []  # claim specs and NVIDIA's base spec
+    # claim specs and NVIDIA's base spec gone; ours stays for the node's next claims
+    assert sorted(p.name for p in cdi_root.iterdir()) == [cdi.BASE_SPEC_NAME]
     assert state.entries() == {}
     assert set(ledger(node).values()) == {True}
     # NVIDIA's file was never written: a rollback finds it as NVIDIA left it
@@ -476,7 +477,9 @@ def test_wired_plugin_takes_the_node_over_through_kubelets_calls(short_tmp, fake
         ]
     )
     assert fake_api.deployments == {}
-    assert list(cdi_root.iterdir()) == [] and not (data / "mps" / MPS_ID).exists()
+    assert [p.name for p in cdi_root.iterdir()] == [cdi.BASE_SPEC_NAME] and not (
+        data / "mps" / MPS_ID
+    ).exists()
     assert (data / "checkpoint.json").read_bytes() == nvidia_bytes
 
 

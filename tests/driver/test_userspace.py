@@ -496,17 +496,17 @@ def test_prepared_claim_resolves_to_devices_with_the_common_edits(make_root, tmp
     )
     prepared = state.prepare(ClaimRef("default", "c", UID), claim(UID, result("gpu-0")))
     assert state.entries()[UID].state is ClaimState.PREPARE_COMPLETED
-    spec = cdi.load_spec(cdi.claim_spec_path(cdi_root, UID))
+    spec = cdi.load_spec(cdi.base_spec_path(cdi_root))
     kind, _, name = prepared[0].cdi_device_ids[0].partition("=")
     assert (
-        kind == spec["kind"] == f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
+        kind == spec["kind"] == f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_BASE}"
     )  # never NVIDIA's base-spec kind .../device
     assert name in [d["name"] for d in spec["devices"]]
     base = cdi.load_spec(nvidia_base)
     ours = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
     assert ours.isdisjoint({f"{base['kind']}={d['name']}" for d in base["devices"]})
-    assert list(cdi.list_claim_specs(cdi_root)) == [UID]  # the base spec is never taken for a claim
+    assert list(cdi.list_claim_specs(cdi_root)) == []  # neither base spec is taken for a claim's
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
     mounted = [m["containerPath"] for m in spec["containerEdits"]["mounts"]]
     assert f"{DEB}/libnvidia-ml.so.1" in mounted and "/usr/bin/nvidia-smi" in mounted
-    assert yaml.safe_load(cdi.claim_spec_path(cdi_root, UID).read_text()) == spec
+    assert yaml.safe_load(cdi.base_spec_path(cdi_root).read_text()) == spec

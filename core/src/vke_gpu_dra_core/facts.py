@@ -32,6 +32,10 @@ DEVICE_SOURCES: Final[tuple[DeviceSource, ...]] = get_args(DeviceSource)
 CDI_VENDOR: Final = f"k8s.{DRIVER_NAME}"
 CDI_CLASS_DEVICE: Final = "device"
 CDI_CLASS_CLAIM: Final = "claim"
+#: The class of this driver's base spec, one CDI device per device of the node, written at start for
+#: the claims without edits of their own. Not NVIDIA's "device": a base spec NVIDIA's plugin left in the
+#: same directory defines those names, and a name defined twice is dropped by the runtime.
+CDI_CLASS_BASE: Final = "base"
 
 # --- attribute and capacity names published in ResourceSlices (unqualified => driver domain) ---
 ATTR_TYPE: Final = "type"
@@ -52,6 +56,12 @@ ATTR_PCIE_BUS_ID: Final = "pcieBusID"
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
 #: The PCI bus ID in extended BDF form (`0000:3b:00.0`), as NVIDIA's driver publishes it since 25.12.
 ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
+#: The NUMA node of the device's PCI function (KEP-6072, GA in 1.37; NVIDIA's driver since v0.5.0), an int;
+#: omitted where the device has no NUMA affinity (sysfs `numa_node` -1). Only a name to the API server, so
+#: 1.34 keeps it as well.
+ATTR_NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
+#: Linux's largest NUMA node number + 1 (k8s.io/dynamic-resource-allocation `deviceattribute` rejects more).
+MAX_NUMA_NODES: Final = 1024
 #: How the GPU addresses system memory on coherent-memory platforms (NVIDIA's driver since 25.12):
 #: `HMM`, `ATS` or `None` (supported but inactive); omitted where NVML does not support the query.
 ATTR_ADDRESSING_MODE: Final = "addressingMode"

@@ -1,18 +1,26 @@
-"""CDI specs for prepared claims: build (with the lowest `cdiVersion` needed), write atomically, list, delete.
+"""CDI specs: the node's base spec and per-claim specs. Build (lowest `cdiVersion` needed), write atomically,
+list, delete.
 
-One transient spec per claim, `<cdi_root>/k8s.gpu.nvidia.com-claim_<claimUID>.yaml`, kind
-`k8s.gpu.nvidia.com/claim`, one CDI device `<claimUID>-<deviceName>` per allocated device. The
-per-claim names never collide with NVIDIA's base spec (`k8s.gpu.nvidia.com/device=gpu-N`) that may be
-left in the same directory.
+The base spec, `<cdi_root>/k8s.gpu.nvidia.com-base_node.yaml`, kind `k8s.gpu.nvidia.com/base`, has one CDI
+device per device of the node, named as the device (`k8s.gpu.nvidia.com/base=gpu-0`). It is written at
+start (and again when a control or DRM node appears later) and answers every claim without edits of its
+own, as NVIDIA's base spec does: such a prepare writes no spec. Its names never collide with NVIDIA's
+base spec (`k8s.gpu.nvidia.com/device=gpu-N`) that may be left in the same directory.
+
+A claim whose devices carry edits of their own (MPS pipe and shm, MIG devices created for it, consumable
+shares, a claim adopted from NVIDIA's plugin) gets a transient spec,
+`<cdi_root>/k8s.gpu.nvidia.com-claim_<claimUID>.yaml`, kind `k8s.gpu.nvidia.com/claim`, one CDI device
+`<claimUID>-<deviceName>` per allocated device, removed at unprepare. Claims prepared by an earlier
+release all have one; their CDI ids keep naming it.
 
 What a container sees is what its own CDI devices carry. A CDI runtime applies a spec's
 `containerEdits` once and then the `containerEdits` of each device the container gets, and for an
 environment variable set twice the later value wins. So nothing that tells devices apart is a
-spec-level edit: `NVIDIA_VISIBLE_DEVICES` is `void` for the whole claim (as NVIDIA writes it, so an
+spec-level edit: `NVIDIA_VISIBLE_DEVICES` is `void` for the whole spec (as NVIDIA writes it, so an
 NVIDIA runtime in legacy mode adds no GPU), a real GPU is its device nodes and a simulated one its
 `GPU_DEVICE_<n>=gpu-<n>` and `GPU_DEVICE_<n>_UUID=<uuid>`, names of their own so that a container
 given two devices of the claim has both. Two containers naming different requests of one claim
-each see only their own request's GPUs.
+each see only their own request's GPUs. A claim spec also sets `DRA_RESOURCE_CLAIM_UID`.
 
 The specs are built from known parts, so they are not validated at every prepare: the tests check
 every spec they produce against the CDI 1.1.0 format rules (`vke_gpu_dra_testing.cdi_check`).
@@ -35,8 +43,11 @@ if TYPE_CHECKING:
     from .userspace import DriverEdits
 
 CLAIM_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
+BASE_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_BASE}"
 _SPEC_PREFIX: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_CLAIM}_"
 SPEC_SUFFIX: Final = ".yaml"
+#: The base spec's file name (CDI's transient spec name of class "base", name "node").
+BASE_SPEC_NAME: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_BASE}_node{SPEC_SUFFIX}"
 
 #: Node every CUDA process needs, and nodes added when present on the host (nvidia-uvm is created lazily).
 CONTROL_NODE: Final = "/dev/nvidiactl"
@@ -76,6 +87,20 @@ def claim_device_name(claim_uid: str, device_name: str, share_id: str | None = N
 def claim_device_id(claim_uid: str, device_name: str, share_id: str | None = None) -> str:
     """Fully qualified CDI device ID, e.g. `k8s.gpu.nvidia.com/claim=<uid>-gpu-0`."""
     return f"{CLAIM_KIND}={claim_device_name(claim_uid, device_name, share_id)}"
+
+
+def base_spec_path(cdi_root: Path) -> Path:
+    return cdi_root / BASE_SPEC_NAME
+
+
+def base_device_id(device_name: str) -> str:
+    """The device's CDI ID in the base spec, e.g. `k8s.gpu.nvidia.com/base=gpu-0`."""
+    return f"{BASE_KIND}={device_name}"
+
+
+def names_claim_spec(cdi_device_ids: Iterable[str]) -> bool:
+    """True when one of the ids names a device of a claim spec (not of the base spec)."""
+    return any(i.startswith(f"{CLAIM_KIND}=") for i in cdi_device_ids)
 
 
 def device_name_from_cdi(claim_uid: str, cdi_device_name: str) -> str:
@@ -174,6 +199,25 @@ def build_claim_spec(
     return spec
 
 
+def build_base_spec(
+    devices: Sequence[Device], *, optional_nodes: Iterable[str] = (), driver: DriverEdits | None = None
+) -> dict[str, Any]:
+    """The node's base spec: one CDI device per device, named as the device, with the driver's common
+    edits (or, without `driver`, the legacy ones) at spec level and no claim UID."""
+    if not devices:
+        raise CdiSpecError("the base spec needs at least one device")
+    common = _common_edits("", devices, optional_nodes, driver)
+    common["env"] = [e for e in common["env"] if not e.startswith(f"{ENV_CLAIM_UID}=")]
+    spec: dict[str, Any] = {
+        "cdiVersion": "",
+        "kind": BASE_KIND,
+        "devices": [{"name": d.name, "containerEdits": _device_edits(d, driver)} for d in devices],
+        "containerEdits": common,
+    }
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
 # ------------------------------------------------------------------------------------- cdiVersion
 
 
@@ -214,8 +258,25 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
 def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:
     """Atomically write the claim's spec; returns its path."""
     path = claim_spec_path(cdi_root, claim_uid)
-    atomic_write(path, yaml.dump(dict(spec), Dumper=_SAFE_DUMPER, sort_keys=False).encode())
+    atomic_write(path, encode_spec(spec))
     return path
+
+
+def encode_spec(spec: Mapping[str, Any]) -> bytes:
+    return yaml.dump(dict(spec), Dumper=_SAFE_DUMPER, sort_keys=False).encode()
+
+
+def write_base_spec(cdi_root: Path, spec: Mapping[str, Any]) -> bool:
+    """Atomically write the base spec unless the file holds it already; True when it was written."""
+    path = base_spec_path(cdi_root)
+    data = encode_spec(spec)
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass  # missing or unreadable: written below
+    atomic_write(path, data)
+    return True
 
 
 def delete_claim_spec(cdi_root: Path, claim_uid: str) -> bool:
@@ -246,6 +307,11 @@ def list_claim_specs(cdi_root: Path) -> dict[str, Path]:
         if uid:
             found[uid] = path
     return found
+
+
+def is_spec_name(name: str) -> bool:
+    """True for the file name of a spec this driver writes: the base spec or a claim spec."""
+    return name == BASE_SPEC_NAME or is_claim_spec_name(name)
 
 
 def is_claim_spec_name(name: str) -> bool:

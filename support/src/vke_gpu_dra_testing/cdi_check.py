@@ -247,6 +247,20 @@ def inject(specs: Iterable[Mapping[str, Any]], device_ids: Sequence[str]) -> dic
     return merged
 
 
+def specs_in(cdi_root: Path) -> list[dict[str, Any]]:
+    """Every spec of a CDI directory as a runtime reads it (`*.yaml` and `*.json`, hidden temp files
+    skipped), each validated."""
+    paths = sorted(
+        p for p in cdi_root.glob("*") if p.suffix in (".yaml", ".json") and not p.name.startswith(".")
+    )
+    return [load_and_validate(p) for p in paths]
+
+
+def resolve(cdi_root: Path, device_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The container edits a runtime applies for `device_ids` from the specs in `cdi_root` (`inject`)."""
+    return inject(specs_in(cdi_root), device_ids)
+
+
 def container_env(edits: Mapping[str, Sequence[str]], base: Sequence[str] = ()) -> dict[str, str]:
     """The container's environment after `edits` (from `inject`) are applied over `base`.
 
