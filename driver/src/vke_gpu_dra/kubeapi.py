@@ -1,13 +1,13 @@
-"""Thin access to the Kubernetes API through the official client, in plain JSON dicts.
+"""Thin access to the Kubernetes API in plain JSON dicts, through the lean transport.
 
-Requests go through `kubernetes.client.ApiClient` (authentication, TLS, proxies and token
-refresh come from the client's configuration) but bodies are sent and returned as camelCase
-JSON dicts, exactly as the API server speaks them.
+Requests go through `vke_gpu_dra_kube.rest` (urllib3; authentication, TLS, proxies and credential
+rotation come from the kubeconfig or the service account, `vke_gpu_dra_kube.kubeconfig_loader`);
+bodies are sent and returned as camelCase JSON dicts, exactly as the API server speaks them. The
+official client is not imported: the plugin starts fast and small.
 
-The client is set up by `vke_gpu_dra_kube.client`, as for the operator tools: every request has a
-timeout and is tried once (no hidden retries), so a caller with a deadline (a kubelet call) can bound
-each request by what is left of it. The connection pool holds `POOL_SIZE` connections, enough for the
-plugin's threads.
+Every request has a timeout and is tried once (no hidden retries), so a caller with a deadline (a
+kubelet call) can bound each request by what is left of it. The connection pool holds `POOL_SIZE`
+connections, enough for the plugin's threads.
 """
 
 from __future__ import annotations
@@ -16,23 +16,24 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
+import urllib3
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
-from vke_gpu_dra_kube import client as kube_client
-from vke_gpu_dra_kube.client import REQUEST_TIMEOUT
+from vke_gpu_dra_kube import failures, kubeconfig_loader
+from vke_gpu_dra_kube.rest import RestClient, TransportError
+from vke_gpu_dra_kube.settings import REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICE_API_VERSION = "resource.k8s.io/v1"
+RESOURCE_API_VERSION = "resource.k8s.io/v1"
+#: Content type of a server-side apply (JSON is YAML).
+APPLY_PATCH = "application/apply-patch+yaml"
 #: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
 #: controller's two threads all fit, so no request finds the pool full.
 POOL_SIZE = 64
@@ -62,7 +63,7 @@ class KubeError(Exception):
     @property
     def timed_out(self) -> bool:
         """The API server did not answer within the request's timeout."""
-        return self.status == 0 and self.reason == kube_client.TIMEOUT
+        return self.status == 0 and self.reason == failures.TIMEOUT
 
     @property
     def unreachable(self) -> bool:
@@ -70,24 +71,28 @@ class KubeError(Exception):
         return self.status == 0
 
 
-def load_api_client(kubeconfig: Path | None) -> k8s_client.ApiClient:
-    """`kubeconfig` if given, else the in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
+def load_api_client(
+    kubeconfig: Path | None,
+    *,
+    service_account: Path = kubeconfig_loader.SERVICE_ACCOUNT_DIR,
+    environ: Mapping[str, str] | None = None,
+) -> RestClient:
+    """`kubeconfig` if given, else the in-cluster service account (in `service_account`), else
+    $KUBECONFIG (a path list, merged as kubectl does) / ~/.kube/config. KubeconfigError if none."""
     if kubeconfig is not None:
-        return kube_client.from_kubeconfig(kubeconfig, pool_size=POOL_SIZE)
-    configuration = k8s_client.Configuration()
+        return RestClient(kubeconfig_loader.from_kubeconfig(kubeconfig), pool_size=POOL_SIZE)
+    env = os.environ if environ is None else environ
     try:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    except ConfigException as in_cluster_err:
-        env = os.environ.get("KUBECONFIG")
-        path = Path(env) if env else Path("~/.kube/config").expanduser()
+        config = kubeconfig_loader.in_cluster(service_account, env)
+    except kubeconfig_loader.NotInCluster as in_cluster_err:
         try:
-            return kube_client.from_kubeconfig(path, pool_size=POOL_SIZE)
+            config = kubeconfig_loader.from_kubeconfig(kubeconfig_loader.kubeconfig_paths(env))
         except KubeconfigError as err:
             raise KubeconfigError(
                 f"no Kubernetes configuration: not in a cluster ({in_cluster_err}) and {err}; "
                 "pass --kubeconfig"
             ) from None
-    return kube_client.api_client(configuration, pool_size=POOL_SIZE)
+    return RestClient(config, pool_size=POOL_SIZE)
 
 
 def _within(timeout: float | None) -> Any:
@@ -118,7 +123,7 @@ class WatchEvent:
 class Watch:
     """An open watch stream; iterate for events, `close()` from any thread to stop it."""
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
         self._response = response
         self._closed = threading.Event()
 
@@ -158,7 +163,7 @@ class Watch:
 class KubeAPI:
     """The API calls the plugin makes."""
 
-    def __init__(self, api_client: k8s_client.ApiClient) -> None:
+    def __init__(self, api_client: RestClient) -> None:
         self._client = api_client
 
     @classmethod
@@ -178,37 +183,31 @@ class KubeAPI:
         query: list[tuple[str, str]] | None = None,
         body: dict[str, Any] | None = None,
         timeout: Any = REQUEST_TIMEOUT,
-    ) -> Any:
-        """One attempt; `timeout` is (connect, read) seconds or a total in seconds."""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        method, url, headers, payload, _ = self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+        content_type: str = "application/json",
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        """One attempt; `timeout` is (connect, read) seconds or a total in seconds; `body` is sent as
+        JSON with `content_type`. `stream`: the body is left unread. KubeError (status 0) when no
+        answer came."""
+        payload = json.dumps(body).encode() if body is not None else None
         try:
-            response = self._client.call_api(
-                method, url, header_params=headers, body=payload, _request_timeout=timeout
+            return self._client.request(
+                method,
+                path,
+                query=query or (),
+                body=payload,
+                content_type=content_type,
+                timeout=timeout,
+                stream=stream,
             )
-        except ApiException as err:
-            if not err.status:  # no answer: the client reports TLS failures this way
-                raise _transport_error(method, path, timeout, err) from err
-            raise KubeError(err.status, str(err.reason or ""), str(err.body or err)) from err
-        except Exception as err:  # urllib3 transport errors
-            raise _transport_error(method, path, timeout, err) from err
-        return response
+        except TransportError as err:
+            raise KubeError(0, err.failure.reason, f"{method} {path}: {err.failure.message}") from err
+        except KubeconfigError as err:  # no credentials to send: an exec plugin failed
+            raise KubeError(0, failures.CREDENTIALS_ERROR, f"{method} {path}: {err}") from err
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._call(method, path, **kwargs)
-        try:
-            data = response.read()
-        except Exception as err:  # the body did not arrive in time, or the connection broke
-            raise _transport_error(method, path, kwargs.get("timeout", REQUEST_TIMEOUT), err) from err
+        data = response.data
         if not 200 <= response.status <= 299:
             raise _error_from(response.status, str(response.reason or ""), data)
         return json.loads(data) if data else {}
@@ -237,6 +236,20 @@ class KubeAPI:
             if err.not_found:
                 return None
             raise
+
+    def apply_claim_status(
+        self, namespace: str, name: str, body: dict[str, Any], *, field_manager: str, timeout: float
+    ) -> dict[str, Any]:
+        """Server-side apply of `body` to the claim's `status` subresource as `field_manager` (forced: the
+        entries it names are the manager's own), one attempt within `timeout` seconds; the stored claim."""
+        return self._json(
+            "PATCH",
+            f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}/status",
+            query=[("fieldManager", field_manager), ("force", "true")],
+            body=body,
+            timeout=_within(timeout),
+            content_type=APPLY_PATCH,
+        )
 
     def list_node_pods(self, node_name: str, timeout: float | None = None) -> list[dict[str, Any]]:
         """The pods bound to `node_name` (`spec.nodeName`, the way kubelet lists its own), read from
@@ -309,11 +322,21 @@ class KubeAPI:
         if resource_version:
             query.append(("resourceVersion", resource_version))
         response = self._call(
-            "GET", f"{RESOURCE_API}/resourceslices", query=query, timeout=(10.0, timeout_seconds + 30.0)
+            "GET",
+            f"{RESOURCE_API}/resourceslices",
+            query=query,
+            timeout=(10.0, timeout_seconds + 30.0),
+            stream=True,
         )
         if not 200 <= response.status <= 299:
-            raise _error_from(response.status, str(response.reason or ""), response.read())
-        return Watch(response.response)
+            try:
+                data = response.read()
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                response.close()
+                raise KubeError(response.status, str(response.reason or ""), "") from err
+            response.release_conn()
+            raise _error_from(response.status, str(response.reason or ""), data)
+        return Watch(response)
 
     # --- apps/v1 Deployments (MPS control daemons, driver namespace only) ---
 
@@ -340,12 +363,6 @@ class KubeAPI:
         except KubeError as err:
             if not err.not_found:
                 raise
-
-
-def _transport_error(method: str, path: str, timeout: Any, err: Exception) -> KubeError:
-    """A KubeError (status 0) for a request that got no answer; timeouts have reason "Timeout"."""
-    failure = kube_client.network_failure(err, timeout)
-    return KubeError(0, failure.reason, f"{method} {path}: {failure.message}")
 
 
 def _error_from(status: int, reason: str, data: bytes | None) -> KubeError:

@@ -1,6 +1,11 @@
-"""The Kubernetes client set up once for the kubelet plugin and the operator tools.
+"""How vke-gpu-dra talks to the Kubernetes API server: the same rules for the kubelet plugin and the
+operator tools.
 
-* `client` — API clients with no hidden retries, the request timeouts, kubeconfig loading (checked by
-  `vke_gpu_dra_core.kubeconfig` first, every failure one `KubeconfigError`), and `network_failure`: what
-  went wrong on the way to the API server, in words.
+* `settings` — one attempt per request (no hidden retries) and the request timeouts.
+* `failures` — `network_failure`: what went wrong on the way to the API server, in words.
+* `rest` — the plugin's lean transport on urllib3 (the official client is never imported on its path),
+  configured by `kubeconfig_loader` (kubeconfig files and path lists, the in-cluster service account)
+  with `credentials` and `exec_auth` (tokens, token files, client certificates, exec plugins).
+* `client` — the official client set up by the same rules, for the operator tools; kubeconfig files
+  checked by `vke_gpu_dra_core.kubeconfig` first, every failure one `KubeconfigError`.
 """

@@ -1,0 +1,115 @@
+"""What went wrong on the way to the API server, in words (DNS, TLS, refused, timeout, reset).
+
+Pure mapping of urllib3 and socket errors; it imports neither the official client nor the transport, so
+every caller (the driver's lean transport, the operator tools on the official client) says the same.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+import urllib3
+
+from .settings import REQUEST_TIMEOUT, Timeout
+
+#: `NetworkFailure.reason` values.
+UNREACHABLE: Final = "Unreachable"
+TIMEOUT: Final = "Timeout"
+TLS_ERROR: Final = "TLSError"
+TRANSPORT_ERROR: Final = "TransportError"
+#: No request was sent: the credentials could not be had (an exec plugin failed, a token file vanished).
+CREDENTIALS_ERROR: Final = "CredentialsError"
+
+_DNS_TEXTS: Final = (
+    "Name or service not known",
+    "nodename nor servname",
+    "Temporary failure in name resolution",
+)
+
+
+@dataclass(frozen=True)
+class NetworkFailure:
+    """A request that got no answer: `reason` (UNREACHABLE, TIMEOUT, TLS_ERROR or TRANSPORT_ERROR) and
+    `message`, what happened in words (the cause, never an exception class)."""
+
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of `err`'s message (200 characters at most), else its class name."""
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+def server_url(url: str) -> str:
+    """`url` for messages, without any user:password part."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _seconds(timeout: Timeout, part: int) -> str:
+    value = timeout[part] if isinstance(timeout, tuple) else timeout
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def tls_failure(text: str) -> NetworkFailure:
+    """A TLS handshake that failed, with OpenSSL's reason when `text` carries one."""
+    found = re.search(r"certificate verify failed: ([^()'\"]+)", text) or re.search(
+        r"\[SSL: [A-Z_]+\] ([^()'\"]+)", text
+    )
+    detail = found.group(1).strip() if found else "handshake failed"
+    return NetworkFailure(
+        TLS_ERROR, f"TLS failed ({detail}): check the kubeconfig's server URL and certificate-authority-data"
+    )
+
+
+def network_failure(  # noqa: PLR0911 (one answer per kind of failure)
+    err: BaseException, timeout: Timeout = REQUEST_TIMEOUT, host: str | None = None
+) -> NetworkFailure:
+    """What went wrong on the way to the API server; `timeout` is the request's, `host` the server's."""
+    cause: BaseException = err
+    if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
+        cause = cause.reason
+    if (
+        isinstance(cause, urllib3.exceptions.ProtocolError)
+        and cause.args
+        and isinstance(cause.args[-1], TimeoutError)
+    ):
+        cause = cause.args[-1]
+    text = str(cause)
+    if isinstance(cause, urllib3.exceptions.NameResolutionError) or any(t in text for t in _DNS_TEXTS):
+        conn = getattr(cause, "conn", None)
+        where = host or getattr(conn, "host", None) or "the server's host"
+        return NetworkFailure(
+            UNREACHABLE,
+            f"DNS lookup of {where} failed: check the server address in the kubeconfig and the DNS",
+        )
+    if isinstance(cause, urllib3.exceptions.SSLError) or "SSL" in text or "CERTIFICATE" in text:
+        return tls_failure(text)
+    system = re.search(r"\[Errno \d+\] [^'\"()]+", text)
+    said = f"; {system.group(0).strip()}" if system else ""
+    if isinstance(cause, ConnectionRefusedError) or "Connection refused" in text or "Errno 111" in text:
+        return NetworkFailure(
+            UNREACHABLE,
+            f"connection refused: nothing listens at that address (is the cluster running?){said}",
+        )
+    # NewConnectionError (unreachable network or host) is a ConnectTimeoutError too: test it first.
+    if isinstance(cause, urllib3.exceptions.NewConnectionError):
+        return NetworkFailure(UNREACHABLE, f"cannot connect to the API server{said or ': ' + text}")
+    if isinstance(cause, urllib3.exceptions.ConnectTimeoutError):
+        return NetworkFailure(
+            TIMEOUT,
+            f"the connection timed out after {_seconds(timeout, 0)} s: check the address and any firewall",
+        )
+    if isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
+        return NetworkFailure(TIMEOUT, f"the API server did not answer within {_seconds(timeout, 1)} s")
+    if isinstance(cause, urllib3.exceptions.ProtocolError | ConnectionResetError):
+        return NetworkFailure(TRANSPORT_ERROR, "the connection was closed by the server")
+    return NetworkFailure(TRANSPORT_ERROR, f"network error: {first_line(cause)}")
