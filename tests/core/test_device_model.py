@@ -71,6 +71,7 @@ def test_the_largest_device_stays_within_the_apiserver_limit():
         pcie_root="pci0000:17",
         memory_bytes=141 * 2**30,
         addressing_mode="HMM",
+        numa_node=1,
     )
     capacity = normalize.mig_capacity(
         multiprocessors=132,
@@ -91,6 +92,8 @@ def test_the_largest_device_stays_within_the_apiserver_limit():
         facts.ATTR_PCI_BUS_ID,
         facts.ATTR_PCIE_ROOT,
         facts.ATTR_ADDRESSING_MODE,
+        facts.ATTR_NUMA_NODE,
     ):
         assert name in mig.attributes
-    assert len(mig.attributes) + len(mig.capacity) == 29 <= MAX_ATTRS_AND_CAPS
+    assert mig.attributes[facts.ATTR_NUMA_NODE] == 1
+    assert len(mig.attributes) + len(mig.capacity) == 30 <= MAX_ATTRS_AND_CAPS

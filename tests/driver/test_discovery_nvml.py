@@ -347,3 +347,52 @@ def test_default_loader_with_ld_library_path(fake_lib, tmp_path):
     env = {**os.environ, "LD_LIBRARY_PATH": str(fake_lib.parent), "FAKE_NVML_CONFIG": str(config)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "gpu-0,gpu-7"
+
+
+def pci_function(sysfs, bdf, root, numa):
+    """A GPU's PCI function as sysfs has it: its directory under the root (with numa_node), linked from
+    bus/pci/devices."""
+    target = sysfs / "devices" / root / f"{root[3:]}:00.0" / bdf
+    target.mkdir(parents=True)
+    (target / "numa_node").write_text(f"{numa}\n")
+    pci_link(sysfs, bdf, root)
+
+
+def test_numa_node_is_published_beside_the_pci_attributes(fake_lib, host, tmp_path, monkeypatch, caplog):
+    sysfs, proc = host
+    pci_function(sysfs, "0000:3b:00.0", "pci0000:3a", 1)
+    pci_function(sysfs, "0000:65:01.0", "pci0000:64", -1)
+    configure(
+        monkeypatch,
+        tmp_path,
+        {"device_count": 2, "gpu.0.bus_id": "00000000:3B:00.0", "gpu.1.bus_id": "00000000:65:01.0"},
+    )
+    with caplog.at_level(logging.WARNING):
+        result = NvmlSource(library_path=fake_lib, sysfs_root=sysfs, proc_root=proc).discover()
+    on_node, no_affinity = result.devices
+    assert on_node.attributes[facts.ATTR_NUMA_NODE] == 1
+    assert on_node.slice_entry()["attributes"][facts.ATTR_NUMA_NODE] == {"int": 1}
+    assert on_node.attributes[facts.ATTR_PCIE_ROOT] == "pci0000:3a"
+    # -1: the platform reports no NUMA affinity, so no attribute (and nothing to warn about).
+    assert facts.ATTR_NUMA_NODE not in no_affinity.attributes
+    assert no_affinity.attributes[facts.ATTR_PCIE_ROOT] == "pci0000:64"
+    assert not [r for r in caplog.records if "numaNode" in r.getMessage()]
+    assert_publishable(result.devices)
+
+
+def test_mig_devices_carry_their_gpus_numa_node(fake_lib, host, tmp_path, monkeypatch):
+    sysfs, proc = host
+    pci_function(sysfs, "0000:3b:00.0", "pci0000:3a", 0)
+    configure(monkeypatch, tmp_path, mig_settings(**{"gpu.0.bus_id": "00000000:3B:00.0"}))
+    result = NvmlSource(library_path=fake_lib, sysfs_root=sysfs, proc_root=proc).discover()
+    assert len(result.devices) == 4
+    assert {d.attributes[facts.ATTR_NUMA_NODE] for d in result.devices} == {0}
+
+
+def test_unreadable_numa_node_is_omitted_with_a_warning(fake_lib, host, tmp_path, monkeypatch, caplog):
+    configure(monkeypatch, tmp_path, {"device_count": 1})
+    with caplog.at_level(logging.WARNING):
+        result = NvmlSource(library_path=fake_lib, sysfs_root=host[0], proc_root=host[1]).discover()
+    assert result.problems == []
+    assert facts.ATTR_NUMA_NODE not in result.devices[0].attributes
+    assert any(f"{facts.ATTR_NUMA_NODE} omitted" in r.getMessage() for r in caplog.records)

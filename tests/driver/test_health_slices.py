@@ -123,6 +123,7 @@ def test_a_dry_run_create_stores_nothing(fake_api: FakeAPIServer, kube: KubeAPI)
         ("1.34.0", {"DRADeviceTaints"}, True, False, 4),
         ("1.35.0", {"DRADeviceTaints"}, True, True, 16),
         ("1.36.0", set(), True, True, 16),
+        ("1.37.0", set(), True, True, 16),  # GA, on by default: no gate setting
     ],
 )
 def test_detection_by_version_and_dry_run(

@@ -1,8 +1,9 @@
 import pytest
+from vke_gpu_dra.config import PluginConfigError, parse_config
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Version
 from vke_gpu_dra_core.discovery import DeviceSource
-from vke_gpu_dra_core.discovery.simulated import SimulatedSource
+from vke_gpu_dra_core.discovery.simulated import SimulatedSource, numa_layout, parse_numa_nodes
 from vke_gpu_dra_core.profiles import UnknownProductError
 
 from tests.driver.slice_check import assert_publishable
@@ -108,3 +109,77 @@ def test_unknown_product_is_rejected_up_front():
 def test_empty_node_name_is_rejected():
     with pytest.raises(ValueError, match="node name"):
         SimulatedSource(1, "NVIDIA A30", "")
+
+
+def numa_of(devices):
+    return [d.attributes.get(facts.ATTR_NUMA_NODE) for d in devices]
+
+
+def test_no_numa_node_unless_configured():
+    assert numa_of(SimulatedSource(4, "NVIDIA A30", "n").discover().devices) == [None] * 4
+
+
+@pytest.mark.parametrize(
+    ("nodes", "published"),
+    [((0,), [0, 0, 0, 0]), ((0, 0, 1, 1), [0, 0, 1, 1]), ((1, None, 1, None), [1, None, 1, None])],
+)
+def test_numa_nodes_one_for_all_or_one_per_gpu(nodes, published):
+    devices = SimulatedSource(4, "NVIDIA A30", "n", numa_nodes=nodes).discover().devices
+    assert numa_of(devices) == published
+    entry = devices[0].slice_entry()["attributes"]
+    assert entry.get(facts.ATTR_NUMA_NODE) == (None if published[0] is None else {"int": published[0]})
+    assert_publishable(devices)
+
+
+@pytest.mark.parametrize(
+    ("text", "nodes"), [("", ()), ("0", (0,)), ("0, 0,1,1", (0, 0, 1, 1)), ("-1,3", (None, 3))]
+)
+def test_numa_node_lists_parse(text, nodes):
+    assert parse_numa_nodes(text) == nodes
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("a", "'a' is not a number"), ("0,,1", "'' is not a number"), ("-2", "-2 is out of range"),
+     ("1024", "1024 is out of range")],
+)  # fmt: skip
+def test_bad_numa_node_lists_say_what_is_allowed(text, message):
+    with pytest.raises(ValueError, match=rf"{message}; expected one NUMA node for every GPU, or a comma"):
+        parse_numa_nodes(text)
+
+
+def test_numa_node_list_of_the_wrong_length_is_refused():
+    with pytest.raises(
+        ValueError, match="3 NUMA nodes for 4 simulated GPUs; expected one NUMA node for every"
+    ):
+        SimulatedSource(4, "NVIDIA A30", "n", numa_nodes=(0, 1, 1))
+    with pytest.raises(ValueError, match="NUMA node 1024 is out of range"):
+        numa_layout(2, (0, 1024))
+
+
+def test_numa_nodes_flag_and_its_errors():
+    base = ["--node-name", "n", "--device-source", "simulated", "--simulated-gpus", "4"]
+    assert parse_config(base, environ={}).simulated_numa_nodes == ()
+    assert parse_config(base, environ={"SIMULATED_NUMA_NODES": "0,0,1,1"}).simulated_numa_nodes == (
+        0,
+        0,
+        1,
+        1,
+    )
+    with pytest.raises(
+        PluginConfigError,
+        match=r"invalid value 'x' for --simulated-numa-nodes \[env SIMULATED_NUMA_NODES\]: 'x' is not a "
+        "number",
+    ):
+        parse_config([*base, "--simulated-numa-nodes", "x"], environ={})
+    with pytest.raises(
+        PluginConfigError,
+        match=r"--simulated-numa-nodes \(env SIMULATED_NUMA_NODES\) does not fit --simulated-gpus \(env "
+        r"SIMULATED_GPUS\): 2 NUMA nodes for 4 simulated GPUs",
+    ):
+        parse_config([*base, "--simulated-numa-nodes", "0,1"], environ={})
+    # Only simulated mode reads it.
+    assert (
+        parse_config(["--node-name", "n", "--simulated-numa-nodes", "0,1"], environ={}).device_source
+        == "nvml"
+    )

@@ -35,7 +35,9 @@ HOW_TO_GET = "build them with scripts/toolchain (Go 1.26 and the Go module proxy
 READY_TIMEOUT = 90.0
 ADMIN_TOKEN = "envtest-admin-token"  # the test cluster's own credential (--token-auth-file)
 #: Controllers a cluster without kubelets can run: no node lifecycle controller (it would taint the
-#: test's Nodes unreachable), no daemonset controller (tests create the plugin pods themselves).
+#: test's Nodes unreachable), no daemonset controller (tests create the plugin pods themselves). The
+#: device-taint-eviction controller (NoExecute device taints, DeviceTaintRules' status) runs where
+#: DRADeviceTaints is on (1.37); 1.34 skips it.
 CONTROLLERS = ",".join(
     f"{name}-controller"
     for name in (
@@ -46,6 +48,7 @@ CONTROLLERS = ",".join(
         "namespace",
         "garbage-collector",
         "validatingadmissionpolicy-status",
+        "device-taint-eviction",
     )
 )
 
@@ -168,6 +171,7 @@ PLURALS = {
     "ResourceClaim": "resourceclaims",
     "ResourceClaimTemplate": "resourceclaimtemplates",
     "ResourceSlice": "resourceslices",
+    "DeviceTaintRule": "devicetaintrules",
 }
 CLUSTER_SCOPED = frozenset(
     {
@@ -179,6 +183,7 @@ CLUSTER_SCOPED = frozenset(
         "validatingadmissionpolicybindings",
         "deviceclasses",
         "resourceslices",
+        "devicetaintrules",
     }
 )
 

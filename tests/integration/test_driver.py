@@ -4,8 +4,10 @@ kube-scheduler allocated is prepared through the kubelet-like client."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 
@@ -118,3 +120,69 @@ def test_a_claim_larger_than_the_node_stays_pending(cluster: Cluster) -> None:
     assert (
         cluster.api.get(f"/api/v1/namespaces/{cluster.namespace}/pods/greedy")["spec"].get("nodeName") is None
     )
+
+
+# --- resource.kubernetes.io/numaNode ---
+
+SAME_NUMA_SAMPLE = Path(__file__).resolve().parents[2] / "driver/docs/samples/gpu-nic-same-numa.yaml"
+#: The NIC driver of the sample: its slice is published by the test, as another driver would.
+NIC_DRIVER = "nic.example.com"
+
+
+def nic_objects(node: str, numa_node: int) -> list[dict[str, Any]]:
+    """The sample's NIC: a DeviceClass and one NIC on `node` on NUMA node `numa_node`."""
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": NIC_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{NIC_DRIVER}'"}}]},
+    }
+    nic_slice = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-nic"},
+        "spec": {
+            "driver": NIC_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "nic-0", "attributes": {facts.ATTR_NUMA_NODE: {"int": numa_node}}}],
+        },
+    }
+    return [device_class, nic_slice]
+
+
+def test_a_gpu_and_a_nic_on_one_numa_node_and_two_gpus_on_one(each_cluster: Cluster) -> None:
+    """numaNode is only an attribute name to the server, so 1.34 and 1.37 alike: the plugin publishes it
+    (`--simulated-numa-nodes`; -1 publishes none), and the real scheduler gives the docs' sample claim (a
+    GPU and another driver's NIC, `matchAttribute: resource.kubernetes.io/numaNode`) the one GPU on the
+    NIC's node, and a claim for two GPUs on one node the only such pair."""
+    cluster = each_cluster
+    numa = ["--simulated-numa-nodes", "0,0,1,-1"]
+    plugin, node = cluster.driver_on_new_node("numa", gpus=4, extra_args=numa)
+    name = node["metadata"]["name"]
+    devices = {d["name"]: d for s in cluster.slices_of(name) for d in s["spec"]["devices"]}
+    assert {n: d["attributes"].get(facts.ATTR_NUMA_NODE) for n, d in devices.items()} == {
+        "gpu-0": {"int": 0}, "gpu-1": {"int": 0}, "gpu-2": {"int": 1}, "gpu-3": None,
+    }  # fmt: skip
+
+    for obj in nic_objects(name, numa_node=1):
+        cluster.apply(obj)
+    template, pod = yaml.safe_load_all(SAME_NUMA_SAMPLE.read_text())
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": name}
+    cluster.apply(template)
+    cluster.apply(pod)
+    scheduled = cluster.wait_scheduled(cluster.namespace, pod["metadata"]["name"])
+    results = cluster.claim_of(scheduled)["status"]["allocation"]["devices"]["results"]
+    assert {r["request"]: (r["driver"], r["device"]) for r in results} == {
+        "gpu": (facts.DRIVER_NAME, "gpu-2"), "nic": (NIC_DRIVER, "nic-0"),
+    }  # fmt: skip
+
+    pair = claim_template("gpu-pair", count=2)
+    pair["spec"]["spec"]["devices"]["constraints"] = [{"matchAttribute": facts.ATTR_NUMA_NODE}]
+    cluster.apply(pair)
+    cluster.apply(gpu_pod("pair", cluster.namespace, "gpu-pair"))
+    scheduled = cluster.wait_scheduled(cluster.namespace, "pair")
+    results = cluster.claim_of(scheduled)["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == ["gpu-0", "gpu-1"]
+    code, log = plugin.stop()
+    assert code == 0, log

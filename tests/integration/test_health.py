@@ -17,6 +17,7 @@ from vke_gpu_dra_core import facts
 
 from .cluster import FIGURES, Cluster, Plugin
 from .controlplane import wait_until
+from .test_verify import verify
 
 #: Seconds the simulated GPU must stay healthy before it is published again (the plugin's default is 300).
 RECOVERY_WINDOW = 2
@@ -163,5 +164,98 @@ def test_unhealthy_gpu_is_left_out_and_published_again_on_134(cluster_134: Clust
     )
     assert not devices_of(cluster, node)["gpu-0"].get("taints")
     assert allocated_device(cluster, "waits", node) == "gpu-0"
+    code, log = plugin.stop()
+    assert code == 0, log
+
+
+def test_health_taints_need_no_gate_on_137_and_none_exist_on_134(each_cluster: Cluster) -> None:
+    """The plugin decides from /version and a dry-run: a 1.37 server with its default gates keeps device
+    taints, a 1.34 one drops them."""
+    plugin, _ = start(each_cluster)
+    on_137 = each_cluster.plane.version == "1.37"
+    said = "unhealthy devices get device taints" if on_137 else "unhealthy devices are left out of the slices"
+    assert said in plugin.log, plugin.log
+    code, log = plugin.stop()
+    assert code == 0, log
+
+
+# --- DeviceTaintRules (resource.k8s.io/v1, GA in 1.37) ---
+
+RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
+
+
+def taint_rule(name: str, node: str, device: str, effect: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": facts.DRIVER_NAME, "pool": node, "device": device},
+            "taint": {"key": "example.com/drain", "value": "xid-79", "effect": effect},
+        },
+    }
+
+
+def eviction_condition(cluster: Cluster, name: str, reason: str) -> dict[str, Any] | None:
+    rule = cluster.api.get(f"{RULES}/{name}")
+    found = [
+        c for c in (rule.get("status") or {}).get("conditions") or [] if c["type"] == "EvictionInProgress"
+    ]
+    return found[0] if found and found[0]["reason"] == reason else None
+
+
+def taint_rules_step(cluster: Cluster) -> dict[str, Any]:
+    _, doc, _ = verify(cluster.plane.kubeconfig, cluster.namespace, "--timeout", "0")
+    [step] = [s for s in doc.get("steps", []) if s["id"] == "device-taint-rules"]
+    return dict(step)
+
+
+def test_a_device_taint_rule_dry_run_then_drain_as_verify_reports_on_137(cluster: Cluster) -> None:
+    """docs/health.md's drain: a rule with effect None gets the eviction controller's dry-run condition, and
+    NoExecute evicts the pod using the GPU; `vke-gpu-dra verify` reports the rule, failing once it blocks."""
+    plugin, node = start(cluster)
+    cluster.apply(claim_template("plain"))
+    cluster.apply(gpu_pod("user", node, "plain"))
+    device = allocated_device(cluster, "user", node)
+
+    cluster.apply(taint_rule("drain", node, device, "None"))
+    dry_run = wait_until(lambda: eviction_condition(cluster, "drain", "NoEffect"), 60)
+    assert dry_run, cluster.api.get(f"{RULES}/drain")
+    assert dry_run["status"] == "False"
+    assert dry_run["message"].startswith(
+        "1 published device selected. 1 allocated device selected. 1 pod would be evicted in 1 namespace "
+        "if the effect was NoExecute."
+    ), dry_run
+    step = taint_rules_step(cluster)
+    assert step["status"] == "pass", step
+    assert step["found"].startswith(
+        f"none blocking; DeviceTaintRule drain: example.com/drain=xid-79 None on {node}/{device}; "
+        "EvictionInProgress=False: 1 published device selected."
+    ), step
+    assert step["found"].endswith("(resource.k8s.io/v1)")
+
+    cluster.api.patch(f"{RULES}/drain", {"spec": {"taint": {"effect": "NoExecute"}}})
+    pod_path = f"/api/v1/namespaces/{cluster.namespace}/pods/user"
+    evicted = wait_until(
+        lambda: (
+            not cluster.api.exists(pod_path) or cluster.api.get(pod_path)["metadata"].get("deletionTimestamp")
+        ),
+        60,
+    )
+    assert evicted, cluster.api.get(f"{RULES}/drain")
+    step = taint_rules_step(cluster)
+    assert step["status"] == "fail", step
+    assert f"DeviceTaintRule drain: example.com/drain=xid-79 NoExecute on {node}/{device}" in step["found"]
+    [detail] = step["details"]
+    assert (detail["rule"], detail["effect"], detail["blocking"]) == ("drain", "NoExecute", True)
+    code, log = plugin.stop()
+    assert code == 0, log
+
+
+def test_verify_says_134_serves_no_device_taint_rules(cluster_134: Cluster) -> None:
+    plugin, _ = start(cluster_134)
+    step = taint_rules_step(cluster_134)
+    assert step["status"] == "pass"
+    assert step["found"].startswith("not checked: this API server serves no DeviceTaintRules"), step
     code, log = plugin.stop()
     assert code == 0, log

@@ -61,7 +61,7 @@ def test_verify_passes_on_a_working_cluster_and_names_what_breaks(cluster: Clust
     steps = {s["id"]: s for s in doc["steps"]}
     assert {k for k, s in steps.items() if s["status"] == "pass"} == {
         "api-resources", "driver-pods", "device-classes", "resource-slices", "device-health",
-        "no-device-plugin-capacity", "sample-claim", "sample-pod",
+        "device-taint-rules", "no-device-plugin-capacity", "sample-claim", "sample-pod",
     }  # fmt: skip
     assert steps["sample-log"]["status"] == "skip" and steps["sample-log"]["waived"]
     assert f"{node['metadata']['name']}: 4 (gpu-0" in steps["resource-slices"]["found"]

@@ -58,6 +58,10 @@ class FakeCluster:
     deployments: list[JSON] = field(default_factory=list)
     daemonsets: list[JSON] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log
+    #: DeviceTaintRules, served by resource.k8s.io/<taint_rules_version> (None: by no version).
+    taint_rules: list[JSON] = field(default_factory=list)
+    taint_rules_version: str | None = None
+    forbidden: set[str] = field(default_factory=set)  # paths answered 403
     status_override: int | None = None  # answer every request with this HTTP status
     requests: list[str] = field(default_factory=list)
     on_request: Callable[[str], None] | None = None
@@ -316,13 +320,16 @@ class _Handler(BaseHTTPRequestHandler):
         if c.status_override:
             self._status(c.status_override, "Unauthorized")
             return
+        if url.path in c.forbidden:
+            self._status(403, "Forbidden")
+            return
         answer = self._route(url.path.rstrip("/") or "/", query.get("labelSelector"))
         if answer is None:
             self._status(404, "NotFound")
         else:
             self._send(200, answer)
 
-    def _route(self, path: str, selector: str | None) -> JSON | str | None:  # noqa: PLR0911
+    def _route(self, path: str, selector: str | None) -> JSON | str | None:  # noqa: PLR0911, PLR0912
         c = self.cluster
         v1 = "v1" in c.groups.get("resource.k8s.io", [])
         if path == "/apis":
@@ -338,13 +345,16 @@ class _Handler(BaseHTTPRequestHandler):
                     for g, vs in c.groups.items()
                 ],
             }
-        if path == "/apis/resource.k8s.io/v1":
-            if not v1:
+        if m := re.fullmatch(r"/apis/resource.k8s.io/(v1\w*)", path):
+            if m[1] not in c.groups.get("resource.k8s.io", []):
                 return None
+            names = c.resource_v1 if m[1] == "v1" else []
+            if c.taint_rules_version == m[1]:
+                names = [*names, "devicetaintrules", "devicetaintrules/status"]
             return {
                 "kind": "APIResourceList",
                 "apiVersion": "v1",
-                "groupVersion": "resource.k8s.io/v1",
+                "groupVersion": f"resource.k8s.io/{m[1]}",
                 "resources": [
                     {
                         "name": r,
@@ -353,9 +363,11 @@ class _Handler(BaseHTTPRequestHandler):
                         "kind": "X",
                         "verbs": ["get", "list"],
                     }
-                    for r in c.resource_v1
+                    for r in names
                 ],
             }
+        if path == f"/apis/resource.k8s.io/{c.taint_rules_version}/devicetaintrules":
+            return _list("DeviceTaintRule", c.taint_rules)
         if path == "/api/v1/nodes":
             return _list("Node", [n for n in c.nodes if _selected(n, selector)])
         if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path):

@@ -272,3 +272,130 @@ def test_healthy_devices_pass_with_no_details() -> None:
     result = by_id(snapshot())["device-health"]
     assert (result.status, result.found) == (Status.PASS, "none")
     assert "details" not in result.as_json()
+
+
+def test_a_taint_of_another_key_is_reported_by_its_key_and_value() -> None:
+    s = fake_kube.resource_slice(devices=1)
+    s["spec"]["devices"][0]["taints"] = [
+        {
+            "key": "example.com/maintenance",
+            "value": "bios",
+            "effect": "NoSchedule",
+            "timeAdded": "2026-12-01T20:00:00Z",
+        }
+    ]
+    result = by_id(snapshot(resource_slices=[s]))["device-health"]
+    assert result.status is Status.FAIL
+    assert result.found == (
+        "192.168.2.8: gpu-0 example.com/maintenance=bios since 2026-12-01T20:00:00Z (taint NoSchedule)"
+    )
+
+
+# --------------------------------------------------------------------------- DeviceTaintRules
+
+V1 = "resource.k8s.io/v1"
+
+
+def taint_rule(
+    name: str, effect: str, selector: dict[str, Any] | None, *, eviction: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {
+        "apiVersion": V1,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {"taint": {"key": "example.com/drain", "value": "gpu-1", "effect": effect}},
+    }
+    if selector is not None:
+        rule["spec"]["deviceSelector"] = selector
+    if eviction is not None:
+        status, message = eviction
+        rule["status"] = {
+            "conditions": [
+                {"type": "EvictionInProgress", "status": status, "message": message, "reason": "Any",
+                 "lastTransitionTime": "2026-12-01T20:00:00Z"}
+            ]
+        }  # fmt: skip
+    return rule
+
+
+def rules_snapshot(*rules: dict[str, Any]) -> Snapshot:
+    return snapshot(
+        resource_slices=[fake_kube.resource_slice(devices=2)],
+        device_taint_rules=list(rules),
+        taint_rules_source=V1,
+    )
+
+
+GPU_1 = {"driver": facts.DRIVER_NAME, "pool": fake_kube.NODE, "device": "gpu-1"}
+
+
+def test_a_noexecute_rule_on_a_gpu_fails_with_its_eviction_status() -> None:
+    rule = taint_rule("drain-gpu-1", "NoExecute", GPU_1, eviction=("True", "1 pod needs to be evicted"))
+    result = by_id(rules_snapshot(rule))["device-taint-rules"]
+    assert result.status is Status.FAIL
+    assert result.found == (
+        "DeviceTaintRule drain-gpu-1: example.com/drain=gpu-1 NoExecute on 192.168.2.8/gpu-1; "
+        "EvictionInProgress=True: 1 pod needs to be evicted"
+    )
+    assert "kubectl get devicetaintrules" in result.hint and "delete the rule" in result.hint
+    assert result.as_json()["details"] == [
+        {
+            "rule": "drain-gpu-1",
+            "key": "example.com/drain",
+            "value": "gpu-1",
+            "effect": "NoExecute",
+            "devices": ["192.168.2.8/gpu-1"],
+            "unevaluated": False,
+            "evictionInProgress": "True",
+            "evictionMessage": "1 pod needs to be evicted",
+            "blocking": True,
+        }
+    ]
+
+
+def test_a_dry_run_rule_is_reported_and_passes() -> None:
+    rule = taint_rule("try", "None", {}, eviction=("False", "0 pods would be evicted"))
+    result = by_id(rules_snapshot(rule))["device-taint-rules"]
+    assert result.status is Status.PASS
+    assert result.found == (
+        "none blocking; DeviceTaintRule try: example.com/drain=gpu-1 None on 192.168.2.8/gpu-0, "
+        "192.168.2.8/gpu-1; "
+        f"EvictionInProgress=False: 0 pods would be evicted ({V1})"
+    )
+
+
+def test_rules_that_select_none_of_the_drivers_devices_are_left_out() -> None:
+    rules = [
+        taint_rule("no-selector", "NoExecute", None),
+        taint_rule("other-driver", "NoExecute", {"driver": "nic.example.com"}),
+        taint_rule("other-pool", "NoSchedule", {"pool": "192.168.2.99"}),
+        taint_rule("other-device", "NoSchedule", {**GPU_1, "device": "gpu-7"}),
+    ]
+    result = by_id(rules_snapshot(*rules))["device-taint-rules"]
+    assert (result.status, result.found) == (Status.PASS, f"none ({V1})")
+    assert "details" not in result.as_json()
+
+
+def test_a_rule_of_the_whole_pool_without_its_status_yet() -> None:
+    rule = taint_rule("node-maintenance", "NoSchedule", {"pool": fake_kube.NODE})
+    result = by_id(rules_snapshot(rule))["device-taint-rules"]
+    assert result.status is Status.FAIL
+    assert result.found.endswith("NoSchedule on 192.168.2.8/gpu-0, 192.168.2.8/gpu-1")
+
+
+def test_134_class_and_cel_selectors_are_said_to_be_unevaluated() -> None:
+    rule = taint_rule("by-cel", "NoSchedule", {"deviceClassName": "gpu.nvidia.com", "device": "gpu-0"})
+    result = by_id(rules_snapshot(rule))["device-taint-rules"]
+    assert "on 192.168.2.8/gpu-0 (its device class and CEL selectors not evaluated)" in result.found
+
+
+def test_rules_not_read_pass_with_the_reason() -> None:
+    result = by_id(snapshot(taint_rules_source="this API server serves no DeviceTaintRules"))[
+        "device-taint-rules"
+    ]
+    assert (result.status, result.found) == (
+        Status.PASS,
+        "not checked: this API server serves no DeviceTaintRules",
+    )
+    skipped = by_id(snapshot(api_resources=None, resource_slices=None))["device-taint-rules"]
+    assert skipped.status is Status.SKIP

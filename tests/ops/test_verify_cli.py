@@ -191,7 +191,7 @@ def test_skip_waives_a_step(tmp_path: Path) -> None:
     code, out, _ = run_cli(tmp_path, cluster, "--skip", "sample-log")
     assert code == 0
     assert "[SKIP] sample pod log lists a GPU (nvidia-smi -L): skipped on request (--skip)" in out
-    assert out.rstrip().endswith("PASS: 8/9 checks passed, 1 skipped on request")
+    assert out.rstrip().endswith("PASS: 9/10 checks passed, 1 skipped on request")
 
 
 def test_no_v1_api_skips_the_steps_that_need_it_and_reads_nothing_there(tmp_path: Path) -> None:
@@ -235,7 +235,7 @@ def test_failing_steps_are_retried_until_they_pass(tmp_path: Path) -> None:
         )
     assert code == 0
     assert sleeps == [5]
-    assert "8/9 checks pass; waiting for sample-claim" in err.getvalue()
+    assert "9/10 checks pass; waiting for sample-claim" in err.getvalue()
     assert "[PASS] sample ResourceClaim" in out.getvalue()
 
 
@@ -518,3 +518,50 @@ def test_unhealthy_devices_fail_in_text_and_json(tmp_path: Path) -> None:
     assert [(d["node"], d["device"], d["reason"], d["since"]) for d in step["details"]] == [
         (fake_kube.NODE, "gpu-1", "gpu-lost", "2026-12-01T20:00:00Z")
     ]
+
+
+def drain_rule() -> dict[str, object]:
+    return {
+        "metadata": {"name": "drain"},
+        "spec": {
+            "deviceSelector": {"driver": facts.DRIVER_NAME, "device": "gpu-0"},
+            "taint": {"key": "example.com/drain", "effect": "NoExecute"},
+        },
+    }
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1alpha3"])
+def test_device_taint_rules_are_read_from_the_version_that_serves_them(tmp_path: Path, version: str) -> None:
+    cluster = fake_kube.healthy_cluster()
+    cluster.groups["resource.k8s.io"] = ["v1", version] if version != "v1" else ["v1"]
+    cluster.taint_rules_version, cluster.taint_rules = version, [drain_rule()]
+    code, out, _ = run_cli(tmp_path, cluster, "-o", "json")
+    assert code == 1
+    [step] = [s for s in json.loads(out)["steps"] if s["id"] == "device-taint-rules"]
+    assert step["status"] == "fail"
+    assert step["found"] == f"DeviceTaintRule drain: example.com/drain NoExecute on {fake_kube.NODE}/gpu-0"
+    assert f"/apis/resource.k8s.io/{version}/devicetaintrules" in cluster.requests
+
+
+def test_no_device_taint_rule_api_is_a_note(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()  # v1 and v1beta2 served, neither with devicetaintrules
+    code, out, _ = run_cli(tmp_path, cluster)
+    assert code == 0
+    assert (
+        "[PASS] No DeviceTaintRule keeps GPU devices from pods: not checked: this API server serves no "
+        "DeviceTaintRules (resource.k8s.io v1, v1beta2, v1alpha3; before 1.37 they are off by default), so "
+        "none applies" in out
+    )
+    assert not [p for p in cluster.requests if p.endswith("/devicetaintrules")]
+
+
+def test_a_user_who_may_not_list_device_taint_rules_gets_the_other_checks(tmp_path: Path) -> None:
+    cluster = fake_kube.healthy_cluster()
+    cluster.taint_rules_version, cluster.taint_rules = "v1", [drain_rule()]
+    cluster.forbidden = {"/apis/resource.k8s.io/v1/devicetaintrules"}
+    code, out, _ = run_cli(tmp_path, cluster)
+    assert code == 0, out
+    assert (
+        "not checked: the kubeconfig's user may not list devicetaintrules (resource.k8s.io/v1): grant list "
+        "on them" in out
+    )

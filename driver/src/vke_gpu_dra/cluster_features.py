@@ -8,12 +8,16 @@ silently, so the dry-run's answer simply lacks it. This matters even where the v
 enough: a 1.36 API server run with `--emulated-version=1.34` answers `/version` with 1.36 and drops
 every field below, as a 1.34 server does.
 
-| fields (of `spec.devices[]` unless said) | feature gate | 1.34, 1.35 | 1.36 |
-|---|---|---|---|
-| `taints` | DRADeviceTaints | alpha, off | beta, on |
-| `allowMultipleAllocations`, capacities' `requestPolicy` | DRAConsumableCapacity | alpha, off | beta, on |
-| `bindsToNode`, `binding(Failure)Conditions` | DRADeviceBindingConditions | alpha, off | beta, on |
-| `spec.sharedCounters`, `consumesCounters` | DRAPartitionableDevices | alpha, off | beta, on |
+| fields (of `spec.devices[]` unless said) | feature gate | 1.34, 1.35 | 1.36 | 1.37 |
+|---|---|---|---|---|
+| `taints` | DRADeviceTaints | alpha, off | beta, on | GA, on |
+| `allowMultipleAllocations`, `requestPolicy` | DRAConsumableCapacity | alpha, off | beta, on | same |
+| `bindsToNode`, `binding(Failure)Conditions` | DRADeviceBindingConditions | alpha, off | beta, on | same |
+| `spec.sharedCounters`, `consumesCounters` | DRAPartitionableDevices | alpha, off | beta, on | same |
+
+A 1.37 server keeps device taints with its default gates: the dry-run shows it like any other, so nothing
+needs setting. DRADeviceTaints is GA there but not yet locked (from 1.38), so a 1.37 server started with
+`--feature-gates=DRADeviceTaints=false` still drops them, and the dry-run says so.
 
 Shared counters changed shape (KEP-4815): on 1.34 a slice carries `sharedCounters` beside the devices
 that consume them; from 1.35 counters live in a slice of their own ("only one of `sharedCounters` or

@@ -23,7 +23,7 @@ from vke_gpu_dra_core import kubeconfig
 from vke_gpu_dra_kube import client as kube_client
 from vke_gpu_dra_kube.client import REQUEST_TIMEOUT
 
-from vke_gpu_dra_ops import procedure
+from vke_gpu_dra_ops import procedure, taint_rules
 
 #: Bytes of a pod log read for the nvidia-smi -L line.
 LOG_LIMIT_BYTES = 64 * 1024
@@ -103,13 +103,28 @@ class Fetcher:
         self.apps = client.AppsV1Api(api)
         self.resource = client.ResourceV1Api(api)
         self.apis = client.ApisApi(api)
+        #: The client of each resource.k8s.io version DeviceTaintRules may be read from.
+        self.rule_apis: dict[str, Any] = {
+            "v1": self.resource,
+            "v1beta2": client.ResourceV1beta2Api(api),
+            "v1alpha3": client.ResourceV1alpha3Api(api),
+        }
 
-    def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
-        """JSON of one request; None for 404 when `missing_ok`; ClusterError otherwise."""
+    def _call(
+        self,
+        what: str,
+        fn: Any,
+        *args: Any,
+        missing_ok: bool = False,
+        forbidden_ok: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """JSON of one request; None for 404 when `missing_ok` and for 403 when `forbidden_ok`; ClusterError
+        otherwise."""
         try:
             resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
         except ApiException as exc:
-            if exc.status == 404 and missing_ok:
+            if (exc.status == 404 and missing_ok) or (exc.status == 403 and forbidden_ok):
                 return None
             if not exc.status:  # no answer: the client reports TLS failures this way
                 raise self._unreachable(what, exc) from None
@@ -132,23 +147,58 @@ class Fetcher:
         failure = kube_client.network_failure(exc, REQUEST_TIMEOUT, urlsplit(server).hostname)
         return ClusterError(f"cannot reach the API server at {server} while reading {what}: {failure}")
 
-    def api_resources(self) -> frozenset[str] | None:
+    def resource_versions(self) -> frozenset[str]:
+        """The versions of resource.k8s.io this server serves (`v1`, `v1beta2`, ...)."""
         groups = self._call("/apis", self.apis.get_api_versions) or {}
-        versions = {
-            v.get("groupVersion")
+        return frozenset(
+            str(v.get("version"))
             for g in groups.get("groups", [])
             if g.get("name") == procedure.RESOURCE_GROUP
             for v in g.get("versions", [])
-        }
-        if procedure.RESOURCE_GROUP_VERSION not in versions:
-            return None
+        )
+
+    def _resources_of(self, version: str, api: Any) -> frozenset[str] | None:
         listing = self._call(
-            f"/apis/{procedure.RESOURCE_GROUP_VERSION}", self.resource.get_api_resources, missing_ok=True
+            f"/apis/{procedure.RESOURCE_GROUP}/{version}", api.get_api_resources, missing_ok=True
         )
         if listing is None:
             return None
         return frozenset(
             r.get("name", "") for r in listing.get("resources", []) if "/" not in r.get("name", "")
+        )
+
+    def api_resources(self, versions: frozenset[str] | None = None) -> frozenset[str] | None:
+        """The resources resource.k8s.io/v1 serves; None when it is not served."""
+        versions = self.resource_versions() if versions is None else versions
+        if procedure.RESOURCE_VERSION not in versions:
+            return None
+        return self._resources_of(procedure.RESOURCE_VERSION, self.resource)
+
+    def device_taint_rules(
+        self, versions: frozenset[str], v1_resources: frozenset[str] | None
+    ) -> tuple[list[dict[str, Any]] | None, str]:
+        """The DeviceTaintRules from the newest version that serves them, and that group version; None and
+        why not when no version serves them or the kubeconfig's user may not list them."""
+        for version in taint_rules.VERSIONS:
+            if version not in versions:
+                continue
+            api = self.rule_apis[version]
+            served = (
+                v1_resources if version == procedure.RESOURCE_VERSION else self._resources_of(version, api)
+            )
+            if not served or taint_rules.RESOURCE not in served:
+                continue
+            where = f"{procedure.RESOURCE_GROUP}/{version}"
+            listing = self._call(f"devicetaintrules ({where})", api.list_device_taint_rule, forbidden_ok=True)
+            if listing is None:
+                return (
+                    None,
+                    f"the kubeconfig's user may not list devicetaintrules ({where}): grant list on them",
+                )
+            return list(listing.get("items") or []), where
+        return None, (
+            f"this API server serves no DeviceTaintRules (resource.k8s.io {', '.join(taint_rules.VERSIONS)}; "
+            "before 1.37 they are off by default), so none applies"
         )
 
     def fit_settings_to_the_driver(self) -> procedure.Settings:
@@ -159,13 +209,15 @@ class Fetcher:
 
     def snapshot(self) -> procedure.Snapshot:
         s = self.settings
-        api_resources = self.api_resources()
+        versions = self.resource_versions()
+        api_resources = self.api_resources(versions)
         served = api_resources is not None
         nodes = self._call("nodes", self.core.list_node, label_selector=s.node_selector)["items"]
         driver_pods = self._call(f"pods in {s.namespace}", self.core.list_namespaced_pod, s.namespace)[
             "items"
         ]
-        device_classes = resource_slices = claims = None
+        device_classes = resource_slices = claims = rules = None
+        rules_source = f"{procedure.RESOURCE_GROUP_VERSION} is not served"
         if served:
             device_classes = self._call("deviceclasses", self.resource.list_device_class)["items"]
             resource_slices = self._call("resourceslices", self.resource.list_resource_slice)["items"]
@@ -174,6 +226,7 @@ class Fetcher:
                 self.resource.list_namespaced_resource_claim,
                 s.workload_namespace,
             )["items"]
+            rules, rules_source = self.device_taint_rules(versions, api_resources)
         logs: dict[str, str] = {}
         deployment, sample_pods = self._deployment_and_pods(s.sample_deployment, logs)
         classic, classic_pods = self._deployment_and_pods(s.classic_deployment, logs)
@@ -189,6 +242,8 @@ class Fetcher:
             pod_logs=logs,
             classic_deployment=classic,
             classic_pods=classic_pods,
+            device_taint_rules=rules,
+            taint_rules_source=rules_source,
         )
 
     def _deployment_and_pods(

@@ -19,6 +19,8 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.objects import lookup
 from vke_gpu_dra_core.versions import format_version
 
+from vke_gpu_dra_ops import taint_rules
+
 #: The resource.k8s.io group version and the resources the procedure expects it to serve.
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
@@ -99,6 +101,9 @@ class Snapshot:
     pod_logs: Mapping[str, str] = field(default_factory=dict)  # pod name -> log of its GPU container
     classic_deployment: JSON | None = None  # the classic sample, where the stack deploys it
     classic_pods: Sequence[JSON] = ()  # pods selected by the classic sample Deployment
+    #: DeviceTaintRules (None: not read, `taint_rules_source` says why) and the group version they came from.
+    device_taint_rules: Sequence[JSON] | None = None
+    taint_rules_source: str = "not read"
 
 
 @dataclass(frozen=True)
@@ -427,10 +432,9 @@ def device_health_rows(slices: Sequence[JSON]) -> list[JSON]:
         present = {str(d.get("name")) for d in lookup(s, "spec", "devices") or []}
         for dev in lookup(s, "spec", "devices") or []:
             for taint in dev.get("taints") or []:
-                reason = HEALTH_TAINT_KEYS.get(str(taint.get("key")))
-                if reason is None:
-                    continue
-                value = taint.get("value")
+                taint_key, value = str(taint.get("key")), taint.get("value")
+                # Another key (not the plugin's health): shown as key=value.
+                reason = HEALTH_TAINT_KEYS.get(taint_key) or (f"{taint_key}={value}" if value else taint_key)
                 rows[(node, str(dev.get("name")), reason)] = {
                     "node": node,
                     "device": str(dev.get("name")),
@@ -489,6 +493,45 @@ def check_device_health(snap: Snapshot, settings: Settings) -> StepResult:
         )
     found = "none" if not rows else "none unhealthy; " + _join([_health_text(r) for r in rows], limit=8)
     return StepResult(step, title, Status.PASS, found, details=tuple(rows))
+
+
+def _published_devices(slices: Sequence[JSON]) -> list[taint_rules.PublishedDevice]:
+    return [
+        taint_rules.PublishedDevice(
+            pool=str(lookup(s, "spec", "pool", "name")),
+            device=str(d.get("name")),
+            node=str(lookup(s, "spec", "nodeName")),
+        )
+        for s in _newest([s for s in slices if lookup(s, "spec", "driver") == facts.DRIVER_NAME])
+        for d in lookup(s, "spec", "devices") or []
+    ]
+
+
+def check_device_taint_rules(snap: Snapshot, settings: Settings) -> StepResult:
+    step, title = "device-taint-rules", "No DeviceTaintRule keeps GPU devices from pods"
+    if snap.resource_slices is None:
+        return _skip(step, title, f"{RESOURCE_GROUP_VERSION} is not served")
+    if snap.device_taint_rules is None:
+        return StepResult(step, title, Status.PASS, f"not checked: {snap.taint_rules_source}")
+    found = taint_rules.findings(
+        snap.device_taint_rules, _published_devices(snap.resource_slices), facts.DRIVER_NAME
+    )
+    details = tuple(f.as_json() for f in found)
+    blocking = [f for f in found if f.blocking]
+    if blocking:
+        return StepResult(
+            step,
+            title,
+            Status.FAIL,
+            _join([f.text() for f in blocking], limit=8),
+            "while the rule exists, the scheduler gives these GPUs to no new pod that does not tolerate its "
+            "taint (NoSchedule) and their pods are evicted (NoExecute): `kubectl get devicetaintrules` and "
+            "`kubectl get devicetaintrule <name> -o yaml` (status.conditions) show it; delete the rule once "
+            "the GPU is fit again (docs/health.md)",
+            details=details,
+        )
+    text = "none" if not found else "none blocking; " + _join([f.text() for f in found], limit=8)
+    return StepResult(step, title, Status.PASS, f"{text} ({snap.taint_rules_source})", details=details)
 
 
 def check_no_device_plugin_capacity(snap: Snapshot, settings: Settings) -> StepResult:
@@ -753,6 +796,7 @@ CHECKS: tuple[Callable[[Snapshot, Settings], StepResult], ...] = (
     check_device_classes,
     check_resource_slices,
     check_device_health,
+    check_device_taint_rules,
     check_no_device_plugin_capacity,
     check_sample_claim,
     check_sample_pod,
@@ -767,6 +811,7 @@ STEP_IDS = (
     "device-classes",
     "resource-slices",
     "device-health",
+    "device-taint-rules",
     "no-device-plugin-capacity",
     "sample-claim",
     "sample-pod",

@@ -27,6 +27,8 @@ class GpuFacts:
     memory_bytes: int
     #: `HMM`, `ATS` or `None` on coherent-memory platforms; None where NVML does not support the query.
     addressing_mode: str | None = None
+    #: NUMA node of the GPU's PCI function; None where it has none (sysfs -1) or it is unknown.
+    numa_node: int | None = None
 
 
 def common_attributes(gpu: GpuFacts) -> dict[str, AttributeValue]:
@@ -43,6 +45,8 @@ def common_attributes(gpu: GpuFacts) -> dict[str, AttributeValue]:
     }
     if gpu.pcie_root is not None:
         attrs[facts.ATTR_PCIE_ROOT] = gpu.pcie_root
+    if gpu.numa_node is not None:
+        attrs[facts.ATTR_NUMA_NODE] = gpu.numa_node
     if gpu.addressing_mode is not None:
         attrs[facts.ATTR_ADDRESSING_MODE] = gpu.addressing_mode
     return attrs

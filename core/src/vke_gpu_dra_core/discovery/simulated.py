@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import random
 import uuid
+from collections.abc import Sequence
 from typing import Final
 
+from .. import facts
 from ..profiles import get_profile
 from .base import DiscoveryResult
 from .devices import GpuFacts, gpu_device
@@ -19,6 +21,44 @@ SIMULATED_CUDA_DRIVER_VERSION: Final = 12080
 #: PCI buses of the GPUs in an 8-GPU server; each hangs off a root bus one below its own.
 _BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 MAX_SIMULATED_GPUS: Final = 128
+#: How a NUMA node list names "no NUMA affinity" (sysfs's value): that GPU publishes no numaNode.
+NO_NUMA_NODE: Final = -1
+NUMA_NODES_FORMAT: Final = (
+    f"one NUMA node for every GPU, or a comma-separated list with one per GPU (gpu-0 first), each from 0 to "
+    f"{facts.MAX_NUMA_NODES - 1} or {NO_NUMA_NODE} (none); empty: no numaNode attribute"
+)
+
+
+def parse_numa_nodes(text: str) -> tuple[int | None, ...]:
+    """`"0"`, `"0,0,1,1"`, `"-1"` or `""` as NUMA nodes (None: no affinity); ValueError saying what is
+    allowed."""
+    if not text.strip():
+        return ()
+    nodes: list[int | None] = []
+    for part in text.split(","):
+        try:
+            node = int(part.strip(), 10)
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not a number; expected {NUMA_NODES_FORMAT}") from None
+        if node != NO_NUMA_NODE and not 0 <= node < facts.MAX_NUMA_NODES:
+            raise ValueError(f"{node} is out of range; expected {NUMA_NODES_FORMAT}")
+        nodes.append(None if node == NO_NUMA_NODE else node)
+    return tuple(nodes)
+
+
+def numa_layout(count: int, nodes: Sequence[int | None]) -> tuple[int | None, ...]:
+    """The NUMA node of each of `count` GPUs: none given, none each; one, the same for all; else one per GPU
+    (ValueError when the list's length is neither, or a node is out of range)."""
+    for node in nodes:
+        if node is not None and not 0 <= node < facts.MAX_NUMA_NODES:
+            raise ValueError(f"NUMA node {node} is out of range; expected {NUMA_NODES_FORMAT}")
+    if not nodes:
+        return (None,) * count
+    if len(nodes) == 1:
+        return (nodes[0],) * count
+    if len(nodes) != count:
+        raise ValueError(f"{len(nodes)} NUMA nodes for {count} simulated GPUs; expected {NUMA_NODES_FORMAT}")
+    return tuple(nodes)
 
 
 def _seed(node_name: str) -> int:
@@ -32,9 +72,12 @@ def _pci_location(index: int) -> tuple[int, int]:
 
 
 class SimulatedSource:
-    """`count` simulated GPUs of `product`, named gpu-0..gpu-<count-1>, with UUIDs stable per node."""
+    """`count` simulated GPUs of `product`, named gpu-0..gpu-<count-1>, with UUIDs stable per node, on the
+    NUMA nodes `numa_nodes` (see `numa_layout`; none by default: no numaNode attribute)."""
 
-    def __init__(self, count: int, product: str, node_name: str) -> None:
+    def __init__(
+        self, count: int, product: str, node_name: str, numa_nodes: Sequence[int | None] = ()
+    ) -> None:
         if not 0 <= count <= MAX_SIMULATED_GPUS:
             raise ValueError(f"simulated GPU count must be between 0 and {MAX_SIMULATED_GPUS}, got {count}")
         if not node_name:
@@ -42,6 +85,7 @@ class SimulatedSource:
         self.count = count
         self.profile = get_profile(product)
         self.node_name = node_name
+        self.numa_nodes = numa_layout(count, numa_nodes)
 
     def discover(self) -> DiscoveryResult:
         rng = random.Random(_seed(self.node_name))
@@ -61,6 +105,7 @@ class SimulatedSource:
                 pcie_bus_id=f"{domain:04x}:{bus:02x}:00.0",
                 pcie_root=f"pci{domain:04x}:{bus - 1:02x}",
                 memory_bytes=self.profile.memory_bytes,
+                numa_node=self.numa_nodes[index],
             )
             devices.append(gpu_device(gpu, simulated=True))
         return DiscoveryResult(devices=devices, problems=[], driver_version=SIMULATED_DRIVER_VERSION)

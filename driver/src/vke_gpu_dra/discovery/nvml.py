@@ -27,6 +27,7 @@ from vke_gpu_dra_core.discovery.devices import GpuFacts, gpu_device, mig_device
 
 from .. import userspace
 from .migcaps import DEFAULT_PROC, mig_caps_nodes, read_mig_minors
+from .numa import NumaNodeError, numa_node
 from .pcie import DEFAULT_SYSFS, PcieRootError, pcie_root
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,7 @@ class NvmlSource:
             pcie_root=self._pcie_root(label, bus_id),
             memory_bytes=int(_call(label, "nvmlDeviceGetMemoryInfo", handle).total),
             addressing_mode=_addressing_mode(label, handle),
+            numa_node=self._numa_node(label, bus_id),
         )
         if not self._mig_enabled(label, handle) or self.dynamic_mig:
             return [gpu_device(gpu)]
@@ -260,6 +262,14 @@ class NvmlSource:
             return pcie_root(bus_id, self.sysfs_root)
         except PcieRootError as exc:
             log.warning("GPU %s: resource.kubernetes.io/pcieRoot omitted: %s", label, exc)
+            return None
+
+    def _numa_node(self, label: str, bus_id: str) -> int | None:
+        """The GPU's NUMA node from sysfs; None (no attribute) where it has none or it cannot be read."""
+        try:
+            return numa_node(bus_id, self.sysfs_root)
+        except NumaNodeError as exc:
+            log.warning("GPU %s: resource.kubernetes.io/numaNode omitted: %s", label, exc)
             return None
 
     @staticmethod

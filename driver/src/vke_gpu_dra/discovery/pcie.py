@@ -31,11 +31,20 @@ def pcie_root_from_link(bdf: str, link: str) -> str:
     return root
 
 
+def sysfs_device(bdf: str, sysfs_root: Path = DEFAULT_SYSFS) -> Path:
+    """`<sysfs>/bus/pci/devices/<bdf>`; ValueError when `bdf` is not an extended BDF (`0000:3b:00.0`), so no
+    bus ID can name a path outside that directory."""
+    if not _BDF_RE.match(bdf):
+        raise ValueError(f"PCI bus ID {bdf!r} is not of the form dddd:bb:dd.f (lower-case hex)")
+    return sysfs_root / "bus" / "pci" / "devices" / bdf
+
+
 def pcie_root(bdf: str, sysfs_root: Path = DEFAULT_SYSFS) -> str:
     """PCIe root of the device with bus ID `bdf` (`0000:3b:00.0`); raises PcieRootError on failure."""
-    if not _BDF_RE.match(bdf):
-        raise PcieRootError(f"PCI bus ID {bdf!r} is not of the form dddd:bb:dd.f (lower-case hex)")
-    path = sysfs_root / "bus" / "pci" / "devices" / bdf
+    try:
+        path = sysfs_device(bdf, sysfs_root)
+    except ValueError as exc:
+        raise PcieRootError(str(exc)) from None
     try:
         link = os.readlink(path)
     except OSError as exc:

@@ -2,8 +2,10 @@
 (`vke_gpu_dra.cluster_features`: /version and server-side dry-runs).
 
 Device taints exist from 1.33, as an alpha field behind the DRADeviceTaints gate, beta and on by
-default from 1.36; the `None` effect is valid from 1.35; 4 taints per device on 1.34, 16 from 1.35,
-and then at most 64 devices in a slice whose devices carry taints.
+default from 1.36, GA (still on by default, locked from 1.38) in 1.37; the `None` effect is valid from 1.35;
+4 taints per device on 1.34, 16 from 1.35, and then at most 64 devices in a slice whose devices carry taints
+(`resource.k8s.io/v1` DeviceTaintsMaxLength and ResourceSliceMaxDevicesWithAdvancedFeatures, unchanged in
+1.37).
 """
 
 from __future__ import annotations
