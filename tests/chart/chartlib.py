@@ -70,7 +70,7 @@ class Helm:
             "HELM_CONFIG_HOME": str(home / "config"),
             "HELM_DATA_HOME": str(home / "data"),
         }
-        self._cache: dict[tuple[str, str, str], list[Manifest]] = {}
+        self._cache: dict[tuple[str, str, str, str], list[Manifest]] = {}
         self._counter = 0
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -88,10 +88,15 @@ class Helm:
         return path
 
     def template(
-        self, values: dict[str, Any] | None = None, release: str = RELEASE, namespace: str = NAMESPACE
+        self,
+        values: dict[str, Any] | None = None,
+        release: str = RELEASE,
+        namespace: str = NAMESPACE,
+        kube_version: str = KUBE_VERSION,
     ) -> list[Manifest]:
-        """Render the chart (test hooks included) and return its objects; cached per arguments."""
-        key = (release, namespace, json.dumps(values or {}, sort_keys=True))
+        """Render the chart (test hooks included) for a cluster of `kube_version` and return its objects;
+        cached per arguments."""
+        key = (release, namespace, json.dumps(values or {}, sort_keys=True), kube_version)
         if key not in self._cache:
             args = [
                 "template",
@@ -100,7 +105,7 @@ class Helm:
                 "--namespace",
                 namespace,
                 "--kube-version",
-                KUBE_VERSION,
+                kube_version,
             ]
             if values:
                 args += ["--values", str(self.values_file(values))]

@@ -22,6 +22,7 @@ NVML_ENV = {
     "HEALTHCHECK_PORT": "51516",
     "METRICS_PORT": "8080",
     "CLAIM_RECONCILE_INTERVAL": "600",
+    "POD_RESOURCES_SOCKET": "/var/lib/kubelet/pod-resources/kubelet.sock",
     "LOG_FORMAT": "json",
     "LOG_LEVEL": "info",
     "ROLLING_UPDATE_ID": {"fieldRef": {"fieldPath": "metadata.uid"}},
@@ -212,7 +213,12 @@ def test_simulated_env(render: Any) -> None:
 def test_env_follows_values(render: Any) -> None:
     values = {
         "driverName": "gpu.example.com",
-        "deviceSource": {"type": "simulated", "simulatedGpus": 2, "simulatedProduct": "NVIDIA H200"},
+        "deviceSource": {
+            "type": "simulated",
+            "simulatedGpus": 2,
+            "simulatedProduct": "NVIDIA H200",
+            "simulatedNumaNodes": "0,1",
+        },
         "logFormat": "text",
         "healthcheckPort": 9443,
         "metricsPort": 9100,
@@ -229,6 +235,7 @@ def test_env_follows_values(render: Any) -> None:
     assert env["CDI_ROOT"] == "/etc/cdi"
     assert env["SIMULATED_GPUS"] == "2"
     assert env["SIMULATED_PRODUCT"] == "NVIDIA H200"
+    assert env["SIMULATED_NUMA_NODES"] == "0,1"  # unset (the default "") in test_simulated_env
     assert env["LOG_FORMAT"] == "text"
     assert env["HEALTHCHECK_PORT"] == "9443"
     assert env["METRICS_PORT"] == "9100"
@@ -319,7 +326,15 @@ def test_no_bidirectional_propagation(render: Any) -> None:
 def test_nvml_mode_mounts_dev_and_driver_root(render: Any) -> None:
     objects = render({})
     mounts = mounts_by_name(plugin_container(objects))
-    assert set(mounts) == {"plugins-registry", "plugin-data", "cdi", "tmp", "dev", "driver-root"}
+    assert set(mounts) == {
+        "plugins-registry",
+        "plugin-data",
+        "cdi",
+        "tmp",
+        "pod-resources",
+        "dev",
+        "driver-root",
+    }
     assert mounts["dev"] == {"name": "dev", "mountPath": "/dev", "mountPropagation": "HostToContainer"}
     volumes = volumes_by_name(pod_spec(objects))
     assert volumes["dev"]["hostPath"] == {"path": "/dev", "type": "Directory"}
@@ -328,8 +343,33 @@ def test_nvml_mode_mounts_dev_and_driver_root(render: Any) -> None:
 
 def test_simulated_mode_mounts_no_devices_and_no_driver(render: Any) -> None:
     objects = render(SIMULATED)
-    assert set(mounts_by_name(plugin_container(objects))) == {"plugins-registry", "plugin-data", "cdi", "tmp"}
-    assert set(volumes_by_name(pod_spec(objects))) == {"plugins-registry", "plugin-data", "cdi", "tmp"}
+    kept = {"plugins-registry", "plugin-data", "cdi", "tmp", "pod-resources"}
+    assert set(mounts_by_name(plugin_container(objects))) == kept
+    assert set(volumes_by_name(pod_spec(objects))) == kept
+
+
+@pytest.mark.parametrize(
+    ("values", "directory"),
+    [
+        ({}, "/var/lib/kubelet/pod-resources"),
+        ({"kubeletPodResourcesDir": "/data/kubelet/pod-resources/"}, None),
+    ],
+    ids=["default", "custom"],
+)
+def test_kubelets_pod_resources_socket_is_mounted_read_only(
+    render: Any, values: dict[str, Any], directory: str | None
+) -> None:
+    """Where the plugin asks kubelet which claims the node's containers use: the host directory at the same
+    path, read only, in both device modes, and the socket in it passed to the plugin."""
+    directory = directory or values["kubeletPodResourcesDir"]
+    for mode in ({}, SIMULATED):
+        objects = render({**values, **mode})
+        container = plugin_container(objects)
+        mount = mounts_by_name(container)["pod-resources"]
+        assert mount == {"name": "pod-resources", "mountPath": directory, "readOnly": True}
+        host = volumes_by_name(pod_spec(objects))["pod-resources"]["hostPath"]
+        assert host == {"path": directory, "type": "DirectoryOrCreate"}
+        assert env_of(container)["POD_RESOURCES_SOCKET"] == directory.rstrip("/") + "/kubelet.sock"
 
 
 def test_termination_message_is_not_written_into_host_dev(render: Any) -> None:

@@ -1,4 +1,5 @@
-"""RBAC is exactly what the plugin uses; the admission policy keeps the plugin's slice writes on its node."""
+"""RBAC is exactly what the plugin uses; the admission policies keep the plugin's slice writes on its node and
+its claim status writes to its own entries in its node's pool."""
 
 from __future__ import annotations
 
@@ -21,15 +22,50 @@ def test_cluster_role_grants_only_what_the_plugin_uses(render: Any) -> None:
     role = find(render({}), "ClusterRole", PLUGIN_SA)
     assert role["rules"] == [
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        # the status.devices of the claims it prepared (server-side apply; the policy narrows it)
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch"]},
+        # and, on 1.36+, its own driver's entries of claims allocated to its node (the API server's own check)
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": [facts.DRIVER_NAME],
+            "verbs": ["associated-node:patch"],
+        },
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices"],
             "verbs": ["list", "watch", "create", "update", "delete"],
         },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-        # the pods of its own node, only while adopted claims have no known name (field selector in code)
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-    ]
+    ]  # no pods: adopted claims without a name are looked for through kubelet's PodResources API
+
+
+POD_LIST = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+
+
+@pytest.mark.parametrize(
+    ("takeover", "kube_version", "granted"),
+    [
+        ({}, "1.34.0", False),
+        ({"fromNvidia": True}, "1.34.0", True),  # auto: a takeover on a cluster whose kubelets may not tell
+        ({"fromNvidia": True}, "1.35.3", True),
+        ({"fromNvidia": True}, "1.36.0", False),  # kubelets from 1.36 always name claims in PodResources
+        ({"fromNvidia": True, "listPods": False}, "1.34.0", False),
+        ({"listPods": True}, "1.37.2", True),  # e.g. kubelets older than the API server
+        ({"listPods": "auto"}, "1.34.0", False),
+    ],
+)
+def test_pods_are_listed_only_while_a_takeover_needs_it(
+    helm: Any, takeover: dict[str, Any], kube_version: str, granted: bool
+) -> None:
+    role = find(helm.template({"takeover": takeover}, kube_version=kube_version), "ClusterRole", PLUGIN_SA)
+    pod_rules = [r for r in role["rules"] if "pods" in r["resources"]]
+    assert pod_rules == ([POD_LIST] if granted else [])  # list only: never get, watch or write pods
+
+
+@pytest.mark.parametrize("bad", ["yes", "True", 1])
+def test_list_pods_takes_auto_true_or_false(helm: Any, bad: Any) -> None:
+    assert "/takeover/listPods" in helm.template_error({"takeover": {"listPods": bad}})
 
 
 def test_binding_ties_the_role_to_the_daemonset_service_account(render: Any) -> None:
@@ -55,14 +91,18 @@ def test_service_account_annotations(render: Any) -> None:
 # ---------------------------------------------------------------- ValidatingAdmissionPolicy
 
 
-def policy_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return find(objects, "ValidatingAdmissionPolicy")
+SLICE_POLICY = f"{RELEASE}-vke-gpu-dra-driver-resourceslices"
+CLAIM_STATUS_POLICY = f"{RELEASE}-vke-gpu-dra-driver-resourceclaim-status"
+
+
+def policy_of(objects: list[dict[str, Any]], name: str = SLICE_POLICY) -> dict[str, Any]:
+    return find(objects, "ValidatingAdmissionPolicy", name)
 
 
 def test_policy_and_binding(render: Any) -> None:
     objects = render({})
     policy = policy_of(objects)
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", SLICE_POLICY)
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert policy["metadata"]["name"] == f"{RELEASE}-vke-gpu-dra-driver-resourceslices"
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
@@ -103,9 +143,10 @@ def test_policy_matches_the_service_account_the_daemonset_runs_as(
     daemonset = find(objects, "DaemonSet")
     account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
     assert user == f"system:serviceaccount:{daemonset['metadata']['namespace']}:{account}"
-    conditions = policy_of(objects)["spec"]["matchConditions"]
-    assert len(conditions) == 1
-    assert conditions[0]["expression"] == f'request.userInfo.username == "{user}"'
+    for name in (SLICE_POLICY, CLAIM_STATUS_POLICY):
+        conditions = policy_of(objects, name)["spec"]["matchConditions"]
+        assert len(conditions) == 1
+        assert conditions[0]["expression"] == f'request.userInfo.username == "{user}"'
 
 
 class Policy:
@@ -245,3 +286,118 @@ def test_plugin_token_without_node_binding_is_denied(policy: Policy, node: str |
 )
 def test_other_users_are_not_restricted(policy: Policy, user: str) -> None:
     assert policy.admit("DELETE", user, None, old=resource_slice("node-b")) == (True, "not matched")
+
+
+# ---------------------------------------------------------------- the claim status policy
+
+
+def status_claim(*entries: tuple[str, str, str], reserved: bool = True) -> dict[str, Any]:
+    """A claim allocated gpu-0 on node-a and eth0 of another driver, with `entries` (driver, pool, device)."""
+    results = [
+        {"request": "gpu", "driver": facts.DRIVER_NAME, "pool": "node-a", "device": "gpu-0"},
+        {"request": "nic", "driver": "nic.example.com", "pool": "node-a", "device": "eth0"},
+    ]
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-uid"}]
+    if entries:
+        status["devices"] = [
+            {"driver": d, "pool": p, "device": n, "conditions": [{"type": "Ready", "status": "True"}]}
+            for d, p, n in entries
+        ]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "status": status}
+
+
+OURS = (facts.DRIVER_NAME, "node-a", "gpu-0")
+NIC = ("nic.example.com", "node-a", "eth0")
+
+
+@pytest.fixture(scope="module")
+def status_policy(render: Any) -> Policy:
+    return Policy(policy_of(render({}), CLAIM_STATUS_POLICY))
+
+
+def test_claim_status_policy_and_binding(render: Any) -> None:
+    objects = render({})
+    spec = policy_of(objects, CLAIM_STATUS_POLICY)["spec"]
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", CLAIM_STATUS_POLICY)
+    assert binding["spec"] == {"policyName": CLAIM_STATUS_POLICY, "validationActions": ["Deny"]}
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["resourceclaims/status"],
+        }
+    ]
+    disabled = render({"admissionPolicy": {"enabled": False}})
+    assert not [o for o in disabled if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_plugin_may_add_and_remove_its_entries_in_its_nodes_pool(status_policy: Policy) -> None:
+    before, after = status_claim(NIC), status_claim(NIC, OURS)
+    assert status_policy.admit("UPDATE", PLUGIN_USER, "node-a", new=after, old=before) == (True, "")
+    assert status_policy.admit("UPDATE", PLUGIN_USER, "node-a", new=before, old=after) == (True, "")
+    # after a deallocation the API server has removed them: the removal changes nothing and passes
+    gone = status_claim(reserved=False)
+    gone["status"].pop("allocation")
+    assert status_policy.admit("UPDATE", PLUGIN_USER, "node-a", new=gone, old=gone) == (True, "")
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(status_claim(NIC), status_claim(), id="removes-another-drivers-entry"),
+        pytest.param(
+            status_claim(NIC),
+            status_claim(("nic.example.com", "node-a", "eth1")),
+            id="changes-another-drivers-entry",
+        ),
+        pytest.param(status_claim(), status_claim((facts.DRIVER_NAME, "node-b", "gpu-0")), id="another-pool"),
+    ],
+)
+def test_plugin_may_not_touch_other_entries(status_policy: Policy, before: Any, after: Any) -> None:
+    allowed, message = status_policy.admit("UPDATE", PLUGIN_USER, "node-a", new=after, old=before)
+    assert not allowed
+    assert message == (
+        f"the kubelet plugin on node 'node-a' may only write the status.devices entries of driver "
+        f"{facts.DRIVER_NAME} in pool 'node-a'"
+    )
+
+
+def test_plugin_on_another_node_may_not_write_this_nodes_entries(status_policy: Policy) -> None:
+    allowed, message = status_policy.admit(
+        "UPDATE", PLUGIN_USER, "node-b", new=status_claim(OURS), old=status_claim()
+    )
+    assert not allowed and "on node 'node-b' may only write" in message
+
+
+@pytest.mark.parametrize("field", ["allocation", "reservedFor"])
+def test_plugin_may_not_change_the_rest_of_the_status(status_policy: Policy, field: str) -> None:
+    before, after = status_claim(), status_claim(OURS)
+    after["status"].pop(field)
+    allowed, message = status_policy.admit("UPDATE", PLUGIN_USER, "node-a", new=after, old=before)
+    assert (allowed, message) == (
+        False,
+        "the kubelet plugin may only write status.devices of a ResourceClaim, not its allocation or "
+        "reservedFor",
+    )
+
+
+@pytest.mark.parametrize("node", ["", None], ids=["no-extra", "empty-extra"])
+def test_claim_status_without_node_binding_is_denied(status_policy: Policy, node: str | None) -> None:
+    allowed, message = status_policy.admit(
+        "UPDATE", PLUGIN_USER, node, new=status_claim(OURS), old=status_claim()
+    )
+    assert not allowed and message.startswith("no node is associated with this request")
+
+
+def test_other_users_write_claim_status_unrestricted(status_policy: Policy) -> None:
+    controller = "system:serviceaccount:kube-system:resourceclaim-controller"
+    assert status_policy.admit(
+        "UPDATE", controller, None, new=status_claim(reserved=False), old=status_claim()
+    ) == (
+        True,
+        "not matched",
+    )

@@ -53,6 +53,7 @@ def test_schema_is_draft_07_and_closed_at_every_level() -> None:
         "/metrics/serviceMonitor",
         "/serviceAccount",
         "/rbac",
+        "/takeover",
         "/admissionPolicy",
         "/deviceClasses",
         "/helmTest",
@@ -85,7 +86,12 @@ def test_values_contract() -> None:
     assert values["image"]["pullPolicy"] == "IfNotPresent"
     assert values["imagePullSecrets"] == []
     assert values["driverName"] == facts.DRIVER_NAME
-    assert values["deviceSource"] == {"type": "nvml", "simulatedGpus": 8, "simulatedProduct": "NVIDIA A30"}
+    assert values["deviceSource"] == {
+        "type": "nvml",
+        "simulatedGpus": 8,
+        "simulatedProduct": "NVIDIA A30",
+        "simulatedNumaNodes": "",
+    }
     assert values["logFormat"] == "json"
     assert values["health"] == {"additionalXidsToIgnore": "", "recoveryWindowSeconds": 300}
     assert values["healthcheckPort"] == 51516
@@ -122,6 +128,10 @@ def test_values_contract() -> None:
     ("values", "message"),
     [
         ({"healthcheckPort": "51516"}, "at '/healthcheckPort': got string, want integer"),
+        (
+            {"deviceSource": {"type": "simulated", "simulatedNumaNodes": "0;1"}},
+            "at '/deviceSource/simulatedNumaNodes': '0;1' does not match",
+        ),
         (
             {"health": {"additionalXidsToIgnore": "74;79"}},
             "at '/health/additionalXidsToIgnore': '74;79' does not match",

@@ -14,6 +14,7 @@ from vke_gpu_dra import cdi
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.fake_pod_resources import FakePodResources
 
 from tests.driver.fake_nvml import build
 
@@ -64,6 +65,14 @@ def kube(fake_api: FakeAPIServer, short_tmp: Path) -> Iterator[KubeAPI]:
     api = KubeAPI.from_kubeconfig(short_tmp / "kubeconfig")
     yield api
     api.close()
+
+
+@pytest.fixture
+def pod_resources(short_tmp: Path) -> Iterator[FakePodResources]:
+    """kubelet's PodResources API on a unix socket at `short_tmp / "pod-resources" / "kubelet.sock"`."""
+    fake = FakePodResources(short_tmp / "pod-resources" / "kubelet.sock").start()
+    yield fake
+    fake.stop()
 
 
 @pytest.fixture(scope="module")

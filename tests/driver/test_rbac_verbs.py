@@ -1,13 +1,15 @@
 """The chart's ClusterRole grants exactly the verbs the plugin's requests need, no more, no less.
 
 The plugin runs in-process against the fake API server through everything that makes it call the API
-(start, prepare, a stale slice of another pool, a deleted and an edited slice, a claim adopted from
-NVIDIA's plugin without a name, looked for through the pods of its node); each recorded request is
-mapped to its RBAC verb as the apiserver does, and compared with the rendered ClusterRole.
+(start, prepare with its claim's status written, a stale slice of another pool, a deleted and an edited
+slice, a claim adopted from NVIDIA's plugin without a name, looked for through kubelet's PodResources
+API and, with the chart's `takeover.listPods`, the pods of its node); each recorded request is mapped to
+its RBAC verb as the apiserver does, and compared with the ClusterRole rendered with the same values.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,6 +22,7 @@ from vke_gpu_dra.takeover.adoption import LedgerEntry, encode
 from vke_gpu_dra.takeover.nvidia_checkpoint import NvidiaDevice, NvidiaGroup
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.fake_pod_resources import FakePodResources, UsedClaim
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_config
 
@@ -39,6 +42,8 @@ def rbac_verb(method: str, url: str) -> tuple[str, str, str]:
     if rest[0] == "namespaces" and len(rest) > 2:
         rest = rest[2:]
     resource, named = rest[0], len(rest) > 1
+    if len(rest) > 2:  # a subresource: <resource>/<name>/<subresource>
+        resource = f"{rest[0]}/{rest[2]}"
     if method == "GET":
         verb = (
             "get"
@@ -52,9 +57,12 @@ def rbac_verb(method: str, url: str) -> tuple[str, str, str]:
     return group, resource, verb
 
 
-def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
-    short_tmp: Path, fake_api: FakeAPIServer, tmp_path: Path
-) -> None:
+def plugin_requests(
+    short_tmp: Path, fake_api: FakeAPIServer, pod_resources: FakePodResources | None
+) -> list[tuple[str, str]]:
+    """Run the plugin through everything that makes it call the API; the requests it made. With
+    `pod_resources`, kubelet's PodResources API names the claim a container of the node uses; without,
+    the node has none (the plugin then looks through the pod list)."""
     node = fake_api.add_node(NODE)
     fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
     spec = slice_spec(driver=facts.DRIVER_NAME, node_name=NODE, devices=[], generation=3, slice_count=1)
@@ -63,6 +71,8 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
         new_slice(spec, driver=facts.DRIVER_NAME, node_name=NODE, node_uid=node["metadata"]["uid"])
     )
     fake_api.add_pod("default", "p1", NODE, claims={"gpu": "c1"})
+    if pod_resources is not None:
+        pod_resources.add_pod("default", "p1", main=[UsedClaim("c1", [(NODE, "gpu-0")])])
     # a claim NVIDIA's 25.8.1 plugin prepared on gpu-1, adopted without a name: its pods are looked for
     unnamed = NvidiaClaim(
         "uid-nvidia",
@@ -76,7 +86,9 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
     atomic_write(data_dir / LEDGER_FILE, encode({unnamed.uid: LedgerEntry(unnamed)}))
     fake_api.requests.clear()
 
-    plugin = Plugin(plugin_config(short_tmp, gpus=2), stop_grace=5)
+    socket = pod_resources.socket if pod_resources else short_tmp / "no-kubelet" / "kubelet.sock"
+    config = replace(plugin_config(short_tmp, gpus=2), pod_resources_socket=socket)
+    plugin = Plugin(config, stop_grace=5)
     plugin.start()
     try:
         assert plugin.slices is not None and plugin.slices.wait_synced(10)
@@ -95,20 +107,59 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
     finally:
         plugin.stop()
     with fake_api.cond:
-        # /version is a non-resource URL every authenticated user may read (system:public-info-viewer).
-        used = {rbac_verb(m, u) for m, u in fake_api.requests if urlsplit(u).path != "/version"}
+        return list(fake_api.requests)
 
-    role = find(require_helm(tmp_path).template({}), "ClusterRole", PLUGIN_ROLE)
-    granted = {
+
+def authorization_checks(method: str, url: str) -> set[tuple[str, str, str]]:
+    """What the API server authorizes for a request: its RBAC verb, and for a write of a claim's status the
+    check of each driver whose `status.devices` entries it changes (Kubernetes 1.36+,
+    DRAResourceClaimGranularStatusAuthorization): `associated-node:<verb>` on `resourceclaims/driver` for a
+    service account bound to the node the claim is allocated to (the plugin writes only its own driver's)."""
+    group, resource, verb = rbac_verb(method, url)
+    checks = {(group, resource, verb)}
+    if resource == "resourceclaims/status" and verb in ("update", "patch"):
+        checks.add((group, "resourceclaims/driver", f"associated-node:{verb}"))
+    return checks
+
+
+def verbs(requests: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
+    # /version is a non-resource URL every authenticated user may read (system:public-info-viewer).
+    return {c for m, u in requests if urlsplit(u).path != "/version" for c in authorization_checks(m, u)}
+
+
+def granted(helm_home: Path, values: dict) -> set[tuple[str, str, str]]:
+    role = find(require_helm(helm_home).template(values), "ClusterRole", PLUGIN_ROLE)
+    return {
         (group, resource, verb)
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert used == granted, f"missing: {sorted(used - granted)}, unused: {sorted(granted - used)}"
+
+
+def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
+    short_tmp: Path, fake_api: FakeAPIServer, pod_resources: FakePodResources, tmp_path: Path
+) -> None:
+    """The default chart: kubelet's PodResources API names the node's claims, no pod is ever listed."""
+    used = verbs(plugin_requests(short_tmp, fake_api, pod_resources))
+    allowed = granted(tmp_path, {})
+    assert used == allowed, f"missing: {sorted(used - allowed)}, unused: {sorted(allowed - used)}"
+    assert ("", "pods", "list") not in used and pod_resources.calls >= 1
+
+
+def test_with_list_pods_the_plugin_lists_only_its_own_nodes_pods_and_nothing_else(
+    short_tmp: Path, fake_api: FakeAPIServer, tmp_path: Path
+) -> None:
+    """`takeover.listPods`: where kubelet's PodResources API cannot tell (here: none on the node), the
+    plugin lists the pods of its node, the one verb the switch adds."""
+    requests = plugin_requests(short_tmp, fake_api, None)
+    used = verbs(requests)
+    allowed = granted(tmp_path, {"takeover": {"listPods": True}})
+    assert used == allowed, f"missing: {sorted(used - allowed)}, unused: {sorted(allowed - used)}"
+    assert allowed - granted(tmp_path, {}) == {("", "pods", "list")}
     # pods are only ever listed on this node: RBAC cannot narrow that, the plugin does
-    pod_lists = [u for m, u in fake_api.requests if urlsplit(u).path == "/api/v1/pods"]
+    pod_lists = [u for m, u in requests if urlsplit(u).path == "/api/v1/pods"]
     assert pod_lists and set(pod_lists) == {f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}"}
 
 
@@ -141,6 +192,11 @@ def test_cluster_role_verbs_are_exactly_those_the_plugin_uses(
             "DELETE",
             "/apis/resource.k8s.io/v1/resourceslices",
             ("resource.k8s.io", "resourceslices", "deletecollection"),
+        ),
+        (
+            "PATCH",
+            "/apis/resource.k8s.io/v1/namespaces/d/resourceclaims/c/status?fieldManager=m&force=true",
+            ("resource.k8s.io", "resourceclaims/status", "patch"),
         ),
     ],
 )

@@ -4,6 +4,7 @@ node's ResourceSlices."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import uuid
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vke_gpu_dra.kubeapi import KubeAPI
+from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import CHART_DIR, find_helm
@@ -51,12 +52,21 @@ def refusal(client: Client, admin: Client, obj: dict[str, Any]) -> ApiError | No
 @pytest.fixture
 def plugin_setup(each_cluster: Cluster) -> dict[str, Any]:
     """The chart installed, two GPU nodes, the plugin's pod on the first, a token bound to that pod."""
-    objects = each_cluster.install_chart()
+    return set_up_plugin(each_cluster)
+
+
+def set_up_plugin(each_cluster: Cluster, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`plugin_setup` with the chart's `values`."""
+    objects = each_cluster.install_chart(values=values)
     own, other = each_cluster.add_node("a"), each_cluster.add_node("b")
     pod = each_cluster.plugin_pod(objects, own["metadata"]["name"])
     [service_account] = [o for o in objects if o["kind"] == "ServiceAccount"]
     token = each_cluster.token(service_account["metadata"]["name"], pod)
-    [policy] = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    [policy] = [
+        o
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"].endswith("-resourceslices")
+    ]
     return {
         "objects": objects,
         "own": own["metadata"]["name"],
@@ -88,12 +98,12 @@ def test_every_rendered_object_is_accepted(each_cluster: Cluster) -> None:
 
 
 def test_admission_policy_type_checks_clean(each_cluster: Cluster) -> None:
-    """The server's own type check of the policy's CEL (the status controller): no warnings."""
+    """The server's own type check of the policies' CEL (the status controller): no warnings."""
     objects = each_cluster.install_chart()
-    [policy] = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy['metadata']['name']}"
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert len(policies) == 2  # the plugin's slices, its entries in claims' status
 
-    def checked() -> dict[str, Any] | None:
+    def checked(path: str) -> dict[str, Any] | None:
         stored = each_cluster.api.get(path)
         status = stored.get("status") or {}
         done = (
@@ -101,9 +111,13 @@ def test_admission_policy_type_checks_clean(each_cluster: Cluster) -> None:
         )
         return status if done else None
 
-    status = wait_until(checked, timeout=60)
-    assert status is not None, "the policy was never type-checked"
-    assert not status["typeChecking"].get("expressionWarnings"), status
+    for policy in policies:
+        path = (
+            f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy['metadata']['name']}"
+        )
+        status = wait_until(functools.partial(checked, path), timeout=60)
+        assert status is not None, f"{path} was never type-checked"
+        assert not status["typeChecking"].get("expressionWarnings"), (path, status)
 
 
 def test_plugin_token_writes_its_own_nodes_slices(
@@ -173,20 +187,57 @@ def test_a_token_not_bound_to_a_pod_on_a_node_writes_no_slice(
     assert "no node is associated with this request" in error.message
 
 
-def test_plugin_token_lists_the_pods_of_its_node(
-    each_cluster: Cluster, plugin_setup: dict[str, Any], tmp_path: Path
-) -> None:
-    """The plugin's own call (`KubeAPI.list_node_pods`, a quorum list scoped by `spec.nodeName`) with a
+def may_list_pods(each_cluster: Cluster, service_account: str) -> bool:
+    """The API server's answer to a SubjectAccessReview: may the account list pods, cluster-wide?"""
+    review = each_cluster.api.create(
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{each_cluster.namespace}:{service_account}",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{each_cluster.namespace}"],
+                "resourceAttributes": {"verb": "list", "resource": "pods", "version": "v1"},
+            },
+        },
+    )
+    return bool(review["status"]["allowed"])
+
+
+def node_pods(each_cluster: Cluster, setup: dict[str, Any], node: str, tmp_path: Path) -> list[str]:
+    """The plugin's own call (`KubeAPI.list_node_pods`, a quorum list scoped by `spec.nodeName`) with the
     token bound to its pod, as reconciliation makes it for adopted claims without a name."""
-    kubeconfig = each_cluster.plane.write_kubeconfig(tmp_path / "kubeconfig", plugin_setup["token"])
+    kubeconfig = each_cluster.plane.write_kubeconfig(tmp_path / "kubeconfig", setup["token"])
     api = KubeAPI.from_kubeconfig(kubeconfig)
     try:
-        own = api.list_node_pods(plugin_setup["own"], timeout=10)
-        other = api.list_node_pods(plugin_setup["other"], timeout=10)
+        return [p["metadata"]["name"] for p in api.list_node_pods(node, timeout=10)]
     finally:
         api.close()
-    assert [p["metadata"]["name"] for p in own] == [plugin_setup["pod"]]
-    assert other == []
+
+
+def test_the_default_chart_never_lets_the_plugin_list_pods(
+    each_cluster: Cluster, plugin_setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """No pods at all by default: adopted claims without a name are looked for through kubelet's
+    PodResources API on the node, which needs no grant."""
+    assert may_list_pods(each_cluster, plugin_setup["service_account"]) is False
+    with pytest.raises(KubeError) as denied:
+        node_pods(each_cluster, plugin_setup, plugin_setup["own"], tmp_path)
+    assert denied.value.status == 403
+    assert f"system:serviceaccount:{each_cluster.namespace}:{plugin_setup['service_account']}" in str(
+        denied.value
+    )
+
+
+def test_with_list_pods_the_plugin_token_lists_the_pods_of_its_node(
+    each_cluster: Cluster, tmp_path: Path
+) -> None:
+    """`takeover.listPods: true` adds `list` on pods (cluster-wide, as RBAC cannot narrow it); the plugin
+    itself only ever lists its own node's pods."""
+    setup = set_up_plugin(each_cluster, {"takeover": {"listPods": True}})
+    assert may_list_pods(each_cluster, setup["service_account"]) is True
+    assert node_pods(each_cluster, setup, setup["own"], tmp_path) == [setup["pod"]]
+    assert node_pods(each_cluster, setup, setup["other"], tmp_path) == []
 
 
 def test_the_cluster_role_grants_nothing_else(each_cluster: Cluster, plugin_setup: dict[str, Any]) -> None:
@@ -194,11 +245,14 @@ def test_the_cluster_role_grants_nothing_else(each_cluster: Cluster, plugin_setu
     own = plugin_setup["own"]
     assert client.get(f"/api/v1/nodes/{own}")["metadata"]["name"] == own
     for method, path in [
-        ("GET", f"/api/v1/namespaces/{each_cluster.namespace}/pods/{plugin_setup['pod']}"),  # list only
+        ("GET", f"/api/v1/namespaces/{each_cluster.namespace}/pods/{plugin_setup['pod']}"),  # no pods
+        ("GET", "/api/v1/pods"),
         ("GET", "/api/v1/pods?watch=true"),
         ("GET", f"{SLICES}/anything"),  # list and watch, never get
         ("PATCH", f"/api/v1/nodes/{own}"),
         ("GET", f"/apis/resource.k8s.io/v1/namespaces/{each_cluster.namespace}/resourceclaims"),
+        ("GET", f"/apis/resource.k8s.io/v1/namespaces/{each_cluster.namespace}/resourceclaims/c/status"),
+        ("PATCH", f"/apis/resource.k8s.io/v1/namespaces/{each_cluster.namespace}/resourceclaims/c"),
     ]:
         with pytest.raises(ApiError) as denied:
             client.request(method, path, {} if method == "PATCH" else None,

@@ -22,20 +22,22 @@ seconds (`Reconciler`, one background thread):
   a ghost is released through the same unprepare (`clean_ghost(..., adopted=True)`: NVIDIA's claim
   spec, MPS daemon, compute mode and time-slice undone). NVIDIA 25.8.1 records no namespace/name of a
   claim (25.12's V2 form does); kubelet's next prepare of such a claim names it, and so does
-  `_look_up_unnamed`: while one is unnamed, each round lists the pods bound to this node (a quorum
-  list, `spec.nodeName` only, never cluster-wide) and reads the claims they reference (quorum GETs);
-  a claim of its UID names it (then it is checked as a named one), and one no pod of the node
-  references in `UNREFERENCED_ROUNDS` consecutive rounds whose lookups all answered is released
-  (`Reason.UNREFERENCED`): kubelet unprepares a claim no pod of its node uses. A failed lookup
-  decides nothing and starts the count again. Without `pods`/`node_name` such a claim is logged once
-  and kept (its devices stay held).
+  `_look_up_unnamed`: while one is unnamed, each round asks which claims the pods of this node use
+  (`takeover.node_claims`: kubelet's PodResources API on the node, the pods bound to the node through
+  the API server only as a fallback where that grant exists) and reads each of them (quorum GETs);
+  a claim of its UID names it (then it is checked as a named one), and one no complete view names
+  in `UNREFERENCED_ROUNDS` consecutive rounds whose lookups all answered is released
+  (`Reason.UNREFERENCED`): kubelet unprepares a claim no pod of its node uses. A failed or
+  incomplete lookup decides nothing and starts the count again. Without a `lookup` such a claim is
+  logged once and kept (its devices stay held).
 
 Cost: a round makes one GET per prepared claim (plus a quorum read per ghost). With the default
 interval of 600 s, 1,000 nodes with 8 prepared claims each make 8,000 GETs per 600 s, about 13
 requests/s cluster-wide, all cheap cache reads (the 20 requests/s budget allows any interval of
 400 s and more at that size). While a node has adopted claims without a name, its rounds add one
-node-scoped pod list and one quorum GET per claim its pods reference; when the lookups answer, that
-lasts two rounds after the takeover (every such claim is named or released by then).
+call to kubelet's PodResources API (or, where it cannot tell and the grant exists, one node-scoped pod
+list) and one quorum GET per claim its pods use; when the lookups answer, that lasts two rounds after
+the takeover (every such claim is named or released by then).
 
 `check_holders` is the prepare-time check (`DeviceState.holder_check`): the claims holding a new
 claim's devices are read at once (quorum reads, within the call's deadline); a ghost is cleaned and
@@ -64,21 +66,17 @@ from .ghosts import (
     held_error,
     judge,
     label,
-    pod_claims,
 )
 from .kubeapi import KubeError
 from .metrics import Metrics
+from .reconcile_interval import DEFAULT_INTERVAL_SECONDS
 from .state import StateLockTimeout
+from .takeover.node_claims import NodeClaims, Undecided
 
 log = logging.getLogger(__name__)
 
 #: Claims read at the same time in one round.
 RECONCILE_WORKERS: Final = 4
-#: Seconds between rounds by default: 1,000 nodes x 8 claims / 600 s = 13.3 GETs/s (budget 20/s).
-DEFAULT_INTERVAL_SECONDS: Final = 600
-#: Bounds of --claim-reconcile-interval.
-MIN_INTERVAL_SECONDS: Final = 10
-MAX_INTERVAL_SECONDS: Final = 86400
 #: Consecutive rounds in which no pod of this node references an unnamed adopted claim before it is
 #: released (a pod created meanwhile is seen by the second round).
 UNREFERENCED_ROUNDS: Final = 2
@@ -92,10 +90,10 @@ class ClaimSource(Protocol):
     ) -> dict[str, Any] | None: ...
 
 
-class PodSource(Protocol):
-    """Lists the pods bound to one node (`spec.nodeName`), a quorum read; never a cluster-wide list."""
+class ClaimLookup(Protocol):
+    """Which claims the pods of this node use (`takeover.node_claims.NodeClaimLookup`)."""
 
-    def list_node_pods(self, node_name: str, timeout: float | None = None) -> list[dict[str, Any]]: ...
+    def look(self, timeout: float | None = None) -> NodeClaims: ...
 
 
 class GhostState(Protocol):
@@ -142,6 +140,8 @@ class RoundResult:
     unreferenced: dict[str, int] = field(default_factory=dict)
     #: Why the pods of this node could not rule on the unnamed adopted claims (None: they could)
     pods_undecided: str | None = None
+    #: Where this round's lookup of the claims the pods of this node use got its answer
+    pods_sources: tuple[str, ...] = ()
 
 
 class Reconciler:
@@ -158,16 +158,14 @@ class Reconciler:
         interval: float = DEFAULT_INTERVAL_SECONDS,
         workers: int = RECONCILE_WORKERS,
         read_timeout: float | None = None,
-        pods: PodSource | None = None,
-        node_name: str = "",
+        lookup: ClaimLookup | None = None,
     ) -> None:
         """`read_timeout`: seconds for each read of a round (None: the API client's request timeout).
-        `pods` and `node_name`: where the adopted claims without a name are looked for (the pods of
-        this node); without them such claims are kept until kubelet names them."""
+        `lookup`: where the adopted claims without a name are looked for (the claims the pods of this
+        node use); without it such claims are kept until kubelet names them."""
         self._state = state
         self._api = api
-        self._pods = pods if node_name else None
-        self._node_name = node_name
+        self._lookup = lookup
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._metrics = metrics
@@ -240,7 +238,7 @@ class Reconciler:
         result.unnamed = len(entries) - len(named)
         adopted_named = [e for e in adopted if checkable(e)]
         unnamed = [e for e in adopted if not checkable(e)]
-        if unnamed and self._pods is not None:
+        if unnamed and self._lookup is not None:
             found = self._look_up_unnamed(unnamed, result)
             adopted_named += [found[e.uid] for e in unnamed if e.uid in found]
             unnamed = [e for e in unnamed if e.uid not in found and e.uid not in result.cleaned]
@@ -334,26 +332,25 @@ class Reconciler:
     def _look_up_unnamed(self, unnamed: Sequence[ClaimEntry], result: RoundResult) -> dict[str, ClaimEntry]:
         """Find the namespace/name of adopted claims NVIDIA 25.8.1 left unnamed (UID -> named entry).
 
-        One quorum list of the pods bound to this node, then a quorum GET of each claim they reference
-        (`ghosts.pod_claims`): a claim whose UID is an unnamed adopted one gets its name recorded in
-        the takeover's ledger and is checked as a named one this round. A UID no pod of this node
-        references in `UNREFERENCED_ROUNDS` consecutive rounds whose lookups all answered is released
-        as kubelet's unprepare would (`Reason.UNREFERENCED`). A failed list or read decides nothing and
-        starts the count again.
+        One lookup of the claims the pods of this node use (`takeover.node_claims`), then a quorum GET
+        of each: a claim whose UID is an unnamed adopted one gets its name recorded in the takeover's
+        ledger and is checked as a named one this round. A UID no complete lookup names in
+        `UNREFERENCED_ROUNDS` consecutive rounds is released as kubelet's unprepare would
+        (`Reason.UNREFERENCED`). A failed read or an incomplete lookup decides nothing and starts the
+        count again.
         """
-        assert self._pods is not None
+        assert self._lookup is not None
         uids = {e.uid for e in unnamed}
         judged_at = time.monotonic()
-        try:
-            pods = self._pods.list_node_pods(self._node_name, self._read_timeout)
-        except KubeError as err:
-            return self._pods_undecided(result, err, "listing the pods of this node")
-        referenced = pod_claims(pods)
-        reads = list(self._pool.map(self._read_quietly, sorted(referenced.names)))
+        seen = self._lookup.look(self._read_timeout)
+        result.pods_sources = seen.sources
+        if seen.error is not None:
+            self._metrics.claim_reconcile_failures.labels(reason=failure_kind(seen.error)).inc()
+        reads = list(self._pool.map(self._read_quietly, sorted(seen.names)))
         found: dict[str, ClaimEntry] = {}
         by_uid = {e.uid: e for e in unnamed}
         failure: tuple[KubeError, str] | None = None
-        for (namespace, name), (claim, read_error) in zip(sorted(referenced.names), reads, strict=True):
+        for (namespace, name), (claim, read_error) in zip(sorted(seen.names), reads, strict=True):
             if read_error is not None:
                 failure = failure or (read_error, f"reading claim {namespace}/{name}")
                 continue
@@ -362,13 +359,13 @@ class Reconciler:
                 found[uid] = replace(by_uid[uid], namespace=namespace, name=name)
         self._record_names(found, result)
         if failure is not None:
-            self._pods_undecided(result, *failure)
+            err, what = failure
+            kind = failure_kind(err)
+            self._metrics.claim_reconcile_failures.labels(reason=kind).inc()
+            self._pods_undecided(result, Undecided(kind, f"{what}: {err}"))
             return found
-        if referenced.unresolved:
-            result.pods_undecided = (
-                f"pods whose generated claim is not named yet: {', '.join(referenced.unresolved)}"
-            )
-            self._unreferenced.clear()
+        if seen.undecided is not None:
+            self._pods_undecided(result, seen.undecided)
             return found
         self._pods_answered()
         self._release_unreferenced([by_uid[uid] for uid in sorted(uids - set(found))], judged_at, result)
@@ -414,31 +411,31 @@ class Reconciler:
         except KubeError as err:
             return None, err
 
-    def _pods_undecided(self, result: RoundResult, err: KubeError, what: str) -> dict[str, ClaimEntry]:
-        """A failed lookup: nothing is concluded, the count of unreferenced rounds starts again; one log
-        line while it keeps failing the same way."""
-        kind = failure_kind(err)
-        self._metrics.claim_reconcile_failures.labels(reason=kind).inc()
-        result.pods_undecided = f"{kind}: {what}: {err}"
+    def _pods_undecided(self, result: RoundResult, undecided: Undecided) -> None:
+        """A lookup that cannot rule: nothing is concluded, the count of unreferenced rounds starts
+        again; one log line while it stays undecided the same way (a pod whose generated claim is not
+        named yet is a moment of a pod's start, not logged)."""
+        result.pods_undecided = str(undecided)
         self._unreferenced.clear()
-        if self._pods_failing != kind:
+        if undecided.kind == "unresolved":
+            return
+        if self._pods_failing != undecided.kind:
             log.warning(
                 "cannot look for the adopted claims without a name through the pods of this node; "
                 "they are kept",
                 extra={"fields": {"error": result.pods_undecided}},
             )
-        self._pods_failing = kind
-        return {}
+        self._pods_failing = undecided.kind
 
     def _pods_answered(self) -> None:
         if self._pods_failing is not None:
-            log.info("the pods of this node can be read again")
+            log.info("the claims the pods of this node use can be read again")
         self._pods_failing = None
 
     def _report_unnamed_adopted(self, uids: Sequence[str]) -> None:
         """One line per adopted claim without namespace/name, the first round it is met."""
         new = [uid for uid in uids if uid not in self._unnamed_logged]
-        if new and self._pods is None:
+        if new and self._lookup is None:
             log.warning(
                 "claims adopted from NVIDIA's plugin have no namespace/name (its checkpoint before 25.12 "
                 "records none): they cannot be checked against the API server until kubelet prepares or "

@@ -1,0 +1,1 @@
+"""Generated code; regenerate with driver/scripts/generate_protos.py."""
