@@ -27,6 +27,8 @@ from vke_gpu_dra_kube import failures, kubeconfig_loader
 from vke_gpu_dra_kube.rest import RestClient, TransportError
 from vke_gpu_dra_kube.settings import REQUEST_TIMEOUT
 
+from .api_errors import KubeError
+
 log = logging.getLogger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -37,38 +39,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 #: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
 #: controller's two threads all fit, so no request finds the pool full.
 POOL_SIZE = 64
-
-
-class KubeError(Exception):
-    """A failed API request: HTTP status (0 for transport errors) and the server's message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}" if status else message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def timed_out(self) -> bool:
-        """The API server did not answer within the request's timeout."""
-        return self.status == 0 and self.reason == failures.TIMEOUT
-
-    @property
-    def unreachable(self) -> bool:
-        """No answer at all: connection refused, DNS, TLS, reset, or a timeout."""
-        return self.status == 0
 
 
 def load_api_client(

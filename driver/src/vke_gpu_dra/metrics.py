@@ -119,6 +119,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        # --- claim status (status_publisher.py) ---
+        self.claim_status_writes = Counter(
+            f"{_PREFIX}_claim_status_writes",
+            "Writes of prepared claims' status.devices, by result (success, gone, dropped, unsupported, "
+            "timeout, unreachable, unauthorized, forbidden, api-error, error).",
+            ["result"],
+            registry=r,
+        )
         self.cdi_hooks_enabled = Gauge(
             f"{_PREFIX}_cdi_hooks_enabled",
             "1 when CDI specs carry nvidia-cdi-hook hooks, 0 when libraries also get SONAME mounts.",

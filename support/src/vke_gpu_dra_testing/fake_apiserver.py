@@ -1,16 +1,17 @@
 """An in-process fake of the Kubernetes API server for the plugin's tests.
 
 Served over HTTP on 127.0.0.1 with `http.server` (one thread per connection) and used through
-the real `kubernetes` client via a kubeconfig pointing at it. It implements what the plugin
+the driver's real API client (`KubeAPI`) via a kubeconfig pointing at it. It implements what the plugin
 uses: nodes get; resourceclaims get (with `resourceVersion=0` served from a watch cache that
 `freeze_claim_cache` can make stale, as the apiserver's may lag behind etcd; without a
-resourceVersion, a quorum read of the current object); resourceslices list/get/create/update/delete/watch with
-fieldSelector, generateName, resourceVersion (409 on a stale one), watch streams with
-ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted resourceVersion, and watch-list
-requests (`sendInitialEvents=true`: the current objects, then a BOOKMARK annotated
-`k8s.io/initial-events-end`). With `watch_list = False` it refuses them like an apiserver without
-the WatchList feature (422 Invalid, ListOptions "sendInitialEvents is forbidden for watch unless
-the WatchList feature gate is enabled"), validating the list options as the apiserver's
+resourceVersion, a quorum read of the current object) and the server-side apply of their `status`
+(`status.devices` by key, `fake_claim_status`; dropped with `claim_device_status = False`);
+resourceslices list/get/create/update/delete/watch with fieldSelector, generateName, resourceVersion
+(409 on a stale one), watch streams with ADDED/MODIFIED/DELETED/ERROR and 410 Gone for a compacted
+resourceVersion, and watch-list requests (`sendInitialEvents=true`: the current objects, then a
+BOOKMARK annotated `k8s.io/initial-events-end`). With `watch_list = False` it refuses them like an
+apiserver without the WatchList feature (422 Invalid, ListOptions "sendInitialEvents is forbidden for
+watch unless the WatchList feature gate is enabled"), validating the list options as the apiserver's
 `ValidateListOptions` does. `hang`, `slow` and `hold` make matching requests wait after the
 server accepted them: forever (until the server stops), for some seconds, or until an event is
 set — an API server that accepts connections but does not answer. Every object it is
@@ -60,6 +61,8 @@ from urllib.parse import parse_qs, urlsplit
 import kubernetes_validate
 from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.object_names import is_dns_label, is_dns_subdomain
+
+from . import fake_claim_status
 
 TOKEN = "fake-apiserver-token"
 K8S_VERSION = "1.34.0"
@@ -490,6 +493,10 @@ class FakeAPIServer:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         #: What a pod list with `resourceVersion=0` sees while `freeze_pod_cache` holds it.
         self.pod_cache: dict[tuple[str, str], dict[str, Any]] | None = None
+        #: False: ResourceClaim `status.devices` is dropped (feature gate DRAResourceClaimDeviceStatus off).
+        self.claim_device_status = True
+        #: Server-side apply ownership of claims' `status.devices` keys: (namespace, name) -> manager -> keys.
+        self.claim_status_owners: dict[tuple[str, str], dict[str, set[fake_claim_status.Key]]] = {}
 
     # --- lifecycle ---
 
@@ -1004,7 +1011,7 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.api
         body: dict[str, Any] = {}
         try:
-            if method in ("POST", "PUT", "DELETE"):
+            if method in ("POST", "PUT", "PATCH", "DELETE"):
                 body = self._body()
             with api.cond:
                 api.requests.append((method, self.path))
@@ -1067,6 +1074,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._handle("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
     # --- routes ---
 
     def _route(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
@@ -1096,12 +1106,57 @@ class _Handler(BaseHTTPRequestHandler):
                 if claim is None:
                     raise ApiError.not_found("resourceclaims", "resource.k8s.io", parts[6])
                 return 200, copy.deepcopy(claim)
-            routed = api._route_pods(method, parts, query) or api._route_deployments(method, parts, body)
+            routed = (
+                api._route_pods(method, parts, query)
+                or api._route_deployments(method, parts, body)
+                or self._route_claim_status(method, parts, query, body)
+            )
             if routed is not None:
                 return routed
             if path.startswith(f"{RESOURCE}/deviceclasses"):
                 return self._route_device_classes(method, path, query, body)
             return self._route_slices(method, path, query, body)
+
+    def _route_claim_status(
+        self, method: str, parts: list[str], query: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, Any] | None:
+        """Server-side apply (only) of a claim's status, `status.devices` by key (`fake_claim_status`)."""
+        if not (
+            method == "PATCH" and len(parts) == 8 and parts[5] == "resourceclaims" and parts[7] == "status"
+        ):
+            return None
+        api = self.api
+        namespace, name = parts[4], parts[6]
+        if self.headers.get("Content-Type") != "application/apply-patch+yaml":
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+        if not query.get("fieldManager"):
+            raise ApiError(
+                400, "BadRequest", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value'
+            )
+        claim = api.claims.get((namespace, name))
+        if claim is None:
+            raise ApiError.not_found("resourceclaims", "resource.k8s.io", name)
+        uid = (body.get("metadata") or {}).get("uid")
+        if uid and uid != claim["metadata"]["uid"]:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'ResourceClaim.resource.k8s.io "{name}" is invalid: metadata.uid: Invalid value: "{uid}": '
+                "field is immutable",
+            )
+        updated = copy.deepcopy(claim)
+        owners = copy.deepcopy(api.claim_status_owners.get((namespace, name), {}))
+        errors = fake_claim_status.apply(
+            updated, body.get("status") or {}, query["fieldManager"], owners, served=api.claim_device_status
+        )
+        if errors:
+            raise ApiError(
+                422, "Invalid", f'ResourceClaim.resource.k8s.io "{name}" is invalid: ' + "; ".join(errors)
+            )
+        updated["metadata"]["resourceVersion"] = api._next_rv()
+        api.claims[(namespace, name)] = updated
+        api.claim_status_owners[(namespace, name)] = owners
+        return 200, copy.deepcopy(updated)
 
     def _route_device_classes(
         self, method: str, path: str, query: dict[str, str], body: dict[str, Any]

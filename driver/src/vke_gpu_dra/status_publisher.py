@@ -1,0 +1,343 @@
+"""Writes prepared claims' `status.devices` (see `claim_status`) in the background, never in a kubelet call.
+
+`prepared()` and `unprepared()` only queue the claim and return: kubelet's answer never waits for the API
+server. One worker thread applies the queued claims in order, each with one server-side apply bounded by
+`WRITE_TIMEOUT` seconds and tried once: a failed write is counted and logged, not retried (kubelet's next
+prepare of the claim writes it again; a deallocation clears it anyway).
+
+The queue holds at most one pending write per claim (a later event replaces an earlier one not yet
+written: a prepare then an unprepare is one write, the removal) and at most `max_pending` claims; a claim
+arriving when it is full is dropped and counted. Unprepare removes this driver's entries: kubelet
+unprepares a claim no pod of the node uses any more, and the API server clears the entries of a
+deallocated claim itself.
+
+An API server that does not keep the field (feature gate DRAResourceClaimDeviceStatus off; beta and on by
+default from 1.33, GA from 1.37) answers a write with the entries dropped: that is said once, and the
+publisher writes nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+from vke_gpu_dra_core.device_model import ClaimRef, Device, PreparedDevice
+from vke_gpu_dra_core.featuregates import FeatureGates
+from vke_gpu_dra_core.objects import lookup
+
+from .claim_status import (
+    FIELD_MANAGER,
+    DeviceFacts,
+    apply_body,
+    device_facts,
+    generation_of,
+    kept_entries,
+    sharing_strategies,
+    status_entries,
+)
+from .kubeapi import KubeError
+from .kubelet.dra_service import ClaimPreparer
+from .metrics import Metrics
+from .reconcile import failure_kind
+
+log = logging.getLogger(__name__)
+
+#: Seconds for one status write (the whole request).
+WRITE_TIMEOUT: Final = 10.0
+#: Claims waiting for their write, at most.
+MAX_PENDING: Final = 1024
+#: Seconds `stop` lets the queued writes finish.
+STOP_GRACE: Final = 5.0
+
+
+class StatusWriter(Protocol):
+    """The API call the publisher makes (`kubeapi.KubeAPI.apply_claim_status`)."""
+
+    def apply_claim_status(
+        self, namespace: str, name: str, body: dict[str, Any], *, field_manager: str, timeout: float
+    ) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    ref: ClaimRef
+    claim: Mapping[str, Any]
+    devices: tuple[PreparedDevice, ...]
+    mig_uuids: Mapping[str, str]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class _Unprepared:
+    ref: ClaimRef
+
+
+_Write = _Prepared | _Unprepared
+
+
+@dataclass
+class _Failures:
+    """The failure reasons said since the last success: each is warned about once."""
+
+    said: set[str] = field(default_factory=set)
+
+
+class ClaimStatusPublisher:
+    """Queues claims' device status and applies it from one worker thread; `start()`, then `stop()`."""
+
+    def __init__(
+        self,
+        api: StatusWriter,
+        *,
+        driver_name: str,
+        pool_name: str,
+        devices: Sequence[Device],
+        gates: FeatureGates,
+        metrics: Metrics | None = None,
+        max_pending: int = MAX_PENDING,
+        timeout: float = WRITE_TIMEOUT,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        self._api = api
+        self._driver = driver_name
+        self._pool = pool_name
+        self._devices = {d.name: d for d in devices}
+        self._gates = gates
+        self._metrics = metrics
+        self._max_pending = max_pending
+        self._timeout = timeout
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._pending: OrderedDict[str, _Write] = OrderedDict()
+        self._busy = False
+        self._stopping = False
+        self._drain_until = 0.0
+        self._thread: threading.Thread | None = None
+        self._failures = _Failures()
+        self._full_said = False
+        #: None until a write shows it; False once the API server dropped the entries.
+        self.served: bool | None = None
+
+    # --- what the DRA service calls (never blocks on the API) ---
+
+    def prepared(
+        self,
+        ref: ClaimRef,
+        claim: Mapping[str, Any],
+        devices: Sequence[PreparedDevice],
+        *,
+        mig_uuids: Mapping[str, str] | None = None,
+    ) -> None:
+        """Queue `Ready` entries for the devices a prepare of `claim` (API JSON) answered; `mig_uuids`:
+        device name -> the UUID of the MIG device prepare created for it (dynamic MIG)."""
+        self._queue(ref.uid, _Prepared(ref, claim, tuple(devices), dict(mig_uuids or {}), self._clock()))
+
+    def unprepared(self, ref: ClaimRef) -> None:
+        """Queue the removal of the claim's entries."""
+        self._queue(ref.uid, _Unprepared(ref))
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="claim-status", daemon=True)
+        self._thread.start()
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """Let the queued writes finish for up to `grace` seconds, then stop; what is left is dropped."""
+        with self._cond:
+            self._stopping = True
+            self._drain_until = time.monotonic() + grace
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(grace)  # a write still in flight then ends with the process (a daemon thread)
+        with self._cond:
+            left = len(self._pending)
+            self._pending.clear()
+        if left:
+            self._count("dropped", left)
+            log.warning("claim status writes dropped at stop", extra={"fields": {"claims": left}})
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once nothing is queued or being written (within `timeout` seconds)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._busy:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # --- internals ---
+
+    def _queue(self, uid: str, write: _Write) -> None:
+        with self._cond:
+            if self.served is False:
+                return
+            if uid not in self._pending and len(self._pending) >= self._max_pending:
+                self._count("dropped")
+                if not self._full_said:
+                    self._full_said = True
+                    log.warning(
+                        "claim status queue full: claims get no status until it drains",
+                        extra={"fields": {"max_pending": self._max_pending, "claim": _label(write.ref)}},
+                    )
+                return
+            self._pending.pop(uid, None)
+            self._pending[uid] = write
+            self._cond.notify_all()
+
+    def _next(self) -> _Write | None:
+        with self._cond:
+            while True:
+                if self._stopping and (not self._pending or time.monotonic() >= self._drain_until):
+                    return None
+                if self._pending:
+                    _, write = self._pending.popitem(last=False)
+                    self._busy = True
+                    if len(self._pending) < self._max_pending // 2:
+                        self._full_said = False
+                    return write
+                self._cond.wait()
+
+    def _loop(self) -> None:
+        while (write := self._next()) is not None:
+            try:
+                self._write(write)
+            except Exception:  # the worker outlives any one claim
+                log.exception("claim status write failed", extra={"fields": {"claim": _label(write.ref)}})
+                self._count("error")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _write(self, write: _Write) -> None:
+        if self.served is False:
+            return
+        ref = write.ref
+        entries = self._entries(write) if isinstance(write, _Prepared) else []
+        timeout = self._timeout
+        if self._stopping:
+            timeout = max(0.001, min(timeout, self._drain_until - time.monotonic()))
+        try:
+            stored = self._api.apply_claim_status(
+                ref.namespace,
+                ref.name,
+                apply_body(ref, entries),
+                field_manager=FIELD_MANAGER,
+                timeout=timeout,
+            )
+        except KubeError as err:
+            self._failed(ref, err)
+            return
+        if entries and self._dropped(stored):
+            self.served = False
+            with self._cond:
+                self._pending.clear()
+            self._count("unsupported")
+            log.warning(
+                "the API server does not keep ResourceClaim status.devices (feature gate "
+                "DRAResourceClaimDeviceStatus off): claims get no per-device status",
+                extra={"fields": {"claim": _label(ref)}},
+            )
+            return
+        if entries:
+            self.served = True
+        self._count("success")
+        if self._failures.said:
+            self._failures.said.clear()
+            log.info("claim status writes succeed again")
+        log.debug(
+            "claim status written",
+            extra={
+                "fields": {"claim": _label(ref), "uid": ref.uid, "devices": [e["device"] for e in entries]}
+            },
+        )
+
+    def _entries(self, write: _Prepared) -> list[dict[str, Any]]:
+        strategies = sharing_strategies(
+            write.ref,
+            write.claim,
+            driver_name=self._driver,
+            pool_name=self._pool,
+            devices=self._devices,
+            gates=self._gates,
+        )
+        known: dict[tuple[str, str | None], DeviceFacts] = {}
+        for dev in write.devices:
+            device = self._devices.get(dev.device_name)
+            if device is not None:
+                key = (dev.device_name, dev.share_id)
+                known[key] = device_facts(
+                    device, sharing=strategies.get(key), mig_uuid=write.mig_uuids.get(dev.device_name)
+                )
+        return status_entries(
+            self._driver, write.devices, known, at=write.at, generation=generation_of(write.claim)
+        )
+
+    def _dropped(self, stored: Mapping[str, Any]) -> bool:
+        """The server answered an allocated claim without the entries just applied: it drops the field."""
+        return lookup(stored, "status", "allocation") is not None and not kept_entries(
+            stored, self._driver, self._pool
+        )
+
+    def _failed(self, ref: ClaimRef, err: KubeError) -> None:
+        fields = {"claim": _label(ref), "uid": ref.uid, "error": str(err)}
+        if err.not_found or replaced(err):
+            # Deleted, or re-created under the name (the uid no longer matches): nothing of ours to write.
+            self._count("gone")
+            log.debug("claim status not written: the claim is gone", extra={"fields": fields})
+            return
+        reason = failure_kind(err)
+        self._count(reason)
+        if reason in self._failures.said:
+            log.debug("claim status write failed", extra={"fields": {**fields, "reason": reason}})
+            return
+        self._failures.said.add(reason)
+        log.warning(
+            "cannot write claim status; it is not retried",
+            extra={"fields": {**fields, "reason": reason}},
+        )
+
+    def _count(self, result: str, n: int = 1) -> None:
+        if self._metrics is not None:
+            self._metrics.claim_status_writes.labels(result=result).inc(n)
+
+
+class StatusReporting:
+    """The device state as the DRA service sees it, with each successful prepare and unprepare handed
+    to the publisher after the state answered (`kubelet.dra_service.ClaimPreparer`)."""
+
+    def __init__(self, state: ClaimPreparer, publisher: ClaimStatusPublisher) -> None:
+        self._state = state
+        self._publisher = publisher
+
+    def prepare(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> list[PreparedDevice]:
+        devices = self._state.prepare(ref, claim, deadline=deadline)
+        self._publisher.prepared(ref, claim, devices)
+        return devices
+
+    def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
+        self._state.unprepare(ref, deadline=deadline)
+        self._publisher.unprepared(ref)
+
+
+def replaced(err: KubeError) -> bool:
+    """The API server's answer to an apply whose `metadata.uid` is not the stored claim's: 422 Invalid,
+    `metadata.uid: Invalid value: ...: field is immutable`."""
+    return err.status == 422 and "metadata.uid" in err.message
+
+
+def _label(ref: ClaimRef) -> str:
+    return f"{ref.namespace}/{ref.name}"
