@@ -49,6 +49,16 @@ def test_mps_adds_namespace_image_and_a_role_for_deployments_in_the_namespace(re
     assert config.feature_gates.mps and config.image_name == env["IMAGE_NAME"]
 
 
+def test_device_metadata_reaches_the_plugin_and_grants_nothing(render: Any) -> None:
+    objects = render({"featureGates": {"DeviceMetadata": True}})
+    env = env_of(objects)
+    assert env["FEATURE_GATES"] == "DeviceMetadata=true,"
+    assert parse_config(
+        ["--node-name", "n"], {"FEATURE_GATES": env["FEATURE_GATES"]}
+    ).feature_gates.device_metadata
+    assert find_all(objects, "Role") == []  # files on the node only: no API access
+
+
 def test_unknown_gates_and_non_booleans_are_refused(helm: Any) -> None:
     assert "featureGates" in helm.template_error({"featureGates": {"Sharing": True}})
     assert "featureGates" in helm.template_error({"featureGates": {"MPSSupport": "yes"}})

@@ -112,6 +112,9 @@ SAMPLE_CLAIM_TEMPLATE: Final = "single-gpu"
 SAMPLE_CLASSIC_DEPLOYMENT: Final = "gpu-test-classic"
 #: The annotation the scheduler puts on the ResourceClaim it creates for a pod's extended resources.
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
+#: The annotation on a ResourceClaim made from a pod's ResourceClaimTemplate: the pod's name for the claim
+#: (`pod.spec.resourceClaims[].name`, k8s.io/api resource/v1 `PodResourceClaimAnnotation`).
+POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 
 
 #: GPU health problems, each a device-taint key `<driver>/<kind>` as NVIDIA's plugin names them

@@ -11,6 +11,9 @@ NVIDIA refuses MPS on a plugin with consumable shares, and so does `conflicts()`
 placement published as a partitionable device) is refused with `MPSSupport`, as NVIDIA's validation does
 (NVIDIA also refuses it with `PassthroughSupport` and `NVMLDeviceHealthCheck`, gates this driver does not
 have).
+`DeviceMetadata` (NVIDIA's plugin, alpha, off: KEP-5304) writes, for every request of a claim prepared
+while it is on, a JSON file of the request's devices and their attributes, mounted read-only into the
+containers that use the request (driver/docs/devices.md, "Device metadata in containers").
 """
 
 from __future__ import annotations
@@ -24,14 +27,17 @@ MPS_SUPPORT: Final = "MPSSupport"
 CONSUMABLE_SHARES: Final = "ConsumableShares"
 #: NVIDIA's gate for MIG devices created on demand, published as partitionable devices (KEP-4815).
 DYNAMIC_MIG: Final = "DynamicMIG"
+#: NVIDIA's gate for device metadata files mounted into containers (KEP-5304).
+DEVICE_METADATA: Final = "DeviceMetadata"
 
 #: Gate -> default, as in NVIDIA's pkg/featuregates (project gates plus the Kubernetes logging gates it
-#: registers, ContextualLogging switched on by NVIDIA). Only the first four have an effect here.
+#: registers, ContextualLogging switched on by NVIDIA). Only the first five have an effect here.
 DEFAULTS: Final[Mapping[str, bool]] = {
     TIME_SLICING_SETTINGS: False,
     MPS_SUPPORT: False,
     CONSUMABLE_SHARES: False,
     DYNAMIC_MIG: False,
+    DEVICE_METADATA: False,
     "IMEXDaemonsWithDNSNames": True,
     "ContextualLogging": True,
     "LoggingAlphaOptions": False,
@@ -72,6 +78,10 @@ class FeatureGates:
     @property
     def dynamic_mig(self) -> bool:
         return self.enabled(DYNAMIC_MIG)
+
+    @property
+    def device_metadata(self) -> bool:
+        return self.enabled(DEVICE_METADATA)
 
     def render(self) -> str:
         """Every gate as `Name=bool,...` (sorted), the form the MPS daemon's FEATURE_GATES gets."""

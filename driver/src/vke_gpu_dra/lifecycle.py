@@ -1,6 +1,7 @@
 """The claim lifecycle: admit, set up, clean and restore a claim, each phase calling the steps in order.
 
-The steps (`steps`: takeover, allocation, dynamic MIG, sharing, CDI, as `DeviceState` gives them) do the
+The steps (`steps`: takeover, allocation, dynamic MIG, sharing, device metadata, CDI, as `DeviceState`
+gives them) do the
 work of each feature; this module only orders them and keeps the checkpoint's entries:
 
 * admit (a new prepare): a completed claim answers from its entry, after getting back what it lost

@@ -7,8 +7,8 @@
 * the claim lifecycle (`lifecycle`, with `reboot` for the start): admit, set up, complete, clean and
   restore a claim, keeping the checkpoint's entries;
 * the steps (`steps`), one feature each, which the lifecycle calls in order through one small interface:
-  takeover of NVIDIA's claims, allocation (with the held-devices guard), dynamic MIG, GPU sharing and CDI
-  (with the driver's user-space).
+  takeover of NVIDIA's claims, allocation (with the held-devices guard), dynamic MIG, GPU sharing, device
+  metadata and CDI (with the driver's user-space).
 
 Stateless between calls: no prepared claim is kept in memory, so a claim prepared by one process is
 known to the other at its next call (the other pod of a seamless upgrade).
@@ -40,6 +40,7 @@ from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .reboot import RebootRestore
 from .steps.allocation import AllocationStep
 from .steps.cdi import CdiStep
+from .steps.metadata import MetadataStep
 from .steps.partitions import PartitionStep
 from .steps.sharing import SharingStep
 from .steps.takeover import TakeoverStep
@@ -121,6 +122,7 @@ class DeviceState:
             AllocationStep(gates or FeatureGates(), guarded_by=[*adopting, mig]),
             mig,
             SharingStep(sharing_manager),
+            MetadataStep(plugin_data_dir, cdi_root, enabled=(gates or FeatureGates()).device_metadata),
             CdiStep(cdi_root, base_devices=base, driver_edits=driver_edits, dev_root=dev_root),
         ]
         self._lifecycle = ClaimLifecycle(

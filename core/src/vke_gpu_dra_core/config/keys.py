@@ -687,8 +687,9 @@ KEYS: Final[tuple[Key, ...]] = (
         "Driver feature gates, Kubernetes syntax 'TimeSlicingSettings=true,MPSSupport=true' "
         "(NVIDIA's alpha gates for GpuConfig.sharing; both off by default; ConsumableShares=true: "
         "GPUs shared by memory between claims on Kubernetes 1.36+, not with MPSSupport; DynamicMIG=true: "
-        "MIG devices created when a claim asks for a MIG profile, Kubernetes 1.36+, not with MPSSupport); "
-        "the chart's featureGates.",
+        "MIG devices created when a claim asks for a MIG profile, Kubernetes 1.36+, not with MPSSupport; "
+        "DeviceMetadata=true: a JSON file of each request's devices and attributes mounted into the "
+        "containers using it, KEP-5304); the chart's featureGates.",
         convert=FEATURE_GATES,
     ),
     # --- nvidia.com/gpu through DRA (DeviceClass extendedResourceName) ---

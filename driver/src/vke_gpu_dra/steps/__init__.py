@@ -1,7 +1,8 @@
 """The steps of the claim lifecycle: one feature each, called in order through one small interface.
 
 `lifecycle.ClaimLifecycle` takes a claim through its phases and calls every step's hook of that phase in
-the order the steps were given (`DeviceState` gives takeover, allocation, dynamic MIG, sharing, CDI):
+the order the steps were given (`DeviceState` gives takeover, allocation, dynamic MIG, sharing, device
+metadata, CDI):
 
 * `start(node)`: at start-up, under the node lock, before the checkpoint is read (NVIDIA's claims
   adopted, temp files of interrupted writes removed, the base CDI spec written);
