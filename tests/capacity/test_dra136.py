@@ -283,7 +283,7 @@ def test_without_the_driver_gate_the_gpus_are_not_shared_on_136():
 
 
 def test_a_capacity_request_that_is_no_quantity_is_one_clear_error():
-    with pytest.raises(ManifestError, match=r"capacity.requests.memory is 'lots'; allowed: a whole"):
+    with pytest.raises(ManifestError, match=r"capacity.requests.memory is 'lots'; allowed: a non-negative"):
         parsed(share("gpu", "lots"))
     with pytest.raises(ManifestError, match=r"capacity.requests has key 'no such'"):
         bad = exactly("gpu")
@@ -362,9 +362,10 @@ def test_plan_command_shares_gpus_with_the_driver_gate_on_136_only(tmp_path, cap
         "pair": ("fits", 2),
         "classic": ("pending", 0),
     }
-    # 1.37 has the same gates on: the same plan
+    # 1.37 has the gates 1.36 has on, and DRADeviceTaintRules: the same plan
     newest = reports["1.37"][1]
-    assert newest["kubernetesVersion"] == "1.37" and newest["featureGates"] == report["featureGates"]
+    assert newest["kubernetesVersion"] == "1.37"
+    assert newest["featureGates"] == {**report["featureGates"], "DRADeviceTaintRules": True}
     assert newest["workloads"] == report["workloads"] and reports["1.37"][0] == rc
     rc, report = reports["1.34"]
     assert rc == 1 and report["featureGates"]["DRAExtendedResource"] is False

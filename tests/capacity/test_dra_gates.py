@@ -7,7 +7,12 @@ import pytest
 from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.versions import parse_major_minor
 from vke_gpu_dra_planner import gates as planner_gates
-from vke_gpu_dra_planner.gates import DISTINCT_DROPPED, DISTINCT_ENFORCED, DISTINCT_PRESENT
+from vke_gpu_dra_planner.gates import (
+    DISTINCT_DROPPED,
+    DISTINCT_ENFORCED,
+    DISTINCT_PER_REQUEST,
+    DISTINCT_PRESENT,
+)
 
 
 def test_the_planners_versions_follow_cores_table() -> None:
@@ -28,13 +33,66 @@ def test_the_planner_knows_every_release_from_vkes_to_the_newest() -> None:
     assert planner_gates.nearest_gates("v1.38.0").version == "1.37"
 
 
-def test_137_has_the_dra_gates_of_136_on() -> None:
+def test_137_has_the_dra_gates_of_136_on_and_taint_rules() -> None:
     """1.37: DRADeviceTaints and DRAExtendedResource GA, DRAConsumableCapacity, DRAPartitionableDevices
-    and DRADeviceBindingConditions beta, all on: for the gates the planner models, 1.36's defaults."""
+    and DRADeviceBindingConditions beta, all on, as in 1.36; DRADeviceTaintRules turns on (GA).
+    DRAFractionalCapacityRange is new and beta but off: on only with --min-compatibility-version 1.37,
+    and a 1.37 binary defaults to 1.36 (kube_features.go and component-base of v1.37.2)."""
     newest, previous = planner_gates.GATES["1.37"], planner_gates.GATES["1.36"]
-    assert newest.by_name() == previous.by_name()
-    assert all(newest.by_name().values())
+    changed = {g for g, on in newest.by_name().items() if previous.by_name()[g] != on}
+    assert changed == {dra_gates.DEVICE_TAINT_RULES}
+    assert {g for g, on in newest.by_name().items() if not on} == {dra_gates.FRACTIONAL_CAPACITY_RANGE}
     assert dra_gates.on_by_default(dra_gates.BINDING_CONDITIONS, (1, 37))
+
+
+def test_fractional_capacity_range_exists_only_from_137() -> None:
+    for version in ("1.34", "1.35", "1.36"):
+        assert planner_gates.GATES[version].fractional_capacity_range is False
+        with pytest.raises(planner_gates.VersionError, match="does not exist in Kubernetes"):
+            planner_gates.with_overrides(planner_gates.GATES[version], "DRAFractionalCapacityRange=true")
+    assert planner_gates.GATES["1.37"].allocator.fractional is False
+    on = planner_gates.with_overrides(planner_gates.GATES["1.37"], "DRAFractionalCapacityRange=true")
+    assert on.allocator.fractional is True
+
+
+@pytest.mark.parametrize(
+    ("version", "gate", "default"),
+    [
+        ("1.37", "DRAExtendedResource", True),
+        ("1.37", "DRAResourceClaimDeviceStatus", True),
+        ("1.37", "DRAPrioritizedList", True),
+        ("1.36", "DRAAdminAccess", True),
+    ],
+)
+def test_locked_gates_cannot_be_turned_off(version: str, gate: str, default: bool) -> None:
+    gates = planner_gates.GATES[version]
+    with pytest.raises(planner_gates.VersionError, match=f"{gate} is GA and locked to true"):
+        planner_gates.with_overrides(gates, f"{gate}=false")
+    assert planner_gates.with_overrides(gates, f"{gate}=true").by_name()[gate] is default
+
+
+def test_taints_are_ga_in_137_but_not_locked_before_138() -> None:
+    gates = planner_gates.with_overrides(planner_gates.GATES["1.37"], "DRADeviceTaints=false")
+    assert gates.device_taints is False
+    # 1.36: extended resources still beta, can be turned off
+    assert (
+        planner_gates.with_overrides(
+            planner_gates.GATES["1.36"], "DRAExtendedResource=false"
+        ).extended_resource
+        is False
+    )
+    assert planner_gates.GATES["1.36"].device_taint_rules is False
+    assert planner_gates.GATES["1.34"].resource_claim_device_status is True
+
+
+@pytest.mark.parametrize(
+    ("version", "combinations", "fixed"),
+    [("1.34", False, False), ("1.35", False, False), ("1.36", True, False), ("1.37", True, True)],
+)
+def test_allocator_rules_per_release(version: str, combinations: bool, fixed: bool) -> None:
+    rules = planner_gates.GATES[version].allocator
+    assert rules.combinations is combinations
+    assert (rules.counter_rollback, rules.all_static_capacity, rules.capacity_errors) == (fixed,) * 3
 
 
 @pytest.mark.parametrize(
@@ -46,8 +104,8 @@ def test_137_has_the_dra_gates_of_136_on() -> None:
         ("v1.34.4", "DRAConsumableCapacity=false", DISTINCT_PRESENT),
         # from 1.35 on the field follows the gate
         ("1.35", "", DISTINCT_DROPPED),
-        ("1.35", "DRAConsumableCapacity=true", DISTINCT_ENFORCED),
-        ("1.36", "", DISTINCT_ENFORCED),
+        ("1.35", "DRAConsumableCapacity=true", DISTINCT_PER_REQUEST),
+        ("1.36", "", DISTINCT_PER_REQUEST),
         ("1.37", "", DISTINCT_ENFORCED),
         ("1.37", "DRAConsumableCapacity=false", DISTINCT_DROPPED),
     ],

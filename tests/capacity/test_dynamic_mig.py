@@ -246,8 +246,9 @@ def test_kubernetes_gate_overrides():
         (
             "DynamicMIG=true",
             "--kubernetes-feature-gates: feature gate 'DynamicMIG' is not one the planner models; allowed: "
-            "DRAAdminAccess, DRAConsumableCapacity, DRADeviceTaints, DRAExtendedResource, "
-            "DRAPartitionableDevices, DRAPrioritizedList",
+            "DRAAdminAccess, DRAConsumableCapacity, DRADeviceTaintRules, DRADeviceTaints, "
+            "DRAExtendedResource, DRAFractionalCapacityRange, "
+            "DRAPartitionableDevices, DRAPrioritizedList, DRAResourceClaimDeviceStatus",
         ),
         (
             "DRAPartitionableDevices=yes",

@@ -262,7 +262,7 @@ def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp
     assert (rc, report["workloads"][0]["status"]) == (1, "refused")
     stack = stack_dir / "Pulumi.dev.yaml"
     config = yaml.safe_load(stack.read_text())
-    for version, rc_wanted, status in (("1.35", 1, "refused"), ("1.37", 0, "fits")):
+    for version, rc_wanted, status in (("1.37", 0, "fits"),):
         config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = version
         stack.write_text(yaml.safe_dump(config))
         rc, report = planned()
@@ -271,6 +271,15 @@ def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp
             version,
             status,
         )
+    # a VKE stack names a line VKE offers (1.34, 1.37); another is the stack config's error, not a plan
+    config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.35"
+    stack.write_text(yaml.safe_dump(config))
+    assert plan_json(stack_dir, "--manifests", str(manifests)) == 2
+    assert "cluster.kubernetesVersion = '1.35': allowed: one of the Kubernetes lines VKE offers" in (
+        capsys.readouterr().err
+    )
+    config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.34"
+    stack.write_text(yaml.safe_dump(config))
     assert plan_json(stack_dir, "--kubernetes-version", "1.33") == 2
     assert capsys.readouterr().err == (
         "error: --kubernetes-version: Kubernetes version '1.33' is not known to the planner; allowed: "

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Final
 
 from . import facts
 from .device_model import Device, binary_si
+from .quantity import format_quantity
 
 #: NVIDIA's step (and smallest share) of a GPU's memory.
 SHARE_STEP: Final = 2**20
@@ -46,25 +48,35 @@ def check_mode(mode: str) -> str:
     )
 
 
+#: A capacity amount: whole, or (Kubernetes 1.37, DRAFractionalCapacityRange) a multiple of 1m.
+Amount = int | Fraction
+
+
+def _render(value: Amount) -> str:
+    return binary_si(value) if isinstance(value, int) else format_quantity(value)
+
+
 @dataclass(frozen=True)
 class RequestPolicy:
-    """A capacity's `requestPolicy`: `default`, and `validRange` {min, max, step} or `validValues`."""
+    """A capacity's `requestPolicy`: `default`, and `validRange` {min, max, step} or `validValues`.
 
-    default: int | None = None
-    minimum: int | None = None
-    maximum: int | None = None
-    step: int | None = None
-    valid_values: tuple[int, ...] = ()
+    NVIDIA's shapes are whole numbers; a fractional range (e.g. step 100m) needs Kubernetes 1.37."""
+
+    default: Amount | None = None
+    minimum: Amount | None = None
+    maximum: Amount | None = None
+    step: Amount | None = None
+    valid_values: tuple[Amount, ...] = ()
 
     def render(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.default is not None:
-            out["default"] = binary_si(self.default)
+            out["default"] = _render(self.default)
         if self.minimum is not None:
             bounds = {"min": self.minimum, "max": self.maximum, "step": self.step}
-            out["validRange"] = {k: binary_si(v) for k, v in bounds.items() if v is not None}
+            out["validRange"] = {k: _render(v) for k, v in bounds.items() if v is not None}
         elif self.valid_values:
-            out["validValues"] = [binary_si(v) for v in self.valid_values]
+            out["validValues"] = [_render(v) for v in self.valid_values]
         return out
 
 

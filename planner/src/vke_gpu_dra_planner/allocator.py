@@ -33,24 +33,65 @@ consumes from, what the devices already allocated on the node (earlier claims) a
 the API server drops `sharedCounters` and `consumesCounters`: the devices are independent. A CEL runtime
 error on a device, a selector that does not compile, a missing DeviceClass or more than 32 devices in a
 claim fail the allocation with an error, as in the scheduler.
+
+Where releases differ (`AllocatorRules`, from `FeatureGates.allocator`; see `gates`): the devices of one
+request are tried as combinations (`startLocation`, 1.36 on) or from the first device each time (1.34);
+`distinctAttribute` is compared per device (1.37) or per request name (1.35, 1.36); counters are released
+when a candidate is rejected or backtracked (1.37) or leak for the rest of the attempt (before); `All` with
+consumable capacity takes every device whose own capacity fits (1.37) or only those with the capacity still
+free (before); a capacity request the arithmetic cannot represent is an error (1.37) or skips the device;
+with DRAFractionalCapacityRange (1.37) request policies are computed in milli units. A shared device that
+consumes counters charges them once, whatever number of shares it serves (kubernetes#139040).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from fractions import Fraction
+from typing import Final, Protocol
 
 from vke_gpu_dra_core.device_model import AttributeValue, Device, Version
+from vke_gpu_dra_core.quantity import format_quantity
 
 from .cel.environment import SelectorCompileError, SelectorError, SelectorRuntimeError
 from .claims import ALLOCATION_RESULTS_MAX_SIZE, ClaimSpec, Constraint, DeviceClass, Request, SubRequest
-from .gates import DISTINCT_DROPPED, DISTINCT_ENFORCED, DISTINCT_PRESENT
-from .inventory import Node, RequestPolicy
+from .gates import (
+    DISTINCT_DROPPED,
+    DISTINCT_ENFORCED,
+    DISTINCT_PER_REQUEST,
+    GATES,
+    NEWEST_VERSION,
+    AllocatorRules,
+)
+from .inventory import Node
 from .selection import DeviceView, SelectorCache
 
 #: Upper bound on search steps per allocation attempt (the scheduler bounds its search by time).
 MAX_SEARCH_STEPS: Final = 200_000
+#: The rules of an allocator built without any: the newest release's.
+NEWEST_RULES: Final = GATES[NEWEST_VERSION].allocator
+INT64_MAX: Final = 2**63 - 1
+
+
+class CapacityError(ValueError):
+    """A capacity request the allocator's arithmetic cannot represent (1.37: the allocation fails)."""
+
+
+class PolicyLike(Protocol):
+    """A capacity's request policy (core's `RequestPolicy`): amounts whole or in milli units."""
+
+    @property
+    def default(self) -> Fraction | int | None: ...
+    @property
+    def minimum(self) -> Fraction | int | None: ...
+    @property
+    def maximum(self) -> Fraction | int | None: ...
+    @property
+    def step(self) -> Fraction | int | None: ...
+    @property
+    def valid_values(self) -> tuple[Fraction | int, ...]: ...
 
 
 class AllocationError(Exception):
@@ -62,7 +103,7 @@ class DeviceResult:
     request: str
     device: str
     #: the capacity consumed on a shared device (allowMultipleAllocations): (name, amount) by name
-    consumed: tuple[tuple[str, int], ...] = ()
+    consumed: tuple[tuple[str, Fraction], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,12 +147,16 @@ def _attribute_key(value: AttributeValue) -> tuple[str, object]:
 
 
 class _ConstraintState:
-    def __init__(self, constraint: Constraint, compare: bool = True) -> None:
+    def __init__(self, constraint: Constraint, distinct: str = DISTINCT_ENFORCED) -> None:
         self.constraint = constraint
-        #: distinctAttribute: compare the values (False: 1.34, which only needs the attribute present)
-        self.compare = compare
+        #: distinctAttribute: DISTINCT_ENFORCED (per device), DISTINCT_PER_REQUEST (one value per request
+        #: name, 1.35 and 1.36) or DISTINCT_PRESENT (1.34: the attribute present, values not compared)
+        self.distinct = distinct
         self.values: list[tuple[str, object]] = []
         self.skipped: list[bool] = []
+        #: DISTINCT_PER_REQUEST: request name -> its last value, and how many devices were added
+        self.by_request: dict[str, tuple[str, object]] = {}
+        self.count = 0
 
     def add(self, request: str, subrequest: str | None, device: Device, driver: str) -> bool:
         if not self.constraint.applies_to(request, subrequest):
@@ -124,15 +169,25 @@ class _ConstraintState:
         if self.constraint.match_attribute is not None:
             if self.values and self.values[0] != key:
                 return False
-        elif self.compare and key in self.values:
+        elif self.distinct == DISTINCT_PER_REQUEST:
+            if self.count and key in self.by_request.values():
+                return False
+            self.by_request[request] = key
+            self.count += 1
+        elif self.distinct == DISTINCT_ENFORCED and key in self.values:
             return False
         self.values.append(key)
         self.skipped.append(False)
         return True
 
-    def remove(self) -> None:
-        if not self.skipped.pop():
-            self.values.pop()
+    def remove(self, request: str) -> None:
+        if self.skipped.pop():
+            return
+        self.values.pop()
+        if self.constraint.distinct_attribute is not None and self.distinct == DISTINCT_PER_REQUEST:
+            # the request's value is forgotten, whatever other device of it is still allocated
+            self.by_request.pop(request, None)
+            self.count -= 1
 
 
 class NodeAllocator:
@@ -147,8 +202,11 @@ class NodeAllocator:
         consumable_capacity: bool = False,
         partitionable_devices: bool = False,
         distinct_attribute: str | None = None,
+        rules: AllocatorRules | None = None,
     ) -> None:
         self.node = node
+        #: how this release's allocator behaves where releases differ (None: the newest release's)
+        self.rules = rules or NEWEST_RULES
         #: the DRAConsumableCapacity feature gate (shared devices, requests' capacity)
         self.consumable_capacity = consumable_capacity
         #: what becomes of `distinctAttribute` (DISTINCT_*; None: as the gate says)
@@ -168,7 +226,7 @@ class NodeAllocator:
         self.views = cache.views(node)
         self.in_use: set[int] = set()
         #: shared devices (allowMultipleAllocations): device index -> capacity name -> consumed
-        self.consumed: dict[int, dict[str, int]] = {}
+        self.consumed: dict[int, dict[str, Fraction]] = {}
         self._searched = False
         #: (class, request selectors, device index) -> selectable; keyed by content, not by position,
         #: because later calls allocate other claims (the scheduler decides this afresh per Allocate)
@@ -189,12 +247,20 @@ class NodeAllocator:
         """Devices with something allocated."""
         return len(self.in_use) + len(self.consumed)
 
-    def consumption(
-        self, sub: SubRequest, index: int, allocating: Mapping[str, int] | None = None
-    ) -> dict[str, int] | None:
+    def consumption(  # noqa: PLR0911 (one return per case of CmpRequestOverCapacity)
+        self,
+        sub: SubRequest,
+        index: int,
+        allocating: Mapping[str, Fraction] | None = None,
+        *,
+        request: str = "",
+        static: bool = False,
+    ) -> dict[str, Fraction] | None:
         """What `sub` consumes of device `index` (CmpRequestOverCapacity), or None when it does not fit.
 
-        {} for a device taken whole; `allocating`: what this allocation already takes of the device.
+        {} for a device taken whole; `allocating`: what this allocation already takes of the device;
+        `static`: against the device's own capacity, nothing taken (1.37's `All`). A request the
+        arithmetic cannot represent raises AllocationError (1.37) or skips the device (before).
         """
         if not self.consumable_capacity:
             return {}
@@ -207,17 +273,29 @@ class NodeAllocator:
         requested = dict(sub.capacity)
         if any(name not in capacity for name in requested):
             return None
-        used = self.consumed.get(index, {})
-        out: dict[str, int] = {}
+        amounts: dict[str, Fraction] = {}
         for name, value in capacity.items():
-            policy = policies.get(name)
-            amount = consumed_capacity(requested.get(name), value, policy)
-            if violates_policy(amount, policy):
+            try:
+                amounts[name] = consumed_capacity(
+                    requested.get(name), value, policies.get(name), fractional=self.rules.fractional
+                )
+            except CapacityError as exc:
+                if not self.rules.capacity_errors:
+                    return None
+                raise AllocationError(
+                    f"request {request or sub.name}: checking capacity for device "
+                    f"{self.node.driver}/{self.node.name}/{device.name}: capacity {name!r}: capacity request "
+                    f"cannot be represented in the device's range arithmetic: {exc}"
+                ) from None
+        used = {} if static else self.consumed.get(index, {})
+        taking = {} if static else (allocating or {})
+        for name, value in capacity.items():
+            amount = amounts[name]
+            if violates_policy(amount, policies.get(name), fractional=self.rules.fractional):
                 return None
-            if amount + used.get(name, 0) + (allocating or {}).get(name, 0) > value:
+            if amount + used.get(name, 0) + taking.get(name, 0) > value:
                 return None
-            out[name] = amount
-        return out if sharing is not None else {}
+        return amounts if sharing is not None else {}
 
     def counters_fit(self, index: int, allocating: Mapping[tuple[str, str], int]) -> bool:
         """checkAvailableCounters: device `index`'s consumption within what is left of each counter."""
@@ -308,7 +386,7 @@ class NodeAllocator:
                             raise AllocationError(f"{owner}: CEL compile error: {exc}") from None
                     data = _RequestData(request, ri, ai, sub, class_, sub.count)
                     if sub.wants_all:
-                        data.all_devices = [i for i in range(len(self.views)) if self.selectable(data, ci, i)]
+                        data.all_devices = self._all_devices(data, ci)
                         data.num_devices = len(data.all_devices)
                     result[(ci, ri, ai)] = data
                     fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
@@ -319,6 +397,21 @@ class NodeAllocator:
                     f"{ALLOCATION_RESULTS_MAX_SIZE}"
                 )
         return result
+
+    def _all_devices(self, data: _RequestData, ci: int) -> list[int]:
+        """The devices `All` takes: selectable, and with consumable capacity those whose capacity fits:
+        their own capacity (1.37; one whose remaining capacity is taken then fails the request) or what is
+        left of it after earlier claims (before 1.37: such a device is left out)."""
+        out = []
+        for index in range(len(self.views)):
+            if not self.selectable(data, ci, index):
+                continue
+            if self.consumable_capacity:
+                static = self.rules.all_static_capacity
+                if self.consumption(data.sub, index, request=data.result_name, static=static) is None:
+                    continue
+            out.append(index)
+        return out
 
     def allocate(self, claims: Sequence[ClaimSpec], commit: bool = True) -> list[ClaimResult] | None:
         """Devices for every claim of one pod on this node, or None when they do not fit.
@@ -341,21 +434,22 @@ class NodeAllocator:
             return None
         if commit:
             # devices given with admin access stay available to others (as in the scheduler); shared
-            # devices add what each allocation consumes
-            for _, _, index, admin, consumed in search.chosen:
+            # devices add what each allocation consumes, and charge their counters once
+            for _, _, index, admin, consumed, reserved in search.chosen:
                 if admin:
                     continue
                 if self.shared(index):
                     used = self.consumed.setdefault(index, {})
-                    for name, amount in consumed.items():
-                        used[name] = used.get(name, 0) + amount
+                    for name, share in consumed.items():
+                        used[name] = used.get(name, Fraction(0)) + share
                 else:
                     self.in_use.add(index)
-                for counter_set, counter, amount in self.consumes(index):
-                    key = (counter_set, counter)
-                    self.counters_used[key] = self.counters_used.get(key, 0) + amount
+                if reserved:
+                    for counter_set, counter, amount in self.consumes(index):
+                        key = (counter_set, counter)
+                        self.counters_used[key] = self.counters_used.get(key, 0) + amount
         results: list[list[DeviceResult]] = [[] for _ in claims]
-        for ci, name, index, _, consumed in search.chosen:
+        for ci, name, index, _, consumed, _ in search.chosen:
             results[ci].append(
                 DeviceResult(name, self.views[index].device.name, tuple(sorted(consumed.items())))
             )
@@ -372,14 +466,15 @@ class _Search:
         self.alloc = alloc
         self.claims = claims
         self.data = data
-        compare = alloc.distinct_attribute != DISTINCT_PRESENT
-        self.constraints = [[_ConstraintState(c, compare) for c in claim.constraints] for claim in claims]
+        distinct = alloc.distinct_attribute
+        self.constraints = [[_ConstraintState(c, distinct) for c in claim.constraints] for claim in claims]
         #: device index -> claims it is being allocated for in this attempt
         self.allocating: dict[int, set[int]] = {}
-        #: (claim, request result name, device index, admin access, capacity consumed)
-        self.chosen: list[tuple[int, str, int, bool, dict[str, int]]] = []
-        #: shared devices: what this attempt takes of them (allocatingCapacity)
-        self.allocating_capacity: dict[int, dict[str, int]] = {}
+        #: (claim, request result name, device index, admin access, capacity consumed, counters reserved)
+        self.chosen: list[tuple[int, str, int, bool, dict[str, Fraction], bool]] = []
+        #: shared devices: what this attempt takes of them (allocatingCapacity), and how many shares
+        self.allocating_capacity: dict[int, dict[str, Fraction]] = {}
+        self.allocating_shares: dict[int, int] = {}
         #: counters the devices of this attempt consume (in flight)
         self.allocating_counters: dict[tuple[str, str], int] = {}
         self.steps = 0
@@ -388,7 +483,9 @@ class _Search:
         return self._one(0, 0, 0, 0, False)
 
     # one function mirrors the scheduler's allocateOne step by step, branches and all
-    def _one(self, ci: int, ri: int, ai: int, di: int, in_sub: bool) -> bool:  # noqa: PLR0911, PLR0912
+    def _one(  # noqa: PLR0911, PLR0912, PLR0917
+        self, ci: int, ri: int, ai: int, di: int, in_sub: bool, start: int = 0
+    ) -> bool:
         self.steps += 1
         if self.steps > MAX_SEARCH_STEPS:
             raise AllocationError(
@@ -420,14 +517,24 @@ class _Search:
                 return True
             self._remove(ci)
             return False
-        for index in range(len(self.alloc.views)):
+        # 1.36 on: the next device of the same request comes after this one (startLocation)
+        first = start if self.alloc.rules.combinations else 0
+        for index in range(first, len(self.alloc.views)):
             if self._unavailable(ci, data, index):
                 continue
             if not self.alloc.selectable(data, ci, index):
                 continue
+            if (
+                self.alloc.consumable_capacity
+                and self.alloc.consumption(
+                    data.sub, index, self.allocating_capacity.get(index), request=data.result_name
+                )
+                is None
+            ):
+                continue
             if not self._add(ci, data, index, must=False):
                 continue
-            if self._one(ci, ri, ai, di + 1, in_sub):
+            if self._one(ci, ri, ai, di + 1, in_sub, index + 1):
                 return True
             self._remove(ci)
         return False
@@ -440,21 +547,37 @@ class _Search:
             return False  # a shared device is never in use; its capacity decides (in _add)
         return index in self.alloc.in_use or index in self.allocating
 
-    def _add(self, ci: int, data: _RequestData, index: int, must: bool) -> bool:
+    def _reserve(self, index: int, sign: int) -> None:
+        for counter_set, counter, amount in self.alloc.consumes(index):
+            key = (counter_set, counter)
+            self.allocating_counters[key] = self.allocating_counters.get(key, 0) + sign * amount
+
+    def _capacity_in_use(self, index: int) -> bool:
+        """deviceCapacityInUse: a shared device with a share allocated, or being allocated."""
+        return index in self.alloc.consumed or self.allocating_shares.get(index, 0) > 0
+
+    def _add(self, ci: int, data: _RequestData, index: int, must: bool) -> bool:  # noqa: PLR0912
+        # allocateDevice, step by step
         if self._unavailable(ci, data, index):
             return False
-        consumed = self.alloc.consumption(data.sub, index, self.allocating_capacity.get(index))
-        if consumed is None:
-            return False
-        if not self.alloc.counters_fit(index, self.allocating_counters):
-            return False
+        shared = self.alloc.shared(index)
+        rules = self.alloc.rules
+        # a shared device already in use has its counters charged: a further share does not charge them
+        reserved = False
+        if not (shared and self._capacity_in_use(index)) and self.alloc.consumes(index):
+            if not self.alloc.counters_fit(index, self.allocating_counters):
+                return False
+            self._reserve(index, +1)
+            reserved = True
         device = self.alloc.views[index].device
         subrequest = data.sub.name if data.request.first_available else None
         added: list[_ConstraintState] = []
         for state in self.constraints[ci]:
             if not state.add(data.request.name, subrequest, device, self.alloc.node.driver):
-                for done in added:
-                    done.remove()
+                for done in reversed(added):
+                    done.remove(data.request.name)
+                if reserved and rules.counter_rollback:
+                    self._reserve(index, -1)  # before 1.37 the reservation leaked (kubernetes#140437)
                 if must:
                     raise AllocationError(
                         f"request {data.result_name}: cannot add device "
@@ -463,62 +586,134 @@ class _Search:
                     )
                 return False
             added.append(state)
-        self.allocating.setdefault(index, set()).add(ci)
-        self.chosen.append((ci, data.result_name, index, data.sub.admin_access, consumed))
-        if consumed:
+        consumed = self.alloc.consumption(
+            data.sub, index, self.allocating_capacity.get(index), request=data.result_name
+        )
+        if consumed is None:
+            for done in reversed(added):
+                done.remove(data.request.name)
+            if reserved and rules.counter_rollback:
+                self._reserve(index, -1)
+            return False
+        if not shared:
+            self.allocating.setdefault(index, set()).add(ci)
+        else:
+            self.allocating_shares[index] = self.allocating_shares.get(index, 0) + 1
             taking = self.allocating_capacity.setdefault(index, {})
             for name, amount in consumed.items():
-                taking[name] = taking.get(name, 0) + amount
-        for counter_set, counter, amount in self.alloc.consumes(index):
-            key = (counter_set, counter)
-            self.allocating_counters[key] = self.allocating_counters.get(key, 0) + amount
+                taking[name] = taking.get(name, Fraction(0)) + amount
+        self.chosen.append((ci, data.result_name, index, data.sub.admin_access, consumed, reserved))
         return True
 
     def _remove(self, ci: int) -> None:
-        _, _, index, _, consumed = self.chosen.pop()
-        if consumed:
+        _, name, index, _, consumed, reserved = self.chosen.pop()
+        shared = self.alloc.shared(index)
+        if shared:
             taking = self.allocating_capacity[index]
-            for name, amount in consumed.items():
-                taking[name] -= amount
-        for counter_set, counter, amount in self.alloc.consumes(index):
-            self.allocating_counters[(counter_set, counter)] -= amount
-        self.allocating[index].discard(ci)
-        if not self.allocating[index]:
-            del self.allocating[index]
-        for state in self.constraints[ci]:
-            state.remove()
+            for capacity, amount in consumed.items():
+                taking[capacity] -= amount
+            self.allocating_shares[index] -= 1
+        else:
+            self.allocating[index].discard(ci)
+            if not self.allocating[index]:
+                del self.allocating[index]
+        # before 1.37 a shared device never gave its counters back (kubernetes#140431)
+        if reserved and (not shared or self.alloc.rules.counter_rollback):
+            self._reserve(index, -1)
+        request = name.split("/", 1)[0]
+        for state in reversed(self.constraints[ci]):
+            state.remove(request)
 
 
-def consumed_capacity(requested: int | None, value: int, policy: RequestPolicy | None) -> int:  # noqa: PLR0911
+def milli(value: Fraction | int) -> int:
+    """safeMilliValue: `value` in milli units, exactly and within int64; CapacityError otherwise."""
+    scaled = Fraction(value) * 1000
+    if scaled.denominator != 1 or abs(scaled.numerator) > INT64_MAX:
+        raise CapacityError(f"request {_show(value)} is not a representable milli value")
+    return scaled.numerator
+
+
+def use_milli(policy: PolicyLike, fractional: bool) -> bool:
+    """useMilli: DRAFractionalCapacityRange on, min/max/step exact in milli units, step at least 1m."""
+    if not fractional:
+        return False
+    try:
+        bounds = [milli(v) for v in (policy.minimum, policy.maximum, policy.step) if v is not None]
+    except CapacityError:
+        return False
+    return policy.step is None or bounds[-1] >= 1
+
+
+def consumed_capacity(  # noqa: PLR0911
     # one return per case of calculateConsumedCapacity and roundUpRange / roundUpValidValues
-    """calculateConsumedCapacity: what a request of `requested` (None: not named) consumes of a capacity."""
+    requested: Fraction | int | None,
+    value: Fraction | int,
+    policy: PolicyLike | None,
+    *,
+    fractional: bool = False,
+) -> Fraction:
+    """calculateConsumedCapacity: what a request of `requested` (None: not named) consumes of a capacity.
+
+    `validRange` rounds up to `min`, then to the next `min + n*step`: in milli units with
+    `fractional` (DRAFractionalCapacityRange) where `use_milli`, else in whole units (`Value()`, which
+    rounds a fraction up). CapacityError where the request or its rounding passes int64 (or the milli
+    range), or is finer than 1m on the milli path."""
     if requested is None:
-        return policy.default if policy is not None and policy.default is not None else value
+        return Fraction(policy.default if policy is not None and policy.default is not None else value)
+    requested = Fraction(requested)
     if policy is None:
         return requested
     if policy.minimum is not None:
         if requested < policy.minimum:
-            return policy.minimum
+            return Fraction(policy.minimum)
         if policy.step is None:
             return requested
-        steps = -(-(requested - policy.minimum) // policy.step)
-        return policy.minimum + steps * policy.step
+        if use_milli(policy, fractional):
+            request_m, step_m, min_m = milli(requested), milli(policy.step), milli(policy.minimum)
+            steps = -(-(request_m - min_m) // step_m)
+            if steps > (INT64_MAX - min_m) // step_m:
+                raise CapacityError(
+                    f"rounding request {_show(requested)} up to the next step passes the milli range"
+                )
+            return Fraction(min_m + step_m * steps, 1000)
+        if requested > INT64_MAX:
+            raise CapacityError(f"request {_show(requested)} exceeds MaxInt64")
+        request_i, step_i, min_i = math.ceil(requested), math.ceil(policy.step), math.ceil(policy.minimum)
+        steps = -(-(request_i - min_i) // step_i)
+        if min_i >= 0 and steps > (INT64_MAX - min_i) // step_i:
+            raise CapacityError(f"rounding request {_show(requested)} up to the next step passes MaxInt64")
+        return Fraction(min_i + step_i * steps)
     if policy.valid_values:
-        return next((v for v in policy.valid_values if requested <= v), requested)
+        return Fraction(next((v for v in policy.valid_values if requested <= v), requested))
     return requested
 
 
-def violates_policy(amount: int, policy: RequestPolicy | None) -> bool:
-    """violatesPolicy: the default is always allowed; else above max, off the step or not a valid value."""
+def violates_policy(  # noqa: PLR0911 (one return per case of violatesPolicy)
+    amount: Fraction | int, policy: PolicyLike | None, *, fractional: bool = False
+) -> bool:
+    """violatesPolicy: the default is always allowed; else above max, off the step (milli units where
+    `use_milli`, else whole ones) or not a valid value."""
     if policy is None or (policy.default is not None and amount == policy.default):
         return False
     if policy.minimum is not None:
         if policy.maximum is not None and amount > policy.maximum:
             return True
-        return policy.step is not None and (amount - policy.minimum) % policy.step != 0
+        if policy.step is None:
+            return False
+        if use_milli(policy, fractional):
+            try:
+                return (milli(amount) - milli(policy.minimum)) % milli(policy.step) != 0
+            except CapacityError:
+                return True
+        whole = (math.ceil(amount), math.ceil(policy.minimum), math.ceil(policy.step))
+        return (whole[0] - whole[1]) % whole[2] != 0
     if policy.valid_values:
         return amount not in policy.valid_values
     return False
+
+
+def _show(value: Fraction | int) -> str:
+    return format_quantity(value)
 
 
 def _describe(constraint: Constraint) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Final
 
 from vke_gpu_dra_core.object_names import is_dns_label
@@ -62,9 +63,9 @@ class SubRequest:
     allocation_mode: str = "ExactCount"
     count: int = 1
     admin_access: bool = False
-    #: `capacity.requests`: (capacity name, amount) sorted by name; amounts in the capacity's unit
-    #: (bytes for memory)
-    capacity: tuple[tuple[str, int], ...] = ()
+    #: `capacity.requests`: (capacity name, amount) sorted by name; amounts exact, in the capacity's unit
+    #: (bytes for memory), fractional where the quantity is (`500m`)
+    capacity: tuple[tuple[str, Fraction], ...] = ()
 
     @property
     def wants_all(self) -> bool:
@@ -224,7 +225,10 @@ def whole_quantity(value: Any) -> int | None:
     return int(amount)
 
 
-def _capacity(raw: Any, where: str, field: str) -> tuple[tuple[str, int], ...]:
+def _capacity(raw: Any, where: str, field: str) -> tuple[tuple[str, Fraction], ...]:
+    """`capacity.requests`, exact: the API server takes any quantity; a fractional one (`1500m`) is rounded
+    by the device's request policy (in milli units with DRAFractionalCapacityRange, 1.37), a negative one
+    only makes the scheduler fail the claim, so it is refused here."""
     requests = _mapping(_mapping(raw, where, field).get("requests"), where, f"{field}.requests")
     out = []
     for name, value in requests.items():
@@ -233,11 +237,14 @@ def _capacity(raw: Any, where: str, field: str) -> tuple[tuple[str, int], ...]:
                 f"{where}: field {field}.requests has key {name!r}; allowed: a capacity name <id> or "
                 "<domain>/<id>, e.g. memory"
             )
-        amount = whole_quantity(value)
-        if amount is None:
+        try:
+            amount = parse_quantity(str(value))
+        except QuantityError:
+            amount = Fraction(-1)
+        if amount < 0 or isinstance(value, bool):
             raise ManifestError(
-                f"{where}: field {field}.requests.{name} is {value!r}; allowed: a whole, non-negative "
-                "Kubernetes quantity such as 40Gi"
+                f"{where}: field {field}.requests.{name} is {value!r}; allowed: a non-negative Kubernetes "
+                "quantity such as 40Gi or 1500m"
             )
         out.append((name, amount))
     return tuple(sorted(out))

@@ -20,6 +20,7 @@ from vke_gpu_dra_core.quantity import QuantityError, format_bytes, parse_quantit
 from .allocator import AllocationError, ClaimResult, NodeAllocator, describe_constraint, lookup_attribute
 from .cel.environment import SelectorError, SelectorRuntimeError
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, SubRequest
+from .gates import AllocatorRules
 from .inventory import GpuPool, Node
 from .mig import exhausted
 from .placement import Placement, excluded
@@ -129,6 +130,8 @@ class Planner:
     partitionable_devices: bool = False
     #: what becomes of `distinctAttribute` (`FeatureGates.distinct_attribute`; None: as the gate says)
     distinct_attribute: str | None = None
+    #: the release's allocator behaviour (`FeatureGates.allocator`; None: the newest release's)
+    rules: AllocatorRules | None = None
     _pool_class_ids: dict[tuple[str, str, int, int, bool, bool], tuple[int, ...]] = field(
         default_factory=dict, repr=False
     )
@@ -167,6 +170,7 @@ class Planner:
             consumable_capacity=self.consumable_capacity,
             partitionable_devices=self.partitionable_devices,
             distinct_attribute=self.distinct_attribute,
+            rules=self.rules,
         )
 
     def _shared_fit(

@@ -10,7 +10,39 @@ version the control plane runs (VKE does not change DRA gates).
 | DRAConsumableCapacity (capacity, distinctAttribute) | alpha, off | alpha, off | beta, on | beta, on |
 | DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on | GA |
 | DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on | beta, on |
-| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on | GA |
+| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on | GA (locked in 1.38) |
+| DRADeviceTaintRules (DeviceTaintRule objects) | - | alpha, off | beta, off | GA, on |
+| DRAResourceClaimDeviceStatus (claim `status.devices`) | beta, on | beta, on | beta, on | GA, locked |
+| DRAFractionalCapacityRange (milli-unit `validRange`) | - | - | - | beta, off (see below) |
+
+DRAFractionalCapacityRange is beta in 1.37 with two specs: off, and on "if --min-compatibility-version>=1.37".
+A 1.37 binary's min compatibility version defaults to 1.36, so a default 1.37 control plane has it off: the
+real v1.37.2 scheduler of the control-plane tier rounds requests in whole units (`Value()`) and reports
+"request 10E exceeds MaxInt64" from the whole-unit path. A cluster run with --min-compatibility-version=1.37
+(or the gate set) is planned with `--kubernetes-feature-gates DRAFractionalCapacityRange=true`.
+
+GA gates locked to their default (DRAAdminAccess from 1.36; DRAPrioritizedList, DRAExtendedResource and
+DRAResourceClaimDeviceStatus from 1.37) cannot be overridden, nor can a gate the release does not have.
+
+The allocator itself changed between releases (k8s.io/dynamic-resource-allocation, `structured/internal`:
+1.34 runs the "experimental" variant of v0.34, 1.36 and 1.37 the "incubating" one, read in v0.36.2 and
+v0.37.2); `FeatureGates.allocator` says which behaviour a release has (`AllocatorRules`):
+
+* combinations, not permutations (`startLocation`, from 1.36): the devices of one request are tried in
+  slice order after the one before, so one request never takes the same shared device twice;
+* `distinctAttribute` per device (1.37, kubernetes#140600); 1.35 and 1.36 keep one value per request name,
+  so a request's later device is compared only with the last device of each request;
+* counters released when a candidate is rejected or backtracked (1.37, kubernetes#140431 and #140437);
+  before, a device that reserved counters and then failed a constraint kept them for the rest of the
+  attempt, and a shared device never gave them back;
+* `allocationMode: All` with consumable capacity takes every matching device whose own capacity fits the
+  request (1.37, kubernetes#140769): one whose remaining capacity is taken fails the request; before, such
+  devices were left out and `All` took the others;
+* a capacity request that cannot be represented (past int64, or past the milli range, or finer than 1m
+  on the milli path) fails the allocation with an error (1.37, kubernetes#140442, #140702, #140666);
+  before, the device was skipped;
+* with DRAFractionalCapacityRange on, request policies are computed in milli units (`useMilli`: min, max
+  and step exact in milli units, step at least 1m), else in whole units.
 
 A cluster whose operator turned a gate on or off (`--feature-gates` of the API server and scheduler) is
 planned with `with_overrides` (`plan --kubernetes-feature-gates DRAPartitionableDevices=true`: 1.34 with
@@ -66,9 +98,35 @@ DISTINCT_PRESENT: Final = "present"
 #: kept, and the devices of the constraint's requests have the attribute with pairwise distinct values.
 DISTINCT_ENFORCED: Final = "enforced"
 
+#: kept and compared, but one value per request name (1.35, 1.36): a request's next device replaces its
+#: previous value, and backtracking one device forgets the request's value.
+DISTINCT_PER_REQUEST: Final = "per-request"
+
 #: Releases that keep `distinctAttribute` whatever DRAConsumableCapacity says and compare no values:
 #: the strategy clears a copy, the allocator compares pointers (see the module docstring).
 _DISTINCT_KEPT_UNCOMPARED: Final = frozenset({(1, 34)})
+#: The first release whose allocator compares `distinctAttribute` per device (kubernetes#140600).
+_DISTINCT_PER_DEVICE_SINCE: Final = (1, 37)
+#: The first release whose allocator searches combinations (`startLocation`).
+_COMBINATIONS_SINCE: Final = (1, 36)
+#: The first release with the 1.37 allocator fixes (counter rollback, `All` with capacity, capacity errors).
+_FIXES_SINCE: Final = (1, 37)
+
+
+@dataclass(frozen=True)
+class AllocatorRules:
+    """How a release's allocator behaves where releases differ (see the module docstring)."""
+
+    #: devices of one request tried after the previous one (`startLocation`), not from the start
+    combinations: bool
+    #: counters released when a candidate is rejected or backtracked (shared devices included)
+    counter_rollback: bool
+    #: `All` with capacity: every selectable device whose own capacity fits, remaining capacity checked later
+    all_static_capacity: bool
+    #: an unrepresentable capacity request is an error (else the device is skipped)
+    capacity_errors: bool
+    #: DRAFractionalCapacityRange: milli-unit arithmetic for request policies
+    fractional: bool
 
 
 @dataclass(frozen=True)
@@ -80,6 +138,9 @@ class FeatureGates:
     partitionable_devices: bool
     device_taints: bool
     extended_resource: bool = False
+    device_taint_rules: bool = False
+    resource_claim_device_status: bool = True
+    fractional_capacity_range: bool = False
 
     #: gates set explicitly (the operator's --feature-gates), by name
     overrides: tuple[tuple[str, bool], ...] = ()
@@ -94,9 +155,25 @@ class FeatureGates:
 
         1.34 keeps it and checks only that the devices have the attribute, with the gate on or off (its
         strategy clears a copy, its allocator compares pointers); later releases follow the gate."""
-        if parse_major_minor(self.version) in _DISTINCT_KEPT_UNCOMPARED:
+        release = parse_major_minor(self.version) or (0, 0)
+        if release in _DISTINCT_KEPT_UNCOMPARED:
             return DISTINCT_PRESENT
-        return DISTINCT_ENFORCED if self.consumable_capacity else DISTINCT_DROPPED
+        if not self.consumable_capacity:
+            return DISTINCT_DROPPED
+        return DISTINCT_ENFORCED if release >= _DISTINCT_PER_DEVICE_SINCE else DISTINCT_PER_REQUEST
+
+    @property
+    def allocator(self) -> AllocatorRules:
+        """What this release's allocator does where releases differ."""
+        release = parse_major_minor(self.version) or (0, 0)
+        fixed = release >= _FIXES_SINCE
+        return AllocatorRules(
+            combinations=release >= _COMBINATIONS_SINCE,
+            counter_rollback=fixed,
+            all_static_capacity=fixed,
+            capacity_errors=fixed,
+            fractional=self.fractional_capacity_range,
+        )
 
     def state(self, gate: str) -> str:
         on = getattr(self, _FIELDS[gate])
@@ -112,6 +189,9 @@ _FIELDS: Final = {
     dra_gates.PARTITIONABLE_DEVICES: "partitionable_devices",
     dra_gates.DEVICE_TAINTS: "device_taints",
     dra_gates.EXTENDED_RESOURCE: "extended_resource",
+    dra_gates.DEVICE_TAINT_RULES: "device_taint_rules",
+    dra_gates.RESOURCE_CLAIM_DEVICE_STATUS: "resource_claim_device_status",
+    dra_gates.FRACTIONAL_CAPACITY_RANGE: "fractional_capacity_range",
 }
 
 
@@ -122,12 +202,15 @@ def _gates(version: str) -> FeatureGates:
     v = parse_major_minor(version) or (0, 0)
     return FeatureGates(
         version,
-        admin_access=True,
-        prioritized_list=True,
+        admin_access=dra_gates.on_by_default(dra_gates.ADMIN_ACCESS, v),
+        prioritized_list=dra_gates.on_by_default(dra_gates.PRIORITIZED_LIST, v),
         consumable_capacity=dra_gates.on_by_default(dra_gates.CONSUMABLE_CAPACITY, v),
         partitionable_devices=dra_gates.on_by_default(dra_gates.PARTITIONABLE_DEVICES, v),
         device_taints=dra_gates.on_by_default(dra_gates.DEVICE_TAINTS, v),
         extended_resource=dra_gates.on_by_default(dra_gates.EXTENDED_RESOURCE, v),
+        device_taint_rules=dra_gates.on_by_default(dra_gates.DEVICE_TAINT_RULES, v),
+        resource_claim_device_status=dra_gates.on_by_default(dra_gates.RESOURCE_CLAIM_DEVICE_STATUS, v),
+        fractional_capacity_range=dra_gates.on_by_default(dra_gates.FRACTIONAL_CAPACITY_RANGE, v),
     )
 
 
@@ -174,7 +257,20 @@ def with_overrides(gates: FeatureGates, text: str, where: str = "--kubernetes-fe
             )
         if not sep or value not in _TRUE | _FALSE:
             raise VersionError(f"{where}: {entry!r}; allowed: {name}=true or {name}=false")
-        values[name] = value in _TRUE
+        release = parse_major_minor(gates.version) or (0, 0)
+        if not dra_gates.exists(name, release):
+            raise VersionError(
+                f"{where}: feature gate {name} does not exist in Kubernetes {gates.version}; allowed "
+                f"there: {', '.join(sorted(g for g in _FIELDS if dra_gates.exists(g, release)))}"
+            )
+        on = value in _TRUE
+        default = getattr(_gates(gates.version), _FIELDS[name])
+        if dra_gates.locked(name, release) and on != default:
+            raise VersionError(
+                f"{where}: {entry!r}; {name} is GA and locked to {str(default).lower()} in Kubernetes "
+                f"{gates.version}; allowed: {name}={str(default).lower()} or leave it out"
+            )
+        values[name] = on
     if not values:
         return gates
     changed: dict[str, Any] = {_FIELDS[name]: on for name, on in values.items()}

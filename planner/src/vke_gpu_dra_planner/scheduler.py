@@ -178,6 +178,7 @@ class Simulation:
                 consumable_capacity=self.planner.consumable_capacity,
                 partitionable_devices=self.planner.partitionable_devices,
                 distinct_attribute=self.planner.distinct_attribute,
+                rules=self.planner.rules,
             )
             position = len(self.nodes)
             self.nodes.append(_Node(pool, index, allocator))

@@ -268,6 +268,7 @@ def plan_model(
         consumable_capacity=gates.consumable_capacity,
         partitionable_devices=gates.partitionable_devices,
         distinct_attribute=gates.distinct_attribute,
+        rules=gates.allocator,
     )
     violations = [Violation(message, urn) for urn, message in model.problems]
     admissions = {key: admit(t, model.namespaces, gates) for key, t in model.templates.items()}
