@@ -427,7 +427,14 @@ def ensure(recipe: Recipe, cache: Path, shared: Path, *, say: Any = print) -> Ou
             "source": source_kind, "seconds": round(seconds, 1), "key": recipe.key(), "files": digests,
         }  # fmt: skip
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        staging.rename(path)
+        try:
+            staging.rename(path)
+        except OSError:
+            if not verify_cached(path, recipe):
+                raise
+            # Another run (scripts/setup's helm beside scripts/toolchain) put the same tool there first.
+            shutil.rmtree(staging, ignore_errors=True)
+            return Outcome(recipe, path, "cached", seconds)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

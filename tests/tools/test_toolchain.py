@@ -178,6 +178,34 @@ def test_an_altered_cache_entry_is_not_reused(tmp_path: Path) -> None:
     assert said == [f"toolchain: {path.name} is incomplete or altered; building it again"]
 
 
+def test_a_run_that_finishes_second_keeps_what_the_first_put_in_place(tmp_path: Path) -> None:
+    """scripts/setup builds helm while scripts/toolchain may build it too: the later rename finds the tool
+    there, checks it and keeps it."""
+    recipe = toolchain.load_recipe(wrapper(tmp_path))
+    files = {"tool": b"tool", "helper-script": b"script"}
+    _recorded(recipe, files)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for name, data in files.items():
+        (shared / name).write_bytes(data)
+    cache = tmp_path / "cache"
+    real_copy = shutil.copyfile
+    first: list[Path] = []
+    other_run = [True]
+
+    def copy_while_another_run_finishes(source: Path, target: Path) -> object:
+        if other_run.pop() if other_run else False:  # the other run completes while this one copies
+            first.append(toolchain.ensure(recipe, cache, shared, say=lambda _m: None).path)
+        return real_copy(source, target)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(toolchain.shutil, "copyfile", copy_while_another_run_finishes)
+        outcome = toolchain.ensure(recipe, cache, shared, say=lambda _m: None)
+    assert outcome.path == first[0] and outcome.source == "cached"
+    assert (outcome.path / "tool").read_bytes() == b"tool"
+    assert [p.name for p in cache.iterdir()] == [first[0].name]  # no staging folder left
+
+
 def test_shared_binaries_missing_one_output_are_not_used(tmp_path: Path) -> None:
     recipe = toolchain.load_recipe(wrapper(tmp_path))
     files = {"tool": b"tool", "helper-script": b"script"}
