@@ -1,6 +1,7 @@
 """A reboot at process level: the plugin is stopped, the node "reboots" (new boot id, CDI root and shm
 mounts emptied, GPU settings reset), and the restarted plugin gives the prepared claims their
-time-slice, compute mode, MPS daemon and CDI specs back before its registration socket appears."""
+time-slice, compute mode, MPS daemon and CDI specs back before kubelet's first prepare goes through (kubelet
+registers the plugin at once; the prepare waits at the start gate)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vke_gpu_dra import cdi
@@ -90,7 +92,7 @@ def prepare(kubelet: Kubelet, *names: str) -> dict[str, str]:
     return {uid: answer["error"] for uid, answer in answers.items()}
 
 
-def test_after_a_reboot_settings_daemon_and_specs_are_back_before_registration(
+def test_after_a_reboot_settings_daemon_and_specs_are_back_before_a_prepare_goes_through(
     short_tmp: Path, fake_api: FakeAPIServer
 ) -> None:
     fake_api.add_node(NODE)
@@ -112,7 +114,8 @@ def test_after_a_reboot_settings_daemon_and_specs_are_back_before_registration(
         assert key[1] == f"mps-control-daemon-{daemon_id('mps', [gpu_uuid(1)])}"
 
         node.reboot()
-        node.driver_root.watch(node.reg)  # each nvidia-smi call records whether registration happened
+        answered = short_tmp / "first-prepare-answered"  # created when kubelet's first prepare answers
+        node.driver_root.watch(answered)  # each nvidia-smi call records whether that answer came already
         fake_api.deployments_become_ready = False  # the restarted daemon's pod is Ready when the test says
         node.start()
 
@@ -122,10 +125,18 @@ def test_after_a_reboot_settings_daemon_and_specs_are_back_before_registration(
 
         assert wait_until(lambda: daemon_started_again() or not node.running(), timeout=30)
         assert node.running()
-        time.sleep(0.5)  # the plugin waits for the daemon: no registration meanwhile
-        assert not node.reg.exists()
-        fake_api.set_ready(*key)
+        # kubelet registers the plugin at once; its prepare waits until the claims are restored
         assert wait_until(lambda: node.reg.exists() or not node.running(), timeout=30), "no socket"
+        kubelet = Kubelet(node.reg)
+        kubelet.register()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(prepare, kubelet, "ts", "mps")
+            time.sleep(0.5)  # the plugin waits for the daemon: the prepare waits with it
+            assert not waiting.done()
+            fake_api.set_ready(*key)
+            assert waiting.result(timeout=30) == {"ts": "", "mps": ""}
+            answered.touch()
+        kubelet.close()
 
         gpu0, gpu1 = gpu_uuid(0), gpu_uuid(1)
         seen = node.driver_root.seen()
@@ -145,7 +156,7 @@ def test_after_a_reboot_settings_daemon_and_specs_are_back_before_registration(
             "mps"
         ]  # its daemon's pipe and shm; the time-sliced claim names the base spec
         written = [*specs.values(), cdi.base_spec_path(short_tmp / "cdi")]
-        assert all(p.stat().st_mtime_ns <= node.reg.stat().st_mtime_ns for p in written)
+        assert all(p.stat().st_mtime_ns <= answered.stat().st_mtime_ns for p in written)
         assert node.mounts.read_text().splitlines() == [
             str(
                 short_tmp

@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -56,10 +57,16 @@ class Instance:
         assert info.endpoint == str(self.dra)
 
     def metric(self, name: str) -> float | None:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
-            for line in resp.read().decode().splitlines():
-                if line.startswith(f"{name} "):
-                    return float(line.split()[1])
+        """The metric's value; None while the plugin has not served its metrics yet (it registers with
+        kubelet first) or does not have it."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+        except urllib.error.URLError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
         return None
 
     def stop(self) -> str:

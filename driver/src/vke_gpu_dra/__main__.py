@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from vke_gpu_dra_core import kubeconfig
 
-from .config import PROG, PluginConfigError, parse_config
+from .config import PROG, Config, PluginConfigError, parse_config
 from .logs import setup_logging
+
+if TYPE_CHECKING:
+    from .kubelet.endpoints import KubeletEndpoints
+    from .shutdown import StopSignals
 
 log = logging.getLogger("vke_gpu_dra")
 
@@ -30,14 +35,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: --kubeconfig [env KUBECONFIG]: {err}", file=sys.stderr)
             return EXIT_CONFIG
     setup_logging(config.log_format, level=logging.getLevelNamesMapping()[config.log_level.upper()])
-    # The Kubernetes client and gRPC load only once the command line is valid (fast, clear errors).
-    from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
-
+    # gRPC loads only once the command line is valid (fast, clear errors). kubelet's sockets are served
+    # before the rest of the plugin loads: kubelet registers it within milliseconds of the start, and
+    # its calls wait at the start gate until the claims are loaded (kubelet.endpoints).
+    from .kubelet.endpoints import KubeletEndpoints  # noqa: PLC0415
     from .kubelet.sockets import SocketError  # noqa: PLC0415
-    from .plugin import Plugin, StartupError  # noqa: PLC0415
+    from .shutdown import StopSignals  # noqa: PLC0415
 
+    endpoints = KubeletEndpoints(
+        driver_name=config.driver_name,
+        node_name=config.node_name,
+        dra_socket=config.dra_socket,
+        registration_socket=config.registration_socket,
+    )
+    with StopSignals() as signals:  # from here on SIGTERM stops the plugin cleanly, sockets removed
+        try:
+            endpoints.start()
+        except (SocketError, OSError) as err:
+            endpoints.stop(grace=0)
+            log.error("cannot start", extra={"fields": {"error": str(err)}})
+            return EXIT_STARTUP
+        return _run(config, endpoints, signals)
+
+
+def _run(config: Config, endpoints: KubeletEndpoints, signals: StopSignals) -> int:
+    """The rest of the plugin, loaded and started behind the served endpoints."""
     try:
-        return Plugin(config).run()
+        from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
+
+        from .kubelet.sockets import SocketError  # noqa: PLC0415
+        from .plugin import Plugin, StartupError  # noqa: PLC0415
+
+        plugin = Plugin(config, endpoints=endpoints)
+    except BaseException as err:
+        endpoints.fail(str(err) or type(err).__name__)
+        endpoints.stop(grace=0)
+        raise
+    try:
+        return plugin.run(signals)
     except (StartupError, DiscoveryError, kubeconfig.KubeconfigError, SocketError, OSError) as err:
         log.error("cannot start", extra={"fields": {"error": str(err)}})
         return EXIT_STARTUP

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from vke_gpu_dra_core import facts, featuregates, profiles
+from vke_gpu_dra_core.discovery import simulated
 from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
 from vke_gpu_dra_core.object_names import is_dns_subdomain
 
 from . import __version__
-from .checkpoint import DEFAULT_BOOT_ID_PATH
-from .kubelet.registration import dra_socket_name, registration_socket_name
-from .kubelet.sockets import MAX_SOCKET_PATH_BYTES
-from .reconcile import DEFAULT_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
+from .bootid import DEFAULT_BOOT_ID_PATH
+from .kubelet.socket_names import MAX_SOCKET_PATH_BYTES, dra_socket_name, registration_socket
+from .kubelet.socket_names import POD_RESOURCES_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from .reconcile_interval import DEFAULT_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
 
 PROG = "dra-gpu-kubelet-plugin"
 LOG_FORMATS = ("json", "text")
@@ -59,6 +60,8 @@ class Config:
     nvidia_cdi_hook_path: Path | None = None
     #: Seconds between two checks of the prepared claims against the API server (`reconcile`).
     claim_reconcile_interval: int = DEFAULT_INTERVAL_SECONDS
+    #: NUMA nodes of the simulated GPUs (`simulated.numa_layout`); empty: no numaNode attribute.
+    simulated_numa_nodes: tuple[int | None, ...] = ()
 
     @property
     def driver_root_path(self) -> Path:
@@ -71,6 +74,8 @@ class Config:
     image_name: str | None = None
     # --- taking a node over from NVIDIA's plugin ---
     nvidia_namespace: str = "nvidia-dra-driver-gpu"
+    #: kubelet's PodResources socket: the claims the pods of this node use (adopted claims' names).
+    pod_resources_socket: Path = DEFAULT_POD_RESOURCES_SOCKET
     #: The file of the node's boot id (a reboot is told by a new one); tests point it elsewhere.
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
 
@@ -86,7 +91,7 @@ class Config:
 
     @property
     def registration_socket(self) -> Path:
-        return self.registrar_dir / registration_socket_name(self.driver_name, self.rolling_update_id)
+        return registration_socket(self.registrar_dir, self.driver_name, self.rolling_update_id)
 
 
 # --- value parsers: return the typed value or raise ValueError(what is allowed) ---
@@ -231,6 +236,13 @@ OPTIONS: tuple[_Option, ...] = (
         "GPU product in simulated mode",
     ),
     _Option(
+        "simulated_numa_nodes",
+        "SIMULATED_NUMA_NODES",
+        simulated.parse_numa_nodes,
+        "",
+        "NUMA nodes of the simulated GPUs (resource.kubernetes.io/numaNode): " + simulated.NUMA_NODES_FORMAT,
+    ),
+    _Option(
         "nvidia_driver_root",
         "NVIDIA_DRIVER_ROOT",
         _abs_path,
@@ -289,6 +301,14 @@ OPTIONS: tuple[_Option, ...] = (
         _dns_subdomain(63),
         "nvidia-dra-driver-gpu",
         "namespace of NVIDIA's plugin, where its MPS control daemons of adopted claims are deleted",
+    ),
+    _Option(
+        "pod_resources_socket",
+        "POD_RESOURCES_SOCKET",
+        _abs_path,
+        str(DEFAULT_POD_RESOURCES_SOCKET),
+        "kubelet's PodResources socket, where the claims adopted from NVIDIA's plugin without a "
+        "namespace/name are looked for",
     ),
     # --- the node ---
     _Option(
@@ -368,6 +388,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
 
 
 def _check_combination(config: Config) -> None:
+    try:
+        if config.device_source == "simulated":
+            simulated.numa_layout(config.simulated_gpus, config.simulated_numa_nodes)
+    except ValueError as err:
+        raise PluginConfigError(
+            f"--simulated-numa-nodes (env SIMULATED_NUMA_NODES) does not fit --simulated-gpus "
+            f"(env SIMULATED_GPUS): {err}"
+        ) from None
     if config.feature_gates.mps and config.image_name is None:
         raise PluginConfigError(
             "--image-name (env IMAGE_NAME) is required when feature gate MPSSupport is enabled: "

@@ -1,15 +1,17 @@
 """Plugin wiring and lifecycle: discovery, device state, gRPC servers, slices, health, metrics.
 
-Start order (`_start`, one method per step): open the API -> the cluster's features (which ResourceSlice
-fields the API server keeps, shared counters included: feature gate DynamicMIG needs them before
-discovery) -> discover devices -> (DynamicMIG) add the MIG placements -> create the directories -> set
-up the driver's user-space -> build the takeover of NVIDIA's claims (on the API) -> load the prepared
-claims (the claims NVIDIA's plugin prepared adopted first, then the checkpoint read and restored, with
-the sharing manager on the API; after a reboot every completed claim gets its GPU settings, MPS
-daemons and CDI spec back here, before kubelet can call) -> reconcile the claims (a round at once,
-then periodically, in the background) -> DRA socket -> ResourceSlices and the GPU health watching
-that changes them -> health and metrics -> registration socket last, so kubelet only registers a
-plugin that can serve.
+Start order (`_start`, one method per step): serve kubelet first (the DRA socket, then the registration
+socket: kubelet registers the plugin within milliseconds of the process start, and its calls wait at the
+start gate, within their own deadline, until the claims are loaded) -> open the API -> the cluster's
+features (which ResourceSlice fields the API server keeps, shared counters included: feature gate
+DynamicMIG needs them before discovery) -> discover devices -> (DynamicMIG) add the MIG placements ->
+create the directories -> set up the driver's user-space -> build the takeover of NVIDIA's claims (on the
+API) -> load the prepared claims (the claims NVIDIA's plugin prepared adopted first, then the checkpoint
+read and restored, with the sharing manager on the API; after a reboot every completed claim gets its
+GPU settings, MPS daemons and CDI spec back here, before any call goes through) -> reconcile the claims
+(a round at once, then periodically, in the background) -> open for calls (the gate opens, the health
+streams get the devices) -> ResourceSlices and the GPU health watching that changes them -> health and
+metrics. A start that fails answers the waiting calls with why, and removes both sockets.
 Stop (SIGTERM/SIGINT): the registration socket goes first, in-flight calls get a grace period,
 both sockets are removed, the slice controller stops; the slices are left in place.
 
@@ -21,12 +23,14 @@ newcomer's first reconcile finds the pool the other one published already in syn
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from prometheus_client import start_http_server
@@ -41,19 +45,13 @@ from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS
 from .health.setup import HealthWatching
 from .kubeapi import KubeAPI
-from .kubelet.dra_service import DRAServicer, add_dra_servicer
+from .kubelet.endpoints import KubeletEndpoints
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
+from .kubelet.pod_resources import PodResourcesClient
 from .kubelet.registration import (
-    RegistrationServicer,
     RegistrationSnapshot,
-    RegistrationStatus,
-    add_registration_servicer,
 )
-from .kubelet.resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
-from .kubelet.sockets import remove_socket, unix_server
 from .metrics import Metrics
-from .partitions.publish import CounterLayout, slice_layout
-from .partitions.setup import DynamicMig, counter_layout, nvml_dynamic_mig_at, simulated_dynamic_mig
 from .reconcile import Reconciler
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
@@ -61,17 +59,21 @@ from .shutdown import StopSignals
 from .slice_controller import SliceController
 from .slices import Layout
 from .state import DeviceState, StateLockTimeout
+from .status_publisher import ClaimStatusPublisher, StatusReporting
 from .takeover import Takeover
 from .takeover import Tools as TakeoverTools
+from .takeover.node_claims import NodeClaimLookup
 from .userspace import DriverEdits, DriverRoot
+
+if TYPE_CHECKING:
+    from .partitions.publish import CounterLayout
+    from .partitions.setup import DynamicMig
 
 log = logging.getLogger(__name__)
 
 #: How long in-flight kubelet calls may take to finish at shutdown (kubelet's call timeout is 45 s,
 #: the pod's default termination grace period 30 s).
 STOP_GRACE_SECONDS = 20.0
-#: Worker threads of the DRA socket: concurrent Prepare/Unprepare calls plus health streams.
-DRA_WORKERS = 32
 
 
 class StartupError(Exception):
@@ -83,7 +85,9 @@ def make_source(config: Config, *, dynamic_mig: bool = False) -> DeviceSource:
     if config.device_source == "simulated":
         from vke_gpu_dra_core.discovery.simulated import SimulatedSource  # noqa: PLC0415  (only the chosen source is loaded)
 
-        return SimulatedSource(config.simulated_gpus, config.simulated_product, config.node_name)
+        return SimulatedSource(
+            config.simulated_gpus, config.simulated_product, config.node_name, config.simulated_numa_nodes
+        )
     from .discovery import nvml  # noqa: PLC0415  (NVML bindings load only in nvml mode)
 
     return nvml.NvmlSource(driver_root=config.driver_root_path, dynamic_mig=dynamic_mig)
@@ -100,11 +104,22 @@ class Plugin:
         api: KubeAPI | None = None,
         metrics: Metrics | None = None,
         stop_grace: float = STOP_GRACE_SECONDS,
+        endpoints: KubeletEndpoints | None = None,
     ) -> None:
+        """`endpoints`: kubelet's sockets, served already by the entry point (before this module loaded);
+        None: served first thing by `start`."""
         self.config = config
         self.metrics = metrics or Metrics()
-        self.registration = RegistrationStatus()
+        self.endpoints = endpoints or KubeletEndpoints(
+            driver_name=config.driver_name,
+            node_name=config.node_name,
+            dra_socket=config.dra_socket,
+            registration_socket=config.registration_socket,
+        )
+        self.registration = self.endpoints.registration
         self.registration.add_listener(self._on_registration)
+        #: The devices' health as kubelet's health streams report it.
+        self.health_board = self.endpoints.health_board
         self._source = source
         self._api = api
         self._owns_api = api is None
@@ -115,18 +130,16 @@ class Plugin:
         self.driver_edits: DriverEdits | None = None
         self.takeover: Takeover | None = None
         self.state: DeviceState | None = None
-        self.health_board: DeviceHealthBoard | None = None
         self.slices: SliceController | None = None
         #: DynamicMIG on a server keeping shared counters: the slice layout of its counters, else None.
         self.mig_layout: CounterLayout | None = None
         #: The partitioned GPUs (DynamicMIG on a server keeping shared counters), else None.
         self.dynamic_mig: DynamicMig | None = None
         self.reconciler: Reconciler | None = None
+        #: Writes prepared claims' status.devices in the background (claim_status, status_publisher).
+        self.claim_status: ClaimStatusPublisher | None = None
         self.health: HealthWatching | None = None
         self.cluster: ClusterFeatures = NONE_KEPT
-        self._dra: grpc.Server | None = None
-        self._dra_servicer: DRAServicer | None = None
-        self._reg: grpc.Server | None = None
         self._health: grpc.Server | None = None
         self._metrics_server: Any = None
         self.health_port = 0
@@ -150,11 +163,14 @@ class Plugin:
         )
         try:
             self._start()
-        except Exception:
+        except Exception as err:
+            self.endpoints.fail(str(err) or type(err).__name__)  # calls waiting for the start answer now
             self.stop(grace=0)
             raise
 
     def _start(self) -> None:
+        started = time.monotonic()
+        self._serve_kubelet()
         self._open_api()
         self._know_the_cluster()
         self._discover_devices()
@@ -164,10 +180,21 @@ class Plugin:
         self._build_takeover()
         self._load_prepared_claims()
         self._reconcile_claims()
-        self._serve_dra()
+        self._open_for_calls()
         self._publish_slices()
         self._serve_health_and_metrics()
-        self._register_with_kubelet()
+        log.info(
+            "serving",
+            extra={
+                "fields": {
+                    "registration_socket": str(self.config.registration_socket),
+                    "dra_socket": str(self.config.dra_socket),
+                    "healthcheck_port": self.config.healthcheck_port,
+                    "metrics_port": self.config.metrics_port,
+                    "start_seconds": round(time.monotonic() - started, 3),
+                }
+            },
+        )
 
     # --- start-up steps, in the order `_start` takes them ---
 
@@ -186,6 +213,9 @@ class Plugin:
         cluster_features.report(self.cluster, self.metrics)
         if not cfg.feature_gates.dynamic_mig:
             return
+        # Dynamic MIG (the MIG lifecycle's NVML bindings) loads only with its gate on.
+        from .partitions.setup import counter_layout  # noqa: PLC0415
+
         self.mig_layout = counter_layout(self.cluster)
         if self.mig_layout is None:
             log.warning(
@@ -217,6 +247,8 @@ class Plugin:
         cfg = self.config
         if not self._dynamic_mig_on():
             return
+        from .partitions.setup import nvml_dynamic_mig_at, simulated_dynamic_mig  # noqa: PLC0415
+
         if cfg.device_source == "simulated":
             self.dynamic_mig = simulated_dynamic_mig(self.devices, cfg.plugin_data_dir)
         else:
@@ -328,23 +360,46 @@ class Plugin:
             pool_name=cfg.node_name,
             metrics=self.metrics,
             interval=cfg.claim_reconcile_interval,
-            pods=self._api,
-            node_name=cfg.node_name,
+            lookup=NodeClaimLookup(
+                driver_name=cfg.driver_name,
+                node_name=cfg.node_name,
+                pod_resources=PodResourcesClient(cfg.pod_resources_socket),
+                nodes=self._api,
+                pods=self._api,
+            ),
         )
         self.state.holder_check = self.reconciler.check_holders
         self.reconciler.start()
 
-    def _serve_dra(self) -> None:
-        """The DRA socket: v1 and v1beta1 prepare/unprepare, and resource health."""
+    def _serve_kubelet(self) -> None:
+        """First of all (unless the entry point did it already): the DRA socket, then the registration
+        socket (`kubelet.endpoints`). kubelet registers the plugin at once; its calls wait at the start
+        gate, within their own deadline, until the claims are loaded (`_open_for_calls`)."""
+        if not self.endpoints.started:
+            self.endpoints.start()
+
+    def _open_for_calls(self) -> None:
+        """The claims are loaded: kubelet's calls go through (the gate opens), the health streams get the
+        devices, and prepared claims' status is written in the background (claim_status)."""
         cfg = self.config
         assert self._api is not None and self.state is not None
-        self.health_board = DeviceHealthBoard(cfg.node_name, self.devices)
+        self.claim_status = ClaimStatusPublisher(
+            self._api,
+            driver_name=cfg.driver_name,
+            pool_name=cfg.node_name,
+            devices=self.devices,
+            gates=cfg.feature_gates,
+            metrics=self.metrics,
+        )
+        self.claim_status.start()
+        self.endpoints.open(
+            claims=self._api,
+            state=StatusReporting(self.state, self.claim_status),
+            metrics=self.metrics,
+            devices=self.devices,
+        )
         self.metrics.devices_unhealthy.set(self.health_board.unhealthy_count())
-        self._dra = unix_server(cfg.dra_socket, max_workers=DRA_WORKERS, name="dra")
-        self._dra_servicer = DRAServicer(claims=self._api, state=self.state, metrics=self.metrics)
-        add_dra_servicer(self._dra, self._dra_servicer)
-        add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
-        self._dra.start()
+        log.info("serving kubelet's calls", extra={"fields": {"devices": len(self.devices)}})
 
     def _slice_entry(self) -> Callable[[Device], dict[str, Any]]:
         """How a device is published: with consumable shares when the gate is on and the server keeps
@@ -367,7 +422,7 @@ class Plugin:
     def _publish_slices(self) -> None:
         """The ResourceSlices, and the GPU health watching that changes them (docs/health.md)."""
         cfg = self.config
-        assert self._api is not None and self._source is not None and self.health_board is not None
+        assert self._api is not None and self._source is not None
         self.health = HealthWatching.prepare(
             self.cluster,
             driver=cfg.driver_name,
@@ -400,6 +455,8 @@ class Plugin:
         """DynamicMIG: the partitioned GPUs with their counter sets, in the server's layout."""
         if self.dynamic_mig is None or self.mig_layout is None or self.cluster.version is None:
             return None
+        from .partitions.publish import slice_layout  # noqa: PLC0415
+
         return slice_layout(
             self.dynamic_mig.manager.gpus,
             self.mig_layout,
@@ -419,46 +476,15 @@ class Plugin:
             self._metrics_server, _ = start_http_server(cfg.metrics_port, registry=self.metrics.registry)
             self.metrics_port = cfg.metrics_port
 
-    def _register_with_kubelet(self) -> None:
-        """The registration socket, last: kubelet registers the plugin as soon as it appears."""
-        cfg = self.config
-        self._reg = unix_server(cfg.registration_socket, max_workers=4, name="registration")
-        add_registration_servicer(
-            self._reg,
-            RegistrationServicer(
-                driver_name=cfg.driver_name, dra_endpoint=cfg.dra_socket, status=self.registration
-            ),
-        )
-        self._reg.start()
-        log.info(
-            "serving",
-            extra={
-                "fields": {
-                    "registration_socket": str(cfg.registration_socket),
-                    "dra_socket": str(cfg.dra_socket),
-                    "healthcheck_port": cfg.healthcheck_port,
-                    "metrics_port": cfg.metrics_port,
-                }
-            },
-        )
-
     def stop(self, grace: float | None = None) -> None:
         """Stop serving; idempotent. In-flight calls get `grace` seconds to finish."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         grace = self._stop_grace if grace is None else grace
-        cfg = self.config
-        if self._reg is not None:
-            self._reg.stop(grace).wait()
-        remove_socket(cfg.registration_socket)
-        if self.health_board is not None:
-            self.health_board.close()  # ends resource-health streams
-        if self._dra is not None:
-            self._dra.stop(grace).wait()
-        remove_socket(cfg.dra_socket)
-        if self._dra_servicer is not None:
-            self._dra_servicer.close()  # its claim-reader pool, once no call can use it
+        self.endpoints.stop(grace)
+        if self.claim_status is not None:
+            self.claim_status.stop()  # the queued status writes, then the worker
         if self.health is not None:
             self.health.stop()
         if self.slices is not None:
@@ -474,15 +500,17 @@ class Plugin:
             self._api.close()
         log.info("stopped")
 
-    def run(self) -> int:
-        """Start, serve until SIGTERM or SIGINT, stop; the exit code."""
-        with StopSignals() as stop_signals:
+    def run(self, stop_signals: StopSignals | None = None) -> int:
+        """Start, serve until SIGTERM or SIGINT, stop; the exit code. `stop_signals`: caught already by
+        the caller (the entry point catches them before it serves kubelet's sockets)."""
+        with contextlib.ExitStack() as stack:
+            signals = stop_signals or stack.enter_context(StopSignals())
             try:
                 self.start()
                 # What imports and start-up created lives as long as the process: keep it out of the
                 # garbage collector's full passes, which otherwise stall a kubelet call for milliseconds.
                 gc.freeze()
-                received = stop_signals.wait()
+                received = signals.wait()
                 log.info("signal received, shutting down", extra={"fields": {"signal": received.name}})
             finally:
                 self.stop()

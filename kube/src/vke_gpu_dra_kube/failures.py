@@ -13,15 +13,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 import urllib3
 
+from .reasons import CREDENTIALS_ERROR, TIMEOUT, TLS_ERROR, TRANSPORT_ERROR, UNREACHABLE
 from .settings import REQUEST_TIMEOUT, Timeout
 
-#: `NetworkFailure.reason` values.
-UNREACHABLE: Final = "Unreachable"
-TIMEOUT: Final = "Timeout"
-TLS_ERROR: Final = "TLSError"
-TRANSPORT_ERROR: Final = "TransportError"
-#: No request was sent: the credentials could not be had (an exec plugin failed, a token file vanished).
-CREDENTIALS_ERROR: Final = "CredentialsError"
+__all__ = [
+    "CREDENTIALS_ERROR",
+    "TIMEOUT",
+    "TLS_ERROR",
+    "TRANSPORT_ERROR",
+    "UNREACHABLE",
+    "NetworkFailure",
+    "network_failure",
+]
+
 
 _DNS_TEXTS: Final = (
     "Name or service not known",

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
-from ..kubeapi import KubeError
+from ..api_errors import KubeError
 
 #: Threads reading claims, shared by all calls (the API client's pool has room for them).
 FETCH_WORKERS = 32

@@ -21,22 +21,25 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
-from prometheus_client import Counter
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
-from ..metrics import Metrics
 from ._proto.dra.v1 import api_pb2 as v1_pb2
 from ._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from ._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from ._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
+from .start_gate import StartGate
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
+    from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-DRA_SOCKET_NAME = "dra.sock"
 
 _PB_BY_PACKAGE: dict[str, ModuleType] = {
     v1_pb2.DESCRIPTOR.package: v1_pb2,
@@ -85,17 +88,50 @@ class DRAServicer:
     def __init__(
         self,
         *,
-        claims: ClaimReader,
+        metrics: Metrics | None = None,
+        claims: ClaimReader | None = None,
+        state: ClaimPreparer | None = None,
+        fetcher: ClaimFetcher | None = None,
+        gate: StartGate | None = None,
+    ) -> None:
+        """Served before the plugin is ready (`gate`): `bind` gives the claims, the state and the metrics
+        once it is."""
+        self._gate = gate
+        self._bound: tuple[ClaimFetcher, ClaimPreparer, Metrics] | None = None
+        if state is not None and metrics is not None and (claims is not None or fetcher is not None):
+            self.bind(claims=claims, state=state, metrics=metrics, fetcher=fetcher)
+
+    def bind(
+        self,
+        *,
         state: ClaimPreparer,
         metrics: Metrics,
+        claims: ClaimReader | None = None,
         fetcher: ClaimFetcher | None = None,
     ) -> None:
-        self._state = state
-        self._metrics = metrics
-        self._fetcher = fetcher or ClaimFetcher(claims)
+        """Where claims are read and prepared, and counted; the gate opens after this."""
+        if fetcher is None:
+            if claims is None:
+                raise ValueError("bind needs the claims' reader or a fetcher")
+            fetcher = ClaimFetcher(claims)
+        self._bound = (fetcher, state, metrics)
 
     def close(self) -> None:
-        self._fetcher.close()
+        if self._bound is not None:
+            self._bound[0].close()
+
+    def _ready(
+        self, refs: Sequence[ClaimRef], entries: Any, deadline: Deadline
+    ) -> tuple[ClaimFetcher, ClaimPreparer, Metrics] | None:
+        """Wait for the plugin to be ready within the call's deadline; else every claim answers why."""
+        why = self._gate.wait(deadline.at) if self._gate is not None else None
+        if why is None and self._bound is not None:
+            return self._bound
+        why = why or "the plugin is not serving yet"
+        for ref in refs:
+            entries[ref.uid].error = f"claim {ref.namespace}/{ref.name}: {why}"
+        log.warning("call before the plugin was ready", extra={"fields": {"claims": len(refs), "why": why}})
+        return None
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
@@ -106,10 +142,14 @@ class DRAServicer:
         call_id = next(_call_ids)
         started = time.monotonic()
         refs = unique_claims(request.claims)
-        fetched = self._fetcher.fetch(refs, deadline)
+        bound = self._ready(refs, response.claims, deadline)
+        if bound is None:
+            return response
+        fetcher, state, metrics = bound
+        fetched = fetcher.fetch(refs, deadline)
 
         def prepare(ref: ClaimRef) -> list[PreparedDevice]:
-            return self._state.prepare(ref, check_claim(ref, fetched[ref.uid].result()), deadline=deadline.at)
+            return state.prepare(ref, check_claim(ref, fetched[ref.uid].result()), deadline=deadline.at)
 
         answer_each_claim(
             refs,
@@ -117,10 +157,10 @@ class DRAServicer:
             call_id=call_id,
             action=prepare,
             answer=_answer_prepared,
-            results=self._metrics.prepare_claims,
+            results=metrics.prepare_claims,
             wording=_PREPARE,
         )
-        self._metrics.prepare_seconds.observe(time.monotonic() - started)
+        metrics.prepare_seconds.observe(time.monotonic() - started)
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -131,20 +171,25 @@ class DRAServicer:
         deadline = Deadline.of(context)
         call_id = next(_call_ids)
         started = time.monotonic()
+        refs = unique_claims(request.claims)
+        bound = self._ready(refs, response.claims, deadline)
+        if bound is None:
+            return response
+        _, state, metrics = bound
 
         def unprepare(ref: ClaimRef) -> None:
-            self._state.unprepare(ref, deadline=deadline.at)
+            state.unprepare(ref, deadline=deadline.at)
 
         answer_each_claim(
-            unique_claims(request.claims),
+            refs,
             response.claims,
             call_id=call_id,
             action=unprepare,
             answer=_answer_unprepared,
-            results=self._metrics.unprepare_claims,
+            results=metrics.unprepare_claims,
             wording=_UNPREPARE,
         )
-        self._metrics.unprepare_seconds.observe(time.monotonic() - started)
+        metrics.unprepare_seconds.observe(time.monotonic() - started)
         return response
 
 

@@ -10,10 +10,7 @@ it. kubelet finds registration sockets by watching the registrar directory, what
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,11 +21,28 @@ import grpc
 
 from ._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from ._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from .dra_service import DRA_SOCKET_NAME
 from .resource_health import HEALTH_SERVICES
-from .sockets import MAX_SOCKET_PATH_BYTES
+from .socket_names import (
+    DRA_SOCKET_NAME,
+    dra_socket_name,
+    registration_socket,
+    registration_socket_name,
+    rolling_update_registration_names,
+)
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "DRA_SOCKET_NAME",
+    "RegistrationServicer",
+    "RegistrationSnapshot",
+    "RegistrationStatus",
+    "add_registration_servicer",
+    "dra_socket_name",
+    "registration_socket",
+    "registration_socket_name",
+    "rolling_update_registration_names",
+]
 
 PLUGIN_TYPE = "DRAPlugin"
 #: The DRA services on the DRA socket, in order of preference (kubelet takes the first it knows).
@@ -37,51 +51,6 @@ DRA_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 #: kubelet picks its DRA service from the first two and (1.37+) its health service from the last
 #: two; a kubelet ignores the names it does not know.
 SUPPORTED_VERSIONS = DRA_SERVICES + HEALTH_SERVICES
-#: SHA-256 bytes of the pod UID in the second rolling-update name.
-_UID_HASH_BYTES = 8
-#: SHA-256 bytes of the driver name, a NUL and the pod UID in the last rolling-update name.
-_DRIVER_UID_HASH_BYTES = 16
-
-
-def registration_socket_name(driver_name: str) -> str:
-    """`<driver>-reg.sock`, the name without a rolling-update id."""
-    return f"{driver_name}-reg.sock"
-
-
-def _hash(text: str, size: int) -> str:
-    """The first `size` bytes of SHA-256(text) in unpadded URL-safe base64."""
-    digest = hashlib.sha256(text.encode()).digest()[:size]
-    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
-
-
-def rolling_update_registration_names(driver_name: str, rolling_update_id: str) -> tuple[str, str, str]:
-    """The registration socket names for a rolling-update id, in order of preference:
-    `<driver>-<id>-reg.sock`, `<driver>-<hash of id>-reg.sock`, `dra-<hash of driver and id>-reg.sock`."""
-    driver_and_id = f"{driver_name}\x00{rolling_update_id}"
-    return (
-        f"{driver_name}-{rolling_update_id}-reg.sock",
-        f"{driver_name}-{_hash(rolling_update_id, _UID_HASH_BYTES)}-reg.sock",
-        f"dra-{_hash(driver_and_id, _DRIVER_UID_HASH_BYTES)}-reg.sock",
-    )
-
-
-def registration_socket(registrar_dir: Path, driver_name: str, rolling_update_id: str | None = None) -> Path:
-    """Where the registration socket goes: the fixed name, or with a rolling-update id the first of
-    its names whose path fits `MAX_SOCKET_PATH_BYTES` (else the last, the shortest)."""
-    if rolling_update_id is None:
-        return registrar_dir / registration_socket_name(driver_name)
-    paths = [
-        registrar_dir / name for name in rolling_update_registration_names(driver_name, rolling_update_id)
-    ]
-    return next((p for p in paths if len(os.fsencode(p)) <= MAX_SOCKET_PATH_BYTES), paths[-1])
-
-
-def dra_socket_name(rolling_update_id: str | None = None) -> str:
-    """`dra.sock`, or `dra-<id>.sock` with a rolling-update id (the registration's endpoint names it)."""
-    if rolling_update_id is None:
-        return DRA_SOCKET_NAME
-    stem, dot, suffix = DRA_SOCKET_NAME.rpartition(".")
-    return f"{stem}-{rolling_update_id}{dot}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -102,8 +71,12 @@ class RegistrationStatus:
         self._listeners: list[Callable[[RegistrationSnapshot], None]] = []
 
     def add_listener(self, listener: Callable[[RegistrationSnapshot], None]) -> None:
+        """Call `listener` on every change, and at once with what kubelet reported already (if anything)."""
         with self._lock:
             self._listeners.append(listener)
+            snapshot = self._snapshot
+        if snapshot.registered is not None:
+            listener(snapshot)
 
     def record(self, registered: bool, error: str) -> None:
         snapshot = RegistrationSnapshot(registered, error, time.time())

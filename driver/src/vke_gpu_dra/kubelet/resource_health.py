@@ -59,16 +59,35 @@ class DeviceHealthEntry:
 class DeviceHealthBoard:
     """Current health of this node's devices, with a version number bumped on every change."""
 
-    def __init__(self, pool_name: str, devices: Sequence[Device]) -> None:
-        now = int(time.time())
+    def __init__(self, pool_name: str, devices: Sequence[Device] | None = None) -> None:
+        """`devices` None: not known yet (the plugin registers before discovery); `add_devices` gives
+        them, and the streams send nothing until then."""
         self.pool_name = pool_name
         self._cond = threading.Condition()
-        self._entries = {
-            d.name: DeviceHealthEntry(d.name, d.healthy, now, "healthy" if d.healthy else "unhealthy")
-            for d in devices
-        }
+        self._entries: dict[str, DeviceHealthEntry] = {}
         self._version = 0
         self._closed = False
+        self._known = False
+        if devices is not None:
+            self.add_devices(devices)
+
+    def add_devices(self, devices: Sequence[Device]) -> None:
+        """The node's devices, discovered: each healthy or not as discovery found it."""
+        now = int(time.time())
+        with self._cond:
+            self._entries = {
+                d.name: DeviceHealthEntry(d.name, d.healthy, now, "healthy" if d.healthy else "unhealthy")
+                for d in devices
+            }
+            self._known = True
+            self._version += 1
+            self._cond.notify_all()
+
+    @property
+    def known(self) -> bool:
+        """The devices are known (`add_devices`)."""
+        with self._cond:
+            return self._known
 
     def set_health(self, device_name: str, healthy: bool) -> bool:
         """Record a device's health; True when it changed."""
@@ -162,7 +181,8 @@ class ResourceHealthServicer(health_grpc.DRAResourceHealthServicer):
         context.add_callback(self._board.wake)
         while context.is_active() and not self._board.closed:
             version, entries = self._board.snapshot()
-            yield health_response(self._board.pool_name, entries)
+            if self._board.known:  # registered before discovery: nothing to say until the devices are known
+                yield health_response(self._board.pool_name, entries)
             self._board.wait(version, self._resend_interval)
 
 

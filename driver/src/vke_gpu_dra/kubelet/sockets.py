@@ -11,10 +11,11 @@ from pathlib import Path
 
 import grpc
 
-log = logging.getLogger(__name__)
+from .socket_names import MAX_SOCKET_PATH_BYTES
 
-#: Linux limit for a unix socket path (sun_path is 108 bytes including the terminating NUL).
-MAX_SOCKET_PATH_BYTES = 107
+__all__ = ["MAX_SOCKET_PATH_BYTES", "SocketError", "prepare_socket_path", "remove_socket", "unix_server"]
+
+log = logging.getLogger(__name__)
 
 
 class SocketError(Exception):

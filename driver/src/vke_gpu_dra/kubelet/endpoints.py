@@ -1,0 +1,109 @@
+"""What kubelet talks to: the DRA socket and the registration socket, served first of all.
+
+`KubeletEndpoints.start` serves the DRA socket (prepare/unprepare v1 and v1beta1, resource health v1
+and v1alpha1) and then the registration socket, before the plugin loads anything else: kubelet finds
+and registers the plugin within milliseconds of the process start (the entry point imports the rest of
+the plugin only afterwards). Until `open` gives the claims, the state, the metrics and the devices,
+kubelet's calls wait at the start gate within their own deadline, and the health streams say nothing;
+`fail` answers the waiting calls with why the start failed.
+
+This module loads gRPC, the kubelet protocols and the gate only: no API client, no metrics library.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from .dra_service import ClaimPreparer, DRAServicer, add_dra_servicer
+from .registration import RegistrationServicer, RegistrationStatus, add_registration_servicer
+from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_resource_health_servicer
+from .sockets import remove_socket, unix_server
+from .start_gate import StartGate
+
+if TYPE_CHECKING:
+    import grpc
+    from vke_gpu_dra_core.device_model import Device
+
+    from ..metrics import Metrics
+    from .claim_fetch import ClaimReader
+
+log = logging.getLogger(__name__)
+
+#: Worker threads of the DRA socket: concurrent Prepare/Unprepare calls plus health streams.
+DRA_WORKERS: Final = 32
+#: Worker threads of the registration socket (GetInfo, NotifyRegistrationStatus).
+REGISTRATION_WORKERS: Final = 4
+
+
+class KubeletEndpoints:
+    """The plugin's two sockets for kubelet, with the start gate in front of the DRA calls."""
+
+    def __init__(
+        self, *, driver_name: str, node_name: str, dra_socket: Path, registration_socket: Path
+    ) -> None:
+        self.driver_name = driver_name
+        self.dra_socket = dra_socket
+        self.registration_socket = registration_socket
+        self.gate = StartGate()
+        self.registration = RegistrationStatus()
+        self.health_board = DeviceHealthBoard(node_name)
+        self.dra_servicer = DRAServicer(gate=self.gate)
+        self._dra: grpc.Server | None = None
+        self._reg: grpc.Server | None = None
+
+    def start(self) -> None:
+        """Serve the DRA socket, then the registration socket (kubelet registers the plugin at once)."""
+        self._dra = unix_server(self.dra_socket, max_workers=DRA_WORKERS, name="dra")
+        add_dra_servicer(self._dra, self.dra_servicer)
+        add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
+        self._dra.start()
+        self._reg = unix_server(
+            self.registration_socket, max_workers=REGISTRATION_WORKERS, name="registration"
+        )
+        add_registration_servicer(
+            self._reg,
+            RegistrationServicer(
+                driver_name=self.driver_name, dra_endpoint=self.dra_socket, status=self.registration
+            ),
+        )
+        self._reg.start()
+        log.info(
+            "registration served",
+            extra={
+                "fields": {
+                    "registration_socket": str(self.registration_socket),
+                    "dra_socket": str(self.dra_socket),
+                }
+            },
+        )
+
+    @property
+    def started(self) -> bool:
+        return self._reg is not None
+
+    def open(
+        self, *, claims: ClaimReader, state: ClaimPreparer, metrics: Metrics, devices: Sequence[Device]
+    ) -> None:
+        """The plugin is ready: the health streams get the devices, and kubelet's calls go through."""
+        self.health_board.add_devices(devices)
+        self.dra_servicer.bind(claims=claims, state=state, metrics=metrics)
+        self.gate.open()
+
+    def fail(self, why: str) -> None:
+        """The start failed: calls waiting at the gate answer `why`."""
+        self.gate.fail(why)
+
+    def stop(self, grace: float) -> None:
+        """The registration socket first (kubelet stops calling), then the DRA socket after `grace` seconds
+        for the calls in flight; both socket files are removed."""
+        if self._reg is not None:
+            self._reg.stop(grace).wait()
+        remove_socket(self.registration_socket)
+        self.health_board.close()  # ends resource-health streams
+        if self._dra is not None:
+            self._dra.stop(grace).wait()
+        remove_socket(self.dra_socket)
+        self.dra_servicer.close()  # its claim-reader pool, once no call can use it

@@ -1,0 +1,127 @@
+"""The plugin registers before the slow parts of its start; kubelet's calls wait for the claims to load.
+
+A real Plugin with the fake API server and kubelet's gRPC client: its claim loading is held on an event,
+so the test sees the registration socket answer GetInfo and a prepare wait, then go through once the
+claims are loaded; and a start that fails answers the waiting call with why.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from vke_gpu_dra.kubelet.start_gate import StartGate
+from vke_gpu_dra.plugin import Plugin, StartupError
+from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
+from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_config, wait_until
+
+
+def test_the_gate_answers_why_a_call_cannot_go_on() -> None:
+    gate = StartGate()
+    assert gate.wait(time.monotonic() + 0.01) == (
+        "the plugin is still starting (restoring its prepared claims); kubelet retries"
+    )
+    gate.fail("device discovery failed: no GPU")
+    assert gate.wait(time.monotonic() + 10) == "the plugin failed to start: device discovery failed: no GPU"
+    assert not gate.is_open
+    opened = StartGate()
+    opened.open()
+    assert opened.wait(time.monotonic()) is None and opened.is_open
+
+
+class HeldStart:
+    """A Plugin whose claim loading waits for `release` (what a slow restore after a reboot looks like)."""
+
+    def __init__(self, short_tmp: Path, *, fail: bool = False) -> None:
+        self.plugin = Plugin(plugin_config(short_tmp), stop_grace=2)
+        self.release = threading.Event()
+        self.loading = threading.Event()
+        load = self.plugin._load_prepared_claims
+
+        def held() -> None:
+            self.loading.set()
+            assert self.release.wait(30)
+            if fail:
+                raise StartupError("cannot read the prepared claims: test")
+            load()
+
+        self.plugin._load_prepared_claims = held  # type: ignore[method-assign]
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._start, daemon=True)
+
+    def _start(self) -> None:
+        try:
+            self.plugin.start()
+        except BaseException as err:  # the test reads it
+            self.errors.append(err)
+
+
+@pytest.fixture
+def held(short_tmp: Path, fake_api: FakeAPIServer) -> Iterator[HeldStart]:
+    fake_api.add_node(NODE)
+    start = HeldStart(short_tmp)
+    start.thread.start()
+    yield start
+    start.release.set()
+    start.thread.join(30)
+    start.plugin.stop()
+
+
+def test_getinfo_answers_before_the_claims_are_loaded_and_a_prepare_waits_for_them(
+    held: HeldStart, fake_api: FakeAPIServer
+) -> None:
+    assert held.loading.wait(30)
+    kubelet = Kubelet(held.plugin.registration_socket)
+    try:
+        info = kubelet.register()  # the claims are not loaded yet
+        assert info.name and info.endpoint == str(held.plugin.dra_socket)
+        fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(kubelet.prepare, [("default", "c1", "uid-1")])
+            time.sleep(0.2)
+            assert not waiting.done()  # held at the gate, within its deadline
+            held.release.set()
+            answer = waiting.result(timeout=30)["uid-1"]
+        assert answer["error"] == "" and answer["devices"][0]["device_name"] == "gpu-0"
+    finally:
+        kubelet.close()
+    assert wait_until(lambda: held.plugin.slices is not None, timeout=30)
+
+
+def test_a_call_whose_deadline_comes_first_answers_that_the_plugin_is_starting(held: HeldStart) -> None:
+    assert held.loading.wait(30)
+    kubelet = Kubelet(held.plugin.registration_socket)
+    try:
+        kubelet.register()
+        answer = kubelet.prepare([("default", "c1", "uid-1")], timeout=2.0)["uid-1"]
+    finally:
+        kubelet.close()
+    assert "the plugin is still starting" in answer["error"] and answer["devices"] == []
+
+
+def test_a_start_that_fails_answers_the_waiting_call_and_removes_the_sockets(
+    short_tmp: Path, fake_api: FakeAPIServer
+) -> None:
+    fake_api.add_node(NODE)
+    start = HeldStart(short_tmp, fail=True)
+    start.thread.start()
+    assert start.loading.wait(30)
+    kubelet = Kubelet(start.plugin.registration_socket)
+    try:
+        kubelet.register()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(kubelet.prepare, [("default", "c1", "uid-1")])
+            time.sleep(0.2)
+            start.release.set()
+            answer = waiting.result(timeout=30)["uid-1"]
+    finally:
+        kubelet.close()
+    start.thread.join(30)
+    assert answer["error"].endswith("the plugin failed to start: cannot read the prepared claims: test")
+    assert [str(e) for e in start.errors] == ["cannot read the prepared claims: test"]
+    assert not start.plugin.registration_socket.exists() and not start.plugin.dra_socket.exists()
