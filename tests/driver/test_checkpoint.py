@@ -142,3 +142,24 @@ def test_read_boot_id_strips_the_line_and_names_the_file_when_it_cannot(tmp_path
     path.write_text("\n")
     with pytest.raises(cp.BootIdError, match=rf"the node's boot id file {path} is empty"):
         cp.read_boot_id(path)
+
+
+def test_a_file_unchanged_since_this_store_wrote_it_is_not_parsed_again_and_another_write_is(
+    tmp_path, monkeypatch
+):
+    decoded = []
+    real_decode = cp.decode
+    monkeypatch.setattr(cp, "decode", lambda data: decoded.append(1) or real_decode(data))
+    ours, other = CheckpointStore(tmp_path), CheckpointStore(tmp_path)  # two plugin processes
+    entry = ClaimEntry("uid-1", "default", "c", ClaimState.PREPARE_COMPLETED)
+    ours.save({"uid-1": entry})
+    assert ours.load().entries == {"uid-1": entry} and decoded == []  # what it wrote, unchanged
+    loaded = ours.load().entries
+    loaded.pop("uid-1")  # a caller's copy: changing it changes nothing kept
+    assert ours.load().entries == {"uid-1": entry}
+    assert other.load().entries == {"uid-1": entry} and len(decoded) == 1  # the other reads the file
+    other.save({})  # the other process's write: a new file
+    assert ours.load().entries == {} and len(decoded) == 2
+    (tmp_path / cp.CHECKPOINT_FILE).write_text("not json")  # changed in place: read (and moved aside)
+    result = ours.load()
+    assert result.entries == {} and result.problem is not None

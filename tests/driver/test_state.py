@@ -99,10 +99,71 @@ def test_results_of_other_drivers_are_ignored(dirs):
     assert [d.device_name for d in got] == ["gpu-3"]
 
 
-def test_same_device_in_two_results_is_one_cdi_device(dirs):
+def test_same_device_in_two_results_is_one_device_of_both_requests(dirs):
     got = make_state(dirs).prepare(ref(), claim("uid-1", result("gpu-0", "a"), result("gpu-0", "b")))
-    assert [d.request_names for d in got] == [("a",), ("b",)]
-    assert {i for d in got for i in d.cdi_device_ids} == {base_id("gpu-0")}
+    # one device serving both requests: a container naming the whole claim gets its CDI id once
+    assert got == [PreparedDevice(("a", "b"), POOL, "gpu-0", (base_id("gpu-0"),))]
+
+
+def test_a_prepare_retried_after_a_partial_failure_answers_each_cdi_id_once(dirs, monkeypatch):
+    """kubelet 1.37 fixed passing duplicate CDI ids after a retried, partly failed prepare (#140274): the
+    retry's answer is the claim's answer, never the failed attempt's added to it."""
+    state = make_state(dirs)
+    body = claim("uid-1", share("gpu-0", "s1", "a"), share("gpu-0", "s1", "b"), share("gpu-1", "s2", "a"))
+    real_write = cdi.write_claim_spec
+    attempts = []
+
+    def fail_first(*args, **kwargs):
+        attempts.append(args[1])
+        if len(attempts) == 1:
+            raise OSError(28, "No space left on device")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(cdi, "write_claim_spec", fail_first)
+    with pytest.raises(ClaimError, match="No space left"):
+        state.prepare(ref(), body)
+    got = state.prepare(ref(), body)
+    ids = [i for d in got for i in d.cdi_device_ids]
+    assert ids == [claim_id("uid-1", "gpu-0", "s1"), claim_id("uid-1", "gpu-1", "s2")]
+    assert [d.request_names for d in got] == [("a", "b"), ("a",)]
+    assert state.prepare(ref(), body) == got  # and the repeated prepare, from the checkpoint
+    spec = cdi.load_spec(cdi.claim_spec_path(dirs[0], "uid-1"))
+    assert [d["name"] for d in spec["devices"]] == ["uid-1-gpu-0-share-s1", "uid-1-gpu-1-share-s2"]
+
+
+def test_a_prepare_that_arrives_during_the_unprepare_of_its_claim_answers_what_the_checkpoint_holds(
+    dirs, monkeypatch
+):
+    """kubelet 1.37 fixed a prepare attaching a pod to a claim being unprepared (#140527). Here the two
+    never overlap: the prepare runs after the unprepare, prepares the claim anew and answers it, and the
+    checkpoint ends up holding it as completed."""
+    state = make_state(dirs)
+    body = claim("uid-1", share("gpu-0", "s1"))
+    first = state.prepare(ref(), body)
+    cleaning, release = threading.Event(), threading.Event()
+    real_clean = state._lifecycle.clean
+
+    def slow_clean(*args, **kwargs):
+        cleaning.set()
+        assert release.wait(30)
+        return real_clean(*args, **kwargs)
+
+    monkeypatch.setattr(state._lifecycle, "clean", slow_clean)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        unprepared = pool.submit(state.unprepare, ref())
+        assert cleaning.wait(30)
+        prepared = pool.submit(state.prepare, ref(), body)
+        time.sleep(0.1)
+        assert not prepared.done()  # waits for the unprepare of the same claim
+        monkeypatch.setattr(state._lifecycle, "clean", real_clean)
+        release.set()
+        assert unprepared.result(30) is None
+        again = prepared.result(30)
+    assert again == first
+    assert state.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
+    assert cdi.claim_spec_path(dirs[0], "uid-1").exists()
+    state.unprepare(ref())
+    assert state.entries() == {} and cdi.list_claim_specs(dirs[0]) == {}
 
 
 def test_a_claim_with_edits_of_its_own_gets_its_own_spec(dirs):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,16 +33,27 @@ from typing import Any, Final
 
 from vke_gpu_dra_core.device_model import PreparedDevice
 
+from .bootid import DEFAULT_BOOT_ID_PATH, BootIdError, read_boot_id
 from .fsutil import atomic_write, fsync_dir
 from .partitions.records import MigRecord
 from .sharing.records import SharingRecord
 
+__all__ = [
+    "BOOT_ID_FILE",
+    "CHECKPOINT_FILE",
+    "DEFAULT_BOOT_ID_PATH",
+    "BootIdError",
+    "CheckpointError",
+    "CheckpointStore",
+    "ClaimEntry",
+    "ClaimState",
+    "LoadResult",
+    "read_boot_id",
+]
+
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
 #: The boot id the checkpoint's entries were last restored for, next to the checkpoint.
 BOOT_ID_FILE: Final = "vke-gpu-dra-checkpoint.boot-id"
-#: Where Linux tells the current boot apart from the others (a new random id at every boot; the
-#: host kernel's in every container, as /proc/sys is not namespaced).
-DEFAULT_BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 FORMAT: Final = "vke-gpu-dra-checkpoint"
 VERSION: Final = 1
 
@@ -127,20 +139,8 @@ class CheckpointError(ValueError):
     """The checkpoint file is not a valid checkpoint (bad JSON, checksum or shape)."""
 
 
-class BootIdError(Exception):
-    """The node's boot id cannot be read; the message names the file and why."""
-
-
-def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
-    """The current boot id: the file's first line, stripped; BootIdError when missing or empty."""
-    try:
-        text = path.read_text(encoding="ascii", errors="replace")
-    except OSError as exc:
-        raise BootIdError(f"cannot read the node's boot id from {path}: {exc.strerror or exc}") from None
-    lines = text.strip().splitlines()
-    if not lines or not lines[0].strip():
-        raise BootIdError(f"the node's boot id file {path} is empty")
-    return lines[0].strip()
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _exact_fields(obj: Mapping[str, Any], expected: set[str], where: str) -> None:
@@ -204,25 +204,39 @@ class CheckpointStore:
     def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE) -> None:
         self.path = directory / file_name
         self.boot_id_path = directory / BOOT_ID_FILE
+        #: The file as this store last read or wrote it: its identity (`_identity`) and its entries. Every
+        #: write replaces the file (a new inode), so another process's write is always read again.
+        self._known: tuple[tuple[int, int, int, int], dict[str, ClaimEntry]] | None = None
 
     def load(self) -> LoadResult:
-        """The stored entries; a corrupt file is moved aside to `<name>.corrupt-<timestamp>`."""
+        """The stored entries; a corrupt file is moved aside to `<name>.corrupt-<timestamp>`. A file this
+        store read or wrote last, unchanged since (same inode, size and times), is not parsed again."""
         try:
-            data = self.path.read_bytes()
+            with self.path.open("rb") as file:
+                identity = _identity(os.fstat(file.fileno()))
+                if self._known is not None and self._known[0] == identity:
+                    return LoadResult(dict(self._known[1]))
+                data = file.read()
         except FileNotFoundError:
+            self._known = None
             return LoadResult({})
         try:
-            return LoadResult(decode(data))
+            entries = decode(data)
         except CheckpointError as exc:
+            self._known = None
             moved = self._move_aside()
             problem = (
                 f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name} "
                 "and recovering prepared claims from the CDI specs on disk"
             )
             return LoadResult({}, problem=problem, moved_to=moved)
+        self._known = (identity, dict(entries))
+        return LoadResult(entries)
 
     def save(self, entries: Mapping[str, ClaimEntry]) -> None:
+        self._known = None
         atomic_write(self.path, encode(entries), mode=0o600)
+        self._known = (_identity(os.stat(self.path)), dict(entries))  # the caller holds the node lock
 
     def load_boot_id(self) -> str | None:
         """The boot id the entries were last restored for; None when none was kept (an earlier

@@ -2,7 +2,8 @@
 user-space (`userspace.DriverEdits`: libraries, binaries, hooks, device nodes) in every spec.
 
 * start: write the node's base spec (one CDI device per device; rewritten only when its content changed);
-* admit, last: a claim without edits of its own answers CDI ids of the base spec and writes nothing (a
+* admit, last: the claim's answer, one device (or share) each, with the requests it serves; a claim
+  without edits of its own answers CDI ids of the base spec and writes nothing (a
   control or DRM node that appeared since the base spec was written has it written again first); one
   with edits of its own (MPS, MIG devices created for it, consumable shares, adopted from NVIDIA's
   plugin: `work.own_spec`) answers ids of its claim spec;
@@ -69,19 +70,24 @@ class CdiStep(Step):
         if not work.own_spec:
             self._ensure_base(work, work.devices)
         uid = work.ref.uid
+        # One answer per device (or share): results of several requests on it name it once, with all
+        # their request names, so no container, nor a retried prepare, gets one CDI id twice.
+        requests: dict[tuple[str, str | None], list[str]] = {}
+        for a in work.allocated:
+            names = requests.setdefault((a.device.name, a.share_id), [])
+            if a.request_name not in names:
+                names.append(a.request_name)
         work.prepared = [
             PreparedDevice(
-                request_names=(a.request_name,),
+                request_names=tuple(names),
                 pool_name=node.pool_name,
-                device_name=a.device.name,
+                device_name=device,
                 cdi_device_ids=(
-                    cdi.claim_device_id(uid, a.device.name, a.share_id)
-                    if work.own_spec
-                    else cdi.base_device_id(a.device.name),
+                    cdi.claim_device_id(uid, device, share) if work.own_spec else cdi.base_device_id(device),
                 ),
-                share_id=a.share_id,
+                share_id=share,
             )
-            for a in work.allocated
+            for (device, share), names in requests.items()
         ]
 
     def set_up(self, work: ClaimWork, node: Node) -> None:
