@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,7 @@ class Writer:
 
 
 def publisher(writer: Writer, metrics: Metrics | None = None, **kwargs: Any) -> ClaimStatusPublisher:
+    kwargs.setdefault("settle", 0.0)  # written at once unless a test says otherwise
     pub = ClaimStatusPublisher(
         writer,
         driver_name=facts.DRIVER_NAME,
@@ -206,22 +208,45 @@ def test_prepared_writes_ready_entries_in_the_background_with_a_timeout() -> Non
     assert pub.served is True and counted(metrics, "success") == 1
 
 
-def test_events_of_one_claim_not_yet_written_are_coalesced_into_the_last() -> None:
-    writer = Writer()
+def test_a_claim_unprepared_before_its_entries_were_written_gets_no_write_at_all() -> None:
+    writer, metrics = Writer(), Metrics()
     writer.gate.clear()
-    pub = publisher(writer)
+    pub = publisher(writer, metrics)
     try:
         other = ClaimRef(namespace="default", name="c0", uid="uid-0")
         pub.prepared(other, claim("c0", "uid-0", "gpu-1"), [prepared("gpu-1")])  # taken by the worker
         assert wait_for(lambda: pub._busy)
         pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
-        pub.unprepared(REF)
+        pub.unprepared(REF)  # nothing of c1 was written: nothing to remove
         writer.gate.set()
         assert pub.wait_idle(10)
     finally:
         pub.stop()
-    assert [(c[1], c[2]["status"]["devices"]) for c in writer.calls][1:] == [("c1", [])]
-    assert len(writer.calls) == 2
+    assert [c[1] for c in writer.calls] == ["c0"]
+    assert counted(metrics, "cancelled") == 1
+
+
+def test_entries_written_are_removed_at_unprepare_and_a_prepare_settles_first() -> None:
+    writer, metrics = Writer(), Metrics()
+    pub = publisher(writer, metrics, settle=0.3)
+    try:
+        pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
+        time.sleep(0.1)
+        assert writer.calls == []  # still settling
+        assert pub.wait_idle(10)
+        assert [len(c[2]["status"]["devices"]) for c in writer.calls] == [1]
+        pub.unprepared(REF)  # its entries are on the server: removed
+        assert pub.wait_idle(10)
+        # a new process does not know what an earlier one wrote: its unprepare removes them too
+        fresh = publisher(writer, metrics)
+        try:
+            fresh.unprepared(REF)
+            assert fresh.wait_idle(10)
+        finally:
+            fresh.stop()
+    finally:
+        pub.stop()
+    assert [len(c[2]["status"]["devices"]) for c in writer.calls] == [1, 0, 0]
 
 
 def test_a_full_queue_drops_new_claims_and_counts_them() -> None:
@@ -234,14 +259,14 @@ def test_a_full_queue_drops_new_claims_and_counts_them() -> None:
         assert wait_for(lambda: pub._busy)
         pub.prepared(refs[1], claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])  # queued
         pub.prepared(refs[2], claim("c2", "uid-2", "gpu-0"), [prepared("gpu-0")])  # dropped
-        pub.unprepared(refs[1])  # replaces c1's pending write: no room needed
+        pub.unprepared(refs[0])  # c0 is being written: its removal needs room, and there is none
         writer.gate.set()
         assert pub.wait_idle(10)
     finally:
         pub.stop()
     assert [c[1] for c in writer.calls] == ["c0", "c1"]
-    assert writer.calls[1][2]["status"]["devices"] == []
-    assert counted(metrics, "dropped") == 1
+    assert all(c[2]["status"]["devices"] for c in writer.calls)
+    assert counted(metrics, "dropped") == 2
 
 
 def test_a_server_that_drops_the_field_is_said_once_and_gets_no_more_writes(

@@ -123,7 +123,8 @@ class Metrics:
         self.claim_status_writes = Counter(
             f"{_PREFIX}_claim_status_writes",
             "Writes of prepared claims' status.devices, by result (success, gone, dropped, unsupported, "
-            "timeout, unreachable, unauthorized, forbidden, api-error, error).",
+            "timeout, unreachable, unauthorized, forbidden, api-error, error; cancelled: a claim unprepared "
+            "before its entries were written).",
             ["result"],
             registry=r,
         )

@@ -5,8 +5,11 @@ server. One worker thread applies the queued claims in order, each with one serv
 `WRITE_TIMEOUT` seconds and tried once: a failed write is counted and logged, not retried (kubelet's next
 prepare of the claim writes it again; a deallocation clears it anyway).
 
-The queue holds at most one pending write per claim (a later event replaces an earlier one not yet
-written: a prepare then an unprepare is one write, the removal) and at most `max_pending` claims; a claim
+A prepare's entries are written `settle` seconds after it (half a second by default): kubelet starts the
+pod's containers meanwhile, and a claim unprepared before then (a pod that failed at once) never gets
+entries, so nothing is written for it, neither the entries nor their removal. The queue holds at most one
+pending write per claim (a later event replaces an earlier one not yet written: a prepare whose entries
+were written and then an unprepare is one write, the removal) and at most `max_pending` claims; a claim
 arriving when it is full is dropped and counted. Unprepare removes this driver's entries: kubelet
 unprepares a claim no pod of the node uses any more, and the API server clears the entries of a
 deallocated claim itself.
@@ -54,6 +57,10 @@ WRITE_TIMEOUT: Final = 10.0
 MAX_PENDING: Final = 1024
 #: Seconds `stop` lets the queued writes finish.
 STOP_GRACE: Final = 5.0
+#: Seconds between a prepare and the write of its entries (an unprepare meanwhile cancels it).
+SETTLE_SECONDS: Final = 0.5
+#: Claims remembered as written (an unprepare of one of them removes its entries), at most.
+MAX_WRITTEN: Final = 65536
 
 
 class StatusWriter(Protocol):
@@ -71,6 +78,8 @@ class _Prepared:
     devices: tuple[PreparedDevice, ...]
     mig_uuids: Mapping[str, str]
     at: datetime
+    #: time.monotonic() from which it may be written.
+    due: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class ClaimStatusPublisher:
         max_pending: int = MAX_PENDING,
         timeout: float = WRITE_TIMEOUT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        settle: float = SETTLE_SECONDS,
     ) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending must be at least 1, got {max_pending}")
@@ -115,6 +125,9 @@ class ClaimStatusPublisher:
         self._max_pending = max_pending
         self._timeout = timeout
         self._clock = clock
+        self._settle = settle
+        #: UIDs of the claims whose entries this process wrote and has not removed (oldest first).
+        self._written: OrderedDict[str, None] = OrderedDict()
         self._cond = threading.Condition()
         self._pending: OrderedDict[str, _Write] = OrderedDict()
         self._busy = False
@@ -138,10 +151,19 @@ class ClaimStatusPublisher:
     ) -> None:
         """Queue `Ready` entries for the devices a prepare of `claim` (API JSON) answered; `mig_uuids`:
         device name -> the UUID of the MIG device prepare created for it (dynamic MIG)."""
-        self._queue(ref.uid, _Prepared(ref, claim, tuple(devices), dict(mig_uuids or {}), self._clock()))
+        due = time.monotonic() + self._settle
+        self._queue(ref.uid, _Prepared(ref, claim, tuple(devices), dict(mig_uuids or {}), self._clock(), due))
 
     def unprepared(self, ref: ClaimRef) -> None:
-        """Queue the removal of the claim's entries."""
+        """Queue the removal of the claim's entries; a prepare of it not written yet is cancelled instead
+        (nothing was written for it, unless an earlier process did: then the removal goes out too)."""
+        with self._cond:
+            pending = self._pending.get(ref.uid)
+            if isinstance(pending, _Prepared) and ref.uid not in self._written:
+                del self._pending[ref.uid]
+                self._count("cancelled")
+                self._cond.notify_all()
+                return
         self._queue(ref.uid, _Unprepared(ref))
 
     # --- lifecycle ---
@@ -201,11 +223,16 @@ class ClaimStatusPublisher:
                 if self._stopping and (not self._pending or time.monotonic() >= self._drain_until):
                     return None
                 if self._pending:
-                    _, write = self._pending.popitem(last=False)
-                    self._busy = True
-                    if len(self._pending) < self._max_pending // 2:
-                        self._full_said = False
-                    return write
+                    uid, write = next(iter(self._pending.items()))
+                    wait = write.due - time.monotonic() if isinstance(write, _Prepared) else 0.0
+                    if wait <= 0 or self._stopping:
+                        del self._pending[uid]
+                        self._busy = True
+                        if len(self._pending) < self._max_pending // 2:
+                            self._full_said = False
+                        return write
+                    self._cond.wait(wait)  # the oldest is a prepare still settling
+                    continue
                 self._cond.wait()
 
     def _loop(self) -> None:
@@ -252,6 +279,7 @@ class ClaimStatusPublisher:
             return
         if entries:
             self.served = True
+        self._remember(ref.uid, written=bool(entries))
         self._count("success")
         if self._failures.said:
             self._failures.said.clear()
@@ -262,6 +290,14 @@ class ClaimStatusPublisher:
                 "fields": {"claim": _label(ref), "uid": ref.uid, "devices": [e["device"] for e in entries]}
             },
         )
+
+    def _remember(self, uid: str, *, written: bool) -> None:
+        with self._cond:
+            self._written.pop(uid, None)
+            if written:
+                self._written[uid] = None
+                if len(self._written) > MAX_WRITTEN:
+                    self._written.popitem(last=False)
 
     def _entries(self, write: _Prepared) -> list[dict[str, Any]]:
         strategies = sharing_strategies(
