@@ -17,7 +17,9 @@ V134, V137 = (1, 34), (1, 37)
         (g.DEVICE_TAINT_RULES, False, True),  # none in 1.34; GA in 1.37, on
         (g.EXTENDED_RESOURCE, False, True),  # alpha in 1.34; GA in 1.37
         (g.RESOURCE_CLAIM_DEVICE_STATUS, True, True),  # beta and on since 1.33; GA in 1.37
-        (g.FRACTIONAL_CAPACITY_RANGE, False, True),  # new in 1.37, beta and on
+        # new in 1.37, beta; on only with --min-compatibility-version 1.37, which a 1.37.2 binary does not
+        # default to: off on a default control plane (the real 1.37.2 rounds a 250m request up to 1)
+        (g.FRACTIONAL_CAPACITY_RANGE, False, False),
         (g.CONSUMABLE_CAPACITY, False, True),  # alpha in 1.34; beta, on from 1.36
         (g.PARTITIONABLE_DEVICES, False, True),
         (g.BINDING_CONDITIONS, False, True),

@@ -274,15 +274,17 @@ def claim_readers() -> set[threading.Thread]:
 
 def test_stop_shuts_the_claim_reader_pool_down(short_tmp: Path, fake_api: FakeAPIServer, node: dict) -> None:
     fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    fake_api.add_claim(claim("c2", "uid-2", "gpu-1"))
     before = claim_readers()
     p = Plugin(plugin_config(short_tmp), stop_grace=5)
     p.start()
     k = Kubelet(p.registration_socket)
     try:
         k.register()
-        assert k.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+        answers = k.prepare([("default", "c1", "uid-1"), ("default", "c2", "uid-2")])
+        assert [a["error"] for a in answers.values()] == ["", ""]
         started = claim_readers() - before
-        assert started  # the prepare call read its claim on the pool
+        assert started  # the call read its two claims side by side on the pool (one is read in the call)
     finally:
         k.close()
         p.stop()

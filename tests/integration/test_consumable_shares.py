@@ -104,8 +104,9 @@ def test_two_claims_share_one_gpu_each_prepared(
             assert answer["error"] == "", plugin.log
             [device] = answer["devices"]
             assert device.get("share_id") == result.get("shareID")
+            share = result.get("shareID")  # a share has a claim spec; a whole GPU names the base spec
             assert device["cdi_device_ids"] == [
-                cdi.claim_device_id(ref[2], gpu["name"], result.get("shareID"))
+                cdi.claim_device_id(ref[2], gpu["name"], share) if share else cdi.base_device_id(gpu["name"])
             ]
         assert kubelet.unprepare(refs[:1]) == {refs[0][2]: ""}
         for ref in refs[1:]:  # the other share stays prepared: the same answer again

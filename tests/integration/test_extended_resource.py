@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vke_gpu_dra.cdi import claim_device_id
+from vke_gpu_dra.cdi import base_device_id
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 
@@ -119,7 +119,7 @@ def test_classic_gpu_pod_gets_one_of_our_gpus_on_137(cluster: Cluster) -> None:
         [device] = prepared[meta["uid"]]["devices"]
         assert (device["pool_name"], device["device_name"]) == (name, result["device"])
         assert device["request_names"] == ["container-0-request-0"]
-        assert device["cdi_device_ids"] == [claim_device_id(meta["uid"], result["device"])]
+        assert device["cdi_device_ids"] == [base_device_id(result["device"])]  # no edits of its own
         assert kubelet.unprepare([ref]) == {meta["uid"]: ""}
     finally:
         kubelet.close()
