@@ -7,6 +7,8 @@ claims are loaded; and a start that fails answers the waiting call with why.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -125,3 +127,34 @@ def test_a_start_that_fails_answers_the_waiting_call_and_removes_the_sockets(
     assert answer["error"].endswith("the plugin failed to start: cannot read the prepared claims: test")
     assert [str(e) for e in start.errors] == ["cannot read the prepared claims: test"]
     assert not start.plugin.registration_socket.exists() and not start.plugin.dra_socket.exists()
+
+
+def test_what_loads_before_kubelet_can_register_leaves_the_slow_parts_out(
+    short_tmp: Path, fake_api: FakeAPIServer
+) -> None:
+    """The entry point's path to serving kubelet's sockets (the command line, a JSON kubeconfig's check,
+    the logs, the endpoints) loads neither the API client, the metrics library, the YAML parser nor the
+    discovery code: they load after registration."""
+    fake_api.write_kubeconfig(short_tmp / "kubeconfig")
+    script = f"""
+import sys
+from pathlib import Path
+from vke_gpu_dra.__main__ import main  # noqa: F401  (what the console script imports)
+from vke_gpu_dra.config import parse_config
+from vke_gpu_dra.logs import setup_logging
+from vke_gpu_dra.kubelet.endpoints import KubeletEndpoints
+from vke_gpu_dra.shutdown import StopSignals  # noqa: F401
+from vke_gpu_dra_core import kubeconfig
+from vke_gpu_dra_testing.plugin_env import plugin_args
+config = parse_config(plugin_args(Path({str(short_tmp)!r}), gpus=8))
+kubeconfig.load(config.kubeconfig)
+setup_logging("json")
+slow = ("yaml", "urllib3", "prometheus_client", "kubernetes", "vke_gpu_dra.kubeapi", "vke_gpu_dra.state",
+        "vke_gpu_dra_core.discovery", "pynvml")
+print(sorted(m for m in sys.modules if m.split(".")[0] in slow or m in slow))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

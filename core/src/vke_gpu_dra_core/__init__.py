@@ -5,6 +5,7 @@ planner, the Kubernetes client set-up and the operator tools must agree on, as p
 * `facts` — the driver name, attribute names, DeviceClasses and their CEL selectors, node labels;
 * `device_model`, `profiles` — the device model a ResourceSlice publishes, and the GPU product profiles;
 * `discovery` — the pure half of device discovery: normalisation and the simulated source;
+* `simulated_gpus` — how many simulated GPUs a node may have, and their NUMA nodes (the command line's part);
 * `catalog` — the GPU ECS instance types (data in `gpu_catalog.yaml`);
 * `pool_gpus` — the GPUs of the stack's node pool from its config (the planner's pool variants, the
   program's classic-sample decision);

@@ -11,14 +11,11 @@ Used by the kubelet plugin at start and by `vke-gpu-dra verify`.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
-
-from . import yamlerrors
 
 #: A kubeconfig larger than this is not a kubeconfig (and is not read into memory).
 MAX_BYTES = 16 * 1024 * 1024
@@ -85,15 +82,29 @@ def read_text(path: Path) -> str:
         ) from None
 
 
+#: `parse`'s marker of a text that is not JSON.
+_NOT_JSON: Any = object()
+
+
 def parse(text: str, path: Path) -> dict[str, Any]:
-    """The YAML mapping in `text`; KubeconfigError for a YAML error or another top-level type."""
+    """The YAML mapping in `text`; KubeconfigError for a YAML error or another top-level type. A kubeconfig
+    written as JSON (YAML's subset) is read without loading the YAML library."""
     where = f"kubeconfig {path}"
     try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        raise KubeconfigError(f"{where} is not valid YAML{yamlerrors.describe(err)}") from None
-    except yaml.YAMLError as err:
-        raise KubeconfigError(f"{where} is not valid YAML: {type(err).__name__}") from None
+        data = json.loads(text) if text.lstrip().startswith("{") else _NOT_JSON
+    except ValueError:
+        data = _NOT_JSON  # not JSON after all: the YAML parser reads it, or says what is wrong
+    if data is _NOT_JSON:
+        import yaml  # noqa: PLC0415  (loaded only for a kubeconfig that needs it: the plugin's start path)
+
+        from . import yamlerrors  # noqa: PLC0415
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as err:
+            raise KubeconfigError(f"{where} is not valid YAML{yamlerrors.describe(err)}") from None
+        except yaml.YAMLError as err:
+            raise KubeconfigError(f"{where} is not valid YAML: {type(err).__name__}") from None
     if data is None:
         raise KubeconfigError(f"{where} is empty")
     if not isinstance(data, dict):

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from vke_gpu_dra_core import facts, featuregates, profiles
-from vke_gpu_dra_core.discovery import simulated
-from vke_gpu_dra_core.discovery.simulated import MAX_SIMULATED_GPUS
+from vke_gpu_dra_core import simulated_gpus as simulated
 from vke_gpu_dra_core.object_names import is_dns_subdomain
+from vke_gpu_dra_core.simulated_gpus import MAX_SIMULATED_GPUS
 
 from . import __version__
 from .bootid import DEFAULT_BOOT_ID_PATH

@@ -7,8 +7,6 @@ k8s.io/dynamic-resource-allocation `kubeletplugin`) whose path fits an AF_UNIX a
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 from pathlib import Path
 from typing import Final
@@ -33,6 +31,9 @@ def registration_socket_name(driver_name: str) -> str:
 
 def _hash(text: str, size: int) -> str:
     """The first `size` bytes of SHA-256(text) in unpadded URL-safe base64."""
+    import base64  # noqa: PLC0415  (only a path too long for the plain name needs it: not at start)
+    import hashlib  # noqa: PLC0415
+
     digest = hashlib.sha256(text.encode()).digest()[:size]
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
