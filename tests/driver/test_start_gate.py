@@ -20,7 +20,7 @@ from vke_gpu_dra.kubelet.start_gate import StartGate
 from vke_gpu_dra.plugin import Plugin, StartupError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
-from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_config, wait_until
+from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_args, plugin_config, wait_until
 
 
 def test_the_gate_answers_why_a_call_cannot_go_on() -> None:
@@ -158,3 +158,32 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in slow or m in slow))
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_started_plugin_with_claims_that_need_no_spec_loads_no_yaml_and_no_exact_quantities(
+    short_tmp: Path, fake_api: FakeAPIServer
+) -> None:
+    """Simulated GPUs, a JSON kubeconfig, a claim answered from the base spec: the YAML library, exact
+    quantities (decimal, fractions), the official client and NVML never load (they cost memory)."""
+    fake_api.add_node(NODE)
+    fake_api.write_kubeconfig(short_tmp / "kubeconfig")
+    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    script = """
+import sys
+from vke_gpu_dra.config import parse_config
+from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra_core.device_model import ClaimRef
+plugin = Plugin(parse_config(sys.argv[1:]), stop_grace=1)
+plugin.start()
+claim = plugin._api.get_resource_claim("default", "c1")
+plugin.state.prepare(ClaimRef("default", "c1", "uid-1"), claim)
+plugin.stop()
+slow = ("yaml", "decimal", "fractions", "kubernetes", "pynvml")
+print(sorted(m for m in sys.modules if m.split(".")[0] in slow))
+"""
+    args = plugin_args(short_tmp, gpus=2)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

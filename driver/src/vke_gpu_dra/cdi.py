@@ -1,7 +1,7 @@
 """CDI specs: the node's base spec and per-claim specs. Build (lowest `cdiVersion` needed), write atomically,
 list, delete.
 
-The base spec, `<cdi_root>/k8s.gpu.nvidia.com-base_node.yaml`, kind `k8s.gpu.nvidia.com/base`, has one CDI
+The base spec, `<cdi_root>/k8s.gpu.nvidia.com-base_node.json`, kind `k8s.gpu.nvidia.com/base`, has one CDI
 device per device of the node, named as the device (`k8s.gpu.nvidia.com/base=gpu-0`). It is written at
 start (and again when a control or DRM node appears later) and answers every claim without edits of its
 own, as NVIDIA's base spec does: such a prepare writes no spec. Its names never collide with NVIDIA's
@@ -28,12 +28,12 @@ every spec they produce against the CDI 1.1.0 format rules (`vke_gpu_dra_testing
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 
@@ -46,8 +46,9 @@ CLAIM_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
 BASE_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_BASE}"
 _SPEC_PREFIX: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_CLAIM}_"
 SPEC_SUFFIX: Final = ".yaml"
-#: The base spec's file name (CDI's transient spec name of class "base", name "node").
-BASE_SPEC_NAME: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_BASE}_node{SPEC_SUFFIX}"
+#: The base spec's file name (CDI's transient spec name of class "base", name "node"). JSON, which a CDI
+#: runtime reads as it reads YAML: a plugin whose claims need no spec of their own never loads a YAML library.
+BASE_SPEC_NAME: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_BASE}_node.json"
 
 #: Node every CUDA process needs, and nodes added when present on the host (nvidia-uvm is created lazily).
 CONTROL_NODE: Final = "/dev/nvidiactl"
@@ -59,9 +60,6 @@ ENV_VISIBLE_DEVICES_VOID: Final = f"{ENV_VISIBLE_DEVICES}=void"
 ENV_CLAIM_UID: Final = "DRA_RESOURCE_CLAIM_UID"
 ENV_GPU_DEVICE_PREFIX: Final = "GPU_DEVICE_"
 ENV_GPU_DEVICE_UUID_SUFFIX: Final = "_UUID"
-
-#: libyaml's safe dumper when PyYAML has it (same output as `yaml.safe_dump`, about 5x faster).
-_SAFE_DUMPER: Final = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class CdiSpecError(ValueError):
@@ -263,13 +261,18 @@ def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Mapping[str, Any]) ->
 
 
 def encode_spec(spec: Mapping[str, Any]) -> bytes:
-    return yaml.dump(dict(spec), Dumper=_SAFE_DUMPER, sort_keys=False).encode()
+    """A claim spec as YAML (libyaml's safe dumper when PyYAML has it: `yaml.safe_dump`'s output, about 5x
+    faster). YAML loads with the first spec of its own a plugin writes."""
+    import yaml  # noqa: PLC0415
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(dict(spec), Dumper=dumper, sort_keys=False).encode()
 
 
 def write_base_spec(cdi_root: Path, spec: Mapping[str, Any]) -> bool:
-    """Atomically write the base spec unless the file holds it already; True when it was written."""
+    """Atomically write the base spec (JSON) unless the file holds it already; True when it was written."""
     path = base_spec_path(cdi_root)
-    data = encode_spec(spec)
+    data = json.dumps(dict(spec), indent=2).encode() + b"\n"
     try:
         if path.read_bytes() == data:
             return False
@@ -285,7 +288,9 @@ def delete_claim_spec(cdi_root: Path, claim_uid: str) -> bool:
 
 
 def load_spec(path: Path) -> dict[str, Any]:
-    """Read a claim spec file (YAML or JSON): an object with at least one device, or CdiSpecError."""
+    """Read a spec file (YAML or JSON): an object with at least one device, or CdiSpecError."""
+    import yaml  # noqa: PLC0415  (orphans at start and inspection only)
+
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

@@ -15,7 +15,6 @@ from typing import Any, Final
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.featuregates import FeatureGates
-from vke_gpu_dra_core.quantity import QuantityError, quantity_value
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
 KIND_GPU: Final = "GpuConfig"
@@ -69,6 +68,9 @@ def _fields(obj: Any, allowed: set[str], where: str) -> Mapping[str, Any]:
 
 def quantity_bytes(value: Any, where: str) -> int:
     """A resource.Quantity (JSON string or number) as an integer, rounded up like Quantity.Value()."""
+    # Exact quantities (fractions, decimal) load with the first configuration that names one.
+    from vke_gpu_dra_core.quantity import QuantityError, quantity_value  # noqa: PLC0415
+
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise OpaqueConfigError(f"{where} must be a quantity such as '1Gi', got {value!r}")
     try:

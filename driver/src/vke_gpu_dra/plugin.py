@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from prometheus_client import start_http_server
-from vke_gpu_dra_core import consumable_shares
 from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
@@ -406,6 +405,8 @@ class Plugin:
         `allowMultipleAllocations` and `requestPolicy`, else as always (logged)."""
         if not self.config.feature_gates.consumable_shares:
             return Device.slice_entry
+        from vke_gpu_dra_core import consumable_shares  # noqa: PLC0415  (exact quantities: with the gate only)
+
         if self.cluster.multiple_allocations:
             log.info(
                 "devices are published with consumable shares (allowMultipleAllocations, requestPolicy)",
