@@ -13,14 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import grpc
 from vke_gpu_dra.kubelet._proto.dra_health.v1 import api_pb2 as health_v1_pb2
-from vke_gpu_dra.kubelet._proto.dra_health.v1 import api_pb2_grpc as health_v1_grpc
 from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1_pb2
-from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
-from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2
-from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from vke_gpu_dra_core import facts
+from vke_gpu_dra_testing.kubelet_client import Kubelet
 
 from .cluster import FIGURES, Cluster, Plugin
 from .controlplane import wait_until
@@ -268,25 +264,6 @@ def test_verify_says_134_serves_no_device_taint_rules(cluster_134: Cluster) -> N
     assert code == 0, log
 
 
-def _health_streams(plugin: Plugin) -> tuple[Any, Any, list[grpc.Channel]]:
-    """The plugin's health stream as a 1.37 kubelet opens it (the service GetInfo lists: v1) and as a 1.34
-    kubelet does (v1alpha1 on the DRA socket, whatever the registration lists)."""
-    opened: list[grpc.Channel] = []
-    reg = grpc.insecure_channel(f"unix:{plugin.registration_socket}")
-    opened.append(reg)
-    info = reg_grpc.RegistrationStub(reg).GetInfo(reg_pb2.InfoRequest(), timeout=30)
-    assert "v1.DRAResourceHealth" in info.supported_versions, list(info.supported_versions)
-    dra = grpc.insecure_channel(f"unix:{info.endpoint}")
-    opened.append(dra)
-    request_v1 = health_v1_pb2.NodeWatchResourcesRequest()
-    request_v1alpha1 = health_v1alpha1_pb2.NodeWatchResourcesRequest()
-    v1 = health_v1_grpc.DRAResourceHealthStub(dra).NodeWatchResources(request_v1, timeout=60)
-    v1alpha1 = health_v1alpha1_grpc.DRAResourceHealthStub(dra).NodeWatchResources(
-        request_v1alpha1, timeout=60
-    )
-    return v1, v1alpha1, opened
-
-
 def _until(stream: Any, device: str, health: int) -> str:
     """Read `stream` until `device` has `health`; its message."""
     for response in stream:
@@ -300,8 +277,11 @@ def test_health_reaches_a_v1_and_a_v1alpha1_kubelet_client_on_each_release(each_
     """The same XID and recovery updates on dra-health/v1 (what a 1.37 kubelet reads) and v1alpha1 (a
     1.34 kubelet), from a plugin running against each real API server."""
     plugin, _ = start(each_cluster)
-    v1, v1alpha1, opened = _health_streams(plugin)
+    kubelet = Kubelet(plugin.registration_socket)
     try:
+        # a 1.37 kubelet opens the service GetInfo lists; a 1.34 one opens v1alpha1 whatever it lists
+        assert "v1.DRAResourceHealth" in kubelet.register().supported_versions
+        v1, v1alpha1 = kubelet.watch_health("v1", timeout=60), kubelet.watch_health("v1alpha1", timeout=60)
         assert _until(v1, "gpu-0", health_v1_pb2.HEALTHY) == ""
         assert _until(v1alpha1, "gpu-0", health_v1alpha1_pb2.HEALTHY) == ""
         plugin.health_file.write_text("gpu-0 xid 79\n")
@@ -311,7 +291,6 @@ def test_health_reaches_a_v1_and_a_v1alpha1_kubelet_client_on_each_release(each_
         _until(v1, "gpu-0", health_v1_pb2.HEALTHY)
         _until(v1alpha1, "gpu-0", health_v1alpha1_pb2.HEALTHY)
     finally:
-        for channel in opened:
-            channel.close()
+        kubelet.close()
     code, log = plugin.stop()
     assert code == 0, log

@@ -42,12 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .kubelet.sockets import SocketError  # noqa: PLC0415
     from .shutdown import StopSignals  # noqa: PLC0415
 
-    endpoints = KubeletEndpoints(
-        driver_name=config.driver_name,
-        node_name=config.node_name,
-        dra_socket=config.dra_socket,
-        registration_socket=config.registration_socket,
-    )
+    endpoints = KubeletEndpoints.of(config)
     with StopSignals() as signals:  # from here on SIGTERM stops the plugin cleanly, sockets removed
         try:
             endpoints.start()

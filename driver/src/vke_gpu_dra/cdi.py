@@ -125,7 +125,8 @@ def _simulated_device_env(device: Device) -> list[str]:
     return [f"{name}={device.name}", f"{name}{ENV_GPU_DEVICE_UUID_SUFFIX}={device.uuid}"]
 
 
-def _device_edits(device: Device, driver: DriverEdits | None = None) -> dict[str, Any]:
+def device_edits(device: Device, driver: DriverEdits | None = None) -> dict[str, Any]:
+    """The device's own edits; CdiSpecError for a device no spec can describe (a real GPU without nodes)."""
     if device.simulated:
         return {"env": _simulated_device_env(device)}
     if not device.device_nodes:
@@ -151,7 +152,7 @@ def _common_edits(
 def _merged_edits(
     device: Device, driver: DriverEdits | None, extra: Mapping[str, Mapping[str, Any]] | None
 ) -> dict[str, Any]:
-    edits = _device_edits(device, driver)
+    edits = device_edits(device, driver)
     for key, values in ((extra or {}).get(device.name) or {}).items():
         edits[key] = [*edits.get(key, []), *values]
     return edits
@@ -209,7 +210,7 @@ def build_base_spec(
     spec: dict[str, Any] = {
         "cdiVersion": "",
         "kind": BASE_KIND,
-        "devices": [{"name": d.name, "containerEdits": _device_edits(d, driver)} for d in devices],
+        "devices": [{"name": d.name, "containerEdits": device_edits(d, driver)} for d in devices],
         "containerEdits": common,
     }
     spec["cdiVersion"] = minimum_version(spec)

@@ -109,12 +109,7 @@ class Plugin:
         None: served first thing by `start`."""
         self.config = config
         self.metrics = metrics or Metrics()
-        self.endpoints = endpoints or KubeletEndpoints(
-            driver_name=config.driver_name,
-            node_name=config.node_name,
-            dra_socket=config.dra_socket,
-            registration_socket=config.registration_socket,
-        )
+        self.endpoints = endpoints or KubeletEndpoints.of(config)
         self.registration = self.endpoints.registration
         self.registration.add_listener(self._on_registration)
         #: The devices' health as kubelet's health streams report it.

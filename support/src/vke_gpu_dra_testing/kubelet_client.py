@@ -15,6 +15,8 @@ from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2 as v1_pb2
 from vke_gpu_dra.kubelet._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from vke_gpu_dra.kubelet._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from vke_gpu_dra.kubelet._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from vke_gpu_dra.kubelet._proto.dra_health.v1 import api_pb2 as health_v1_pb2
+from vke_gpu_dra.kubelet._proto.dra_health.v1 import api_pb2_grpc as health_v1_grpc
 from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
 from vke_gpu_dra.kubelet._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
 from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2 as reg_pb2
@@ -130,9 +132,13 @@ class Kubelet:
         resp = stub.NodeUnprepareResources(req, timeout=TIMEOUT)
         return {uid: r.error for uid, r in resp.claims.items()}
 
-    def watch_health(self) -> Any:
-        stub = health_grpc.DRAResourceHealthStub(self.dra_channel())
-        return stub.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=TIMEOUT)
+    def watch_health(self, version: str = "v1alpha1", timeout: float = TIMEOUT) -> Any:
+        """The resource-health stream of `version`: "v1alpha1" (what kubelet 1.34 opens) or "v1" (1.37)."""
+        pb, grpc_module = {"v1": (health_v1_pb2, health_v1_grpc), "v1alpha1": (health_pb2, health_grpc)}[
+            version
+        ]
+        stub = grpc_module.DRAResourceHealthStub(self.dra_channel())
+        return stub.NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=timeout)
 
     def close(self) -> None:
         for ch in self._channels:

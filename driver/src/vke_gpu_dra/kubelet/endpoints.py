@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import grpc
     from vke_gpu_dra_core.device_model import Device
 
+    from ..config import Config
     from ..metrics import Metrics
     from .claim_fetch import ClaimReader
 
@@ -78,6 +79,16 @@ class KubeletEndpoints:
                     "dra_socket": str(self.dra_socket),
                 }
             },
+        )
+
+    @classmethod
+    def of(cls, config: Config) -> KubeletEndpoints:
+        """The endpoints the plugin's configuration names."""
+        return cls(
+            driver_name=config.driver_name,
+            node_name=config.node_name,
+            dra_socket=config.dra_socket,
+            registration_socket=config.registration_socket,
         )
 
     @property

@@ -158,7 +158,7 @@ class CdiStep(Step):
         usable: dict[str, Device] = {}
         for device in self._candidates:
             try:
-                cdi.build_base_spec([device], driver=self.driver_edits)
+                cdi.device_edits(device, self.driver_edits)
             except cdi.CdiSpecError as exc:
                 log.warning("device %s is left out of the base CDI spec: %s", device.name, exc)
                 continue
