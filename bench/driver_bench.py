@@ -413,8 +413,8 @@ def parse_strace_summary(text: str) -> int:
 
 
 def in_process_fsyncs(root: Path) -> tuple[int, int]:
-    """`--count-fsyncs`: fsyncs of one prepare and one unprepare of a 1-device claim, counted by
-    wrapping `os.fsync` around the real DeviceState (of the code on this process's path)."""
+    """`--count-fsyncs`: fsync and fdatasync calls of one prepare and one unprepare of a 1-device claim,
+    counted by wrapping both around the real DeviceState (of the code on this process's path)."""
     from vke_gpu_dra.state import DeviceState  # noqa: PLC0415
     from vke_gpu_dra_core.device_model import ClaimRef  # noqa: PLC0415
     from vke_gpu_dra_core.discovery.simulated import SimulatedSource  # noqa: PLC0415
@@ -427,19 +427,24 @@ def in_process_fsyncs(root: Path) -> tuple[int, int]:
     uid = claim_uid(9, 2)
     ref = ClaimRef(NAMESPACE, "count", uid)
     calls: list[int] = []
-    real = os.fsync
+    real = {name: getattr(os, name) for name in ("fsync", "fdatasync")}
 
-    def counted(fd: int) -> None:
-        calls.append(fd)
-        real(fd)
+    def counting(name: str) -> Callable[[int], None]:
+        def counted(fd: int) -> None:
+            calls.append(fd)
+            real[name](fd)
 
-    os.fsync = counted  # type: ignore[assignment]
+        return counted
+
+    for name in real:
+        setattr(os, name, counting(name))
     try:
         state.prepare(ref, claim("count", uid, "gpu-0"))
         prepared = len(calls)
         state.unprepare(ref)
     finally:
-        os.fsync = real
+        for name, function in real.items():
+            setattr(os, name, function)
     return prepared, len(calls) - prepared
 
 

@@ -1,7 +1,10 @@
 import json
+import os
+import re
 
 import pytest
 from vke_gpu_dra import checkpoint as cp
+from vke_gpu_dra import journal
 from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import PreparedDevice
@@ -24,7 +27,7 @@ def test_round_trip(tmp_path):
     store.save(ENTRIES)
     assert store.load() == cp.LoadResult(ENTRIES)
     assert oct(store.path.stat().st_mode & 0o777) == "0o600"
-    assert [p.name for p in tmp_path.iterdir()] == [store.path.name]  # no temp files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cp.JOURNAL_FILE, store.path.name]  # no temp files
 
 
 def test_missing_file_is_empty(tmp_path):
@@ -163,3 +166,155 @@ def test_a_file_unchanged_since_this_store_wrote_it_is_not_parsed_again_and_anot
     (tmp_path / cp.CHECKPOINT_FILE).write_text("not json")  # changed in place: read (and moved aside)
     result = ours.load()
     assert result.entries == {} and result.problem is not None
+
+
+# ------------------------------------------------------------------------------------ the journal
+
+
+def entry(uid, state=ClaimState.PREPARE_COMPLETED):
+    return ClaimEntry(uid, "ns", uid, state, (DEV,))
+
+
+def syncs(monkeypatch):
+    """Count os.fsync and os.fdatasync calls from here on."""
+    counted = {"fsync": 0, "fdatasync": 0}
+    for name in counted:
+        real = getattr(os, name)
+
+        def count(fd, name=name, real=real):
+            counted[name] += 1
+            return real(fd)
+
+        monkeypatch.setattr(os, name, count)
+    return counted
+
+
+def test_a_change_is_one_journal_record_and_one_fdatasync_and_the_file_is_left_alone(tmp_path, monkeypatch):
+    store = CheckpointStore(tmp_path)
+    store.save({"u1": entry("u1")})  # the first write: the file and an empty journal
+    inode = store.path.stat().st_ino
+    counted = syncs(monkeypatch)
+    store.save({"u1": entry("u1"), "u2": entry("u2")})
+    store.save({"u2": entry("u2")})
+    assert counted == {"fsync": 0, "fdatasync": 2}
+    assert store.path.stat().st_ino == inode and set(cp.decode(store.path.read_bytes())) == {"u1"}
+    assert CheckpointStore(tmp_path).load() == cp.LoadResult({"u2": entry("u2")})  # another reader
+    store.save({"u2": entry("u2")})  # nothing changed: nothing written
+    assert counted["fdatasync"] == 2
+    assert (tmp_path / cp.JOURNAL_FILE).stat().st_size == journal.SIZE
+
+
+def test_fold_writes_every_claim_into_the_file_a_release_without_the_journal_reads(tmp_path):
+    store = CheckpointStore(tmp_path)
+    for n in range(1, 4):
+        store.save({f"u{i}": entry(f"u{i}") for i in range(n)})
+    assert store.fold() is True
+    assert set(cp.decode(store.path.read_bytes())) == {"u0", "u1", "u2"}  # the file alone
+    assert store.fold() is False  # nothing left to fold
+    assert CheckpointStore(tmp_path).load().entries == {f"u{i}": entry(f"u{i}") for i in range(3)}
+
+
+def test_a_torn_last_record_and_records_of_an_earlier_epoch_are_not_applied(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.save({"u1": entry("u1")})
+    store.save({"u1": entry("u1"), "u2": entry("u2")})
+    path = tmp_path / cp.JOURNAL_FILE
+    data = bytearray(path.read_bytes())
+    end = journal.HEADER.size + journal.RECORD.size + journal.RECORD.unpack_from(data, journal.HEADER.size)[0]
+    with path.open("r+b") as file:  # a record torn by a power loss: its head and half its payload
+        record = journal.RECORD.pack(40, 0, 1) + b'{"set":[],"del":["u1"]}'[:20]
+        file.seek(end)
+        file.write(record)
+    assert CheckpointStore(tmp_path).load() == cp.LoadResult({"u1": entry("u1"), "u2": entry("u2")})
+    store.compact({"u3": entry("u3")})  # a new epoch: the records before it never apply again
+    assert CheckpointStore(tmp_path).load() == cp.LoadResult({"u3": entry("u3")})
+
+
+def test_records_the_file_already_has_change_nothing_when_applied_again(tmp_path):
+    """A crash between the rewrite of the file and the reset of the journal."""
+    store = CheckpointStore(tmp_path)
+    store.save({"u1": entry("u1")})
+    store.save({"u1": entry("u1"), "u2": entry("u2", ClaimState.PREPARE_STARTED)})
+    store.save({"u2": entry("u2")})
+    cp.atomic_write(store.path, cp.encode({"u2": entry("u2")}))  # the rewrite, not the reset
+    assert CheckpointStore(tmp_path).load() == cp.LoadResult({"u2": entry("u2")})
+
+
+def test_records_apply_to_a_file_another_release_rewrote(tmp_path):
+    """A release without the journal (the other pod of an upgrade) rewrote the file: the claims this one
+    recorded since are still there, and those the other changed are as it left them."""
+    ours = CheckpointStore(tmp_path)
+    ours.save({"u1": entry("u1")})
+    ours.save({"u1": entry("u1"), "u2": entry("u2")})
+    previous = CheckpointStore(tmp_path, journal=False)
+    assert set(cp.decode(ours.path.read_bytes())) == {"u1"}  # what the other release reads
+    previous.save({"u3": entry("u3")})  # it unprepared u1 and prepared u3
+    assert ours.load().entries == {"u2": entry("u2"), "u3": entry("u3")}
+
+
+def test_another_process_appending_or_folding_is_read_again(tmp_path):
+    ours, other = CheckpointStore(tmp_path), CheckpointStore(tmp_path)
+    ours.save({"u1": entry("u1")})
+    assert other.load().entries == {"u1": entry("u1")}
+    other.save({"u1": entry("u1"), "u2": entry("u2")})  # appended in the same clock tick, same size
+    assert ours.load().entries == {"u1": entry("u1"), "u2": entry("u2")}
+    ours.save({"u2": entry("u2")})
+    other.fold()
+    assert ours.load().entries == {"u2": entry("u2")} and other.load().entries == {"u2": entry("u2")}
+    ours.save({})
+    assert other.load().entries == {}
+
+
+def test_a_full_journal_folds_into_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal, "MAX_RECORDS", 2)
+    store = CheckpointStore(tmp_path)
+    store.save({})
+    for i in range(3):
+        store.save({f"u{j}": entry(f"u{j}") for j in range(i + 1)})
+    assert set(cp.decode(store.path.read_bytes())) == {"u0", "u1", "u2"}  # the third change rewrote it
+    assert CheckpointStore(tmp_path).load().entries == {f"u{j}": entry(f"u{j}") for j in range(3)}
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda data: data[:8], r"is 8 bytes, a journal is 1048576"),
+        (lambda data: b"X" * 8 + data[8:], r"has no journal header \(magic b'XXXXXXXX', format 1\)"),
+        ("bad-record", r"record 1\.set\[0\] must have exactly the fields"),
+    ],
+    ids=["truncated", "not-a-journal", "bad-record"],
+)
+def test_an_unusable_journal_is_moved_aside_with_one_message(tmp_path, damage, message):
+    store = CheckpointStore(tmp_path)
+    store.save({"u1": entry("u1")})
+    store.save({"u1": entry("u1"), "u2": entry("u2")})
+    path = tmp_path / cp.JOURNAL_FILE
+    if damage == "bad-record":  # a record that checks out but is not a change: a bug, not a torn write
+        j = journal.Journal(path)
+        j.read()
+        assert j.append(b'{"set":[{"uid":"u3"}],"del":[]}')
+    else:
+        path.write_bytes(damage(path.read_bytes()))
+    result = CheckpointStore(tmp_path).load()
+    assert re.search(message, result.problem or ""), result.problem
+    assert result.problem.startswith(f"checkpoint journal {path} is not usable (")
+    assert result.problem.endswith("recovering prepared claims from the CDI specs on disk")
+    assert not path.exists() and len(list(tmp_path.glob(f"{cp.JOURNAL_FILE}.corrupt-*"))) == 1
+    expected = {"u1": entry("u1"), "u2": entry("u2")} if damage == "bad-record" else {"u1": entry("u1")}
+    assert result.entries == expected  # the file, and the records before the bad one
+
+
+def test_a_failed_append_makes_the_next_write_rewrite_the_file(tmp_path, monkeypatch):
+    store = CheckpointStore(tmp_path)
+    store.save({})
+
+    def full(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", full)
+    with pytest.raises(OSError, match="Input/output error"):
+        store.save({"u1": entry("u1")})
+    monkeypatch.undo()
+    store.save({"u2": entry("u2")})
+    assert cp.decode(store.path.read_bytes()) == {"u2": entry("u2")}
+    assert CheckpointStore(tmp_path).load().entries == {"u2": entry("u2")}

@@ -31,7 +31,7 @@ from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.fake_pod_resources import FakePodResources, UsedClaim
 from vke_gpu_dra_testing.kubelet_client import Kubelet
-from vke_gpu_dra_testing.plugin_env import NODE, plugin_args, plugin_config, wait_until
+from vke_gpu_dra_testing.plugin_env import NODE, checkpoint_document, plugin_args, plugin_config, wait_until
 
 from tests.driver.claims import claim, gpu_config, opaque, result
 from tests.driver.sharing_env import FakeDriverRoot
@@ -1039,7 +1039,7 @@ def test_ghosts_left_by_a_killed_plugin_are_cleaned_after_its_restart(
     checkpoint = short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE
 
     def uids() -> list[str]:
-        return sorted(c["uid"] for c in json.loads(checkpoint.read_text())["claims"])
+        return sorted(c["uid"] for c in checkpoint_document(checkpoint.parent)["claims"])
 
     args = plugin_args(short_tmp, gpus=4)
     proc = launch(args, module=True)

@@ -6,7 +6,6 @@ split overlapping calls across both and check the one checkpoint and the CDI spe
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -18,14 +17,20 @@ from pathlib import Path
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import CHECKPOINT_FILE
 from vke_gpu_dra.kubelet.registration import registration_socket, rolling_update_registration_names
 from vke_gpu_dra.kubelet.sockets import MAX_SOCKET_PATH_BYTES
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing import cdi_check
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
-from vke_gpu_dra_testing.plugin_env import NODE, claim, free_port, plugin_args, wait_until
+from vke_gpu_dra_testing.plugin_env import (
+    NODE,
+    checkpoint_document,
+    claim,
+    free_port,
+    plugin_args,
+    wait_until,
+)
 
 from .test_plugin_process import launch
 
@@ -139,7 +144,7 @@ def test_two_instances_share_one_consistent_checkpoint(
         assert list(unprepared) == [""] * len(gone) and list(added) == [""] * len(extra)
 
     expected = sorted(set(uids) - set(gone) | set(extra))
-    doc = json.loads((short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE).read_text())
+    doc = checkpoint_document(short_tmp / "plugins" / facts.DRIVER_NAME)
     assert sorted(c["uid"] for c in doc["claims"]) == expected
     assert {c["state"] for c in doc["claims"]} == {"PrepareCompleted"}
     assert cdi.list_claim_specs(short_tmp / "cdi") == {}  # each answered from the base spec
@@ -150,7 +155,7 @@ def test_two_instances_share_one_consistent_checkpoint(
     old.stop()
     errors = new.kubelet.unprepare([("default", "-", u) for u in expected])
     assert set(errors.values()) == {""}
-    doc = json.loads((short_tmp / "plugins" / facts.DRIVER_NAME / CHECKPOINT_FILE).read_text())
+    doc = checkpoint_document(short_tmp / "plugins" / facts.DRIVER_NAME)
     assert doc["claims"] == [] and cdi.list_claim_specs(short_tmp / "cdi") == {}
 
 

@@ -1,16 +1,15 @@
 """Time-slicing and MPS on prepare/unprepare, with a stub nvidia-smi and the fake API server."""
 
-import json
-
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
+from vke_gpu_dra.checkpoint import ClaimState
 from vke_gpu_dra.sharing.manager import SharingManager
 from vke_gpu_dra.sharing.runners import Mounter, NvidiaSmi, default_shm_size
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 from vke_gpu_dra_core.featuregates import parse
+from vke_gpu_dra_testing.plugin_env import checkpoint_document
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 from tests.driver.sharing_env import FakeDriverRoot, FakeMounts, gpu, mig
@@ -56,7 +55,7 @@ def ref(uid="uid-1", name="c"):
 
 
 def stored(env):
-    return {c["uid"]: c for c in json.loads((env[2] / CHECKPOINT_FILE).read_text())["claims"]}
+    return {c["uid"]: c for c in checkpoint_document(env[2])["claims"]}
 
 
 def test_nvidias_time_slicing_long_example(env):

@@ -1,5 +1,4 @@
 import fcntl
-import json
 import os
 import threading
 import time
@@ -15,6 +14,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_testing.cdi_check import container_env, resolve
+from vke_gpu_dra_testing.plugin_env import checkpoint_document
 
 from tests.driver.claims import claim, gpu_config, mig_config, opaque, result
 
@@ -44,7 +44,7 @@ def make_state(dirs, devices=DEVICES, **kwargs):
 
 
 def checkpoint_doc(dirs):
-    return json.loads((dirs[1] / CHECKPOINT_FILE).read_text())
+    return checkpoint_document(dirs[1])
 
 
 def base_id(device):
@@ -325,6 +325,7 @@ def test_corrupt_checkpoint_is_moved_aside_and_claims_recovered_from_cdi_specs(d
     state.prepare(
         ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e")
     )  # known from the checkpoint only
+    state.close()  # a clean stop: every entry in the file, none left in its journal
     (dirs[1] / CHECKPOINT_FILE).write_text('{"format": "vke-gpu-dra-checkpoint", "version": 1, "chec')
 
     recovered = make_state(dirs)

@@ -17,6 +17,14 @@ next to the checkpoint, in `vke-gpu-dra-checkpoint.boot-id` (the id and a newlin
 version 1's reader accepts no other top-level field and would move the whole file aside as corrupt,
 so a rollback to the previous release reads the checkpoint unchanged and ignores the boot id file.
 A missing file (a checkpoint of the previous release, or a new node) is read as "no boot id".
+
+Changes are appended to the journal next to it (`journal`, `vke-gpu-dra-checkpoint.journal`): the
+checkpoint is that file with the journal's records applied in order. The file is rewritten, and the
+journal emptied, when the journal is full, at start and at a clean stop (`fold`), so a rollback to a
+release without the journal reads every claim after a clean stop; after a kill, that release recovers
+the claims with specs of their own from the CDI specs on disk, as it does for a corrupt checkpoint, and
+the journal's records are applied again when this release is back (to whatever file is there: changes to
+claims the other release did not know).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from vke_gpu_dra_core.device_model import PreparedDevice
 
 from .bootid import DEFAULT_BOOT_ID_PATH, BootIdError, read_boot_id
 from .fsutil import atomic_write, fsync_dir
+from .journal import Journal, JournalError
 from .partitions.records import MigRecord
 from .sharing.records import SharingRecord
 
@@ -42,6 +51,7 @@ __all__ = [
     "BOOT_ID_FILE",
     "CHECKPOINT_FILE",
     "DEFAULT_BOOT_ID_PATH",
+    "JOURNAL_FILE",
     "BootIdError",
     "CheckpointError",
     "CheckpointStore",
@@ -52,6 +62,8 @@ __all__ = [
 ]
 
 CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
+#: The journal of changes since the checkpoint file was written, next to it.
+JOURNAL_FILE: Final = "vke-gpu-dra-checkpoint.journal"
 #: The boot id the checkpoint's entries were last restored for, next to the checkpoint.
 BOOT_ID_FILE: Final = "vke-gpu-dra-checkpoint.boot-id"
 FORMAT: Final = "vke-gpu-dra-checkpoint"
@@ -191,6 +203,37 @@ def decode(data: bytes) -> dict[str, ClaimEntry]:
     return entries
 
 
+def encode_changes(before: Mapping[str, ClaimEntry], after: Mapping[str, ClaimEntry]) -> bytes | None:
+    """One journal record taking `before` to `after`: the entries set (whole) and the uids removed; None
+    when they are the same."""
+    changed = [e.to_json() for uid, e in after.items() if (old := before.get(uid)) is not e and old != e]
+    removed = [uid for uid in before if uid not in after]
+    if not changed and not removed:
+        return None
+    return json.dumps({"set": changed, "del": removed}, separators=(",", ":")).encode()
+
+
+def apply_changes(entries: dict[str, ClaimEntry], payload: bytes, where: str) -> None:
+    """Apply one journal record to `entries`; CheckpointError naming what is wrong (nothing applied)."""
+    try:
+        change = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(change, dict):
+        raise CheckpointError(f"{where} must be an object, got {type(change).__name__}")
+    _exact_fields(change, {"set", "del"}, where)
+    removed, changed = change["del"], change["set"]
+    if not isinstance(removed, list) or not all(isinstance(uid, str) for uid in removed):
+        raise CheckpointError(f"{where}.del must be a list of claim uids, got {removed!r}")
+    if not isinstance(changed, list):
+        raise CheckpointError(f"{where}.set must be a list, got {type(changed).__name__}")
+    parsed = [ClaimEntry.from_json(raw, f"{where}.set[{i}]") for i, raw in enumerate(changed)]
+    for uid in removed:
+        entries.pop(uid, None)
+    for entry in parsed:
+        entries[entry.uid] = entry
+
+
 @dataclass(frozen=True)
 class LoadResult:
     entries: dict[str, ClaimEntry]
@@ -199,45 +242,125 @@ class LoadResult:
     moved_to: Path | None = None
 
 
-class CheckpointStore:
-    """Reads and atomically rewrites the checkpoint file in `directory`."""
+@dataclass(frozen=True)
+class _Known:
+    """The checkpoint as this store last read or wrote it: the file's identity (`_identity`; None: no
+    file) and the entries with the journal applied."""
 
-    def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE) -> None:
+    identity: tuple[int, int, int, int] | None
+    entries: dict[str, ClaimEntry]
+
+
+class CheckpointStore:
+    """Reads the checkpoint; writes changes to its journal, and rewrites the file atomically when the
+    journal has no room (`journal=False`: every write rewrites the file, the layout before the journal)."""
+
+    def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE, *, journal: bool = True) -> None:
         self.path = directory / file_name
         self.boot_id_path = directory / BOOT_ID_FILE
-        #: The file as this store last read or wrote it: its identity (`_identity`) and its entries. Every
-        #: write replaces the file (a new inode), so another process's write is always read again.
-        self._known: tuple[tuple[int, int, int, int], dict[str, ClaimEntry]] | None = None
+        self.journal_path = directory / JOURNAL_FILE
+        self._journal = Journal(self.journal_path) if journal else None
+        #: What this store last read or wrote. Every rewrite of the file is a new inode and every change of
+        #: the journal a new record or epoch, so another process's write is always read again.
+        self._known: _Known | None = None
 
     def load(self) -> LoadResult:
-        """The stored entries; a corrupt file is moved aside to `<name>.corrupt-<timestamp>`. A file this
-        store read or wrote last, unchanged since (same inode, size and times), is not parsed again."""
+        """The stored entries; a corrupt file is moved aside to `<name>.corrupt-<timestamp>`, as is a journal
+        that is not one or has a record that does not parse (the records before it are applied). A
+        checkpoint this store read or wrote last, unchanged since, is not parsed again."""
+        known = self._known
         try:
             with self.path.open("rb") as file:
-                identity = _identity(os.fstat(file.fileno()))
-                if self._known is not None and self._known[0] == identity:
-                    return LoadResult(dict(self._known[1]))
-                data = file.read()
+                identity: tuple[int, int, int, int] | None = _identity(os.fstat(file.fileno()))
+                if self._is_known(known, identity):
+                    assert known is not None
+                    return LoadResult(dict(known.entries))
+                data: bytes | None = file.read()
         except FileNotFoundError:
-            self._known = None
-            return LoadResult({})
+            identity, data = None, None
+            if self._is_known(known, None):
+                assert known is not None
+                return LoadResult(dict(known.entries))
+        self._known = None
+        entries: dict[str, ClaimEntry] = {}
+        problem, moved = None, None
+        if data is not None:
+            try:
+                entries = decode(data)
+            except CheckpointError as exc:
+                moved = self._move_aside(self.path)
+                identity = None
+                problem = (
+                    f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name} "
+                    "and recovering prepared claims from the CDI specs on disk"
+                )
+        journal_problem = self._apply_journal(entries)
+        if journal_problem is not None:
+            problem = f"{problem}; {journal_problem}" if problem else journal_problem
+        if problem is None:
+            self._known = _Known(identity, dict(entries))
+        return LoadResult(entries, problem=problem, moved_to=moved)
+
+    def _is_known(self, known: _Known | None, identity: tuple[int, int, int, int] | None) -> bool:
+        return (
+            known is not None
+            and known.identity == identity
+            and (self._journal is None or self._journal.unchanged())
+        )
+
+    def _apply_journal(self, entries: dict[str, ClaimEntry]) -> str | None:
+        """Apply the journal's records to `entries`; the problem in one line when it has a bad one."""
+        if self._journal is None:
+            return None
         try:
-            entries = decode(data)
-        except CheckpointError as exc:
-            self._known = None
-            moved = self._move_aside()
-            problem = (
-                f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name} "
+            records = self._journal.read()
+            for i, payload in enumerate(records.payloads if records is not None else ()):
+                apply_changes(entries, payload, f"record {i}")
+        except (JournalError, CheckpointError) as exc:
+            self._journal.close()
+            moved = self._move_aside(self.journal_path)
+            return (
+                f"checkpoint journal {self.journal_path} is not usable ({exc}); moved it to {moved.name} "
                 "and recovering prepared claims from the CDI specs on disk"
             )
-            return LoadResult({}, problem=problem, moved_to=moved)
-        self._known = (identity, dict(entries))
-        return LoadResult(entries)
+        return None
 
     def save(self, entries: Mapping[str, ClaimEntry]) -> None:
+        """Make `entries` the checkpoint, durably: one journal record when this store knows what is on
+        disk and the journal has room, else the file rewritten (`compact`)."""
+        known, self._known = self._known, None
+        if known is not None and known.identity is not None and self._journal is not None:
+            record = encode_changes(known.entries, entries)
+            if record is None or self._journal.append(record):
+                self._known = _Known(known.identity, dict(entries))
+                return
+        self.compact(entries)
+
+    def compact(self, entries: Mapping[str, ClaimEntry]) -> None:
+        """Rewrite the file with `entries` (temp file, fsync, rename, fsync of the directory), then empty
+        the journal; a crash in between leaves records the file has, which change nothing applied again."""
         self._known = None
         atomic_write(self.path, encode(entries), mode=0o600)
-        self._known = (_identity(os.stat(self.path)), dict(entries))  # the caller holds the node lock
+        identity = _identity(os.stat(self.path))  # the caller holds the node lock
+        if self._journal is not None:
+            self._journal.reset()
+        self._known = _Known(identity, dict(entries))
+
+    def fold(self) -> bool:
+        """Rewrite the file with the journal's records and empty the journal (at start, and at a clean
+        stop, so that a release without the journal reads every claim); False when there was nothing to
+        fold. The caller holds the node lock."""
+        if self._journal is None:
+            return False
+        result = self.load()
+        if self._known is not None and self._journal.exists() and self._journal.records == 0:
+            return False
+        self.compact(result.entries)
+        return True
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
 
     def load_boot_id(self) -> str | None:
         """The boot id the entries were last restored for; None when none was kept (an earlier
@@ -251,13 +374,14 @@ class CheckpointStore:
     def save_boot_id(self, boot_id: str) -> None:
         atomic_write(self.boot_id_path, f"{boot_id}\n".encode(), mode=0o600)
 
-    def _move_aside(self) -> Path:
+    @staticmethod
+    def _move_aside(path: Path) -> Path:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        target = path.with_name(f"{path.name}.corrupt-{stamp}")
         n = 1
         while target.exists():
-            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
             n += 1
-        self.path.rename(target)
-        fsync_dir(self.path.parent)
+        path.rename(target)
+        fsync_dir(path.parent)
         return target

@@ -487,6 +487,8 @@ class Plugin:
             self.slices.stop()
         if self.reconciler is not None:
             self.reconciler.stop()
+        if self.state is not None:
+            self.state.close()
         if self._health is not None:
             self._health.stop(0).wait()
         if self._metrics_server is not None:

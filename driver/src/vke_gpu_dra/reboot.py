@@ -28,7 +28,7 @@ from typing import Final
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
 from . import cdi
-from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, ClaimEntry, ClaimState
+from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, JOURNAL_FILE, ClaimEntry, ClaimState
 from .fsutil import remove_temp_leftovers
 from .lifecycle import ClaimLifecycle
 from .steps import Node
@@ -63,7 +63,9 @@ def start(
     lifecycle: ClaimLifecycle, plugin_data_dir: Path, *, boot_id: str | None, restore_wait: float
 ) -> Started:
     """See the module docstring (caller holds the node lock)."""
-    removed = remove_temp_leftovers(plugin_data_dir, lambda name: name in (CHECKPOINT_FILE, BOOT_ID_FILE))
+    removed = remove_temp_leftovers(
+        plugin_data_dir, lambda name: name in (CHECKPOINT_FILE, JOURNAL_FILE, BOOT_ID_FILE)
+    )
     removed += remove_temp_leftovers(lifecycle.cdi_root, cdi.is_spec_name)
     if removed:
         log.warning(
@@ -73,6 +75,7 @@ def start(
     for step in lifecycle.steps:
         step.start(node)
     node.entries = lifecycle.read(recover_orphans=True, at_start=True)
+    lifecycle.store.fold()  # the journal's records into the file: what another release reads
     for step in lifecycle.steps:
         step.loaded(node)
     return Started(removed, _restore_if_rebooted(lifecycle, node, boot_id, restore_wait))

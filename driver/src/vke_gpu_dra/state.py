@@ -23,6 +23,7 @@ prepare whose devices another claim's entry holds meets `DevicesHeld` at admit; 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_LOCK_WAIT_SECONDS", "DeviceState", "HolderCheck", "RebootRestore", "StateLockTimeout"]
 
+log = logging.getLogger(__name__)
+
 #: How long a call without a deadline (start-up, inspection, tests) waits for the node lock:
 #: kubelet's own call timeout.
 DEFAULT_LOCK_WAIT_SECONDS: Final = 45.0
@@ -61,6 +64,9 @@ DEFAULT_LOCK_WAIT_SECONDS: Final = 45.0
 #: How long the start after a reboot waits for the claims' MPS daemons to be Ready again (the old
 #: pod's end, then the new one's start; the image is the plugin's own, already on the node).
 RESTORE_SECONDS: Final = 60.0
+
+#: How long a clean stop waits for the node lock to fold the checkpoint's journal into its file.
+CLOSE_LOCK_SECONDS: Final = 5.0
 
 #: How often one prepare checks the claims holding its devices and tries again.
 HOLDER_CHECKS: Final = 3
@@ -226,6 +232,22 @@ class DeviceState:
             for uid, e in self.entries().items()
             if e.state is ClaimState.PREPARE_COMPLETED
         }
+
+    def close(self, wait: float = CLOSE_LOCK_SECONDS) -> None:
+        """At a clean stop: fold the checkpoint's journal into its file (so a rollback to a release
+        without the journal reads every claim), waiting at most `wait` s for the node lock. When it stays
+        locked or the write fails, the next start folds it (a warning says which)."""
+        try:
+            with self._lock.held(time.monotonic() + wait):
+                self._store.fold()
+        except LockTimeout:
+            log.warning(
+                "the node lock stayed held at stop: the checkpoint's journal is folded at the next start"
+            )
+        except OSError as exc:
+            log.warning("cannot fold the checkpoint's journal at stop (%s): the next start does", exc)
+        finally:
+            self._store.close()
 
     def entries(self) -> dict[str, ClaimEntry]:
         """All checkpoint entries (including PrepareStarted), read from disk under the node lock."""

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vke_gpu_dra import checkpoint
 from vke_gpu_dra.config import Config, parse_config
 from vke_gpu_dra_core import facts
 
 NODE = "node-a"
+
+
+def checkpoint_document(data_dir: Path) -> dict[str, Any]:
+    """The plugin's checkpoint in `data_dir` as any reader sees it (the file with its journal's records
+    applied), in the file's JSON shape."""
+    return dict(json.loads(checkpoint.encode(checkpoint.CheckpointStore(data_dir).load().entries)))
 
 
 def free_port() -> int:
