@@ -22,6 +22,7 @@ publisher writes nothing more.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -128,7 +129,13 @@ class ClaimStatusPublisher:
         self._settle = settle
         #: UIDs of the claims whose entries this process wrote and has not removed (oldest first).
         self._written: OrderedDict[str, None] = OrderedDict()
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        #: The worker waits on `_cond`; `wait_idle` on `_idle` (same lock), so neither wakes the other.
+        self._cond = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
+        #: When the worker's wait ends (inf: until woken), None while it is not waiting: a write due later
+        #: needs no wake-up, as the worker looks at the queue again by then.
+        self._wake_at: float | None = None
         self._pending: OrderedDict[str, _Write] = OrderedDict()
         self._busy = False
         self._stopping = False
@@ -162,7 +169,7 @@ class ClaimStatusPublisher:
             if isinstance(pending, _Prepared) and ref.uid not in self._written:
                 del self._pending[ref.uid]
                 self._count("cancelled")
-                self._cond.notify_all()
+                self._idle.notify_all()  # the worker's wait for it ends on its own
                 return
         self._queue(ref.uid, _Unprepared(ref))
 
@@ -183,6 +190,7 @@ class ClaimStatusPublisher:
         with self._cond:
             left = len(self._pending)
             self._pending.clear()
+            self._idle.notify_all()
         if left:
             self._count("dropped", left)
             log.warning("claim status writes dropped at stop", extra={"fields": {"claims": left}})
@@ -195,7 +203,7 @@ class ClaimStatusPublisher:
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(left)
+                self._idle.wait(left)
             return True
 
     # --- internals ---
@@ -215,7 +223,9 @@ class ClaimStatusPublisher:
                 return
             self._pending.pop(uid, None)
             self._pending[uid] = write
-            self._cond.notify_all()
+            due = write.due if isinstance(write, _Prepared) else 0.0
+            if self._wake_at is not None and due < self._wake_at:
+                self._cond.notify()
 
     def _next(self) -> _Write | None:
         with self._cond:
@@ -224,16 +234,24 @@ class ClaimStatusPublisher:
                     return None
                 if self._pending:
                     uid, write = next(iter(self._pending.items()))
-                    wait = write.due - time.monotonic() if isinstance(write, _Prepared) else 0.0
-                    if wait <= 0 or self._stopping:
+                    due = write.due if isinstance(write, _Prepared) else 0.0
+                    if due <= time.monotonic() or self._stopping:
                         del self._pending[uid]
                         self._busy = True
                         if len(self._pending) < self._max_pending // 2:
                             self._full_said = False
                         return write
-                    self._cond.wait(wait)  # the oldest is a prepare still settling
+                    self._wait(due)  # the oldest is a prepare still settling
                     continue
-                self._cond.wait()
+                self._wait(math.inf)
+
+    def _wait(self, until: float) -> None:
+        """Wait until `until` (time.monotonic()) or a wake-up; the caller holds the lock."""
+        self._wake_at = until
+        try:
+            self._cond.wait(None if until == math.inf else max(0.0, until - time.monotonic()))
+        finally:
+            self._wake_at = None
 
     def _loop(self) -> None:
         while (write := self._next()) is not None:
@@ -245,7 +263,7 @@ class ClaimStatusPublisher:
             finally:
                 with self._cond:
                     self._busy = False
-                    self._cond.notify_all()
+                    self._idle.notify_all()
 
     def _write(self, write: _Write) -> None:
         if self.served is False:
@@ -270,6 +288,7 @@ class ClaimStatusPublisher:
             self.served = False
             with self._cond:
                 self._pending.clear()
+                self._idle.notify_all()
             self._count("unsupported")
             log.warning(
                 "the API server does not keep ResourceClaim status.devices (feature gate "

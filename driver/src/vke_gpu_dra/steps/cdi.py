@@ -16,6 +16,7 @@ user-space (`userspace.DriverEdits`: libraries, binaries, hooks, device nodes) i
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from .. import cdi
-from ..checkpoint import ClaimEntry
+from ..checkpoint import ClaimEntry, ClaimState
 from . import ClaimWork, Node, Step
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ class CdiStep(Step):
         #: The nodes present when the base spec was written: "" -> control nodes, device name -> its
         #: nodes; None: not written yet.
         self._written_for: dict[str, tuple[str, ...]] | None = None
+        # Checked at every prepare answered from the base spec: paths as strings, joined once.
+        self._base_path = str(cdi.base_spec_path(cdi_root))
+        self._optional = tuple((p, str(dev_root / p.lstrip("/"))) for p in cdi.OPTIONAL_CONTROL_NODES)
 
     # ------------------------------------------------------------------------------------ start
 
@@ -98,6 +102,8 @@ class CdiStep(Step):
         self._write_claim_spec(work.ref, work.devices, work.edits, work.prepared)
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
+        if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED and not _has_claim_spec(entry):
+            return  # answered from the base spec: no spec of its own was ever written
         try:
             cdi.delete_claim_spec(self.cdi_root, ref.uid)
         except OSError as exc:
@@ -144,7 +150,7 @@ class CdiStep(Step):
         seen = self._written_for
         if (
             seen is not None
-            and cdi.base_spec_path(self.cdi_root).exists()
+            and os.path.exists(self._base_path)
             and seen.get("") == self._control_nodes()
             and all(seen.get(d.name) == self._device_nodes(d) for d in devices)
         ):
@@ -174,7 +180,7 @@ class CdiStep(Step):
         self._written_for = written_for
 
     def _optional_nodes(self) -> list[str]:
-        return [p for p in cdi.OPTIONAL_CONTROL_NODES if (self.dev_root / p.lstrip("/")).exists()]
+        return [p for p, on_disk in self._optional if os.path.exists(on_disk)]
 
     def _write_claim_spec(
         self,
