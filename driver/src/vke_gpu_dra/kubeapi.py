@@ -1,6 +1,6 @@
 """Thin access to the Kubernetes API in plain JSON dicts, through the lean transport.
 
-Requests go through `vke_gpu_dra_kube.rest` (urllib3; authentication, TLS, proxies and credential
+Requests go through `vke_gpu_dra_kube.rest` (http.client; authentication, TLS, proxies and credential
 rotation come from the kubeconfig or the service account, `vke_gpu_dra_kube.kubeconfig_loader`);
 bodies are sent and returned as camelCase JSON dicts, exactly as the API server speaks them. The
 official client is not imported: the plugin starts fast and small.
@@ -13,7 +13,6 @@ connections, enough for the plugin's threads.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,15 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import urllib3
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_kube import failures, kubeconfig_loader
-from vke_gpu_dra_kube.rest import RestClient, TransportError
+from vke_gpu_dra_kube.rest import Response, RestClient, TransportError
 from vke_gpu_dra_kube.settings import REQUEST_TIMEOUT
 
 from .api_errors import KubeError
-
-log = logging.getLogger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICE_API_VERSION = "resource.k8s.io/v1"
@@ -93,15 +89,14 @@ class WatchEvent:
 class Watch:
     """An open watch stream; iterate for events, `close()` from any thread to stop it."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+    def __init__(self, response: Response) -> None:
         self._response = response
         self._closed = threading.Event()
 
     def __iter__(self) -> Iterator[WatchEvent]:
         buffer = b""
-        complete = False
         try:
-            for chunk in self._response.stream(amt=None, decode_content=True):
+            for chunk in self._response.stream():
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -111,23 +106,17 @@ class Watch:
             if buffer.strip():
                 raw = json.loads(buffer)
                 yield WatchEvent(raw.get("type", ""), raw.get("object") or {})
-            complete = True
         except Exception as err:
             if self._closed.is_set():
                 return
             raise KubeError(0, "WatchFailed", f"watch stream failed: {err}") from err
         finally:
-            if not complete:
-                # Unread stream data would poison the pooled connection: drop the connection.
-                self._response.close()
-            self._response.release_conn()
+            # The connection is reused only when the stream was read to its end; else it is dropped.
+            self._response.close()
 
     def close(self) -> None:
         self._closed.set()
-        try:
-            self._response.shutdown()
-        except Exception:  # already closed or finished: nothing left to stop
-            log.debug("watch shutdown", exc_info=True)
+        self._response.shutdown()
 
 
 class KubeAPI:
@@ -155,7 +144,7 @@ class KubeAPI:
         timeout: Any = REQUEST_TIMEOUT,
         content_type: str = "application/json",
         stream: bool = False,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> Response:
         """One attempt; `timeout` is (connect, read) seconds or a total in seconds; `body` is sent as
         JSON with `content_type`. `stream`: the body is left unread. KubeError (status 0) when no
         answer came."""
@@ -301,10 +290,8 @@ class KubeAPI:
         if not 200 <= response.status <= 299:
             try:
                 data = response.read()
-            except (urllib3.exceptions.HTTPError, OSError) as err:
-                response.close()
+            except TransportError as err:
                 raise KubeError(response.status, str(response.reason or ""), "") from err
-            response.release_conn()
             raise _error_from(response.status, str(response.reason or ""), data)
         return Watch(response)
 

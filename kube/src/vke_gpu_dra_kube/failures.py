@@ -1,17 +1,21 @@
 """What went wrong on the way to the API server, in words (DNS, TLS, refused, timeout, reset).
 
-Pure mapping of urllib3 and socket errors; it imports neither the official client nor the transport, so
-every caller (the driver's lean transport, the operator tools on the official client) says the same.
+Pure mapping of socket, TLS and http.client errors, and of urllib3's; it imports neither the official
+client nor the transport, so every caller (the driver's lean transport, the operator tools on the
+official client) says the same. It does not load urllib3: an urllib3 error exists only once urllib3 has
+been imported by its user.
 """
 
 from __future__ import annotations
 
+import http.client
 import re
+import socket
+import ssl
+import sys
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
-
-import urllib3
 
 from .reasons import CREDENTIALS_ERROR, TIMEOUT, TLS_ERROR, TRANSPORT_ERROR, UNREACHABLE
 from .settings import REQUEST_TIMEOUT, Timeout
@@ -74,28 +78,46 @@ def tls_failure(text: str) -> NetworkFailure:
     )
 
 
+def _urllib3_error(err: BaseException, *names: str) -> bool:
+    """Whether `err` is one of urllib3's exceptions `names` (False while urllib3 is not loaded)."""
+    module = sys.modules.get("urllib3.exceptions")
+    return module is not None and isinstance(err, tuple(getattr(module, name) for name in names))
+
+
 def network_failure(  # noqa: PLR0911 (one answer per kind of failure)
-    err: BaseException, timeout: Timeout = REQUEST_TIMEOUT, host: str | None = None
+    err: BaseException,
+    timeout: Timeout = REQUEST_TIMEOUT,
+    host: str | None = None,
+    *,
+    connecting: bool = False,
 ) -> NetworkFailure:
-    """What went wrong on the way to the API server; `timeout` is the request's, `host` the server's."""
+    """What went wrong on the way to the API server; `timeout` is the request's, `host` the server's.
+    `connecting`: `err` came while the connection was being opened (TCP, a proxy's tunnel, the TLS
+    handshake), not while the request was sent or its answer read."""
     cause: BaseException = err
-    if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
-        cause = cause.reason
-    if (
-        isinstance(cause, urllib3.exceptions.ProtocolError)
-        and cause.args
-        and isinstance(cause.args[-1], TimeoutError)
-    ):
+    reason = getattr(cause, "reason", None)  # what urllib3's MaxRetryError wraps
+    if _urllib3_error(cause, "MaxRetryError") and isinstance(reason, BaseException):
+        cause = reason
+    if _urllib3_error(cause, "ProtocolError") and cause.args and isinstance(cause.args[-1], TimeoutError):
         cause = cause.args[-1]
     text = str(cause)
-    if isinstance(cause, urllib3.exceptions.NameResolutionError) or any(t in text for t in _DNS_TEXTS):
+    if (
+        isinstance(cause, socket.gaierror)
+        or _urllib3_error(cause, "NameResolutionError")
+        or any(t in text for t in _DNS_TEXTS)
+    ):
         conn = getattr(cause, "conn", None)
         where = host or getattr(conn, "host", None) or "the server's host"
         return NetworkFailure(
             UNREACHABLE,
             f"DNS lookup of {where} failed: check the server address in the kubeconfig and the DNS",
         )
-    if isinstance(cause, urllib3.exceptions.SSLError) or "SSL" in text or "CERTIFICATE" in text:
+    if (
+        isinstance(cause, ssl.SSLError)
+        or _urllib3_error(cause, "SSLError")
+        or "SSL" in text
+        or "CERTIFICATE" in text
+    ):
         return tls_failure(text)
     system = re.search(r"\[Errno \d+\] [^'\"()]+", text)
     said = f"; {system.group(0).strip()}" if system else ""
@@ -104,16 +126,21 @@ def network_failure(  # noqa: PLR0911 (one answer per kind of failure)
             UNREACHABLE,
             f"connection refused: nothing listens at that address (is the cluster running?){said}",
         )
+    timed_out = isinstance(cause, TimeoutError) or _urllib3_error(cause, "TimeoutError")
     # NewConnectionError (unreachable network or host) is a ConnectTimeoutError too: test it first.
-    if isinstance(cause, urllib3.exceptions.NewConnectionError):
+    if _urllib3_error(cause, "NewConnectionError") or (
+        connecting and isinstance(cause, OSError) and not timed_out
+    ):
         return NetworkFailure(UNREACHABLE, f"cannot connect to the API server{said or ': ' + text}")
-    if isinstance(cause, urllib3.exceptions.ConnectTimeoutError):
+    if _urllib3_error(cause, "ConnectTimeoutError") or (connecting and timed_out):
         return NetworkFailure(
             TIMEOUT,
             f"the connection timed out after {_seconds(timeout, 0)} s: check the address and any firewall",
         )
-    if isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
+    if timed_out:
         return NetworkFailure(TIMEOUT, f"the API server did not answer within {_seconds(timeout, 1)} s")
-    if isinstance(cause, urllib3.exceptions.ProtocolError | ConnectionResetError):
+    if isinstance(cause, ConnectionError | http.client.HTTPException) or _urllib3_error(
+        cause, "ProtocolError"
+    ):
         return NetworkFailure(TRANSPORT_ERROR, "the connection was closed by the server")
     return NetworkFailure(TRANSPORT_ERROR, f"network error: {first_line(cause)}")
