@@ -318,3 +318,20 @@ def test_a_failed_append_makes_the_next_write_rewrite_the_file(tmp_path, monkeyp
     store.save({"u2": entry("u2")})
     assert cp.decode(store.path.read_bytes()) == {"u2": entry("u2")}
     assert CheckpointStore(tmp_path).load().entries == {"u2": entry("u2")}
+
+
+def test_after_a_reset_bytes_of_the_earlier_epoch_are_never_read_as_a_record(tmp_path, monkeypatch):
+    """A load checks for a record after the last one it knows with one small read, even where that offset
+    falls inside a record of the earlier epoch (whose bytes would read as any length)."""
+    store = CheckpointStore(tmp_path)
+    store.save({})
+    for i in range(40):  # records of varied lengths
+        store.save({f"u{j}": entry(f"u{j}" * (1 + i % 7)) for j in range(i % 5 + 1)})
+    store.compact({})
+    store.save({"x": entry("x")})
+    sizes: list[int] = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: sizes.append(n) or real(fd, n, offset))
+    for _ in range(3):
+        assert store.load().entries == {"x": entry("x")}
+    assert sizes and max(sizes) <= journal.RECORD.size + journal.TAIL_READ

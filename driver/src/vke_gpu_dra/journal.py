@@ -157,10 +157,13 @@ class Journal:
         if fd is None or self._epoch is None:
             return False
         tail = os.pread(fd, min(self.size - self._end, RECORD.size + TAIL_READ), self._end)
-        if len(tail) >= RECORD.size:
-            length = RECORD.unpack_from(tail, 0)[0]
-            if RECORD.size + length > len(tail):
-                tail = os.pread(fd, min(self.size - self._end, RECORD.size + length), self._end)
+        if len(tail) < RECORD.size:
+            return True
+        length, _, seq = RECORD.unpack_from(tail, 0)
+        if seq != self._seq or self._end + RECORD.size + length > self.size:
+            return True  # not the next record: the end, or bytes of an earlier epoch
+        if RECORD.size + length > len(tail):
+            tail = os.pread(fd, RECORD.size + length, self._end)
         return _next_record(tail, 0, self._epoch, self._seq) is None
 
     def append(self, payload: bytes) -> bool:
