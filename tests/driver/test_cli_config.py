@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra.config import OPTIONS, PluginConfigError, parse_config
+from vke_gpu_dra.config import OPTIONS, PluginConfigError, _plain_flags, build_parser, parse_config
 from vke_gpu_dra.logs import setup_logging
 from vke_gpu_dra_core import facts
 
@@ -46,6 +46,54 @@ def test_health_flags_and_env() -> None:
     )
     assert config.additional_xids_to_ignore == {74, 79}
     assert config.health_recovery_window == 60
+    for no_xid in ("", " ", ",", " , ,"):
+        config = parse_config(["--node-name", "n", f"--additional-xids-to-ignore={no_xid}"], environ={})
+        assert config.additional_xids_to_ignore == frozenset(), no_xid
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--node-name", "n"],
+        ["--node-name=n", "--kubeconfig", "/k", "--metrics-port=9100"],
+        ["--node-name", "a", "--node-name", "b"],  # the last one wins
+        ["--node-name", "", "--image-name=", "--namespace==x"],
+        ["--simulated-gpus=-1", "--log-level", "a=b"],
+        ["--feature-gates", "MPSSupport=true,TimeSlicingSettings=false"],
+    ],
+)
+def test_a_plain_command_line_is_read_as_argparse_reads_it(argv: list[str]) -> None:
+    assert _plain_flags(argv) == vars(build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--version"],
+        ["-h"],
+        ["--node-name"],
+        ["--node-name", "--kubeconfig", "/k"],
+        ["--simulated-gpus", "-1"],
+        ["--node", "n"],
+        ["--bogus", "x"],
+        ["n"],
+        ["--", "--node-name", "n"],
+    ],
+)
+def test_any_other_command_line_is_left_to_argparse(argv: list[str]) -> None:
+    assert _plain_flags(argv) is None
+
+
+def test_argparse_answers_what_the_plain_reading_leaves_to_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(PluginConfigError, match="unrecognized arguments: --bogus x"):
+        parse_config(["--node-name", "n", "--bogus", "x"], environ={})
+    with pytest.raises(PluginConfigError, match="argument --node-name: expected one argument"):
+        parse_config(["--node-name"], environ={})
+    with pytest.raises(SystemExit) as done:
+        parse_config(["--version"], environ={})
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("dra-gpu-kubelet-plugin ")
 
 
 def test_rolling_update_id_names_both_sockets() -> None:

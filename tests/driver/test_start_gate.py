@@ -129,34 +129,59 @@ def test_a_start_that_fails_answers_the_waiting_call_and_removes_the_sockets(
     assert not start.plugin.registration_socket.exists() and not start.plugin.dra_socket.exists()
 
 
+#: What the entry point must not load before kubelet can register the plugin: the API client, the metrics
+#: library, the YAML parser, NVML and discovery (they are slow to load), and what is needed only once a call
+#: is answered or the plugin runs (the device model, the claim reads, the health policy; argparse, which
+#: reads only `--help`, `--version` and a malformed command line, and what it loads).
+NOT_LOADED_AT_REGISTRATION = (
+    "yaml",
+    "urllib3",
+    "prometheus_client",
+    "kubernetes",
+    "pynvml",
+    "vke_gpu_dra_kube.client",
+    "vke_gpu_dra.kubeapi",
+    "vke_gpu_dra.state",
+    "vke_gpu_dra.plugin",
+    "vke_gpu_dra.api_errors",
+    "vke_gpu_dra.kubelet.claim_fetch",
+    "vke_gpu_dra.health",
+    "vke_gpu_dra_core.discovery",
+    "vke_gpu_dra_core.device_model",
+    "argparse",
+    "gettext",
+    "shutil",
+)
+
+
 def test_what_loads_before_kubelet_can_register_leaves_the_slow_parts_out(
     short_tmp: Path, fake_api: FakeAPIServer
 ) -> None:
-    """The entry point's path to serving kubelet's sockets (the command line, a JSON kubeconfig's check,
-    the logs, the endpoints) loads neither the API client, the metrics library, the YAML parser nor the
-    discovery code: they load after registration."""
+    """The entry point up to serving kubelet's sockets (the command line, a JSON kubeconfig's check, the
+    logs, the endpoints started) loads none of `NOT_LOADED_AT_REGISTRATION`: they load after registration."""
     fake_api.write_kubeconfig(short_tmp / "kubeconfig")
     script = f"""
 import sys
-from pathlib import Path
-from vke_gpu_dra.__main__ import main  # noqa: F401  (what the console script imports)
-from vke_gpu_dra.config import parse_config
-from vke_gpu_dra.logs import setup_logging
-from vke_gpu_dra.kubelet.endpoints import KubeletEndpoints
-from vke_gpu_dra.shutdown import StopSignals  # noqa: F401
-from vke_gpu_dra_core import kubeconfig
-from vke_gpu_dra_testing.plugin_env import plugin_args
-config = parse_config(plugin_args(Path({str(short_tmp)!r}), gpus=8))
-kubeconfig.load(config.kubeconfig)
-setup_logging("json")
-slow = ("yaml", "urllib3", "prometheus_client", "kubernetes", "vke_gpu_dra.kubeapi", "vke_gpu_dra.state",
-        "vke_gpu_dra_core.discovery", "pynvml")
-print(sorted(m for m in sys.modules if m.split(".")[0] in slow or m in slow))
+import vke_gpu_dra.__main__ as entry
+
+def served(config, endpoints, signals):  # where the entry point goes on once registration is served
+    endpoints.stop(grace=0)
+    names = {NOT_LOADED_AT_REGISTRATION!r}
+    print(sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in names)))
+    return 0
+
+entry._run = served
+sys.exit(entry.main(sys.argv[1:]))
 """
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", script, *plugin_args(short_tmp, gpus=8)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    assert "registration served" in proc.stderr
     assert proc.stdout.strip() == "[]"
 
 

@@ -7,13 +7,12 @@ as one `PluginConfigError` naming the flag, its environment variable, the value 
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn
 
 from vke_gpu_dra_core import facts, featuregates, profiles
 from vke_gpu_dra_core import simulated_gpus as simulated
@@ -25,6 +24,9 @@ from .bootid import DEFAULT_BOOT_ID_PATH
 from .kubelet.socket_names import MAX_SOCKET_PATH_BYTES, dra_socket_name, registration_socket
 from .kubelet.socket_names import POD_RESOURCES_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from .reconcile_interval import DEFAULT_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
+
+if TYPE_CHECKING:
+    import argparse
 
 PROG = "dra-gpu-kubelet-plugin"
 LOG_FORMATS = ("json", "text")
@@ -167,6 +169,8 @@ def _feature_gates(value: str) -> featuregates.FeatureGates:
 
 
 def _xid_list(value: str) -> frozenset[int]:
+    if not value.replace(",", "").strip():
+        return frozenset()  # no XID (the default): the health policy loads later, not on the start path
     from .health.policy import parse_xid_list  # noqa: PLC0415  (keeps the parser's import light)
 
     return parse_xid_list(value)
@@ -179,8 +183,10 @@ def _product(value: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class _Option:
+class _Option(NamedTuple):
+    """One flag and its environment variable. (A named tuple, not a dataclass: building a dataclass costs
+    half a millisecond of the start, before kubelet can register the plugin.)"""
+
     dest: str
     env: str
     parse: Callable[[str], Any]
@@ -337,12 +343,18 @@ OPTIONS: tuple[_Option, ...] = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise PluginConfigError(message)
+#: `--flag` -> its option's dest, for `_plain_flags`.
+_DEST_BY_FLAG: Final = {opt.flag: opt.dest for opt in OPTIONS}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: `--help`, `--version`, and the errors of a malformed command line."""
+    import argparse  # noqa: PLC0415  (a plain command line is read without it: `_plain_flags`)
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise PluginConfigError(message)
+
     parser = _Parser(
         prog=PROG,
         description="DRA kubelet plugin for NVIDIA GPUs (drop-in for gpu.nvidia.com).",
@@ -357,10 +369,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plain_flags(argv: Sequence[str]) -> dict[str, str | None] | None:
+    """The flags of a command line made only of known flags, each as `--flag value` or `--flag=value` (the
+    plugin's usual start), read as argparse reads them: the last of a repeated flag wins, None for a flag
+    not given. None for any other command line (`--help`, `--version`, an unknown flag or argument, a flag
+    without its value, a value that starts with `-`): argparse reads those, and answers or refuses them
+    itself. Loading and building argparse takes milliseconds of the start, before kubelet can register
+    the plugin."""
+    flags: dict[str, str | None] = dict.fromkeys(_DEST_BY_FLAG.values())
+    i = 0
+    while i < len(argv):
+        flag, equals, value = argv[i].partition("=")
+        dest = _DEST_BY_FLAG.get(flag)
+        if dest is None:
+            return None
+        if not equals:
+            i += 1
+            if i == len(argv) or argv[i].startswith("-"):
+                return None
+            value = argv[i]
+        flags[dest] = value
+        i += 1
+    return flags
+
+
 def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
     """Parse flags (winning) and environment into a `Config`; raise PluginConfigError on the first problem."""
     env = os.environ if environ is None else environ
-    args = vars(build_parser().parse_args(list(argv)))
+    args = _plain_flags(argv)
+    if args is None:
+        args = vars(build_parser().parse_args(list(argv)))
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         raw, source = args[opt.dest], opt.flag

@@ -57,7 +57,5 @@ def setup_logging(log_format: str, *, level: int = logging.INFO, stream: TextIO 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # urllib3 logs every request line at debug level: only its warnings (a full connection pool) show.
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
     # Python warnings (from libraries) become log entries in the chosen format, not raw stderr lines.
     logging.captureWarnings(True)

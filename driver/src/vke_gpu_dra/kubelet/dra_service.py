@@ -24,19 +24,22 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
-from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
 from ._proto.dra.v1 import api_pb2 as v1_pb2
 from ._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from ._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from ._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
 from .start_gate import StartGate
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
+    from vke_gpu_dra_core.device_model import ClaimRef, PreparedDevice
 
     from ..metrics import Metrics
+    from .claim_fetch import ClaimFetcher, ClaimReader, Deadline
+
+# The service is served before the plugin has loaded (kubelet registers it first): the device model and
+# the claim reads (`claim_fetch`, the API errors) load with the first call or `bind`, not on that path.
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ def request_names(names: Sequence[str]) -> tuple[str, ...]:
 
 def unique_claims(claims: Sequence[Any]) -> list[ClaimRef]:
     """The claims of a request, each UID once (the first occurrence), in request order."""
+    from vke_gpu_dra_core.device_model import ClaimRef  # noqa: PLC0415  (see the imports)
+
     refs: dict[str, ClaimRef] = {}
     for claim in claims:
         refs.setdefault(claim.uid, ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid))
@@ -77,6 +82,8 @@ def unique_claims(claims: Sequence[Any]) -> list[ClaimRef]:
 
 def check_claim(ref: ClaimRef, claim: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """The claim kubelet named must exist in the API; the device state checks the rest (UID, allocation)."""
+    from vke_gpu_dra_core.device_model import ClaimError  # noqa: PLC0415  (see the imports)
+
     if claim is None:
         raise ClaimError(f"claim {ref.namespace}/{ref.name} not found")
     return claim
@@ -110,6 +117,8 @@ class DRAServicer:
         fetcher: ClaimFetcher | None = None,
     ) -> None:
         """Where claims are read and prepared, and counted; the gate opens after this."""
+        from .claim_fetch import ClaimFetcher  # noqa: PLC0415  (see the imports)
+
         if fetcher is None:
             if claims is None:
                 raise ValueError("bind needs the claims' reader or a fetcher")
@@ -134,6 +143,8 @@ class DRAServicer:
         return None
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        from .claim_fetch import Deadline  # noqa: PLC0415  (see the imports)
+
         pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
         response = pb.NodePrepareResourcesResponse()
         if not request.claims:
@@ -164,6 +175,8 @@ class DRAServicer:
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        from .claim_fetch import Deadline  # noqa: PLC0415  (see the imports)
+
         pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
         response = pb.NodeUnprepareResourcesResponse()
         if not request.claims:
@@ -256,6 +269,8 @@ def answer_each_claim(
     one catch-all of a kubelet call, where its answer is built; the device state answers each of
     its own calls once (its `_answering`) and hands that answer over as the exception raised here.
     """
+    from vke_gpu_dra_core.device_model import ClaimError  # noqa: PLC0415  (see the imports)
+
     for ref in refs:
         entry = entries[ref.uid]
         fields: dict[str, object] = {

@@ -15,15 +15,17 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import grpc
-from vke_gpu_dra_core.device_model import Device
 
 from ._proto.dra_health.v1 import api_pb2 as health_pb2
 from ._proto.dra_health.v1 import api_pb2_grpc as health_grpc
 from ._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1_pb2
 from ._proto.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+
+if TYPE_CHECKING:
+    from vke_gpu_dra_core.device_model import Device
 
 #: The health services in PluginInfo.supported_versions (`<proto package>.<service>`), newest
 #: first, as Kubernetes' Go helper (kubeletplugin) lists them: kubelet 1.37+ opens the stream on
