@@ -19,9 +19,11 @@ Run from the repository root: `python bench/driver_bench.py [--baseline REV] [--
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import gc
 import http.client
+import importlib.util
 import math
 import os
 import select
@@ -156,6 +158,7 @@ class PluginCommand:
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str] | None = None  # None: the bench's own
+    sources: tuple[Path, ...] = ()  # the folders of its packages, compiled to bytecode before it runs
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`python ARGS` in this version's environment (for helpers that must import its code)."""
@@ -167,7 +170,12 @@ class PluginCommand:
 def current_command() -> PluginCommand:
     if not CONSOLE_SCRIPT.exists():
         raise SystemExit(f"{CONSOLE_SCRIPT} not found: install the driver (pip install -e ./driver)")
-    return PluginCommand("current", (str(CONSOLE_SCRIPT),))
+    sources = []
+    for package in TREE_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.submodule_search_locations, package
+        sources.append(Path(next(iter(spec.submodule_search_locations))))
+    return PluginCommand("current", (str(CONSOLE_SCRIPT),), sources=tuple(sources))
 
 
 def tree_command(name: str, tree: Path, environ: Mapping[str, str]) -> PluginCommand:
@@ -177,7 +185,17 @@ def tree_command(name: str, tree: Path, environ: Mapping[str, str]) -> PluginCom
     if environ.get("PYTHONPATH"):
         paths.append(environ["PYTHONPATH"])
     env = {**environ, "PYTHONPATH": os.pathsep.join(paths)}
-    return PluginCommand(name, (sys.executable, "-m", "vke_gpu_dra"), env)
+    sources = tuple(tree / source for source in TREE_SOURCES)
+    return PluginCommand(name, (sys.executable, "-m", "vke_gpu_dra"), env, sources)
+
+
+def compile_sources(command: PluginCommand) -> None:
+    """Bytecode for the plugin's own modules, as an installed copy has it (pip compiles at install; the
+    image runs with PYTHONDONTWRITEBYTECODE=1, as this machine may): without it every start would compile
+    them from source."""
+    for folder in command.sources:
+        if not compileall.compile_dir(str(folder), quiet=1):
+            raise RuntimeError(f"{command.name}: cannot compile the modules in {folder}")
 
 
 def check_imports_from(command: PluginCommand, tree: Path) -> None:
@@ -1029,6 +1047,8 @@ def main(argv: list[str] | None = None) -> int:
             baseline = tree_command("baseline", tree, os.environ)
             check_imports_from(baseline, tree)
             commands = [baseline, current]
+        for command in commands:
+            compile_sources(command)
         runs, failed = measure_all(args, commands)
     print(header(args))
     print()
