@@ -18,8 +18,21 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return dict(fields) if isinstance(fields, dict) else {}
 
 
+#: The last second formatted, and its text (one tuple: threads read and replace it whole).
+_second: tuple[int, str] = (-1, "")
+
+
 def _timestamp(record: logging.LogRecord) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+    global _second  # noqa: PLW0603  (a cache of the one formatting that changes once a second)
+    whole = int(record.created)
+    cached = _second
+    if cached[0] != whole:
+        cached = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{cached[1]}.{int(record.msecs):03d}Z"
+
+
+#: One encoder for every line (`json.dumps` with `default` builds a new one per call).
+_encode = json.JSONEncoder(default=str).encode
 
 
 class JsonFormatter(logging.Formatter):
@@ -34,7 +47,7 @@ class JsonFormatter(logging.Formatter):
             entry.setdefault(key, value)
         if record.exc_info:
             entry["error_trace"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return _encode(entry)
 
 
 class TextFormatter(logging.Formatter):
@@ -57,5 +70,11 @@ def setup_logging(log_format: str, *, level: int = logging.INFO, stream: TextIO 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # What no formatter here prints is not gathered for every record: the caller's file and line, the
+    # thread and process names (the "Optimization" table of Python's logging HOWTO).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # Python warnings (from libraries) become log entries in the chosen format, not raw stderr lines.
     logging.captureWarnings(True)

@@ -44,9 +44,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-_PB_BY_PACKAGE: dict[str, ModuleType] = {
-    v1_pb2.DESCRIPTOR.package: v1_pb2,
-    v1beta1_pb2.DESCRIPTOR.package: v1beta1_pb2,
+#: The protocol version of each request message (both RPCs, both versions), by its class.
+_PB_BY_REQUEST: dict[type, ModuleType] = {
+    request: pb
+    for pb in (v1_pb2, v1beta1_pb2)
+    for request in (pb.NodePrepareResourcesRequest, pb.NodeUnprepareResourcesRequest)
+}
+#: Whether the version's answer carries a device's consumable share (v1 from Kubernetes 1.35; v1beta1 not).
+_HAS_SHARE_ID: dict[ModuleType, bool] = {
+    pb: "share_id" in pb.Device.DESCRIPTOR.fields_by_name for pb in (v1_pb2, v1beta1_pb2)
 }
 _call_ids = itertools.count(1)
 T = TypeVar("T")
@@ -145,7 +151,7 @@ class DRAServicer:
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         from .claim_fetch import Deadline  # noqa: PLC0415  (see the imports)
 
-        pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
+        pb = _PB_BY_REQUEST[type(request)]
         response = pb.NodePrepareResourcesResponse()
         if not request.claims:
             return response
@@ -167,7 +173,7 @@ class DRAServicer:
             response.claims,
             call_id=call_id,
             action=prepare,
-            answer=_answer_prepared,
+            answer=_answer_prepared if _HAS_SHARE_ID[pb] else _answer_prepared_without_shares,
             results=metrics.prepare_claims,
             wording=_PREPARE,
         )
@@ -177,7 +183,7 @@ class DRAServicer:
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         from .claim_fetch import Deadline  # noqa: PLC0415  (see the imports)
 
-        pb = _PB_BY_PACKAGE[request.DESCRIPTOR.file.package]
+        pb = _PB_BY_REQUEST[type(request)]
         response = pb.NodeUnprepareResourcesResponse()
         if not request.claims:
             return response
@@ -230,10 +236,11 @@ _UNPREPARE = Wording(
 )
 
 
-def _answer_prepared(entry: Any, devices: list[PreparedDevice]) -> dict[str, object]:
+def _answer_prepared(
+    entry: Any, devices: list[PreparedDevice], *, with_shares: bool = True
+) -> dict[str, object]:
     """The claim's devices; a consumable share carries its `share_id` where the protocol has it (v1 from
     Kubernetes 1.35: kubelet keeps it per container; v1beta1 has no such field)."""
-    with_shares = "share_id" in entry.DESCRIPTOR.fields_by_name["devices"].message_type.fields_by_name
     for dev in devices:
         added = entry.devices.add(
             request_names=list(request_names(dev.request_names)),
@@ -244,6 +251,10 @@ def _answer_prepared(entry: Any, devices: list[PreparedDevice]) -> dict[str, obj
         if dev.share_id is not None and with_shares:
             added.share_id = dev.share_id
     return {"devices": [d.device_name for d in devices]}
+
+
+def _answer_prepared_without_shares(entry: Any, devices: list[PreparedDevice]) -> dict[str, object]:
+    return _answer_prepared(entry, devices, with_shares=False)
 
 
 def _answer_unprepared(entry: Any, outcome: None) -> dict[str, object]:
