@@ -257,6 +257,7 @@ class CheckpointStore:
 
     def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE, *, journal: bool = True) -> None:
         self.path = directory / file_name
+        self._path = str(self.path)
         self.boot_id_path = directory / BOOT_ID_FILE
         self.journal_path = directory / JOURNAL_FILE
         self._journal = Journal(self.journal_path) if journal else None
@@ -269,6 +270,13 @@ class CheckpointStore:
         that is not one or has a record that does not parse (the records before it are applied). A
         checkpoint this store read or wrote last, unchanged since, is not parsed again."""
         known = self._known
+        if known is not None:  # the usual case, in one stat: nothing changed since this store's last look
+            try:
+                now: tuple[int, int, int, int] | None = _identity(os.stat(self._path))
+            except FileNotFoundError:
+                now = None
+            if self._is_known(known, now):
+                return LoadResult(dict(known.entries))
         try:
             with self.path.open("rb") as file:
                 identity: tuple[int, int, int, int] | None = _identity(os.fstat(file.fileno()))

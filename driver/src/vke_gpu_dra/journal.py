@@ -151,9 +151,7 @@ class Journal:
         which the store checks on its own."""
         if self._absent:
             return not self.path.exists()
-        if self._epoch is None:
-            return False
-        fd = self._open()
+        fd = self._fd  # the journal is replaced only after the checkpoint file (`compact`): checked first
         if fd is None or self._epoch is None:
             return False
         tail = os.pread(fd, min(self.size - self._end, RECORD.size + TAIL_READ), self._end)
@@ -169,7 +167,7 @@ class Journal:
     def append(self, payload: bytes) -> bool:
         """Append one record and `fdatasync` it; False (nothing written) when it does not fit or the
         journal was not read or reset by this process (the caller rewrites the snapshot instead)."""
-        fd = self._open() if self._epoch is not None else None
+        fd = self._fd  # as the load before it in the same batch found it
         if fd is None or self._epoch is None or self._seq >= MAX_RECORDS:
             return False
         record = RECORD.pack(len(payload), _crc(self._epoch, self._seq, payload), self._seq) + payload

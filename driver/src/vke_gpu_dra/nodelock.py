@@ -17,6 +17,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
@@ -45,6 +46,11 @@ class NodeLock:
         self._clock = clock
         self._sleep = sleep
         self._threads = threading.Lock()
+        #: The lock file, open from the first lock on (each lock and unlock is then one flock call), and
+        #: its inode: a file replaced since is opened again.
+        self._fd: int | None = None
+        self._ino = 0
+        self._closer: weakref.finalize[[int], NodeLock] | None = None
 
     @contextlib.contextmanager
     def held(self, deadline: float) -> Iterator[None]:
@@ -71,32 +77,42 @@ class NodeLock:
         try:
             yield
         finally:
-            os.close(fd)  # releases the flock
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _timeout_message(self) -> str:
         return f"the node's prepare/unprepare lock {self.path} was not free before the call's deadline"
 
+    def _open(self) -> int:
+        if self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._fd, self._ino = fd, os.fstat(fd).st_ino
+            self._closer = weakref.finalize(self, os.close, fd)
+        return self._fd
+
+    def _reopen(self) -> None:
+        """Drop the open file (replaced on disk); the next lock opens the one there now."""
+        if self._closer is not None:
+            self._closer()  # closes it, once
+        self._fd = self._closer = None
+
     def _lock_file(self, deadline: float) -> int:
         delay = POLL_INITIAL_SECONDS
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                os.close(fd)
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     raise LockTimeout(self._timeout_message()) from None
                 self._sleep(min(delay, remaining))
                 delay = min(delay * 2, POLL_MAX_SECONDS)
                 continue
-            except BaseException:
-                os.close(fd)
-                raise
             try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = os.stat(self.path).st_ino == self._ino
             except FileNotFoundError:
                 same = False
             if same:
                 return fd
-            os.close(fd)  # the file was replaced while we waited: lock the one that is there now
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._reopen()  # the file was replaced (or removed) meanwhile: lock the one that is there now

@@ -19,6 +19,7 @@ the files and paths).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -123,6 +124,8 @@ class MetadataStep(Step):
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
         directory = dm.host_dir(self.plugin_data_dir, ref.uid)
+        if not os.path.lexists(directory):
+            return  # the usual case: the claim got no metadata (or it is gone already)
         try:
             shutil.rmtree(directory)
         except FileNotFoundError:
