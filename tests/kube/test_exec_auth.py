@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from vke_gpu_dra_kube.exec_auth import ExecConfig, ExecCredentials
 from vke_gpu_dra_kube.kubeconfig_loader import from_kubeconfig
 from vke_gpu_dra_kube.rest import RestClient
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl, track
 
 pytestmark = needs_openssl
 
@@ -87,21 +86,10 @@ def exec_user(tmp_path: Path, api_version: str = V1, **env: str) -> dict[str, An
     }
 
 
-_open: list[RestClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _open:
-        _open.pop().close()
-
-
 def client(tmp_path: Path, config: dict[str, Any]) -> RestClient:
     path = tmp_path / "config"
     path.write_text(json.dumps(config))
-    _open.append(RestClient(from_kubeconfig(path)))
-    return _open[-1]
+    return track(RestClient(from_kubeconfig(path)))
 
 
 def ca(pki: Pki) -> dict[str, str]:

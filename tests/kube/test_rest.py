@@ -23,7 +23,7 @@ from vke_gpu_dra_kube.credentials import WatchedFile
 from vke_gpu_dra_kube.kubeconfig_loader import from_kubeconfig
 from vke_gpu_dra_kube.rest import RestClient, TransportError
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl, track
 
 pytestmark = needs_openssl
 
@@ -45,22 +45,11 @@ def b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-_open: list[RestClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _open:
-        _open.pop().close()
-
-
 def client(tmp_path: Path, config: dict[str, Any], name: str = "config") -> RestClient:
     """A client from `config` written as a kubeconfig file; closed when the test ends."""
     path = tmp_path / name
     path.write_text(json.dumps(config))
-    _open.append(RestClient(from_kubeconfig(path), pool_size=4))
-    return _open[-1]
+    return track(RestClient(from_kubeconfig(path), pool_size=4))
 
 
 def get(c: RestClient, path: str = "/api/v1/nodes/n1", **kwargs: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from vke_gpu_dra_kube.client_config import ClientConfig
 from vke_gpu_dra_kube.kubeconfig_loader import from_kubeconfig
 from vke_gpu_dra_kube.rest import RestClient, TransportError
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl, track
 
 WAIT_S = 10.0
 
@@ -140,19 +140,8 @@ def server() -> Iterator[Server]:
         yield s
 
 
-_open: list[RestClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _open:
-        _open.pop().close()
-
-
 def client(server: str, *, pool_size: int = 4, **config: Any) -> RestClient:
-    _open.append(RestClient(ClientConfig(server=server, source="test", **config), pool_size=pool_size))
-    return _open[-1]
+    return track(RestClient(ClientConfig(server=server, source="test", **config), pool_size=pool_size))
 
 
 def port_of(c: RestClient, path: str = "/port") -> int:
@@ -382,8 +371,7 @@ def test_an_https_server_is_reached_through_an_http_proxys_tunnel(tmp_path: Path
         }
         path = tmp_path / "config"
         path.write_text(json.dumps(kubeconfig(server.url, cluster, {"token": "t"})))
-        c = RestClient(from_kubeconfig(path))
-        _open.append(c)
+        c = track(RestClient(from_kubeconfig(path)))
         for _ in range(2):
             response = c.request("GET", "/api/v1/nodes/n1")
             assert response.status == 200 and json.loads(response.data)["path"] == "/api/v1/nodes/n1"

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from vke_gpu_dra_kube.rest import RestClient
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 
@@ -197,3 +198,18 @@ def kubeconfig(
         "users": [{"name": "u", "user": user or {}}],
         "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
     }
+
+
+#: Clients the tests opened, closed after each test by the folder's conftest.
+_TRACKED: list[RestClient] = []
+
+
+def track(client: RestClient) -> RestClient:
+    """`client`, closed when the test ends."""
+    _TRACKED.append(client)
+    return client
+
+
+def close_tracked() -> None:
+    while _TRACKED:
+        _TRACKED.pop().close()

@@ -160,6 +160,17 @@ def _exact_fields(obj: Mapping[str, Any], expected: set[str], where: str) -> Non
         raise CheckpointError(f"{where} must have exactly the fields {sorted(expected)}, has {sorted(obj)}")
 
 
+def _json_object(data: bytes, where: str) -> dict[str, Any]:
+    """`data` parsed as one JSON object; CheckpointError naming `where` otherwise."""
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise CheckpointError(f"{where} must be an object, got {type(parsed).__name__}")
+    return parsed
+
+
 def _canonical(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
@@ -177,12 +188,7 @@ def encode(entries: Mapping[str, ClaimEntry]) -> bytes:
 
 def decode(data: bytes) -> dict[str, ClaimEntry]:
     """Parse a checkpoint; raises CheckpointError naming what is wrong."""
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"not valid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise CheckpointError(f"top level must be an object, got {type(document).__name__}")
+    document = _json_object(data, "top level")
     if document.get("format") != FORMAT:
         raise CheckpointError(f"format must be {FORMAT!r}, got {document.get('format')!r}")
     if document.get("version") != VERSION:
@@ -215,12 +221,7 @@ def encode_changes(before: Mapping[str, ClaimEntry], after: Mapping[str, ClaimEn
 
 def apply_changes(entries: dict[str, ClaimEntry], payload: bytes, where: str) -> None:
     """Apply one journal record to `entries`; CheckpointError naming what is wrong (nothing applied)."""
-    try:
-        change = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{where} is not valid JSON: {exc}") from None
-    if not isinstance(change, dict):
-        raise CheckpointError(f"{where} must be an object, got {type(change).__name__}")
+    change = _json_object(payload, where)
     _exact_fields(change, {"set", "del"}, where)
     removed, changed = change["del"], change["set"]
     if not isinstance(removed, list) or not all(isinstance(uid, str) for uid in removed):
