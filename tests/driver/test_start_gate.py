@@ -15,7 +15,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
+from vke_gpu_dra.kubelet._proto.pluginregistration.v1 import api_pb2, api_pb2_grpc
+from vke_gpu_dra.kubelet.endpoints import KubeletEndpoints
 from vke_gpu_dra.kubelet.start_gate import StartGate
 from vke_gpu_dra.plugin import Plugin, StartupError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
@@ -212,3 +215,26 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in slow))
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_start_waits_briefly_for_kubelets_getinfo_before_loading_the_rest(short_tmp: Path) -> None:
+    """`wait_for_info` ends as soon as GetInfo is asked (so it is answered while nothing else holds the
+    interpreter), and after its timeout when nobody asks."""
+    endpoints = KubeletEndpoints(
+        driver_name="gpu.nvidia.com",
+        node_name=NODE,
+        dra_socket=short_tmp / "dra.sock",
+        registration_socket=short_tmp / "reg.sock",
+    )
+    assert endpoints.wait_for_info(0.01) is False  # not started: nothing to wait for
+    endpoints.start()
+    try:
+        started = time.monotonic()
+        assert endpoints.wait_for_info(0.05) is False  # nobody asked: the timeout
+        assert time.monotonic() - started >= 0.05
+        with grpc.insecure_channel(f"unix:{short_tmp / 'reg.sock'}") as channel:
+            info = api_pb2_grpc.RegistrationStub(channel).GetInfo(api_pb2.InfoRequest(), timeout=10)
+        assert info.name == "gpu.nvidia.com"
+        assert endpoints.wait_for_info(60) is True  # asked: at once
+    finally:
+        endpoints.stop(grace=0)

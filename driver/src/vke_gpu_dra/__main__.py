@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             endpoints.stop(grace=0)
             log.error("cannot start", extra={"fields": {"error": str(err)}})
             return EXIT_STARTUP
+        endpoints.wait_for_info()
         return _run(config, endpoints, signals)
 
 

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 DRA_WORKERS: Final = 32
 #: Worker threads of the registration socket (GetInfo, NotifyRegistrationStatus).
 REGISTRATION_WORKERS: Final = 4
+#: How long the start waits for kubelet's GetInfo before loading the rest of the plugin (`wait_for_info`).
+INFO_WAIT_SECONDS: Final = 0.05
 
 
 class KubeletEndpoints:
@@ -54,6 +56,7 @@ class KubeletEndpoints:
         self.dra_servicer = DRAServicer(gate=self.gate)
         self._dra: grpc.Server | None = None
         self._reg: grpc.Server | None = None
+        self._registration_servicer: RegistrationServicer | None = None
 
     def start(self) -> None:
         """Serve the DRA socket, then the registration socket (kubelet registers the plugin at once)."""
@@ -64,12 +67,10 @@ class KubeletEndpoints:
         self._reg = unix_server(
             self.registration_socket, max_workers=REGISTRATION_WORKERS, name="registration"
         )
-        add_registration_servicer(
-            self._reg,
-            RegistrationServicer(
-                driver_name=self.driver_name, dra_endpoint=self.dra_socket, status=self.registration
-            ),
+        self._registration_servicer = RegistrationServicer(
+            driver_name=self.driver_name, dra_endpoint=self.dra_socket, status=self.registration
         )
+        add_registration_servicer(self._reg, self._registration_servicer)
         self._reg.start()
         log.info(
             "registration served",
@@ -80,6 +81,14 @@ class KubeletEndpoints:
                 }
             },
         )
+
+    def wait_for_info(self, timeout: float = INFO_WAIT_SECONDS) -> bool:
+        """Wait up to `timeout` seconds for kubelet's GetInfo (it asks within milliseconds of the socket
+        appearing): answered while this thread waits, it is not queued behind the imports of the rest of
+        the plugin, which hold the interpreter's lock. False when it did not come (no kubelet yet, or a
+        slow one: it is answered whenever it comes)."""
+        servicer = self._registration_servicer
+        return servicer is not None and servicer.info_asked.wait(timeout)
 
     @classmethod
     def of(cls, config: Config) -> KubeletEndpoints:

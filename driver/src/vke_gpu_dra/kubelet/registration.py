@@ -104,8 +104,11 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
             supported_versions=list(SUPPORTED_VERSIONS),
         )
         self._status = status
+        #: Set once kubelet (or anyone) asked for the plugin's info.
+        self.info_asked = threading.Event()
 
     def GetInfo(self, request: reg_pb2.InfoRequest, context: grpc.ServicerContext) -> reg_pb2.PluginInfo:
+        self.info_asked.set()
         return self._info
 
     def NotifyRegistrationStatus(
