@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import secrets
 import struct
+import weakref
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,7 @@ class Journal:
         self.size = size
         self._fd: int | None = None
         self._ino: int | None = None
+        self._closer: weakref.finalize[[int], Journal] | None = None  # closes the file with the object
         #: Where this process knows the journal stands: epoch, next sequence number and offset.
         self._epoch: int | None = None
         self._seq = 0
@@ -110,14 +112,15 @@ class Journal:
             return None
         if self._fd is None or ino != self._ino:
             self._close()
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            self._ino = os.fstat(self._fd).st_ino
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            self._fd, self._ino = fd, os.fstat(fd).st_ino
+            self._closer = weakref.finalize(self, os.close, fd)
         return self._fd
 
     def _close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = self._ino = self._epoch = None
+        if self._closer is not None:
+            self._closer()  # closes the file, once
+        self._fd = self._ino = self._epoch = self._closer = None
 
     def close(self) -> None:
         self._close()
