@@ -28,6 +28,7 @@ from vke_gpu_dra.claim_status import (
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra.state import PreparedClaim
 from vke_gpu_dra.status_publisher import ClaimStatusPublisher, StatusReporting
 from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimRef, PreparedDevice
@@ -348,9 +349,12 @@ def test_status_reporting_hands_over_only_what_the_state_answered() -> None:
         def prepare(
             self, ref: ClaimRef, claim: Any, *, deadline: float | None = None
         ) -> list[PreparedDevice]:
+            return self.prepare_claim(ref, claim, deadline=deadline).devices
+
+        def prepare_claim(self, ref: ClaimRef, claim: Any, *, deadline: float | None = None) -> PreparedClaim:
             if ref.name == "bad":
                 raise RuntimeError("refused")
-            return [prepared("gpu-0")]
+            return PreparedClaim([prepared("gpu-0")], {})
 
         def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
             return None

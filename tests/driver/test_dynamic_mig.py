@@ -34,7 +34,7 @@ from vke_gpu_dra_core.mig_partitions import (
 )
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer
 from vke_gpu_dra_testing.kubelet_client import Kubelet
-from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_args
+from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_args, wait_until
 
 A100_80 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -327,6 +327,27 @@ def test_two_mig_devices_of_one_gpu_in_one_claim_are_two_cdi_devices(node: Node)
     ]
     assert node.kubelet.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}
     assert node.instances() == {next(iter(node.instances())): []}
+
+
+def test_the_claim_status_names_each_mig_device_created_for_the_claim(node: Node) -> None:
+    """KEP-4817's per-device status of a dynamic MIG claim carries the UUID of the MIG device prepare
+    created, which exists only from then on."""
+    node.start()
+    assert node.kubelet is not None
+    node.api.add_claim(claim("c1", "uid-1", "gpu-0-mig-1g10gb-19-0", "gpu-0-mig-2g20gb-14-2"))
+    assert node.kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+    (gpu0,) = node.instances().values()
+
+    def written() -> dict[str, Any]:
+        stored = node.api.claims[("default", "c1")].get("status", {}).get("devices", [])
+        return {e["device"]: e.get("data", {}).get("migUUID") for e in stored}
+
+    assert wait_until(lambda: len(written()) == 2, 10)
+    assert written() == {
+        "gpu-0-mig-1g10gb-19-0": gpu0[0]["uuid"],
+        "gpu-0-mig-2g20gb-14-2": gpu0[1]["uuid"],
+    }
+    assert node.kubelet.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}
 
 
 def test_a_restart_destroys_mig_devices_no_claim_owns(node: Node) -> None:

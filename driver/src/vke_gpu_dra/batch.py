@@ -38,6 +38,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
 from .checkpoint import ClaimEntry
 from .nodelock import LockTimeout, NodeLock
+from .partitions.records import MigRecord
 from .steps import ClaimWork, Node
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class Op:
     done: threading.Event = field(default_factory=threading.Event)
     answered: bool = False  # its result (or error) is final
     result: list[PreparedDevice] | None = None
+    partitions: tuple[MigRecord, ...] = ()  # a prepared claim's MIG devices (dynamic MIG), as answered
     error: BaseException | None = None
     changed: bool = False  # its checkpoint entry was removed (unprepare)
     work: ClaimWork | None = None  # a prepare admitted, to be set up

@@ -119,7 +119,8 @@ class ClaimLifecycle:
         ref = op.ref
         entry = node.entries.get(ref.uid)
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-            self.restore(ref, entry, node)
+            entry = self.restore(ref, entry, node)
+            op.partitions = entry.partitions
             op.answer(list(entry.devices))
             self.answered_at[ref.uid] = time.monotonic()
             return
@@ -152,6 +153,7 @@ class ClaimLifecycle:
                 node.entries.pop(op.ref.uid, None)
             elif not op.answered and op.work is not None:
                 node.entries[op.ref.uid] = op.work.entry(ClaimState.PREPARE_COMPLETED)
+                op.partitions = op.work.partitions
                 self.answered_at[op.ref.uid] = now
 
     def _roll_back(self, work: ClaimWork, node: Node) -> bool:

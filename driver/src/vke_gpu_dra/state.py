@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -53,7 +54,14 @@ if TYPE_CHECKING:
     from .takeover import Takeover
     from .userspace import DriverEdits
 
-__all__ = ["DEFAULT_LOCK_WAIT_SECONDS", "DeviceState", "HolderCheck", "RebootRestore", "StateLockTimeout"]
+__all__ = [
+    "DEFAULT_LOCK_WAIT_SECONDS",
+    "DeviceState",
+    "HolderCheck",
+    "PreparedClaim",
+    "RebootRestore",
+    "StateLockTimeout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,15 @@ class HolderCheck(Protocol):
     live holders whose overlap is allowed (admin access)."""
 
     def __call__(self, ref: ClaimRef, holders: Sequence[Holder], deadline: float) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True)
+class PreparedClaim:
+    """What a prepare answered: the devices, and the UUID of each MIG device created for the claim (by
+    the allocated placement device's name)."""
+
+    devices: list[PreparedDevice]
+    mig_uuids: dict[str, str]
 
 
 class StateLockTimeout(Exception):
@@ -171,6 +188,12 @@ class DeviceState:
         `deadline` (a `time.monotonic()` value) bounds the wait for the node lock and the check of
         the claims holding its devices (`holder_check`).
         """
+        return self.prepare_claim(ref, claim, deadline=deadline).devices
+
+    def prepare_claim(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> PreparedClaim:
+        """`prepare`, with the UUIDs of the MIG devices created for the claim (dynamic MIG)."""
         at = self._deadline(deadline)
         tolerated: frozenset[str] = frozenset()
         for attempt in range(HOLDER_CHECKS + 1):
@@ -182,7 +205,8 @@ class DeviceState:
                 tolerated |= self.holder_check(ref, held.holders, at)
                 continue
             assert op.result is not None
-            return op.result
+            mig_uuids = {r.device: r.uuid for r in op.partitions if r.uuid is not None}
+            return PreparedClaim(op.result, mig_uuids)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def clean_ghost(

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
@@ -49,6 +49,9 @@ from .kubeapi import KubeError
 from .kubelet.dra_service import ClaimPreparer
 from .metrics import Metrics
 from .reconcile import failure_kind
+
+if TYPE_CHECKING:
+    from .state import PreparedClaim
 
 log = logging.getLogger(__name__)
 
@@ -368,20 +371,28 @@ class ClaimStatusPublisher:
             self._metrics.claim_status_writes.labels(result=result).inc(n)
 
 
+class StatePreparer(ClaimPreparer, Protocol):
+    """The device state (`state.DeviceState`): a prepare's answer with its MIG devices' UUIDs."""
+
+    def prepare_claim(
+        self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
+    ) -> PreparedClaim: ...
+
+
 class StatusReporting:
     """The device state as the DRA service sees it, with each successful prepare and unprepare handed
     to the publisher after the state answered (`kubelet.dra_service.ClaimPreparer`)."""
 
-    def __init__(self, state: ClaimPreparer, publisher: ClaimStatusPublisher) -> None:
+    def __init__(self, state: StatePreparer, publisher: ClaimStatusPublisher) -> None:
         self._state = state
         self._publisher = publisher
 
     def prepare(
         self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
     ) -> list[PreparedDevice]:
-        devices = self._state.prepare(ref, claim, deadline=deadline)
-        self._publisher.prepared(ref, claim, devices)
-        return devices
+        prepared = self._state.prepare_claim(ref, claim, deadline=deadline)
+        self._publisher.prepared(ref, claim, prepared.devices, mig_uuids=prepared.mig_uuids)
+        return prepared.devices
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         self._state.unprepare(ref, deadline=deadline)
