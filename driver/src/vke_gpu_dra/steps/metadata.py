@@ -18,6 +18,7 @@ the files and paths).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -113,7 +114,8 @@ class MetadataStep(Step):
         requests = dm.requests_of(work.ref, [(a.request, a.device.name) for a in work.allocated])
         devices = {d.name: d for d in work.devices}
         for request in requests:
-            self._write(work.ref, pod_claim, request, node, devices, generation=1)
+            data = self._encoded(work.ref, pod_claim, request, node=node, devices=devices, generation=1)
+            self._write(work.ref, request, data)
             self._add_mount(work, pod_claim, request, node.driver_name)
 
     def _applies(self, work: ClaimWork) -> bool:
@@ -155,20 +157,17 @@ class MetadataStep(Step):
         for base, names in _requests(entry.devices).items():
             request = dm.RequestDevices(found.requests.get(base, base), names)
             generation = found.generations.get(base)
-            if generation is None or self._stale(
-                work.ref, found.pod_claim, request, node=node, devices=devices, generation=generation
-            ):
+            encoded = functools.partial(
+                self._encoded, work.ref, found.pod_claim, request, node=node, devices=devices
+            )
+            path = dm.host_path(self.plugin_data_dir, work.ref.uid, request.request)
+            if generation is None or _content(path) != encoded(generation=generation):  # missing or stale
                 if generation is None:
                     log.warning(
                         "device metadata of prepared claim %s was missing; writing it again", work.ref
                     )
                 self._write(
-                    work.ref,
-                    found.pod_claim,
-                    request,
-                    node,
-                    devices,
-                    generation=1 if generation is None else generation + 1,
+                    work.ref, request, encoded(generation=1 if generation is None else generation + 1)
                 )
             self._add_mount(work, found.pod_claim, request, node.driver_name)
 
@@ -222,7 +221,7 @@ class MetadataStep(Step):
 
     # ------------------------------------------------------------------------------------ files
 
-    def _document(
+    def _encoded(
         self,
         ref: ClaimRef,
         pod_claim: str | None,
@@ -231,51 +230,24 @@ class MetadataStep(Step):
         node: Node,
         devices: Mapping[str, Device],
         generation: int,
-    ) -> dict[str, Any]:
-        known = {**node.devices, **devices}  # the claim's own (a created MIG device) over the node's
-        return dm.document(
+    ) -> bytes:
+        """The request's file as it is written now: the claim's own devices (a created MIG device) over
+        the node's."""
+        document = dm.document(
             ref,
             pod_claim,
             request,
             driver_name=node.driver_name,
             pool_name=node.pool_name,
-            devices=known,
+            devices={**node.devices, **devices},
             generation=generation,
         )
+        return dm.encode(document)
 
-    def _stale(
-        self,
-        ref: ClaimRef,
-        pod_claim: str | None,
-        request: dm.RequestDevices,
-        *,
-        node: Node,
-        devices: Mapping[str, Device],
-        generation: int,
-    ) -> bool:
-        """The file on disk says something else than it would be written with now."""
+    def _write(self, ref: ClaimRef, request: dm.RequestDevices, data: bytes) -> None:
         path = dm.host_path(self.plugin_data_dir, ref.uid, request.request)
         try:
-            current = path.read_bytes()
-        except OSError:
-            return True
-        wanted = self._document(ref, pod_claim, request, node=node, devices=devices, generation=generation)
-        return current != dm.encode(wanted)
-
-    def _write(
-        self,
-        ref: ClaimRef,
-        pod_claim: str | None,
-        request: dm.RequestDevices,
-        node: Node,
-        devices: Mapping[str, Device],
-        *,
-        generation: int,
-    ) -> None:
-        doc = self._document(ref, pod_claim, request, node=node, devices=devices, generation=generation)
-        path = dm.host_path(self.plugin_data_dir, ref.uid, request.request)
-        try:
-            atomic_write(path, dm.encode(doc))
+            atomic_write(path, data)
         except OSError as exc:
             raise ClaimError(
                 f"claim {ref.namespace}/{ref.name}: cannot write device metadata {path}: {exc}"
@@ -302,6 +274,14 @@ def _requests(prepared: Sequence[PreparedDevice]) -> dict[str, tuple[str, ...]]:
         for request in device.request_names:
             found.setdefault(request, []).append(device.device_name)
     return {r: tuple(names) for r, names in found.items()}
+
+
+def _content(path: Path) -> bytes | None:
+    """The file's bytes; None when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _read(path: Path) -> Mapping[str, Any] | None:
