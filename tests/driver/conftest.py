@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -80,6 +81,19 @@ def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tests' fake libnvidia-ml, built once per test module (each module loads its own copy, so the
     fake's state never crosses modules)."""
     return build(tmp_path_factory.mktemp("nvml"))
+
+
+@pytest.fixture
+def lib(fake_lib: Path) -> Iterator[ctypes.CDLL]:
+    """The module's fake libnvidia-ml with its test controls (events, lost GPUs), reset before and after
+    the test; pynvml lets go of it afterwards."""
+    handle = ctypes.CDLL(str(fake_lib))
+    handle.fakeNvmlReset()
+    yield handle
+    handle.fakeNvmlReset()
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 @pytest.fixture

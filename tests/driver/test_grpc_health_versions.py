@@ -105,17 +105,6 @@ def next_update(stream: Iterator[Any], wanted: Callable[[Update], bool]) -> Upda
     raise AssertionError("the health stream ended before the update")
 
 
-@pytest.fixture
-def lib(fake_lib: Path) -> Iterator[ctypes.CDLL]:
-    handle = ctypes.CDLL(str(fake_lib))
-    handle.fakeNvmlReset()
-    yield handle
-    handle.fakeNvmlReset()
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-
-
 class Node:
     """Two fake GPUs watched through NVML, and the plugin's DRA and registration sockets serving them."""
 

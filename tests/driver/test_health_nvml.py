@@ -6,7 +6,6 @@ import json
 import logging
 
 import pynvml
-import pytest
 from vke_gpu_dra.discovery.nvml import NvmlSource
 from vke_gpu_dra.health.monitor import HealthMonitor
 from vke_gpu_dra.health.nvml_watch import NvmlHealthWatcher
@@ -32,17 +31,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def lib(fake_lib):
-    handle = ctypes.CDLL(str(fake_lib))
-    handle.fakeNvmlReset()
-    yield handle
-    handle.fakeNvmlReset()
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 class Env:
