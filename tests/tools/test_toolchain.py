@@ -136,6 +136,15 @@ def _recorded(recipe: Recipe, files: dict[str, bytes]) -> None:
     (recipe.folder / toolchain.SUMS).write_text(sums.render(recipe))
 
 
+def _shared(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    """A shared folder holding `files` (name -> bytes)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for name, data in files.items():
+        (shared / name).write_bytes(data)
+    return shared
+
+
 def test_shared_binaries_are_used_when_every_digest_matches(tmp_path: Path) -> None:
     recipe = toolchain.load_recipe(wrapper(tmp_path))
     files = {"tool": b"\x7fELF tool", "helper-script": b"#!/bin/sh\n"}
@@ -163,10 +172,7 @@ def test_an_altered_cache_entry_is_not_reused(tmp_path: Path) -> None:
     recipe = toolchain.load_recipe(wrapper(tmp_path))
     files = {"tool": b"tool", "helper-script": b"script"}
     _recorded(recipe, files)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    for name, data in files.items():
-        (shared / name).write_bytes(data)
+    shared = _shared(tmp_path, files)
     cache = tmp_path / "cache"
     path = toolchain.ensure(recipe, cache, shared, say=lambda _m: None).path
     (path / "tool").write_bytes(b"tampered")
@@ -184,10 +190,7 @@ def test_a_run_that_finishes_second_keeps_what_the_first_put_in_place(tmp_path: 
     recipe = toolchain.load_recipe(wrapper(tmp_path))
     files = {"tool": b"tool", "helper-script": b"script"}
     _recorded(recipe, files)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    for name, data in files.items():
-        (shared / name).write_bytes(data)
+    shared = _shared(tmp_path, files)
     cache = tmp_path / "cache"
     real_copy = shutil.copyfile
     first: list[Path] = []
