@@ -16,7 +16,7 @@ from vke_gpu_dra_kube.exec_auth import ExecConfig, ExecCredentials
 from vke_gpu_dra_kube.kubeconfig_loader import from_kubeconfig
 from vke_gpu_dra_kube.rest import RestClient
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl, track
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, needs_openssl, track
 
 pytestmark = needs_openssl
 
@@ -50,11 +50,6 @@ if os.environ.get("EXPIRES"):
 version = os.environ.get("ANSWER_VERSION") or json.loads(os.environ["KUBERNETES_EXEC_INFO"])["apiVersion"]
 print(json.dumps({"apiVersion": version, "kind": "ExecCredential", "status": status}))
 """
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

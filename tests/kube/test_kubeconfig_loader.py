@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,10 @@ from vke_gpu_dra_kube import kubeconfig_loader
 from vke_gpu_dra_kube.kubeconfig_loader import NotInCluster, from_kubeconfig, in_cluster, kubeconfig_paths
 from vke_gpu_dra_kube.rest import RestClient
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, needs_openssl
 
 SECRET = "s3cr3t-token-value"
 SERVICE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture
-def server(pki: Pki) -> Iterator[RecordingServer]:
-    with RecordingServer(pki) as s:
-        yield s
 
 
 def write(path: Path, config: dict[str, Any]) -> Path:

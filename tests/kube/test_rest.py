@@ -12,7 +12,6 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +22,11 @@ from vke_gpu_dra_kube.credentials import WatchedFile
 from vke_gpu_dra_kube.kubeconfig_loader import from_kubeconfig
 from vke_gpu_dra_kube.rest import RestClient, TransportError
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl, track
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, needs_openssl, track
 
 pytestmark = needs_openssl
 
 SECRET = "s3cr3t-token-value"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture
-def server(pki: Pki) -> Iterator[RecordingServer]:
-    with RecordingServer(pki) as s:
-        yield s
 
 
 def b64(path: Path) -> str:

@@ -26,7 +26,7 @@ from vke_gpu_dra_kube.client_config import ClientConfig
 from vke_gpu_dra_kube.kubeconfig_loader import from_kubeconfig
 from vke_gpu_dra_kube.rest import RestClient, TransportError
 
-from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, make_pki, needs_openssl, track
+from tests.kube.tls_server import Pki, RecordingServer, kubeconfig, needs_openssl, track
 
 WAIT_S = 10.0
 
@@ -354,11 +354,6 @@ class ConnectProxy:
         finally:
             source.close()
             sink.close()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @needs_openssl
