@@ -47,6 +47,7 @@ import itertools
 import json
 import random
 import re
+import socket
 import ssl
 import threading
 import time
@@ -445,6 +446,14 @@ def invalid_list_options(errors: list[tuple[str, str]]) -> ApiError:
     )
 
 
+class _Listener(ThreadingHTTPServer):
+    """Listens with the system's backlog, as the API server's Go listener does. The standard library's
+    5 would drop the connection requests of a burst (a plugin reading many claims at once) and make
+    each wait a second for its SYN to be sent again, which no real API server does."""
+
+    request_queue_size = socket.SOMAXCONN
+
+
 class FakeAPIServer:
     """State, HTTP serving and test helpers. Use as a context manager or call start()/stop()."""
 
@@ -506,7 +515,7 @@ class FakeAPIServer:
         class Handler(_Handler):
             api = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _Listener(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         if self.ssl_context is not None:
             self._httpd.socket = self.ssl_context.wrap_socket(self._httpd.socket, server_side=True)
