@@ -3,8 +3,9 @@
 Starts the real plugin process (simulated mode, 8 GPUs) against the project's HTTP fake of the
 Kubernetes API on 127.0.0.1, talks to it over its unix sockets like kubelet does, and prints one
 Markdown table: start-up (to GetInfo, to the first ResourceSlice), the floor measured in the same run
-(a gRPC round trip to a trivial servicer + one GET of a claim of the kind the plugin makes),
-NodePrepareResources and NodeUnprepareResources latency (1 claim x 1 device), CPU time and fsyncs
+(a gRPC round trip to a trivial servicer + one GET of a claim of the kind the plugin makes), the
+least a prepare that records it durably can take (that servicer doing the GET and one fdatasync'd
+record), NodePrepareResources and NodeUnprepareResources latency (1 claim x 1 device), CPU time and fsyncs
 per prepare+unprepare cycle, overlapping prepares, ResourceSlice restoration and resident memory.
 
 `--baseline REV` also measures the plugin of commit REV, checked out in a temporary git worktree
@@ -111,6 +112,10 @@ def cpu_seconds(pid: int) -> float:
 
 def claim_uid(kind: int, n: int) -> str:
     return f"00000000-0000-4000-{8000 + kind:04d}-{n:012d}"
+
+
+#: The claim the floor reads.
+FLOOR_CLAIM: Ref = (NAMESPACE, "floor-claim", claim_uid(9, 1))
 
 
 class TimedFake(FakeAPIServer):
@@ -248,12 +253,50 @@ def worktree(commit: str) -> Iterator[Path]:
 # ----------------------------------------------------------------------------------- the floor
 
 
+class DurableWork:
+    """What the least a prepare that records it durably must do besides the round trip: one keep-alive
+    GET of the claim, as the plugin reads it, then one fdatasync'd 600-byte record written in place into
+    a preallocated file (no metadata changes: the cheapest durable write there is)."""
+
+    FILE_BYTES = 1 << 20
+
+    def __init__(self, url: str, path: str, directory: str) -> None:
+        host, port = urlsplit(url).netloc.split(":")
+        self._conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        self._path = path
+        self._headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
+        self._file = Path(directory) / ".bench-durable-floor"
+        self._fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(self._fd, bytes(self.FILE_BYTES))
+        os.fsync(self._fd)
+        self._offset = 0
+
+    def __call__(self) -> None:
+        self._conn.request("GET", self._path, headers=self._headers)
+        response = self._conn.getresponse()
+        response.read()
+        assert response.status == 200, response.status
+        os.pwrite(self._fd, SMALL_WRITE, self._offset)
+        os.fdatasync(self._fd)
+        self._offset = (self._offset + len(SMALL_WRITE)) % (self.FILE_BYTES - len(SMALL_WRITE))
+
+    def close(self) -> None:
+        self._conn.close()
+        os.close(self._fd)
+        self._file.unlink(missing_ok=True)
+
+
 class TrivialDRA(dra_grpc.DRAPluginServicer):
-    """Answers like the plugin (one device per claim) without doing anything."""
+    """Answers like the plugin (one device per claim) without doing anything, or doing only `work`."""
+
+    def __init__(self, work: Callable[[], None] | None = None) -> None:
+        self._work = work
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         response = dra_pb2.NodePrepareResourcesResponse()
         for c in request.claims:
+            if self._work is not None:
+                self._work()
             response.claims[c.uid].devices.add(
                 request_names=["gpu"], pool_name=NODE, device_name="gpu-0",
                 cdi_device_ids=[f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}={c.uid}-gpu-0"],
@@ -261,15 +304,19 @@ class TrivialDRA(dra_grpc.DRAPluginServicer):
         return response
 
 
-def serve_floor(socket_path: str) -> int:
-    """`--floor-server`: a trivial DRA servicer in its own process, until stdin closes."""
+def serve_floor(socket_path: str, durable: list[str] | None) -> int:
+    """`--floor-server`: a trivial DRA servicer in its own process, until stdin closes; with
+    `--floor-durable URL PATH DIR`, each claim also does `DurableWork`."""
+    work = DurableWork(*durable) if durable else None
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    dra_grpc.add_DRAPluginServicer_to_server(TrivialDRA(), server)
+    dra_grpc.add_DRAPluginServicer_to_server(TrivialDRA(work), server)
     server.add_insecure_port(f"unix://{socket_path}")
     server.start()
     print("ready", flush=True)
     sys.stdin.read()
     server.stop(0).wait()
+    if work is not None:
+        work.close()
     return 0
 
 
@@ -284,10 +331,13 @@ def time_calls(call: Callable[[], object], samples: int) -> list[float]:
     return out
 
 
-def grpc_floor(root: Path, samples: int) -> float:
+def grpc_floor(root: Path, samples: int, durable: list[str] | None = None) -> list[float]:
+    """Round trips of a one-claim NodePrepareResources to the trivial servicer (doing `DurableWork` with
+    `durable`: URL, PATH, DIR)."""
     sock = root / "floor.sock"
+    extra = ["--floor-durable", *durable] if durable else []
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--floor-server", str(sock)],
+        [sys.executable, __file__, "--floor-server", str(sock), *extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -298,7 +348,7 @@ def grpc_floor(root: Path, samples: int) -> float:
                 claims=[dra_pb2.Claim(namespace=NAMESPACE, name="c", uid=claim_uid(9, 0))]
             )
             call = lambda: stub.NodePrepareResources(request, timeout=10)  # noqa: E731
-            return statistics.median(time_calls(call, samples))
+            return time_calls(call, samples)
     finally:
         proc.communicate(input="", timeout=WAIT_S)
 
@@ -320,15 +370,16 @@ def read_kind(query: str) -> str:
     return "resourceVersion=0, watch cache" if "resourceVersion=0" in query.split("&") else "quorum read"
 
 
+def floor_claim_path(query: str) -> str:
+    path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{FLOOR_CLAIM[1]}"
+    return f"{path}?{query}" if query else path
+
+
 def http_floor(fake: TimedFake, query: str, samples: int) -> float:
-    """Median of one keep-alive GET of a claim with `query`, as the plugin reads claims."""
-    ref = (NAMESPACE, "floor-claim", claim_uid(9, 1))
-    fake.put_claims([ref], 1)
+    """Median of one keep-alive GET of the floor's claim with `query`, as the plugin reads claims."""
     host, port = fake.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{ref[1]}"
-    if query:
-        path += f"?{query}"
+    path = floor_claim_path(query)
     headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
 
     def get() -> None:
@@ -341,7 +392,6 @@ def http_floor(fake: TimedFake, query: str, samples: int) -> float:
         return statistics.median(time_calls(get, samples))
     finally:
         conn.close()
-        fake.drop_claims([ref])
 
 
 def fsync_write(directory: Path, samples: int) -> float:
@@ -368,6 +418,8 @@ class Floor:
     http_s: float
     read_kind: str
     fsync_s: float  # one fsync'd small write: reported, not part of the floor
+    durable_p50_s: float  # the trivial servicer doing `DurableWork`: reported, not part of the floor
+    durable_p99_s: float
 
     @property
     def total_s(self) -> float:
@@ -375,12 +427,19 @@ class Floor:
 
 
 def measure_floor(root: Path, fake: TimedFake, data_dir: Path, query: str, samples: int) -> Floor:
-    return Floor(
-        grpc_s=grpc_floor(root, samples),
-        http_s=http_floor(fake, query, samples),
-        read_kind=read_kind(query),
-        fsync_s=fsync_write(data_dir, max(10, samples // 3)),
-    )
+    fake.put_claims([FLOOR_CLAIM], 1)
+    try:
+        durable = grpc_floor(root, samples, [fake.url, floor_claim_path(query), str(data_dir)])
+        return Floor(
+            grpc_s=statistics.median(grpc_floor(root, samples)),
+            http_s=http_floor(fake, query, samples),
+            read_kind=read_kind(query),
+            fsync_s=fsync_write(data_dir, max(10, samples // 3)),
+            durable_p50_s=percentile(durable, 50),
+            durable_p99_s=percentile(durable, 99),
+        )
+    finally:
+        fake.drop_claims([FLOOR_CLAIM])
 
 
 # ---------------------------------------------------------------------------------------- fsyncs
@@ -765,13 +824,17 @@ def lifecycle_figures(m: Measured, restores: int) -> list[Figure]:
 
 def floor_figures(m: Measured) -> list[Figure]:
     f = m.floor
+    floor = to_ms(f.total_s)
+    durable = "trivial servicer + claim GET + one fdatasync'd record (the least a durable prepare does)"
     return [
         Figure("floor: gRPC round trip, unix socket, trivial servicer, p50", to_ms(f.grpc_s), MS),
         Figure("floor: GET of a claim from the fake, as the plugin reads it, p50", to_ms(f.http_s), MS,
                note=f.read_kind),
-        Figure("floor: total (gRPC round trip + claim GET)", to_ms(f.total_s), MS),
+        Figure("floor: total (gRPC round trip + claim GET)", floor, MS),
         Figure("one fsync'd 600-byte write in the plugin's data directory, p50 (not in the floor)",
                to_ms(f.fsync_s), MS),
+        Figure(f"{durable}, p50", to_ms(f.durable_p50_s), MS, floor=floor),
+        Figure(f"{durable}, p99", to_ms(f.durable_p99_s), MS, floor=floor),
     ]  # fmt: skip
 
 
@@ -941,6 +1004,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gpus", type=int, default=8, help="simulated GPUs (8)")
     p.add_argument("--floor-samples", type=int, default=FLOOR_SAMPLES, help="samples per floor part")
     p.add_argument("--floor-server", metavar="SOCKET", help=argparse.SUPPRESS)
+    p.add_argument("--floor-durable", nargs=3, metavar=("URL", "PATH", "DIR"), help=argparse.SUPPRESS)
     p.add_argument("--count-fsyncs", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.cycles < 1 or args.overlap_rounds < 1 or args.repeats < 1 or args.gpus < 1:
@@ -1035,7 +1099,7 @@ def header(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.floor_server:
-        return serve_floor(args.floor_server)
+        return serve_floor(args.floor_server, args.floor_durable)
     if args.count_fsyncs:
         print(*in_process_fsyncs(Path(args.count_fsyncs)))
         return 0

@@ -25,6 +25,8 @@ ROWS = (
     "floor: GET of a claim from the fake, as the plugin reads it, p50",
     "floor: total (gRPC round trip + claim GET)",
     "one fsync'd 600-byte write in the plugin's data directory, p50 (not in the floor)",
+    "trivial servicer + claim GET + one fdatasync'd record (the least a durable prepare does), p50",
+    "trivial servicer + claim GET + one fdatasync'd record (the least a durable prepare does), p99",
     "NodePrepareResources, 1 claim x 1 device (20 cycles), p50",
     "NodePrepareResources, 1 claim x 1 device (20 cycles), p99",
     "NodeUnprepareResources, 1 claim x 1 device (20 cycles), p99",
@@ -80,6 +82,7 @@ def test_bench_runs_in_tiny_mode_and_prints_every_row_with_its_target() -> None:
         ["<= 150 ms", "**missed**"],
     )
     assert table["NodePrepareResources, 1 claim x 1 device (20 cycles), p99"][0].endswith("x floor)")
+    assert table[ROWS[7]][0].endswith("x floor)") and table[ROWS[8]][0].endswith("x floor)")  # durable floor
     failed = "4 overlapping prepares (2 calls x 2 claims, exclusive, distinct GPUs; 1 rounds): failed claims"
     assert table[failed] == ["0", "<= 0", "met"]
 
