@@ -13,7 +13,9 @@ Stopping leaves the slices in place, as NVIDIA's plugin does.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,6 +66,11 @@ class SliceController:
         self._managed_annotations = tuple(managed_annotations)
         self._layout = layout
         self._annotations: dict[str, str] = {}
+        #: Counts the changes of what is to be published (`set_entries`); `_planned` is the count the
+        #: last round published (-1 before the first): a round that writes for a change of ours is not
+        #: contested.
+        self._desired = 0
+        self._planned = -1
         self._node_uid = ""
         self._generation = 0
         # canonical(desired spec) -> canonical(spec as the apiserver stored it), for servers that
@@ -116,6 +123,7 @@ class SliceController:
         with self._lock:
             self._entries = list(entries)
             self._annotations = dict(annotations or {})
+            self._desired += 1
         self._dirty.set()
 
     @property
@@ -161,7 +169,7 @@ class SliceController:
         self._node_uid = self._read_node_uid()
         existing, _ = self._api.list_slices(self._driver, self._node)
         with self._lock:
-            entries, annotations = self._entries, self._annotations
+            entries, annotations, desired = self._entries, self._annotations, self._desired
         plan = plan_sync(
             existing,
             entries,
@@ -194,6 +202,7 @@ class SliceController:
         for name, uid in plan.deletes:
             self._api.delete_slice(name, uid or None)
         self._generation = plan.generation
+        self._planned = desired
         self._metrics.pool_generation.set(plan.generation)
         self._metrics.devices_published.set(len(entries))
         self._metrics.resource_slices.set(
@@ -207,7 +216,11 @@ class SliceController:
         The first CONTESTED_FREE_ROUNDS are free: restoring after kubelet's wipe or an edit is
         immediate, even when a wipe of several slices takes a few rounds. After that the pause
         doubles, so a writer that keeps undoing our slices (another plugin instance, a controller)
-        gets no hot loop.
+        gets no hot loop. A round counts when it writes what an earlier round published already (a
+        round publishing a change of ours, such as a health taint, does not), or hits a conflict. The
+        count starts again only after a round in sync with none counted for `backoff_max` seconds: the
+        round that meets our own write's watch event before the other writer undoes it is in sync
+        too, and must not make the next rounds free.
         """
         if rounds <= CONTESTED_FREE_ROUNDS:
             return 0.0
@@ -216,18 +229,20 @@ class SliceController:
     def _reconcile_loop(self) -> None:
         backoff = self._backoff_initial
         contested = 0
+        contested_at = -math.inf  # time.monotonic() of the last round counted
         while not self._stop.is_set():
             self._dirty.wait(self._resync)
             if self._stop.is_set():
                 return
             self._dirty.clear()
+            planned = self._planned
             try:
                 plan = self.reconcile_once()
             except Exception as err:
                 self._dirty.set()
                 if isinstance(err, KubeError) and err.conflict:
                     # Someone changed a slice under us: re-list right away (after a short pause).
-                    contested += 1
+                    contested, contested_at = contested + 1, time.monotonic()
                     log.info("slice changed concurrently, re-listing", extra={"fields": {"error": str(err)}})
                     self._stop.wait(max(self._backoff_initial, self._contested_delay(contested)))
                     continue
@@ -243,7 +258,14 @@ class SliceController:
                 continue
             backoff = self._backoff_initial
             self._synced.set()
-            contested = 0 if plan.in_sync else contested + 1
+            now = time.monotonic()
+            if plan.in_sync:
+                if now - contested_at >= self._backoff_max:
+                    contested = 0
+                continue
+            if self._planned != planned:
+                continue  # it published a change of ours, not one undone by another writer
+            contested, contested_at = contested + 1, now
             delay = self._contested_delay(contested)
             if delay:
                 log.warning(
