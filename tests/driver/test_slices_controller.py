@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -287,10 +287,14 @@ def test_its_own_changes_are_never_slowed_down(
 ) -> None:
     """A GPU whose health flaps changes the slice many times in a row: each change is the plugin's own, so
     none counts as a writer undoing its slices."""
+
+    def published(devices: int) -> Callable[[], bool]:
+        return lambda: [count for _, _, count in pool_state(fake_api)] == [devices]
+
     for n in range(2 * CONTESTED_FREE_ROUNDS):
-        running.set_entries(gpus[: len(gpus) - 1 - n % 2])  # one GPU out of the slice, then back, ...
-        devices = len(gpus) - 1 - n % 2
-        assert fake_api.wait_for(lambda d=devices: [c for _, _, c in pool_state(fake_api)] == [d], timeout=5)
+        devices = len(gpus) - 1 - n % 2  # one GPU out of the slice, then back, ...
+        running.set_entries(gpus[:devices])
+        assert fake_api.wait_for(published(devices), timeout=5)
     assert not [r for r in caplog.records if "keep changing under the plugin" in r.getMessage()]
     assert pool_state(fake_api)[0][0] == 2 * CONTESTED_FREE_ROUNDS + 1  # one generation per change
 
