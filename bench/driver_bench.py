@@ -382,21 +382,11 @@ def floor_claim_path(query: str) -> str:
 
 def http_floor(fake: TimedFake, query: str, samples: int) -> float:
     """Median of one keep-alive GET of the floor's claim with `query`, as the plugin reads claims."""
-    host, port = fake.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    path = floor_claim_path(query)
-    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
-
-    def get() -> None:
-        conn.request("GET", path, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        assert response.status == 200, response.status
-
+    get = ClaimWork(fake.url, floor_claim_path(query))
     try:
         return statistics.median(time_calls(get, samples))
     finally:
-        conn.close()
+        get.close()
 
 
 def fsync_write(directory: Path, samples: int) -> float:
