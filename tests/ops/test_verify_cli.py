@@ -464,6 +464,16 @@ def test_local_stack_cluster_passes_without_hand_picked_flags(tmp_path: Path) ->
     assert all(s["status"] == "pass" for i, s in steps.items() if i != "sample-log")
 
 
+def test_a_check_that_cannot_apply_is_not_said_to_be_skipped_on_request(tmp_path: Path) -> None:
+    # Nobody asked to skip sample-log: simulated GPUs print no nvidia-smi line.
+    code, out, _ = run_cli(tmp_path, fake_kube.local_cluster())
+    assert code == 0, out
+    assert "skipped on request" not in out
+    assert out.rstrip().endswith("PASS: 9/10 checks passed, 1 not applicable here")
+    code, out, _ = run_cli(tmp_path, fake_kube.local_cluster(), "--skip", "sample-claim")
+    assert out.rstrip().endswith("PASS: 8/10 checks passed, 1 skipped on request, 1 not applicable here")
+
+
 def test_node_selection_is_read_from_the_kubelet_plugin_daemonset(tmp_path: Path) -> None:
     cluster = fake_kube.healthy_cluster()
     affinity = {

@@ -58,7 +58,9 @@ class StepResult:
     status: Status
     found: str
     hint: str = ""
-    waived: bool = False  # skipped on request (--skip): does not fail the run
+    #: Not checked and not failing the run: skipped on request (--skip), or a check that cannot apply
+    #: (sample-log with simulated GPUs).
+    waived: bool = False
     #: Structured findings for the JSON output (device-health: one row per device with a problem).
     details: tuple[JSON, ...] = ()
 
@@ -819,13 +821,17 @@ STEP_IDS = (
 )
 
 
+#: What a step skipped with --skip reports.
+SKIPPED_ON_REQUEST = "skipped on request (--skip)"
+
+
 def run_checks(snap: Snapshot, settings: Settings) -> list[StepResult]:
     results = []
     for check in CHECKS:
         result = check(snap, settings)
         if result.id in settings.skip:
             result = StepResult(
-                result.id, result.title, Status.SKIP, "skipped on request (--skip)", waived=True
+                result.id, result.title, Status.SKIP, SKIPPED_ON_REQUEST, waived=True
             )
         results.append(result)
     return results

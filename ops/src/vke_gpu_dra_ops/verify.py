@@ -177,11 +177,14 @@ def render_text(results: Sequence[procedure.StepResult]) -> str:
         lines.append(f"[{r.status.value.upper()}] {r.title}: {r.found}")
         if r.hint and not r.passed:
             lines.append(f"       fix: {r.hint}")
-    passed, waived = sum(r.passed for r in results), sum(r.waived for r in results)
+    passed = sum(r.passed for r in results)
+    requested = sum(r.waived and r.found == procedure.SKIPPED_ON_REQUEST for r in results)
+    not_applicable = sum(r.waived for r in results) - requested
     verdict = "PASS" if all(r.ok for r in results) else "FAIL"
     lines.append(
         f"{verdict}: {passed}/{len(results)} checks passed"
-        + (f", {waived} skipped on request" if waived else "")
+        + (f", {requested} skipped on request" if requested else "")
+        + (f", {not_applicable} not applicable here" if not_applicable else "")
     )
     return "\n".join(lines) + "\n"
 
