@@ -89,5 +89,10 @@ def production(policy_config: Mapping[str, Any], stack: StackInfo) -> Production
     return Production(value)
 
 
+def stack_marks_production(stack: StackInfo) -> bool:
+    """Whether the stack's own setting `<project>:production` is true (the program protects then)."""
+    return stack_config.parse_bool(stack.config_value("production")) is True
+
+
 def is_production(policy_config: Mapping[str, Any], stack: StackInfo) -> bool:
     return production(policy_config, stack).value

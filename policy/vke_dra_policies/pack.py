@@ -103,7 +103,8 @@ def _secrets(resources: list[r.Res], _config: Mapping[str, Any], _stack: StackIn
 
 def _protection(res: r.Res, config: Mapping[str, Any], stack: StackInfo) -> list[Violation]:
     production = context.production(config, stack)
-    return protection.protected(res, production.value, production.problem)
+    stack_sets_it = context.stack_marks_production(stack)
+    return protection.protected(res, production.value, production.problem, stack_sets_it, stack.stack)
 
 
 def _api_server(res: r.Res, _config: Mapping[str, Any], _stack: StackInfo) -> list[Violation]:

@@ -340,7 +340,8 @@ BROKEN = [
         "prod",
         "python",
         names.PRODUCTION_PROTECTION,
-        ("vke-cluster", "protect is false", "protect=True"),
+        # The stack says production, so the program protects: the remedy is the state's protect flag.
+        ("vke-cluster", "protect is false", "pulumi state protect '", "::vke-cluster'"),
         mutate=cluster_unprotected,
     ),
     Case(
@@ -581,6 +582,9 @@ def test_production_from_policy_config_and_enforcement_levels(analyzer: PackProc
     analyzer.configure({names.PRODUCTION_PROTECTION: {"production": True}})
     found = mandatory(analyzer.run(dev))
     assert {d.policy for d in found} == {names.PRODUCTION_PROTECTION} and len(found) == 2  # cluster and pool
+    for d in found:  # the remedy is the stack setting a user sets, not code
+        assert "pulumi config set --stack dev production true" in d.message, d.message
+        assert "ResourceOptions" not in d.message
     analyzer.configure({names.PRODUCTION_PROTECTION: {"production": True, "enforcementLevel": "advisory"}})
     assert mandatory(analyzer.run(dev)) == []
     analyzer.configure({names.KUBERNETES_VERSION: {"enforcementLevel": "disabled"}})
