@@ -81,6 +81,8 @@ def test_demo_up_list_expire_and_reap(
     timed("demo reap (pulumi destroy, stack removed)", time.monotonic() - begin)
     assert reap.returncode == 0, reap.stderr[-4000:]
     assert f"destroyed and removed {name}" in reap.stdout
+    # The real CLI's closing advice to run `pulumi stack rm` is not passed on: the stack is removed.
+    assert "Destroying" in reap.stderr and "pulumi stack rm" not in reap.stderr + reap.stdout
     assert listed(workspace) == []
     assert not (workspace.project / f"Pulumi.{name}.yaml").exists()
     assert not api.exists(f"/api/v1/namespaces/{facts.DRIVER_NAMESPACE}")

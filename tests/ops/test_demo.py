@@ -42,6 +42,14 @@ BASE: dict[str, Any] = {
 }
 
 
+#: How the Pulumi CLI 3.274.1 closes a destroy (the engine tier's demo test reads the real one).
+DESTROY_CLOSING = (
+    "The resources in the stack have been deleted, but the history and configuration associated with the "
+    "stack are still maintained. ",
+    "If you want to remove the stack completely, run `pulumi stack rm {stack}`.",
+)
+
+
 @dataclass
 class Output:
     value: Any
@@ -61,6 +69,8 @@ class FakeStack:
 
     def destroy(self, **kwargs: Any) -> None:
         self.ws.calls.append(("destroy", self.name, {k: v for k, v in kwargs.items() if k != "on_output"}))
+        for line in (f"Destroying ({self.name})", "Resources:", "    - 5 deleted", "", *DESTROY_CLOSING):
+            kwargs["on_output"](line.format(stack=self.name))
         if self.ws.fail.get(("destroy", self.name)):
             raise PulumiError(self.ws.fail[("destroy", self.name)])
 
@@ -356,6 +366,15 @@ def test_down_destroys_and_removes_a_demo_stack(project: Path) -> None:
     assert [(c[0], c[1]) for c in ws.calls] == [("destroy", "demo-a-1"), ("remove_stack", "demo-a-1")]
     assert ws.calls[0][2] == {"color": "never", "show_secrets": False}
     assert out == "destroyed and removed demo-a-1\n"
+
+
+def test_down_does_not_pass_on_the_advice_to_remove_the_stack_it_removes(project: Path) -> None:
+    ws = FakeWorkspace()
+    ws.add("demo-a-1", {"vke-gpu-dra:demo": "true"})
+    code, out, err = run_demo(ws, project, "down", "demo-a-1", "--yes")
+    assert code == 0
+    assert "Destroying (demo-a-1)" in err and "5 deleted" in err  # the rest of the progress streams
+    assert "stack rm" not in err + out and "history and configuration" not in err
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import yaml
 from vke_gpu_dra_core.config import KEYS_BY_NAME, load_pulumi_yaml
@@ -56,6 +56,14 @@ Verify = Callable[[str, Mapping[str, Any]], int]
 
 class DemoError(Exception):
     """A usage or setup problem (exit code 2); the message is one line."""
+
+
+#: How `pulumi destroy` closes (pkg/cmd/pulumi/operations/destroy.go): two lines that advise
+#: `pulumi stack rm`, which demo down and reap run themselves.
+STACK_RM_HINT: Final = (
+    "The resources in the stack have been deleted, but the history and configuration",
+    "If you want to remove the stack completely, run",
+)
 
 
 def parse_ttl(text: str) -> timedelta:
@@ -173,9 +181,15 @@ class Demo:
         self.err.write(line if line.endswith("\n") else line + "\n")
         self.err.flush()
 
-    def _pulumi_options(self) -> dict[str, Any]:
+    def _pulumi_options(self, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
         # show_secrets=False: secrets stay masked in the engine output that is streamed to stderr.
-        return {"on_output": self._progress, "color": "never", "show_secrets": False}
+        return {"on_output": progress or self._progress, "color": "never", "show_secrets": False}
+
+    def _destroy_progress(self, line: str) -> None:
+        """`pulumi destroy`'s lines, less its closing advice to run `pulumi stack rm`: the stack is
+        removed right after."""
+        if not line.strip().startswith(STACK_RM_HINT):
+            self._progress(line)
 
     def demos(self) -> list[DemoInfo]:
         result = []
@@ -261,7 +275,7 @@ class Demo:
     def _destroy(self, name: str) -> bool:
         try:
             stack = self.workspace.select_stack(name)
-            stack.destroy(**self._pulumi_options())
+            stack.destroy(**self._pulumi_options(self._destroy_progress))
             self.workspace.remove_stack(name)
         except PulumiError as exc:
             self.err.write(
