@@ -8,6 +8,7 @@ import os
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_volcengine import vke
+from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core.config import ClusterConfig, SecretStr
 
 KUBECONFIG_PUBLIC = "Public"
@@ -102,7 +103,7 @@ class VkeCluster(pulumi.ComponentResource):
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             enable_server_side_apply=True,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, version=pt.KUBERNETES_PROVIDER_VERSION),
         )
         self.register_outputs({"clusterId": self.cluster_id, "kubeconfig": self.kubeconfig})
 
@@ -130,6 +131,6 @@ class ExistingCluster(pulumi.ComponentResource):
             kubeconfig=source,
             context=context or None,
             enable_server_side_apply=True,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, version=pt.KUBERNETES_PROVIDER_VERSION),
         )
         self.register_outputs({})

