@@ -309,7 +309,7 @@ def test_plan_yaml_is_the_json_report_and_o_is_short_for_output(stack_dir, capsy
         ),
         (
             {"vke-gpu-dra:nodePool.instanceType": "ecs.gni2.3xlarge"},
-            "vke-gpu-dra:nodePool.instanceType = (set): allowed: one of the keys declared in Pulumi.yaml "
+            "vke-gpu-dra:nodePool.instanceType = (set): allowed: a key listed in docs/configuration.md "
             "(did you mean nodePool.instanceTypes?)",
         ),
         (

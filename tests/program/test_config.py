@@ -315,10 +315,26 @@ def test_accepts_the_capacity_catalog_key_the_policy_pack_reads() -> None:
 
 
 def test_rejects_unknown_keys() -> None:
+    # Dotted keys are not declared in Pulumi.yaml (the CLI would read their dots as a path): the list
+    # of every key is docs/configuration.md.
     issue = only_issue({"nodePool.instanceType": "ecs.gni2.3xlarge"}, "nodePool.instanceType")
-    assert issue.allowed == "one of the keys declared in Pulumi.yaml (did you mean nodePool.instanceTypes?)"
+    assert issue.allowed == "a key listed in docs/configuration.md (did you mean nodePool.instanceTypes?)"
     issue = only_issue({"nothingLikeAKey": "x"}, "nothingLikeAKey")
-    assert issue.allowed == "one of the keys declared in Pulumi.yaml"
+    assert issue.allowed == "a key listed in docs/configuration.md"
+
+
+def test_an_object_set_with_path_is_refused_with_the_commands_that_set_the_dotted_keys() -> None:
+    # What `pulumi config set --path 'nodePool.instanceTypes[0]' ecs.gni2.3xlarge` writes (the engine
+    # hands an object over as JSON text).
+    issue = only_issue({"nodePool": '{"instanceTypes":["ecs.gni2.3xlarge"]}'}, "nodePool")
+    assert issue.value == '{"instanceTypes": ["ecs.gni2.3xlarge"]} (set with --path)'
+    assert issue.allowed == (
+        "the keys under nodePool. are whole dotted keys, set without --path: pulumi config rm nodePool, "
+        """then pulumi config set nodePool.instanceTypes '["ecs.gni2.3xlarge"]'"""
+    )
+    issue = only_issue({"driver": '{"image": {"build": "kind:x"}, "simulatedGpu": 2}'}, "driver")
+    assert "pulumi config set driver.image.build kind:x" in issue.allowed
+    assert "(driver.simulatedGpu is no key; did you mean driver.simulatedGpus?)" in issue.allowed
 
 
 @pytest.mark.parametrize(
@@ -326,7 +342,17 @@ def test_rejects_unknown_keys() -> None:
     [
         ("nodePool.minReplicas", "one", "an integer"),
         ("sample.enabled", "yes", "true or false"),
-        ("nodePool.instanceTypes", "ecs.gni2.3xlarge", "a list of strings"),
+        (
+            "nodePool.instanceTypes",
+            "ecs.gni2.3xlarge",
+            """a list of strings, as JSON: pulumi config set nodePool.instanceTypes '["ecs.gni2.3xlarge"]'""",
+        ),
+        (
+            "network.zoneIds",
+            "cn-beijing-a, cn-beijing-b",
+            "a list of strings, as JSON: pulumi config set network.zoneIds "
+            """'["cn-beijing-a", "cn-beijing-b"]'""",
+        ),
     ],
 )
 def test_rejects_wrongly_typed_values(key: str, value: str, allowed: str) -> None:

@@ -13,6 +13,7 @@ import difflib
 import ipaddress
 import json
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -89,9 +90,7 @@ class _Reader:
             if name in REPLACED_KEYS:
                 self.issues.append(Issue(name, "(set)", f"unset: replaced by {REPLACED_KEYS[name]}"))
             elif name not in KEYS_BY_NAME:
-                close = difflib.get_close_matches(name, list(KEYS_BY_NAME), n=1, cutoff=0.8)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                self.issues.append(Issue(name, "(set)", f"one of the keys declared in Pulumi.yaml{hint}"))
+                self.issues.append(_unknown_key(name, self.raw.values[full]))
 
     def read(self, key: Key) -> None:
         """Parse the key's value by its type and fill its field (secret, converted, lists as tuples)."""
@@ -161,9 +160,67 @@ class _Reader:
             except json.JSONDecodeError:
                 value = None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.fail(key.name, raw, "a list of strings")
+            given = raw if value is None else value
+            self.fail(key.name, raw, f"a list of strings, as JSON: {_list_command(key.name, given)}")
             return default
         return value
+
+
+#: Where every key is listed: the dotted ones are not declared in Pulumi.yaml (its header says why).
+KEYS_DOC: Final = "docs/configuration.md"
+
+
+def _config_set(name: str, value: Any) -> str:
+    shown = value if isinstance(value, str) else json.dumps(value)
+    return f"pulumi config set {name} {shlex.quote(shown)}"
+
+
+def _list_command(name: str, value: Any) -> str:
+    """The command that sets `name` to the list a wrongly typed value most likely meant."""
+    if isinstance(value, list):
+        items = [v if isinstance(v, str) else json.dumps(v) for v in value]
+    elif isinstance(value, str):
+        items = [part.strip() for part in value.split(",") if part.strip()]
+    else:
+        items = [] if value is None else [json.dumps(value)]
+    return f"pulumi config set {name} {shlex.quote(json.dumps(items))}"
+
+
+def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    """`{"a": {"b": 1}, "c": [2]}` under `p` -> [("p.a.b", 1), ("p.c", [2])]."""
+    if isinstance(value, dict) and value:
+        return [leaf for k, v in value.items() for leaf in _leaves(f"{prefix}.{k}", v)]
+    return [(prefix, value)]
+
+
+def _unknown_key(name: str, raw: str) -> Issue:
+    """An unknown key; an object under the first part of dotted keys (what `pulumi config set --path
+    nodePool.instanceTypes[0] x` writes) with the commands that set those keys whole."""
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        value = None
+    below = [k for k in KEYS_BY_NAME if k.startswith(f"{name}.")]
+    if isinstance(value, dict | list) and below:
+        sets = []
+        for path, leaf in _leaves(name, value):
+            key = KEYS_BY_NAME.get(path)
+            if key is None:
+                close = difflib.get_close_matches(path, below, n=1, cutoff=0.6)
+                sets.append(f"({path} is no key{f'; did you mean {close[0]}?' if close else ''})")
+            elif key.type == "array":
+                sets.append(_list_command(path, leaf))
+            else:
+                sets.append(_config_set(path, leaf))
+        return Issue(
+            name,
+            f"{json.dumps(value)} (set with --path)",
+            f"the keys under {name}. are whole dotted keys, set without --path: "
+            f"pulumi config rm {name}, then " + "; ".join(sets),
+        )
+    close = difflib.get_close_matches(name, list(KEYS_BY_NAME), n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return Issue(name, "(set)", f"a key listed in {KEYS_DOC}{hint}")
 
 
 # --- rules between keys ---------------------------------------------------------------------------
