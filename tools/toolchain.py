@@ -13,7 +13,9 @@ versions (nothing of those projects is copied here), `build.toml` names the bina
 `SHA256SUMS` the binaries' digests as built with the Go release its first line names. A build runs in a
 scratch copy of the wrapper with `-mod=readonly -trimpath`, CGO off and the machine's own Go
 (GOTOOLCHAIN=local), so the same pins and Go release give the same bytes; the folder is moved into the
-cache only when complete (`manifest.json` last), so an interrupted build leaves nothing that counts.
+cache only when complete (`manifest.json` last), so an interrupted build leaves nothing that counts. A
+tool that cannot be built without C (runc) says so in its build.toml (`cgo = true`, and the Debian
+packages whose headers it needs); its bytes then also depend on the machine's C compiler and headers.
 
 Where `../shared/toolchain/` (beside the clone; $VKE_GPU_DRA_SHARED_TOOLCHAIN elsewhere) holds files
 whose SHA256 is the one recorded for every file of a tool, they are copied into the cache instead of
@@ -83,6 +85,12 @@ class Recipe:
     version_command: tuple[str, ...] = ()
     #: The release a pseudo-version is (build.toml `release`), for a module without tags of its own.
     release: str = ""
+    #: Build tags (`go build -tags`), as the project's own Makefile sets them.
+    tags: tuple[str, ...] = ()
+    #: CGO on (build.toml `cgo = true`): the tool has C code of its own (runc's nsenter, libseccomp).
+    cgo: bool = False
+    #: Debian packages a cgo build needs (their headers), named when the build fails.
+    debian: tuple[str, ...] = ()
 
     @property
     def outputs(self) -> list[str]:
@@ -133,6 +141,13 @@ def _table(data: Mapping[str, Any], key: str, where: Path) -> dict[str, str]:
     return dict(value)
 
 
+def _strings(data: Mapping[str, Any], key: str, where: Path) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and " " not in v for v in value):
+        raise ToolchainError(f"{where}: {key} must be a list of words (got {value!r})")
+    return tuple(value)
+
+
 def load_recipe(folder: Path) -> Recipe:
     where = folder / "build.toml"
     try:
@@ -152,6 +167,12 @@ def load_recipe(folder: Path) -> Recipe:
     command = data.get("version_command", [])
     if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
         raise ToolchainError(f"{where}: version_command must be a list of strings")
+    tags, debian = _strings(data, "tags", where), _strings(data, "debian", where)
+    cgo = data.get("cgo", False)
+    if not isinstance(cgo, bool):
+        raise ToolchainError(f"{where}: cgo must be true or false (got {cgo!r})")
+    if debian and not cgo:
+        raise ToolchainError(f"{where}: debian names C packages, which only a cgo = true build uses")
     return Recipe(
         name=folder.name,
         folder=folder,
@@ -163,6 +184,9 @@ def load_recipe(folder: Path) -> Recipe:
         embed=_table(data, "embed", where),
         version_command=tuple(command),
         release=release,
+        tags=tags,
+        cgo=cgo,
+        debian=debian,
     )
 
 
@@ -292,9 +316,10 @@ def kube_assets(minor: str, cache: Path | None = None, wrappers: Path = WRAPPERS
 # --- building ----------------------------------------------------------------------------------------
 
 
-def go_env() -> dict[str, str]:
+def go_env(*, cgo: bool = False) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"CGO_ENABLED": "0", "GOFLAGS": GO_FLAGS, "GOTOOLCHAIN": "local", "GOWORK": "off"})
+    env.update({"CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": GO_FLAGS, "GOTOOLCHAIN": "local"})
+    env["GOWORK"] = "off"
     return env
 
 
@@ -342,8 +367,19 @@ def build(recipe: Recipe, staging: Path) -> None:
         own = sorted(package for package in recipe.binaries.values() if package.startswith("./"))
         if own:  # this repository's own Go code (a main of the wrapper) is vetted before it is built
             _run(["go", "vet", *own], cwd=work)
+        tags = ["-tags", ",".join(recipe.tags)] if recipe.tags else []
         for name, package in sorted(recipe.binaries.items()):
-            _run(["go", "build", "-ldflags", ldflags, "-o", str(staging / name), package], cwd=work)
+            argv = ["go", "build", *tags, "-ldflags", ldflags, "-o", str(staging / name), package]
+            try:
+                _run(argv, cwd=work, env=go_env(cgo=recipe.cgo))
+            except ToolchainError as exc:
+                if not recipe.cgo:
+                    raise
+                needs = " ".join(["gcc", *recipe.debian])
+                raise ToolchainError(
+                    f"{exc}\n{recipe.name} is built with cgo: it needs a C compiler and the headers of its "
+                    f"Debian packages (apt-get install {needs})"
+                ) from None
         for name, spec in sorted(recipe.files.items()):
             shutil.copyfile(module_file(spec, work), staging / name)
             (staging / name).chmod(0o755)

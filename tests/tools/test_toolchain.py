@@ -100,6 +100,63 @@ def test_a_bad_build_toml_is_one_error_naming_the_file(tmp_path: Path, build_tom
         toolchain.load_recipe(wrapper(tmp_path, build_toml=build_toml))
 
 
+CGO_TOML = """module = "example.com/tool/v2"
+cgo = true
+debian = ["libexample-dev"]
+tags = ["seccomp", "no_docs"]
+[binaries]
+tool = "example.com/tool/v2/cmd/tool"
+"""
+
+
+def test_a_cgo_tool_is_built_with_cgo_and_its_tags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path, build_toml=CGO_TOML))
+    assert (recipe.cgo, recipe.tags, recipe.debian) == (True, ("seccomp", "no_docs"), ("libexample-dev",))
+    plain_toml = 'module = "example.com/tool/v2"\n[binaries]\ntool = "example.com/tool/v2/cmd/tool"\n'
+    plain = toolchain.load_recipe(wrapper(tmp_path, "plain", plain_toml))
+    assert (plain.cgo, plain.tags, plain.debian) == (False, (), ())
+    calls: list[tuple[list[str], str]] = []
+
+    def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+        calls.append((list(argv), (env or toolchain.go_env())["CGO_ENABLED"]))
+        return ""
+
+    monkeypatch.setattr(toolchain, "_run", run)
+    toolchain.build(recipe, tmp_path / "out")
+    toolchain.build(plain, tmp_path / "out")
+    (cgo_argv, cgo_on), (plain_argv, plain_on) = calls
+    assert cgo_argv[:4] == ["go", "build", "-tags", "seccomp,no_docs"] and cgo_on == "1"
+    assert "-tags" not in plain_argv and plain_on == "0", "the CGO-off tools build as before"
+
+
+def test_a_failed_cgo_build_names_the_packages_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = toolchain.load_recipe(wrapper(tmp_path, build_toml=CGO_TOML))
+
+    def fail(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+        raise ToolchainError("`go build` failed (exit 1):\nfatal error: seccomp.h: No such file or directory")
+
+    monkeypatch.setattr(toolchain, "_run", fail)
+    with pytest.raises(ToolchainError, match=r"seccomp\.h(.|\n)*apt-get install gcc libexample-dev"):
+        toolchain.build(recipe, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("cgo = 1", "cgo must be true or false"),
+        ('tags = "seccomp"', "tags must be a list of words"),
+        ('tags = ["two words"]', "tags must be a list of words"),
+        ('debian = ["libseccomp-dev"]', "debian names C packages, which only a cgo = true build uses"),
+    ],
+)
+def test_bad_cgo_settings_are_one_error(tmp_path: Path, line: str, message: str) -> None:
+    toml = f'module = "example.com/tool/v2"\n{line}\n[binaries]\ntool = "x"\n'
+    with pytest.raises(ToolchainError, match=message):
+        toolchain.load_recipe(wrapper(tmp_path, build_toml=toml))
+
+
 def test_the_cache_key_follows_what_decides_the_build(tmp_path: Path) -> None:
     folder = wrapper(tmp_path)
     (folder / "cmd").mkdir()
@@ -274,6 +331,7 @@ def test_the_cache_is_outside_the_repository() -> None:
 def test_every_wrapper_builds_a_pinned_module_and_records_its_digests() -> None:
     recipes = toolchain.recipes()
     assert set(recipes) >= {"etcd", "helm", "pulumi", "pulumi-kubernetes", *toolchain.KUBERNETES.values()}
+    assert set(recipes) >= {"containerd", "runc", "cni-plugins", "crictl"}, "the node tier's binaries"
     for recipe in recipes.values():
         assert recipe.version.startswith("v"), recipe.name
         sums = toolchain.read_sums(recipe)
