@@ -7,11 +7,13 @@
     python3 tools/up.py stamp               # scripts/setup's last step: what it installed from
 
 `up` uses the Pulumi backend the CLI is logged in to (`pulumi whoami`), else logs in to the file
-backend ~/.pulumi-state; selects the stack or creates it with the passphrase secrets provider; asks for
-the passphrase and for each key the stack still lacks to deploy (descriptions from the key table), or,
-without a terminal, lists them all in one error (exit 2); then `pulumi up --policy-pack policy`. A
-stack whose driver image is built into kind (`driver.image.build: kind:<cluster>`, the `local` stack)
-gets its cluster from scripts/kind-up first. `down` destroys the stack after a confirmation.
+backend ~/.pulumi-state (and says so in one line); installs the provider plugins the stack needs that
+the CLI lacks, or names the command that installs one it cannot download; selects the stack or creates
+it with the passphrase secrets provider; asks for the passphrase and for each key the stack still lacks
+to deploy (descriptions from the key table), or, without a terminal, lists them all in one error
+(exit 2); then `pulumi up --policy-pack policy`. A stack whose driver image is built into kind
+(`driver.image.build: kind:<cluster>`, the `local` stack) gets its cluster from scripts/kind-up first.
+`down` destroys the stack after a confirmation.
 
 The module's top level is the standard library only: `--preflight` and `stamp` run before .venv exists.
 Secret values (the passphrase, cloud credentials) go to the Pulumi CLI through its environment or its
@@ -25,7 +27,9 @@ import getpass
 import hashlib
 import json
 import os
+import pwd
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -56,8 +60,11 @@ CREDENTIALS = (
     ("volcengine:accessKey", "VOLCENGINE_ACCESS_KEY"),
     ("volcengine:secretKey", "VOLCENGINE_SECRET_KEY"),
 )
-#: The CLI's error when it is logged in to no backend and may not ask (pkg/backend/httpstate).
-NOT_LOGGED_IN = "PULUMI_ACCESS_TOKEN must be set for login"
+#: What tells the CLI which backend to use without a login (pkg/workspace: the environment wins over
+#: credentials.json's `current`; an access token alone means Pulumi Cloud).
+BACKEND_VARS = ("PULUMI_BACKEND_URL", "PULUMI_ACCESS_TOKEN")
+#: A plugin download that has not finished by then will not (the CLI retries an unreachable host).
+PLUGIN_INSTALL_TIMEOUT = 120
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
@@ -282,7 +289,9 @@ class Pulumi:
         self.env = {**environ, "PULUMI_SKIP_UPDATE_CHECK": "true"}
         self.executable = executable
 
-    def capture(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    def capture(
+        self, *args: str, stdin: str | None = None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.executable, "--non-interactive", *args],
             cwd=self.root,
@@ -291,6 +300,7 @@ class Pulumi:
             capture_output=True,
             text=True,
             check=False,
+            timeout=timeout,
         )
 
     def check(self, *args: str, stdin: str | None = None) -> str:
@@ -320,21 +330,160 @@ def find_pulumi() -> str:
     return "pulumi" if root == "" else str(Path(root) / "bin" / "pulumi")
 
 
+def pulumi_home(environ: Mapping[str, str]) -> Path:
+    """The CLI's own folder: PULUMI_HOME, else .pulumi in the account's home directory (the CLI asks the
+    user database, as Go's user.Current does, not $HOME)."""
+    if environ.get("PULUMI_HOME"):
+        return Path(environ["PULUMI_HOME"])
+    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pulumi"
+
+
+def login_source(environ: Mapping[str, str]) -> str | None:
+    """What logs the CLI in to a backend, as the CLI reads it without asking anyone: PULUMI_BACKEND_URL,
+    the `current` backend of PULUMI_HOME/credentials.json (what `pulumi login` writes, `pulumi logout`
+    clears), or PULUMI_ACCESS_TOKEN (Pulumi Cloud). None: logged in to no backend."""
+    if environ.get("PULUMI_BACKEND_URL"):
+        return f"PULUMI_BACKEND_URL={environ['PULUMI_BACKEND_URL']}"
+    credentials = pulumi_home(environ) / "credentials.json"
+    try:
+        current = json.loads(credentials.read_text()).get("current")
+    except (OSError, ValueError, AttributeError):
+        current = None
+    if isinstance(current, str) and current:
+        return f"{current} ({credentials})"
+    if environ.get("PULUMI_ACCESS_TOKEN"):
+        return "Pulumi Cloud (PULUMI_ACCESS_TOKEN)"
+    return None
+
+
 def use_backend(pulumi: Pulumi, home: Path) -> str:
-    """The backend the CLI is logged in to, else the file backend STATE_DIR (logged in to now)."""
+    """The backend the CLI is logged in to, else the file backend STATE_DIR (logged in to now).
+
+    Not logged in is what the CLI's own settings say (`login_source`), not a message of `pulumi whoami`:
+    its words differ between releases and with the network (3.274.1 offline: "this command requires
+    logging in; try running `pulumi login` first"). Logged in but failing is an error that names the
+    backend."""
     proc = pulumi.capture("whoami", "--verbose")
     if proc.returncode == 0:
         url = backend_from_whoami(proc.stdout)
         say(f"using the Pulumi backend you are logged in to: {url}")
         return url
-    if NOT_LOGGED_IN not in proc.stderr + proc.stdout:
-        raise UpError(f"pulumi whoami failed: {_errors(proc)}")
+    source = login_source(pulumi.env)
+    if source is not None:
+        raise UpError(f"pulumi whoami failed for the backend you are logged in to, {source}: {_errors(proc)}")
     state = home / STATE_DIR.removeprefix("~/")
     state.mkdir(parents=True, exist_ok=True)
     url = f"file://{state}"
-    say(f"not logged in to a Pulumi backend; logging in to the local file backend {state}")
+    say(f"not logged in to a Pulumi backend: using the local file backend {url} (pulumi login {url})")
     pulumi.check("login", url)
     return url
+
+
+# --- provider plugins ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A resource provider plugin the stack's program runs."""
+
+    name: str
+    version: str
+    #: Where the CLI downloads it from when not Pulumi's own (`github://api.github.com/volcengine`).
+    server: str = ""
+
+    @property
+    def archive(self) -> str:
+        machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+        system = sys.platform.removesuffix("2")  # linux, darwin
+        return f"pulumi-resource-{self.name}-v{self.version}-{system}-{machine}.tar.gz"
+
+    @property
+    def release_page(self) -> str:
+        if self.server.startswith("github://api.github.com/"):
+            owner = self.server.removeprefix("github://api.github.com/").strip("/")
+            return f"https://github.com/{owner}/pulumi-{self.name}/releases/tag/v{self.version}"
+        return f"https://github.com/pulumi/pulumi-{self.name}/releases/tag/v{self.version}"
+
+    def install_args(self) -> list[str]:
+        server = ["--server", self.server] if self.server else []
+        return ["plugin", "install", "resource", self.name, self.version, *server]
+
+    def by_hand(self) -> str:
+        return (
+            f"download {self.archive} from {self.release_page} and run: "
+            f"pulumi plugin install resource {self.name} {self.version} --file <path of {self.archive}>"
+        )
+
+
+def sdk_plugin(package: str) -> Plugin:
+    """The plugin an installed provider SDK asks for (its pulumi-plugin.json; the version from the
+    package's metadata where that file names none)."""
+    from importlib import metadata, resources  # noqa: PLC0415
+
+    data = json.loads((resources.files(package) / "pulumi-plugin.json").read_text())
+    version = data.get("version") or metadata.version(package.replace("_", "-"))
+    return Plugin(data["name"], str(version), data.get("server", ""))
+
+
+def needed_plugins(stack_config: Mapping[str, Any], environ: Mapping[str, str]) -> list[Plugin]:
+    """The provider plugins the program runs for this stack, as it decides from the config: Kubernetes
+    always (the version the program asks for), Volcengine for a stack on VKE, BuildKit when it builds the
+    driver image, and the command provider when it loads the image into kind."""
+    from vke_gpu_dra_core import config, pulumi_types  # noqa: PLC0415
+
+    try:
+        raw = config.raw_from_stack_file(stack_config)
+    except config.StackConfigError as exc:
+        raise UpError(str(exc), EXIT_USAGE) from None
+    read, _ = config.read(config.RawConfig(raw.values, raw.secret_keys, environ))
+    plugins = [Plugin("kubernetes", pulumi_types.KUBERNETES_PROVIDER_VERSION)]
+    if read.target == config.TARGET_VKE:
+        plugins.append(sdk_plugin("pulumi_volcengine"))
+    build = read.driver_image.build if read.driver_image and read.driver_image.image is None else ""
+    if build in (config.BUILD_CR, config.BUILD_KIND):
+        plugins.append(sdk_plugin("pulumi_docker_build"))
+    if build == config.BUILD_KIND:
+        plugins.append(sdk_plugin("pulumi_command"))
+    return plugins
+
+
+def installed_plugins(pulumi: Pulumi) -> set[tuple[str, str]]:
+    """(name, version) of each resource plugin in the CLI's plugin cache (`pulumi plugin ls --json`)."""
+    text = pulumi.check("plugin", "ls", "--json")
+    try:
+        entries = json.loads(text or "[]") or []
+        return {
+            (e["name"], str(e["version"]).removeprefix("v")) for e in entries if e.get("kind") == "resource"
+        }
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise UpError(f"pulumi plugin ls --json printed no list of plugins: {text[:200]!r}") from None
+
+
+def ambient(plugin: Plugin, environ: Mapping[str, str]) -> bool:
+    """A `pulumi-resource-NAME` on PATH, which the CLI runs whatever version is asked for."""
+    return shutil.which(f"pulumi-resource-{plugin.name}", path=environ.get("PATH")) is not None
+
+
+def ensure_plugins(pulumi: Pulumi, plugins: Sequence[Plugin]) -> None:
+    """Install each plugin the CLI lacks; one line per plugin it cannot get, with the command that does."""
+    have = installed_plugins(pulumi)
+    lacking = [p for p in plugins if (p.name, p.version) not in have and not ambient(p, pulumi.env)]
+    failed: list[str] = []
+    for plugin in lacking:
+        command = shlex.join(["pulumi", *plugin.install_args()])
+        say(f"installing the Pulumi plugin {plugin.name} {plugin.version}: {command}")
+        try:
+            proc = pulumi.capture(*plugin.install_args(), timeout=PLUGIN_INSTALL_TIMEOUT)
+            problem = None if proc.returncode == 0 else _errors(proc).removeprefix("error: ")
+        except subprocess.TimeoutExpired:
+            problem = f"no download in {PLUGIN_INSTALL_TIMEOUT} s"
+        if problem is not None:
+            failed.append(
+                f"the Pulumi plugin {plugin.name} {plugin.version} is not installed and could not be "
+                f"downloaded ({problem}): {plugin.by_hand()}"
+            )
+    if failed:
+        raise UpError("\n".join(failed))
 
 
 # --- prompts ---------------------------------------------------------------------------------------
@@ -412,6 +561,8 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
         if code != 0:
             raise UpError(f"scripts/kind-up failed (exit {code})")
     url = use_backend(pulumi, Path(environ.get("HOME") or Path.home()))
+    # Before anything is asked: a plugin the CLI cannot get would fail `pulumi up` in tracebacks.
+    ensure_plugins(pulumi, needed_plugins(_stack_config(stack_file), pulumi.env))
     exists = stack_exists(pulumi.check("stack", "ls", "--json"), stack)
     lacking = [p for p in [_passphrase(pulumi, stack_file, exists, url, term)] if p]
     if not lacking:

@@ -18,11 +18,27 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-NOT_LOGGED_IN = "PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions"
+#: What the real CLI 3.274.1 says, and its exit status, when it is logged in to no backend (the engine
+#: tier runs the real one: tests/engine/test_up_script.py).
+NOT_LOGGED_IN = "this command requires logging in; try running `pulumi login` first"
+NOT_LOGGED_IN_EXIT = 3
+#: The real CLI's last line for a plugin it cannot download (after 5 tries).
+DOWNLOAD_FAILED = (
+    "[resource plugin {name}-{version}] downloading from {server}: failed to download plugin: "
+    "{name}-{version}: failed all 5 attempts"
+)
+#: The plugins the stacks need, in the stand-in's plugin cache unless a test says otherwise.
+PLUGINS = (
+    ("kubernetes", "4.25.0"),
+    ("volcengine", "0.0.47"),
+    ("docker-build", "0.0.22"),
+    ("command", "1.2.1"),
+)
 
-#: The Pulumi CLI as far as scripts/up and scripts/down use it: state in $FAKE_DIR/state.json, each
-#: call a JSON line in $FAKE_DIR/log (with whether a passphrase reached it); secrets given on standard
-#: input are kept in $FAKE_DIR/secrets.json for the tests to compare.
+#: The Pulumi CLI as far as scripts/up and scripts/down use it: stacks and plugins in $FAKE_DIR/state.json,
+#: the login where the real CLI keeps it ($PULUMI_HOME/credentials.json's `current`), each call a JSON
+#: line in $FAKE_DIR/log (with whether a passphrase reached it); secrets given on standard input are kept
+#: in $FAKE_DIR/secrets.json for the tests to compare. With FAKE_OFFLINE set, plugin downloads fail.
 PULUMI = """#!{python}
 import json, os, sys
 from pathlib import Path
@@ -36,13 +52,17 @@ with open(d / "log", "a") as log:
 if passphrase:
     (d / "passphrase").write_text(passphrase)
 state_file = d / "state.json"
-state = json.loads(state_file.read_text()) if state_file.exists() else {{"url": "", "stacks": []}}
+state = json.loads(state_file.read_text()) if state_file.exists() else {{"stacks": []}}
+state.setdefault("plugins", {plugins})
+credentials = Path(os.environ["PULUMI_HOME"]) / "credentials.json"
+url = json.loads(credentials.read_text()).get("current", "") if credentials.exists() else ""
+url = os.environ.get("PULUMI_BACKEND_URL") or url
 a = [x for x in argv if x != "--non-interactive"]
 
 
-def fail(message):
+def fail(message, code=255):
     print("error: " + message, file=sys.stderr)
-    sys.exit(255)
+    sys.exit(code)
 
 
 def save():
@@ -56,16 +76,25 @@ def stack_file(stack):
 if a[0] == "whoami":
     if os.environ.get("FAKE_WHOAMI_ERROR"):
         fail(os.environ["FAKE_WHOAMI_ERROR"])
-    if not state["url"]:
-        fail("{not_logged_in}")
+    if not url:
+        fail("{not_logged_in}", {not_logged_in_exit})
     print("User: alice")
     print("Organizations: ")
-    print("Backend URL: " + state["url"])
+    print("Backend URL: " + url)
     print("Token type: personal")
 elif a[0] == "login":
-    state["url"] = a[1]
-    save()
+    credentials.parent.mkdir(parents=True, exist_ok=True)
+    credentials.write_text(json.dumps({{"current": a[1]}}))
     print(f"Logged in to workstation as alice ({{a[1]}})")
+elif a[:2] == ["plugin", "ls"]:
+    print(json.dumps([{{"name": n, "kind": "resource", "version": v}} for n, v in state["plugins"]]))
+elif a[:3] == ["plugin", "install", "resource"]:
+    name, version = a[3], a[4]
+    server = a[a.index("--server") + 1] if "--server" in a else "github://api.github.com/pulumi"
+    if os.environ.get("FAKE_OFFLINE") and "--file" not in a:
+        fail({download_failed!r}.format(name=name, version=version, server=server), 1)
+    state["plugins"].append([name, version])
+    save()
 elif a[:2] == ["stack", "ls"]:
     print(json.dumps([{{"name": s, "current": False, "updateInProgress": False}} for s in state["stacks"]]))
 elif a[:2] == ["stack", "select"]:
@@ -145,7 +174,14 @@ class Project:
         python = sys.executable
         _write(root / "scripts" / "setup", SETUP.format(python=python))
         _write(root / "scripts" / "kind-up", KIND_UP.format())
-        _write(fake / "bin" / "pulumi", PULUMI.format(python=python, not_logged_in=NOT_LOGGED_IN))
+        pulumi = PULUMI.format(
+            python=python,
+            not_logged_in=NOT_LOGGED_IN,
+            not_logged_in_exit=NOT_LOGGED_IN_EXIT,
+            download_failed=DOWNLOAD_FAILED,
+            plugins=json.dumps([list(p) for p in PLUGINS]),
+        )
+        _write(fake / "bin" / "pulumi", pulumi)
         home.mkdir()
         project = cls(root, fake, home)
         if set_up:
@@ -157,13 +193,23 @@ class Project:
         return {
             "PATH": f"{self.fake / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin",
             "HOME": str(self.home),
+            # The real CLI's own folder is the account's home, not $HOME: every test names its own.
+            "PULUMI_HOME": str(self.home / ".pulumi"),
             "FAKE_DIR": str(self.fake),
             "LANG": "C.UTF-8",
             **extra,
         }
 
-    def state(self, url: str = "", stacks: tuple[str, ...] = ()) -> None:
-        (self.fake / "state.json").write_text(json.dumps({"url": url, "stacks": list(stacks)}))
+    def state(
+        self, url: str = "", stacks: tuple[str, ...] = (), plugins: tuple[tuple[str, str], ...] = PLUGINS
+    ) -> None:
+        """The backend logged in to (`url`, none when empty), its stacks, the CLI's plugin cache."""
+        (self.fake / "state.json").write_text(
+            json.dumps({"stacks": list(stacks), "plugins": [list(p) for p in plugins]})
+        )
+        credentials = self.home / ".pulumi" / "credentials.json"
+        credentials.parent.mkdir(parents=True, exist_ok=True)
+        credentials.write_text(json.dumps({"current": url} if url else {}))
 
     def log(self) -> list[dict[str, Any]]:
         path = self.fake / "log"

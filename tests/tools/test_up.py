@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_core import pulumi_types
 
 from tools import up
 
@@ -192,3 +194,37 @@ def test_the_entry_points_are_executable() -> None:
 def test_a_stack_list_that_is_not_json_is_one_error() -> None:
     with pytest.raises(up.UpError, match="printed no list of stacks"):
         up.stack_exists("warning: a new version of Pulumi is available", "dev")
+
+
+def test_logged_in_is_what_the_clis_own_settings_say(tmp_path: Path) -> None:
+    home = tmp_path / "pulumi-home"
+    env = {"PULUMI_HOME": str(home)}
+    assert up.login_source(env) is None
+    home.mkdir()
+    (home / "credentials.json").write_text('{"accessTokens": {}}')  # after `pulumi logout`
+    assert up.login_source(env) is None
+    (home / "credentials.json").write_text("not json")
+    assert up.login_source(env) is None
+    (home / "credentials.json").write_text('{"current": "file:///state"}')
+    assert up.login_source(env) == f"file:///state ({home / 'credentials.json'})"
+    assert up.login_source({**env, "PULUMI_BACKEND_URL": "s3://b"}) == "PULUMI_BACKEND_URL=s3://b"
+    assert up.login_source({"PULUMI_HOME": str(tmp_path), "PULUMI_ACCESS_TOKEN": "t"}) == (
+        "Pulumi Cloud (PULUMI_ACCESS_TOKEN)"
+    )
+    # Without PULUMI_HOME the CLI's folder is in the account's home, whatever $HOME says.
+    assert up.pulumi_home({}) == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pulumi"
+
+
+def test_the_plugins_each_stack_needs() -> None:
+    def needed(stack: str) -> list[tuple[str, str]]:
+        config = yaml.safe_load((up.ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+        return [(p.name, p.version) for p in up.needed_plugins(config, {})]
+
+    k8s = ("kubernetes", pulumi_types.KUBERNETES_PROVIDER_VERSION)
+    assert needed("dev") == [k8s, ("volcengine", "0.0.47"), ("docker-build", "0.0.22")]
+    assert needed("local") == [k8s, ("docker-build", "0.0.22"), ("command", "1.2.1")]
+    volcengine = up.sdk_plugin("pulumi_volcengine")
+    assert volcengine.install_args() == [
+        "plugin", "install", "resource", "volcengine", "0.0.47", "--server", "github://api.github.com/volcengine"
+    ]  # fmt: skip
+    assert volcengine.release_page == "https://github.com/volcengine/pulumi-volcengine/releases/tag/v0.0.47"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -21,15 +22,11 @@ def project(tmp_path: Path) -> Project:
     return Project.make(tmp_path)
 
 
-def _up_dev_with_keys(project: Project) -> subprocess.CompletedProcess[str]:
+def _up_dev_with_keys(project: Project, **env: str) -> subprocess.CompletedProcess[str]:
     """`scripts/up dev --yes` with the passphrase and the Volcengine keys in the environment."""
+    env = {"PULUMI_CONFIG_PASSPHRASE": PASSPHRASE, **env}
     return project.run(
-        "up",
-        "dev",
-        "--yes",
-        PULUMI_CONFIG_PASSPHRASE=PASSPHRASE,
-        VOLCENGINE_ACCESS_KEY=ACCESS_KEY,
-        VOLCENGINE_SECRET_KEY=SECRET_KEY,
+        "up", "dev", "--yes", VOLCENGINE_ACCESS_KEY=ACCESS_KEY, VOLCENGINE_SECRET_KEY=SECRET_KEY, **env
     )
 
 
@@ -41,10 +38,14 @@ def test_a_fresh_clone_is_set_up_logged_in_to_the_file_backend_and_deployed(tmp_
     assert tools[0] == "setup"
     state = project.home / ".pulumi-state"
     assert state.is_dir()
-    assert f"logging in to the local file backend {state}" in proc.stdout
-    assert project.pulumi_calls()[:4] == [
+    assert (
+        f"up: not logged in to a Pulumi backend: using the local file backend file://{state} "
+        f"(pulumi login file://{state})\n"
+    ) in proc.stdout
+    assert project.pulumi_calls()[:5] == [
         ["whoami", "--verbose"],
         ["login", f"file://{state}"],
+        ["plugin", "ls", "--json"],
         ["stack", "ls", "--json"],
         ["stack", "init", "dev", "--secrets-provider", "passphrase"],
     ]
@@ -89,6 +90,7 @@ def test_uses_the_backend_the_cli_is_logged_in_to(project: Project) -> None:
     assert "using the Pulumi backend you are logged in to: s3://team-state/vke-gpu-dra" in proc.stdout
     assert project.pulumi_calls() == [
         ["whoami", "--verbose"],
+        ["plugin", "ls", "--json"],
         ["stack", "ls", "--json"],
         ["stack", "select", "dev"],
         [*UP_DEV, "--yes"],
@@ -110,7 +112,12 @@ def test_without_a_terminal_one_error_lists_every_missing_setting(project: Proje
     assert "export VOLCENGINE_SECRET_KEY=<value>" in err
     assert "the stack does not exist yet" in err
     calls = project.pulumi_calls()
-    assert calls == [["whoami", "--verbose"], ["login", calls[1][1]], ["stack", "ls", "--json"]]
+    assert calls == [
+        ["whoami", "--verbose"],
+        ["login", calls[1][1]],
+        ["plugin", "ls", "--json"],
+        ["stack", "ls", "--json"],
+    ]
     pulumi = [entry for entry in project.log() if entry["tool"] == "pulumi"]
     assert all(entry["args"][0] == "--non-interactive" for entry in pulumi)
 
@@ -219,12 +226,62 @@ def test_help_runs_nothing(project: Project) -> None:
 
 
 def test_a_failing_login_is_reported_not_replaced_by_the_file_backend(project: Project) -> None:
+    project.state(url="https://api.pulumi.com")
     error = "getting user info: [401] Unauthorized: invalid access token"
     proc = project.run("up", "local", "--yes", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE, FAKE_WHOAMI_ERROR=error)
     assert proc.returncode == 1
-    assert proc.stderr == f"up: pulumi whoami failed: error: {error}\n"
+    credentials = project.home / ".pulumi" / "credentials.json"
+    assert proc.stderr == (
+        "up: pulumi whoami failed for the backend you are logged in to, "
+        f"https://api.pulumi.com ({credentials}): error: {error}\n"
+    )
     assert project.pulumi_calls()[-1] == ["whoami", "--verbose"]
     assert not (project.home / ".pulumi-state").exists()
+
+
+def test_a_backend_named_by_the_environment_counts_as_logged_in(project: Project) -> None:
+    error = "read s3://bucket: no credentials"
+    proc = project.run("up", "local", "--yes", PULUMI_BACKEND_URL="s3://bucket", FAKE_WHOAMI_ERROR=error)
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"up: pulumi whoami failed for the backend you are logged in to, PULUMI_BACKEND_URL=s3://bucket: "
+        f"error: {error}\n"
+    )
+
+
+def test_a_plugin_the_cli_lacks_is_installed_before_pulumi_up(project: Project) -> None:
+    project.state(url="file:///state", stacks=("local",), plugins=(("kubernetes", "4.25.0"),))
+    proc = project.run("up", "local", "--yes", PULUMI_CONFIG_PASSPHRASE=PASSPHRASE)
+    assert proc.returncode == 0, proc.stderr
+    calls = project.pulumi_calls()
+    assert calls[calls.index(["plugin", "ls", "--json"]) + 1 :][:2] == [
+        ["plugin", "install", "resource", "docker-build", "0.0.22"],
+        ["plugin", "install", "resource", "command", "1.2.1"],
+    ]
+    assert calls[-1] == ["up", "--stack", "local", "--policy-pack", "policy", "--yes"]
+    assert "up: installing the Pulumi plugin command 1.2.1: pulumi plugin install resource command 1.2.1" in (
+        proc.stdout
+    )
+
+
+def test_a_plugin_that_cannot_be_downloaded_is_one_line_with_the_command_before_pulumi_up(
+    project: Project,
+) -> None:
+    plugins = (("kubernetes", "4.25.0"), ("docker-build", "0.0.22"))
+    project.state(url="file:///state", stacks=("dev",), plugins=plugins)
+    proc = _up_dev_with_keys(project, FAKE_OFFLINE="1")
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    archive = f"pulumi-resource-volcengine-v0.0.47-linux-{machine}.tar.gz"
+    assert line == (
+        "up: the Pulumi plugin volcengine 0.0.47 is not installed and could not be downloaded "
+        "([resource plugin volcengine-0.0.47] downloading from github://api.github.com/volcengine: failed to "
+        "download plugin: volcengine-0.0.47: failed all 5 attempts): "
+        f"download {archive} from https://github.com/volcengine/pulumi-volcengine/releases/tag/v0.0.47 "
+        f"and run: pulumi plugin install resource volcengine 0.0.47 --file <path of {archive}>"
+    )
+    assert not any(call[0] == "up" for call in project.pulumi_calls())
 
 
 def test_a_broken_stack_file_is_one_error(project: Project) -> None:
