@@ -1,0 +1,76 @@
+"""The node tier: containerd 2.1 with CDI and runc from the toolchain, in a node of its own
+(`node.py`: its own namespaces, folders and cgroups), running containers from images built here
+(`images.py`). Every test here needs root and the toolchain's node binaries; without them each is skipped
+with one line saying why. The tier prints its test count, time and the node's start-up at the end of the
+run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.tier import TierRecord
+
+from .node import Node, missing
+
+TIER = TierRecord("node tier (tests/node)")
+NODE_FIXTURES = frozenset({"node"})
+STARTUPS: list[float] = []
+
+
+def in_tier(item: pytest.Item) -> bool:
+    return bool(NODE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if in_tier(item):
+            item.add_marker(pytest.mark.node)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """One location for the skip, so `-ra` folds the tier into one line."""
+    if in_tier(item):
+        reason = missing()
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    return (yield from TIER.timing(in_tier(item)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if in_tier(item):
+        TIER.outcome(report)
+        running = item.funcargs.get("node") if hasattr(item, "funcargs") else None
+        if report.failed and isinstance(running, Node):
+            report.sections.append(("node logs", running.logs()))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIER.ran:
+        started = f"; containerd up in {max(STARTUPS):.2f}s at most" if STARTUPS else ""
+        terminalreporter.write_line(TIER.line(started))
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    """A node of its own for the test; stopped afterwards, and nothing of it may be left on the host."""
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    running = Node().start()
+    STARTUPS.append(running.started_in)
+    try:
+        yield running
+    finally:
+        running.stop()
+    assert running.leftovers() == [], "the node left things behind"

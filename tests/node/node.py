@@ -1,0 +1,372 @@
+"""A node in a box: containerd 2.1 with CDI and runc, from the toolchain, in namespaces of its own.
+
+The node is one process tree in new PID, mount, network, UTS and IPC namespaces (`unshare`): its first
+process (PID 1 inside) mounts a private /run (containerd's shims keep their sockets under
+/run/containerd whatever the configuration says), gives the network namespace its loopback and one
+address on a veth pair whose both ends live inside it (the node's IP; nothing is added to the host's
+interfaces), then sleeps. containerd, ctr and crictl run inside through `nsenter`, so every mount they make
+(overlay rootfs, the private /run) lives in the node's mount namespace only.
+
+Everything else is a folder of its own (`/tmp/vkenode-*`, short for unix socket paths): containerd's root
+and state, the CDI spec folder (`cdi_spec_dirs`, and the private /run/cdi that ctr reads), the CNI
+configuration, the logs. No global /etc/cdi, /var/lib/kubelet or /run/containerd is touched; containers'
+cgroups are created under `/<node name>` in each cgroup hierarchy.
+
+Stopping it leaves nothing behind: containers are killed and deleted through containerd, containerd gets
+SIGTERM, then PID 1 gets SIGKILL, which ends every process left in the namespace; the namespaces go with
+their last process (and with them every mount and interface), the node's cgroups are removed and the
+folder deleted. `leftovers()` names anything still there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import toolchain
+
+from .images import Image
+
+#: Tools of the toolchain a node needs (scripts/toolchain --only ...).
+TOOLS = ("containerd", "runc", "cni-plugins", "crictl")
+HOW_TO_GET = f"build them with scripts/toolchain --only {','.join(TOOLS)} (docs/testing.md)"
+#: Host commands the node is made with (util-linux and iproute2).
+COMMANDS = ("unshare", "nsenter", "ip", "mount")
+#: The node's address (TEST-NET-1, RFC 5737: never routed anywhere) on the veth end inside its namespace.
+ADDRESS = "192.0.2.10"
+PREFIX = 24
+#: containerd's namespace for the CRI (kubelet's pods) and images it runs.
+CRI_NAMESPACE = "k8s.io"
+STARTUP_TIMEOUT = 30.0
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class NodeError(RuntimeError):
+    """The node did not start, or a command inside it failed (with its output and the node's logs)."""
+
+
+@dataclass(frozen=True)
+class Tools:
+    """The folders of the toolchain's node binaries."""
+
+    containerd: Path
+    runc: Path
+    cni: Path
+    crictl: Path
+
+    @classmethod
+    def locate(cls) -> Tools | None:
+        found = [toolchain.locate(name) for name in TOOLS]
+        if any(path is None for path in found):
+            return None
+        containerd, runc, cni, crictl = (p for p in found if p is not None)
+        return cls(containerd, runc, cni, crictl)
+
+    @property
+    def path(self) -> str:
+        """PATH inside the node: the tools first (containerd finds its shim, the shim runc, there)."""
+        return ":".join([str(self.containerd), str(self.runc), str(self.crictl), os.environ.get("PATH", "")])
+
+
+def missing() -> str | None:
+    """Why a node cannot run here (one line), or None."""
+    if os.geteuid() != 0:
+        return "the node tier needs root (namespaces, mounts, device nodes; CI runs as root)"
+    absent = [c for c in COMMANDS if shutil.which(c) is None]
+    if absent:
+        return f"{', '.join(absent)} not on PATH: apt-get install util-linux iproute2"
+    if Tools.locate() is None:
+        built = [n for n in TOOLS if toolchain.locate(n) is not None]
+        have = ", ".join(built) or "none"
+        return f"the toolchain's node binaries are not built ({have} of {len(TOOLS)} there): {HOW_TO_GET}"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount", "--net", "--propagation", "private", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"new namespaces are not permitted here: {probe.stderr.strip()}"
+    return None
+
+
+def _setup_script(base: Path, name: str) -> str:
+    cdi = base / "cdi"
+    return f"""set -e
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p /run/cdi /run/containerd
+mount --bind {cdi} /run/cdi
+hostname {name}
+ip link set lo up
+ip link add node0 type veth peer name node0-peer
+ip addr add {ADDRESS}/{PREFIX} dev node0
+ip link set node0-peer up
+ip link set node0 up
+echo ready > {base / "ready"}
+exec sleep infinity
+"""
+
+
+def containerd_config(base: Path, tools: Tools, *, sandbox_image: str = "") -> str:
+    """containerd's configuration (version 3): every path under `base`; the CRI with CDI on
+    (`cdi_spec_dirs`: the node's own folder) and `restrict_oom_score_adj` (runc may not lower a
+    container's oom_score_adj below the node's own, as in a user namespace or a container); runc
+    from the toolchain; CNI from the toolchain's plugins and the node's own configuration folder."""
+    pinned = f'\n  [plugins."io.containerd.cri.v1.images".pinned_images]\n    sandbox = "{sandbox_image}"\n'
+    return f"""version = 3
+root = "{base}/containerd/root"
+state = "{base}/containerd/state"
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp",
+                    "io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+                    "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
+
+[grpc]
+  address = "{base}/containerd.sock"
+
+[debug]
+  level = "info"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{base}/containerd/opt"
+  [plugins."io.containerd.grpc.v1.cri"]
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"{pinned if sandbox_image else ""}
+  [plugins."io.containerd.cri.v1.runtime"]
+    enable_cdi = true
+    cdi_spec_dirs = ["{base}/cdi"]
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          BinaryName = "{tools.runc}/runc"
+          SystemdCgroup = false
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["{tools.cni}"]
+      conf_dir = "{base}/cni/net.d"
+"""
+
+
+class Node:
+    """One node: `start()`, then `ctr(...)`, `crictl(...)`, `spawn(...)`; `stop()` always."""
+
+    def __init__(self, name: str = "vke-node", tools: Tools | None = None) -> None:
+        located = tools or Tools.locate()
+        if located is None:
+            raise NodeError(f"the toolchain's node binaries are not built: {HOW_TO_GET}")
+        self.tools = located
+        self.name = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}"
+        self.base = Path(tempfile.mkdtemp(prefix="vkenode-", dir="/tmp"))
+        self.cdi_dir = self.base / "cdi"
+        self.logs_dir = self.base / "logs"
+        self._init: subprocess.Popen[bytes] | None = None
+        self._pid1 = 0
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.started_in = 0.0
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    def start(self) -> Node:
+        begin = time.monotonic()
+        for sub in ("cdi", "logs", "cni/net.d", "containerd"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        self.config = self.base / "containerd.toml"
+        self.config.write_text(containerd_config(self.base, self.tools))
+        try:
+            self._start_init()
+            self._procs["containerd"] = self.spawn(
+                "containerd", [str(self.tools.containerd / "containerd"), "--config", str(self.config)]
+            )
+            self._wait_for(lambda: self.ctr("version", check=False).returncode == 0, "containerd to answer")
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in = time.monotonic() - begin
+        return self
+
+    def _start_init(self) -> None:
+        log = (self.logs_dir / "init.log").open("wb")
+        self._init = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--net", "--uts", "--ipc",
+             "--propagation", "private", "sh", "-c", _setup_script(self.base, self.name)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self._wait_for((self.base / "ready").exists, "the node's namespaces")
+        children = Path(f"/proc/{self._init.pid}/task/{self._init.pid}/children").read_text().split()
+        if len(children) != 1:
+            raise NodeError(f"unshare {self._init.pid} has children {children}, expected the node's PID 1")
+        self._pid1 = int(children[0])
+
+    def _wait_for(self, predicate: Callable[[], object], what: str, timeout: float = STARTUP_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            for name, proc in [("init", self._init), *self._procs.items()]:
+                if proc is not None and proc.poll() is not None:
+                    raise NodeError(f"{name} exited ({proc.returncode}) waiting for {what}:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise NodeError(f"no {what} within {timeout:.0f} s:\n{self.logs()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop everything (also after a failed start); idempotent."""
+        if self._pid1 and "containerd" in self._procs and self._procs["containerd"].poll() is None:
+            self._delete_containers()
+        for name, proc in list(self._procs.items()):
+            _terminate(proc, 10.0)
+            self._procs.pop(name)
+        if self._pid1:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid1, signal.SIGKILL)  # the kernel ends every process of the namespace
+            self._pid1 = 0
+        if self._init is not None:
+            _terminate(self._init, 10.0)
+            self._init = None
+        self._remove_cgroups()
+        if not os.environ.get("NODE_KEEP"):
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def _delete_containers(self) -> None:
+        """Kill and delete every container of every containerd namespace, so runc removes their cgroups."""
+        namespaces = self.ctr("namespaces", "list", "-q", check=False).stdout.split()
+        for namespace in namespaces:
+            ids = self.ctr("-n", namespace, "containers", "list", "-q", check=False).stdout.split()
+            for cid in ids:
+                self.ctr("-n", namespace, "tasks", "kill", "-s", "SIGKILL", cid, check=False)
+                self.ctr("-n", namespace, "tasks", "delete", "-f", cid, check=False)
+                self.ctr("-n", namespace, "containers", "delete", cid, check=False)
+
+    def cgroup_dirs(self) -> list[Path]:
+        """The node's cgroup folder in each hierarchy, where it exists."""
+        return sorted(p / self.name for p in CGROUP_ROOT.iterdir() if (p / self.name).is_dir())
+
+    def _remove_cgroups(self) -> None:
+        for top in self.cgroup_dirs():
+            deadline = time.monotonic() + 10.0
+            for directory in [*sorted(top.rglob("*"), key=lambda p: -len(p.parts)), top]:
+                if not directory.is_dir():
+                    continue
+                while True:
+                    try:
+                        directory.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:  # EBUSY while its last tasks are still exiting
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.05)
+
+    def leftovers(self) -> list[str]:
+        """What the node left on the host: processes, mounts, cgroups, its folder (empty when stopped)."""
+        found: list[str] = []
+        base, tools = str(self.base), [str(p) for p in (self.tools.containerd, self.tools.runc)]
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if base in cmdline or any(cmdline.startswith(t) for t in tools):
+                found.append(f"process {proc.name}: {cmdline.strip()}")
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        found += [f"mount: {line}" for line in mounts if base in line]
+        found += [f"cgroup: {p}" for p in self.cgroup_dirs()]
+        if self.base.exists():
+            found.append(f"folder: {self.base}")
+        return found
+
+    # --- inside the node -------------------------------------------------------------------------
+
+    def _enter(self, argv: Sequence[str]) -> list[str]:
+        if not self._pid1:
+            raise NodeError("the node is not running")
+        return ["nsenter", "-t", str(self._pid1), "-m", "-n", "-p", "-u", "-i", "--", *argv]
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {"PATH": self.tools.path, "HOME": str(self.base), **(extra or {})}
+
+    def spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        """A long-running process inside the node, its output in logs/<name>.log."""
+        with (self.logs_dir / f"{name}.log").open("ab") as log:
+            return subprocess.Popen(
+                self._enter(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self.env(), cwd=self.base, start_new_session=True,
+            )  # fmt: skip
+
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """A command inside the node; NodeError with its output when it fails and `check`."""
+        done = subprocess.run(
+            self._enter(argv), input=stdin.decode() if stdin is not None else None, capture_output=True,
+            text=True, env=self.env(), cwd=self.base, timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise NodeError(
+                f"`{' '.join(argv)}` in the node exited {done.returncode}:\n{done.stdout}{done.stderr}"
+            )
+        return done
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.tools.containerd / "ctr"), "--address", str(self.base / "containerd.sock"), *args]
+        return self.run(argv, check=check, timeout=timeout)
+
+    def crictl(
+        self, *args: str, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        endpoint = f"unix://{self.base / 'containerd.sock'}"
+        argv = [str(self.tools.crictl / "crictl"), "--runtime-endpoint", endpoint,
+                "--image-endpoint", endpoint, "--timeout", "30s", *args]  # fmt: skip
+        return self.run(argv, check=check, timeout=timeout)
+
+    def import_image(self, image: Image, namespace: str = CRI_NAMESPACE) -> None:
+        """`ctr images import` of the image's archive (no registry), unpacked for overlayfs."""
+        self.ctr("-n", namespace, "images", "import", str(image.archive), timeout=120)
+
+    def cgroup(self, container_id: str) -> str:
+        """A container's cgroup path under the node's own folder of each hierarchy."""
+        return f"/{self.name}/{container_id}"
+
+    def logs(self, lines: int = 40) -> str:
+        parts = []
+        for log in sorted(self.logs_dir.glob("*.log")) if self.logs_dir.is_dir() else []:
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {log.name}\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def __enter__(self) -> Node:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the process's group, SIGKILL after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        proc.wait(timeout=10)
