@@ -465,6 +465,17 @@ def test_example_stack_files_are_valid(stack: str) -> None:
     assert cfg.provisions_vke is (stack != "local")
 
 
+@pytest.mark.parametrize("stack", ["dev", "prod", "local"])
+def test_example_stack_files_hold_scalars_as_the_cli_writes_them_back(stack: str) -> None:
+    # `pulumi stack init` and `pulumi config set` save every top-level scalar as a string: a number or
+    # boolean written bare would show up as a changed line of the tracked file after the first scripts/up.
+    from vke_gpu_dra_core.config import load_pulumi_yaml
+
+    values = load_pulumi_yaml((harness.ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    bare = {k: v for k, v in values.items() if not isinstance(v, str | list | dict)}
+    assert bare == {}
+
+
 def test_reads_config_the_way_the_engine_passes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The language host hands config over as PULUMI_CONFIG (JSON strings) and PULUMI_CONFIG_SECRET_KEYS."""
     import json

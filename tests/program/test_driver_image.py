@@ -294,7 +294,7 @@ def test_a_demo_of_the_dev_stack_reuses_its_cr_instance_in_a_namespace_of_its_ow
     from vke_gpu_dra_ops import demo_stacks
 
     base = {**harness.stack_file_config("dev"), "vke-gpu-dra:driver.registry.name": "vke-gpu-dra-dev"}
-    assert base["vke-gpu-dra:driver.registry.create"] is True  # the dev stack creates its CR instance
+    assert base["vke-gpu-dra:driver.registry.create"] == "true"  # the dev stack creates its CR instance
     run = harness.run_program(config_mod.raw_from_stack_file(demo_stacks.demo_config(base, "demo-a-1")))
     assert run.by_type(REGISTRY) == []
     assert run.one(CR_NAMESPACE).inputs["name"] == "demo-a-1"
