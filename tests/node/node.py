@@ -21,18 +21,24 @@ folder deleted. `leftovers()` names anything still there.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tools import toolchain
 
+from . import images
 from .images import Image
 
 #: Tools of the toolchain a node needs (scripts/toolchain --only ...).
@@ -46,6 +52,13 @@ PREFIX = 24
 #: containerd's namespace for the CRI (kubelet's pods) and images it runs.
 CRI_NAMESPACE = "k8s.io"
 STARTUP_TIMEOUT = 30.0
+#: The CRI's sandbox (pause) image, built here and imported at start.
+PAUSE_IMAGE = "vke-gpu-dra.local/node/pause:1"
+#: The pods' network on the node's CNI bridge (RFC 2544's benchmark range: routed nowhere).
+POD_SUBNET = "198.18.0.0/24"
+#: The GPU pool's labels (what the program's node pool and the chart's affinity use).
+GPU_POOL_LABELS = {"vke.node.gpu.schedule": "nvidia-dra", "nvidia.com/gpu.present": "true"}
+CLONE_NEWNET = 0x40000000
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -101,7 +114,7 @@ def missing() -> str | None:
 def _setup_script(base: Path, name: str) -> str:
     cdi = base / "cdi"
     return f"""set -e
-mount -t tmpfs -o mode=755 tmpfs /run
+for private in /run /var/lib /var/log; do mount -t tmpfs -o mode=755 tmpfs $private; done
 mkdir -p /run/cdi /run/containerd
 mount --bind {cdi} /run/cdi
 hostname {name}
@@ -110,9 +123,126 @@ ip link add node0 type veth peer name node0-peer
 ip addr add {ADDRESS}/{PREFIX} dev node0
 ip link set node0-peer up
 ip link set node0 up
+ip route add default dev node0
 echo ready > {base / "ready"}
 exec sleep infinity
 """
+
+
+def cni_config(base: Path) -> str:
+    """The pods' network: a bridge inside the node's namespace, addresses from host-local (its state
+    under the node's folder), no masquerading (nothing leaves the node); portmap for hostPort."""
+    ipam = {"type": "host-local", "dataDir": str(base / "cni" / "ipam"), "ranges": [[{"subnet": POD_SUBNET}]]}
+    plugins = [
+        {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "ipam": ipam},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+    ]
+    return json.dumps({"cniVersion": "1.0.0", "name": "vke-node", "plugins": plugins}, indent=2)
+
+
+def pause_image(archive: Path) -> Image:
+    """The CRI's sandbox image: busybox sleeping (containerd stops a sandbox with SIGKILL)."""
+    return images.build(archive, PAUSE_IMAGE, images.busybox_entries(), cmd=("/bin/sleep", "2147483647"))
+
+
+def kubelet_config(base: Path, name: str) -> str:
+    """The kubelet's configuration for a node without systemd on cgroup v1: no QoS cgroups, nothing
+    enforced, cgroupfs; its API on the node's address, its health on the node's loopback; every
+    folder under `base`."""
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{name}",
+        "failSwapOn": False,
+        "containerRuntimeEndpoint": f"unix://{base / 'containerd.sock'}",
+        "address": ADDRESS,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "podLogsDir": str(base / "pod-logs"),
+        "makeIPTablesUtilChains": False,
+        "resolvConf": "",
+        "staticPodPath": "",
+        "nodeStatusUpdateFrequency": "2s",
+        "imageGCHighThresholdPercent": 100,
+        "evictionHard": {"memory.available": "1Mi"},
+    }
+    return json.dumps(config, indent=2)
+
+
+class Forwarder:
+    """127.0.0.1:<port> inside the node's network namespace, each connection carried to 127.0.0.1:<target>
+    of the test's own namespace (the control plane's API server): the node reaches nothing else."""
+
+    def __init__(self, pid1: int, target: int) -> None:
+        self.target = target
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        made: list[socket.socket | BaseException] = []
+        maker = threading.Thread(target=lambda: made.append(_listen_in(pid1)))
+        maker.start()
+        maker.join()
+        if not isinstance(made[0], socket.socket):
+            raise NodeError(f"no listener in the node's network namespace: {made[0]}")
+        self.listener = made[0]
+        self.port = int(self.listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                inside, _ = self.listener.accept()
+                outside = socket.create_connection(("127.0.0.1", self.target), timeout=10)
+            except OSError:
+                continue
+            outside.settimeout(None)
+            self._sockets += [inside, outside]
+            for source, sink in ((inside, outside), (outside, inside)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+    def close(self) -> None:
+        self._closed.set()
+        for sock in [self.listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def _listen_in(pid1: int) -> socket.socket | BaseException:
+    """A listening socket made inside the network namespace of `pid1` (this thread enters it, makes the
+    socket, and comes back; a socket stays in the namespace it was made in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    node = os.open(f"/proc/{pid1}/ns/net", os.O_RDONLY)
+    try:
+        if libc.setns(node, CLONE_NEWNET) != 0:
+            return OSError(ctypes.get_errno(), "setns into the node's network namespace")
+        try:
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(64)
+            return listener
+        finally:
+            if libc.setns(own, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back")  # the thread ends here anyway
+    except OSError as exc:
+        return exc
+    finally:
+        os.close(own)
+        os.close(node)
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
 
 
 def containerd_config(base: Path, tools: Tools, *, sandbox_image: str = "") -> str:
@@ -177,6 +307,7 @@ class Node:
         self._init: subprocess.Popen[bytes] | None = None
         self._pid1 = 0
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._forwarders: list[Forwarder] = []
         self.started_in = 0.0
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -186,13 +317,15 @@ class Node:
         for sub in ("cdi", "logs", "cni/net.d", "containerd"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         self.config = self.base / "containerd.toml"
-        self.config.write_text(containerd_config(self.base, self.tools))
+        self.config.write_text(containerd_config(self.base, self.tools, sandbox_image=PAUSE_IMAGE))
+        (self.base / "cni" / "net.d" / "10-bridge.conflist").write_text(cni_config(self.base))
         try:
             self._start_init()
             self._procs["containerd"] = self.spawn(
                 "containerd", [str(self.tools.containerd / "containerd"), "--config", str(self.config)]
             )
             self._wait_for(lambda: self.ctr("version", check=False).returncode == 0, "containerd to answer")
+            self.import_image(pause_image(self.base / "images" / "pause.tar"))
         except BaseException:
             self.stop()
             raise
@@ -225,11 +358,15 @@ class Node:
 
     def stop(self) -> None:
         """Stop everything (also after a failed start); idempotent."""
+        for name in [n for n in self._procs if n != "containerd"]:
+            _terminate(self._procs.pop(name), 10.0)
         if self._pid1 and "containerd" in self._procs and self._procs["containerd"].poll() is None:
             self._delete_containers()
-        for name, proc in list(self._procs.items()):
-            _terminate(proc, 10.0)
-            self._procs.pop(name)
+        if "containerd" in self._procs:
+            _terminate(self._procs.pop("containerd"), 10.0)
+        for forwarder in self._forwarders:
+            forwarder.close()
+        self._forwarders.clear()
         if self._pid1:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid1, signal.SIGKILL)  # the kernel ends every process of the namespace
@@ -242,7 +379,9 @@ class Node:
             shutil.rmtree(self.base, ignore_errors=True)
 
     def _delete_containers(self) -> None:
-        """Kill and delete every container of every containerd namespace, so runc removes their cgroups."""
+        """Remove the CRI's pods (their networks too), then kill and delete every container left in
+        every containerd namespace, so runc removes their cgroups."""
+        self.crictl("rmp", "--all", "--force", check=False)
         namespaces = self.ctr("namespaces", "list", "-q", check=False).stdout.split()
         for namespace in namespaces:
             ids = self.ctr("-n", namespace, "containers", "list", "-q", check=False).stdout.split()
@@ -331,14 +470,109 @@ class Node:
     def crictl(
         self, *args: str, check: bool = True, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
-        endpoint = f"unix://{self.base / 'containerd.sock'}"
-        argv = [str(self.tools.crictl / "crictl"), "--runtime-endpoint", endpoint,
-                "--image-endpoint", endpoint, "--timeout", "30s", *args]  # fmt: skip
+        config = self.base / "crictl.yaml"
+        if not config.exists():
+            endpoint = f"unix://{self.base / 'containerd.sock'}"
+            config.write_text(f"runtime-endpoint: {endpoint}\nimage-endpoint: {endpoint}\ntimeout: 30\n")
+        argv = [str(self.tools.crictl / "crictl"), "--config", str(config), *args]
         return self.run(argv, check=check, timeout=timeout)
 
     def import_image(self, image: Image, namespace: str = CRI_NAMESPACE) -> None:
         """`ctr images import` of the image's archive (no registry), unpacked for overlayfs."""
         self.ctr("-n", namespace, "images", "import", str(image.archive), timeout=120)
+
+    def start_kubelet(
+        self, kubelet: Path, server: str, ca_file: Path, token: str, labels: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """The kubelet at `kubelet`, registering this node (its name, its address, the GPU pool's labels
+        and `labels`) with the API server at `server` (https://127.0.0.1:<port> of the test's namespace,
+        reached through a Forwarder) with the bearer `token`."""
+        port = int(server.rsplit(":", 1)[1])
+        forwarder = Forwarder(self._pid1, port)
+        self._forwarders.append(forwarder)
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "node",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{forwarder.port}",
+                        "certificate-authority": str(ca_file),
+                    },
+                }
+            ],
+            "users": [{"name": "node", "user": {"token": token}}],
+            "contexts": [{"name": "node", "context": {"cluster": "node", "user": "node"}}],
+            "current-context": "node",
+        }
+        (self.base / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig))
+        (self.base / "kubelet.yaml").write_text(kubelet_config(self.base, self.name))
+        all_labels = {**GPU_POOL_LABELS, **(labels or {})}
+        proc = self.spawn(
+            "kubelet",
+            [str(kubelet), f"--config={self.base / 'kubelet.yaml'}",
+             f"--kubeconfig={self.base / 'kubelet.kubeconfig'}",
+             f"--root-dir={self.base / 'kubelet'}", f"--cert-dir={self.base / 'kubelet' / 'pki'}",
+             f"--hostname-override={self.name}", f"--node-ip={ADDRESS}",
+             f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(all_labels.items()))}", "--v=2"],
+        )  # fmt: skip
+        self._procs["kubelet"] = proc
+        return proc
+
+    def run_pod(
+        self,
+        name: str,
+        image: str,
+        command: Sequence[str],
+        *,
+        cdi_devices: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        mounts: Mapping[str, Path] | None = None,
+        timeout: float = 60.0,
+    ) -> tuple[dict[str, Any], str]:
+        """A pod through the CRI, as the kubelet makes one: its sandbox (the pause image, the CNI bridge
+        network, its cgroup under the node's), one container running `command` with the CDI devices
+        the kubelet would pass (`cdi_devices`, fully qualified names), `env` and read-only bind `mounts`
+        (container path -> host path). Returns the sandbox's status and the container's output once it
+        exits; the pod is removed."""
+        pod_config = {
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "attempt": 0},
+            "log_directory": str(self.base / "pod-logs" / name),
+            "linux": {"cgroup_parent": self.cgroup(name)},
+        }
+        container = {
+            "metadata": {"name": name},
+            "image": {"image": image},
+            "command": list(command),
+            "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
+            "mounts": [
+                {"container_path": inside, "host_path": str(host), "readonly": True}
+                for inside, host in (mounts or {}).items()
+            ],
+            "CDI_devices": [{"name": device} for device in cdi_devices],
+            "log_path": f"{name}.log",
+        }
+        pod_file, container_file = self.base / f"pod-{name}.json", self.base / f"container-{name}.json"
+        pod_file.write_text(json.dumps(pod_config))
+        container_file.write_text(json.dumps(container))
+        sandbox = self.crictl("runp", str(pod_file), timeout=timeout).stdout.strip()
+        try:
+            status = json.loads(self.crictl("inspectp", sandbox).stdout)
+            cid = self.crictl(
+                "create", sandbox, str(container_file), str(pod_file), timeout=timeout
+            ).stdout.strip()
+            self.crictl("start", cid, timeout=timeout)
+            deadline = time.monotonic() + timeout
+            while json.loads(self.crictl("inspect", cid).stdout)["status"]["state"] != "CONTAINER_EXITED":
+                if time.monotonic() > deadline:
+                    raise NodeError(f"pod {name}: its container did not exit within {timeout:.0f} s")
+                time.sleep(0.1)
+            logs = self.crictl("logs", cid)
+            return status, logs.stdout + logs.stderr
+        finally:
+            self.crictl("stopp", sandbox, check=False)
+            self.crictl("rmp", "--force", sandbox, check=False)
 
     def cgroup(self, container_id: str) -> str:
         """A container's cgroup path under the node's own folder of each hierarchy."""

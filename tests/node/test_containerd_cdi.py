@@ -89,7 +89,9 @@ def run_probe(node: Node, name: str, devices: list[str]) -> list[str]:
 def probe(node: Node) -> Node:
     write_claim_spec(node, gpus=2)
     smi = node.base / "driver" / "root" / "usr" / "bin" / "nvidia-smi"
-    node.import_image(probe_image(node.base / "images" / "probe.tar", smi), "default")
+    image = probe_image(node.base / "images" / "probe.tar", smi)
+    node.import_image(image, "default")  # ctr's
+    node.import_image(image)  # the CRI's
     return node
 
 
@@ -131,6 +133,26 @@ def test_an_unknown_cdi_device_fails_the_container(probe: Node) -> None:
     assert failed.returncode != 0
     assert "unresolvable CDI devices" in failed.stderr
     assert cdi.claim_device_id(UID, "gpu-7") in failed.stderr
+
+
+def test_a_pods_container_gets_its_gpu_through_the_cri_as_the_kubelet_asks(probe: Node) -> None:
+    """The kubelet's path: a pod sandbox on the node's CNI bridge, and a container whose CDI devices
+    come in the CRI request (what the kubelet passes from the plugin's prepare answer), resolved from
+    the CRI's `cdi_spec_dirs` (the node's own folder; no /etc/cdi or /var/run/cdi on the host)."""
+    config = probe.base / "driver" / "fake-nvml.conf"
+    status, output = probe.run_pod(
+        "gpu-pod", IMAGE, ["sh", "-c", PROBE], cdi_devices=[cdi.claim_device_id(UID, "gpu-1")],
+        env={"FAKE_NVML_CONFIG": "/etc/fake-nvml.conf"}, mounts={"/etc/fake-nvml.conf": config},
+    )  # fmt: skip
+    lines = output.splitlines()
+    assert "node /dev/nvidia1 character special file c3 1" in lines
+    assert not any(line.startswith("node /dev/nvidia0 ") for line in lines)
+    assert "open /dev/nvidia1 No such device or address" in lines
+    assert "open mknod-gpu0 Operation not permitted" in lines
+    assert f"env DRA_RESOURCE_CLAIM_UID={UID}" in lines
+    assert f"smi GPU 0: {PRODUCT} (UUID: {UUIDS[1]})" in lines
+    # the sandbox is on the node's bridge network
+    assert status["status"]["network"]["ip"].startswith("198.18.0.")
 
 
 def test_the_cri_runs_with_cdi_from_the_nodes_own_folder(node: Node) -> None:
