@@ -27,7 +27,9 @@ def test_round_trip(tmp_path):
     store.save(ENTRIES)
     assert store.load() == cp.LoadResult(ENTRIES)
     assert oct(store.path.stat().st_mode & 0o777) == "0o600"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [cp.JOURNAL_FILE, store.path.name]  # no temp files
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [cp.BACKUP_FILE, cp.JOURNAL_FILE, store.path.name]  # the copy; no temp files
+    assert (tmp_path / cp.BACKUP_FILE).read_bytes() == store.path.read_bytes()
 
 
 def test_missing_file_is_empty(tmp_path):
@@ -105,20 +107,103 @@ def test_decode_rejects_with_a_clear_message(data, message):
         cp.decode(data)
 
 
-def test_corrupt_file_is_moved_aside_with_one_message(tmp_path):
+STRAY = b'{"uid":"x","namespace":"","name":"","state":"PrepareStarted","devices":[]}'
+#: The ways a checkpoint file is found damaged: cut short, overwritten, changed without its checksum, empty.
+CORRUPTIONS = {
+    "truncated": lambda data: data[: len(data) // 2],
+    "garbage": lambda data: os.urandom(len(data)),
+    "checksum-mismatch": lambda data: data.replace(b'"claims":[', b'"claims":[' + STRAY + b",", 1),
+    "empty": lambda data: b"",
+}
+
+
+RECOVERY = "recovered from the CDI specs on disk, and from kubelet and the API server"
+
+
+def written(tmp_path, where):
+    """Claims a and b, `where` they live: only in the file (folded), only in the journal, or one in each."""
     store = CheckpointStore(tmp_path)
-    store.path.write_bytes(tamper(lambda d: d["claims"][0].update(name="changed")))
-    result = store.load()
-    assert result.entries == {}
-    assert result.moved_to is not None
-    assert result.moved_to.name.startswith("vke-gpu-dra-checkpoint.json.corrupt-")
-    assert result.moved_to.exists() and not store.path.exists()
-    assert "checksum mismatch" in result.problem
-    assert "recovering prepared claims from the CDI specs" in result.problem
-    # a second corrupt file in the same second does not overwrite the first one
+    if where == "journal":
+        store.save({})
+    store.save({"u1": entry("u1")})
+    if where == "both":
+        store.fold()
+    store.save({"u1": entry("u1"), "u2": entry("u2")})
+    if where == "file":
+        store.fold()
+    store.close()
+    return {"u1": entry("u1"), "u2": entry("u2")}
+
+
+@pytest.mark.parametrize("where", ["file", "journal", "both"])
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_a_corrupt_file_is_moved_aside_and_its_copy_keeps_every_claim(tmp_path, corruption, where):
+    expected = written(tmp_path, where)
+    path = tmp_path / cp.CHECKPOINT_FILE
+    path.write_bytes(CORRUPTIONS[corruption](path.read_bytes()))
+    result = CheckpointStore(tmp_path).load()
+    assert result.entries == expected and result.lost is None
+    assert result.moved_to is not None and result.moved_to.name.startswith(f"{cp.CHECKPOINT_FILE}.corrupt-")
+    assert result.problem.startswith(f"checkpoint {path} is corrupt (")
+    assert result.problem.endswith(f"read its copy {cp.BACKUP_FILE}: no claim is lost")
+
+
+@pytest.mark.parametrize("where", ["file", "journal", "both"])
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_with_the_file_and_its_copy_corrupt_the_journal_is_applied_and_the_loss_is_said(
+    tmp_path, corruption, where
+):
+    expected = written(tmp_path, where)
+    for name in (cp.CHECKPOINT_FILE, cp.BACKUP_FILE):
+        (tmp_path / name).write_bytes(CORRUPTIONS[corruption]((tmp_path / name).read_bytes()))
+    result = CheckpointStore(tmp_path).load()
+    in_journal = {"file": {}, "journal": expected, "both": {"u2": expected["u2"]}}[where]
+    assert result.entries == in_journal
+    assert result.lost == f"checkpoint {tmp_path / cp.CHECKPOINT_FILE} and its copy unusable"
+    assert f"its copy {cp.BACKUP_FILE} is corrupt too (" in result.problem
+    assert result.problem.endswith(RECOVERY)
+
+
+def test_a_file_gone_with_its_copy_there_is_read_from_the_copy(tmp_path):
+    """A crash between the copy and the file of the very first write (or the file deleted by hand)."""
+    expected = written(tmp_path, "both")
+    (tmp_path / cp.CHECKPOINT_FILE).unlink()
+    result = CheckpointStore(tmp_path).load()
+    assert result.entries == expected and result.lost is None and result.moved_to is None
+    missing = f"checkpoint {tmp_path / cp.CHECKPOINT_FILE} is missing"
+    assert result.problem == f"{missing}; read its copy {cp.BACKUP_FILE}: no claim is lost"
+
+
+def test_a_second_corrupt_file_in_the_same_second_does_not_overwrite_the_first(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.path.write_bytes(b"garbage")
+    first = store.load()
     store.path.write_bytes(b"garbage")
     second = store.load()
-    assert second.moved_to != result.moved_to and second.moved_to.exists() and result.moved_to.exists()
+    assert first.moved_to != second.moved_to and first.moved_to.exists() and second.moved_to.exists()
+    assert second.lost is not None  # no copy either time
+
+
+def test_fold_writes_the_copy_again_when_another_release_rewrote_the_file(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.save({"u1": entry("u1")})
+    store.fold()
+    assert store.fold() is False  # file, copy and journal agree: nothing to do
+    store.path.write_bytes(cp.encode({"u2": entry("u2")}))  # a release without the copy wrote the file
+    assert CheckpointStore(tmp_path).fold() is True
+    assert (tmp_path / cp.BACKUP_FILE).read_bytes() == store.path.read_bytes()
+
+
+def test_the_loss_is_kept_on_disk_until_cleared(tmp_path):
+    store = CheckpointStore(tmp_path)
+    assert store.load_lost() is None
+    why = "checkpoint journal damaged (record(s) 1 damaged, skipped)"
+    store.save_lost(why)
+    assert CheckpointStore(tmp_path).load_lost() == why
+    assert oct((tmp_path / cp.LOST_FILE).stat().st_mode & 0o777) == "0o600"
+    store.clear_lost()
+    assert store.load_lost() is None and not (tmp_path / cp.LOST_FILE).exists()
+    store.clear_lost()  # twice: nothing to remove
 
 
 def test_boot_id_is_kept_next_to_a_checkpoint_the_previous_release_still_reads(tmp_path):
@@ -275,33 +360,73 @@ def test_a_full_journal_folds_into_the_file(tmp_path, monkeypatch):
     assert CheckpointStore(tmp_path).load().entries == {f"u{j}": entry(f"u{j}") for j in range(3)}
 
 
+def record_offsets(data):
+    """Where each record of the journal's current epoch starts."""
+    offsets, offset = [], journal.HEADER.size
+    while True:
+        length, _, seq = journal.RECORD.unpack_from(data, offset)
+        if length == 0 or seq != len(offsets):
+            return offsets
+        offsets.append(offset)
+        offset += journal.RECORD.size + length
+
+
+def cut_in_record_1(data):
+    return data[: record_offsets(data)[1] + journal.RECORD.size + 3]
+
+
+def flip_in_record_1(data):
+    at = record_offsets(data)[1] + journal.RECORD.size + 5
+    return data[:at] + bytes([data[at] ^ 0x20]) + data[at + 1 :]
+
+
 @pytest.mark.parametrize(
-    ("damage", "message"),
+    ("damage", "message", "kept"),
     [
-        (lambda data: data[:8], r"is 8 bytes, a journal is 1048576"),
-        (lambda data: b"X" * 8 + data[8:], r"has no journal header \(magic b'XXXXXXXX', format 1\)"),
-        ("bad-record", r"record 1\.set\[0\] must have exactly the fields"),
+        (cut_in_record_1, r"truncated to \d+ bytes of 1048576", ["u1"]),
+        (lambda data: b"", r"is 0 bytes, a journal is 1048576", []),
+        (lambda data: b"X" * 8 + data[8:], r"has no journal header \(magic b'XXXXXXXX', format 1\)", []),
+        (flip_in_record_1, r"record\(s\) 1 damaged, skipped", ["u1", "u3"]),
+        ("bad-record", r"record 3\.set\[0\] must have exactly the fields", ["u1", "u2", "u3"]),
     ],
-    ids=["truncated", "not-a-journal", "bad-record"],
+    ids=["truncated", "empty", "not-a-journal", "damaged-record", "bad-record"],
 )
-def test_an_unusable_journal_is_moved_aside_with_one_message(tmp_path, damage, message):
+def test_a_damaged_journal_gives_what_checks_out_is_moved_aside_and_says_claims_may_be_lost(
+    tmp_path, damage, message, kept
+):
     store = CheckpointStore(tmp_path)
-    store.save({"u1": entry("u1")})
-    store.save({"u1": entry("u1"), "u2": entry("u2")})
+    store.save({})
+    for n in range(1, 4):  # record i sets claim u{i+1}
+        store.save({f"u{i}": entry(f"u{i}") for i in range(1, n + 1)})
     path = tmp_path / cp.JOURNAL_FILE
     if damage == "bad-record":  # a record that checks out but is not a change: a bug, not a torn write
         j = journal.Journal(path)
         j.read()
-        assert j.append(b'{"set":[{"uid":"u3"}],"del":[]}')
+        assert j.append(b'{"set":[{"uid":"u4"}],"del":[]}')
     else:
         path.write_bytes(damage(path.read_bytes()))
     result = CheckpointStore(tmp_path).load()
     assert re.search(message, result.problem or ""), result.problem
     assert result.problem.startswith(f"checkpoint journal {path} is not usable (")
-    assert result.problem.endswith("recovering prepared claims from the CDI specs on disk")
+    assert result.problem.endswith(RECOVERY)
+    assert result.lost is not None and result.lost.startswith("checkpoint journal damaged (")
     assert not path.exists() and len(list(tmp_path.glob(f"{cp.JOURNAL_FILE}.corrupt-*"))) == 1
-    expected = {"u1": entry("u1"), "u2": entry("u2")} if damage == "bad-record" else {"u1": entry("u1")}
-    assert result.entries == expected  # the file, and the records before the bad one
+    assert sorted(result.entries) == kept  # the records that check out, a damaged one skipped
+
+
+def test_a_torn_last_record_is_no_damage(tmp_path):
+    """A power loss tears the last record only (its call never answered): no loss is said."""
+    store = CheckpointStore(tmp_path)
+    store.save({})
+    store.save({"u1": entry("u1")})
+    store.save({"u1": entry("u1"), "u2": entry("u2")})
+    path = tmp_path / cp.JOURNAL_FILE
+    data = path.read_bytes()
+    last = record_offsets(data)[-1]
+    torn = last + journal.RECORD.size + 2
+    path.write_bytes(data[:torn] + bytes(len(data) - torn))
+    result = CheckpointStore(tmp_path).load()
+    assert result == cp.LoadResult({"u1": entry("u1")})
 
 
 def test_a_failed_append_makes_the_next_write_rewrite_the_file(tmp_path, monkeypatch):

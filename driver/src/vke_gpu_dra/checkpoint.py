@@ -25,6 +25,14 @@ release without the journal reads every claim after a clean stop; after a kill, 
 the claims with specs of their own from the CDI specs on disk, as it does for a corrupt checkpoint, and
 the journal's records are applied again when this release is back (to whatever file is there: changes to
 claims the other release did not know).
+
+Every rewrite writes the same bytes to a second file first, `vke-gpu-dra-checkpoint.backup.json` (its
+copy; `BACKUP_FILE`), then the file itself: a crash between the two leaves the copy one fold newer than
+the file, and the journal's records apply to either. A checkpoint file that is corrupt (or gone while its
+copy is there) is moved aside and its copy read instead, so a damaged file loses no claim. When neither
+is usable, or the journal was damaged (`Journal.read`'s `damage`), claims may be missing: the load says
+so (`LoadResult.lost`), and the store keeps that in `vke-gpu-dra-checkpoint.lost` (`LOST_FILE`) until the
+claims prepared before are recovered (`DeviceState.recover_lost`), across restarts.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -42,16 +51,20 @@ from typing import Any, Final
 from vke_gpu_dra_core.device_model import PreparedDevice
 
 from .bootid import DEFAULT_BOOT_ID_PATH, BootIdError, read_boot_id
-from .fsutil import atomic_write, fsync_dir
+from .fsutil import atomic_write, fsync_dir, remove_durably
 from .journal import Journal, JournalError
 from .partitions.records import MigRecord
 from .sharing.records import SharingRecord
 
+log = logging.getLogger(__name__)
+
 __all__ = [
+    "BACKUP_FILE",
     "BOOT_ID_FILE",
     "CHECKPOINT_FILE",
     "DEFAULT_BOOT_ID_PATH",
     "JOURNAL_FILE",
+    "LOST_FILE",
     "BootIdError",
     "CheckpointError",
     "CheckpointStore",
@@ -66,6 +79,10 @@ CHECKPOINT_FILE: Final = "vke-gpu-dra-checkpoint.json"
 JOURNAL_FILE: Final = "vke-gpu-dra-checkpoint.journal"
 #: The boot id the checkpoint's entries were last restored for, next to the checkpoint.
 BOOT_ID_FILE: Final = "vke-gpu-dra-checkpoint.boot-id"
+#: The checkpoint's copy, written before the file at each rewrite; read when the file is unusable.
+BACKUP_FILE: Final = "vke-gpu-dra-checkpoint.backup.json"
+#: Why claims may be missing from the checkpoint, kept until they are recovered (absent: none are).
+LOST_FILE: Final = "vke-gpu-dra-checkpoint.lost"
 FORMAT: Final = "vke-gpu-dra-checkpoint"
 VERSION: Final = 1
 
@@ -241,6 +258,9 @@ class LoadResult:
     #: One clear message when the file was unusable (it was moved to `moved_to`); None otherwise.
     problem: str | None = None
     moved_to: Path | None = None
+    #: Why prepared claims may be missing from `entries` (neither the file nor its copy was usable, or
+    #: the journal was damaged); None when none can be.
+    lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -260,8 +280,12 @@ class CheckpointStore:
         self.path = directory / file_name
         self._path = str(self.path)
         self.boot_id_path = directory / BOOT_ID_FILE
+        self.backup_path = directory / BACKUP_FILE
+        self.lost_path = directory / LOST_FILE
         self.journal_path = directory / JOURNAL_FILE
         self._journal = Journal(self.journal_path) if journal else None
+        #: The last rewrite could not make the journal (said once while it lasts).
+        self._no_journal = False
         #: What this store last read or wrote. Every rewrite of the file is a new inode and every change of
         #: the journal a new record or epoch, so another process's write is always read again.
         self._known: _Known | None = None
@@ -291,24 +315,58 @@ class CheckpointStore:
                 assert known is not None
                 return LoadResult(dict(known.entries))
         self._known = None
-        entries: dict[str, ClaimEntry] = {}
-        problem, moved = None, None
-        if data is not None:
-            try:
-                entries = decode(data)
-            except CheckpointError as exc:
-                moved = self._move_aside(self.path)
-                identity = None
-                problem = (
-                    f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name} "
-                    "and recovering prepared claims from the CDI specs on disk"
-                )
-        journal_problem = self._apply_journal(entries)
+        entries, problems, lost, moved = self._entries_of_file(data)
+        if moved is not None:
+            identity = None
+        journal_problem, journal_lost = self._apply_journal(entries)
         if journal_problem is not None:
-            problem = f"{problem}; {journal_problem}" if problem else journal_problem
+            problems.append(journal_problem)
+        if journal_lost is not None:
+            lost.append(journal_lost)
+        if lost:
+            problems[-1] += (
+                ": prepared claims are recovered from the CDI specs on disk, "
+                "and from kubelet and the API server"
+            )
+        problem = "; ".join(problems) or None
         if problem is None:
             self._known = _Known(identity, dict(entries))
-        return LoadResult(entries, problem=problem, moved_to=moved)
+        return LoadResult(entries, problem=problem, moved_to=moved, lost="; ".join(lost) or None)
+
+    def _entries_of_file(
+        self, data: bytes | None
+    ) -> tuple[dict[str, ClaimEntry], list[str], list[str], Path | None]:
+        """The entries of the file's `data` (None: no file), else of its copy: (entries, problems in
+        words, why claims may be missing, where a corrupt file was moved)."""
+        if data is not None:
+            try:
+                return decode(data), [], [], None
+            except CheckpointError as exc:
+                moved = self._move_aside(self.path)
+                found = f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name}"
+        elif os.path.exists(self.backup_path):  # a crash between the copy and the file of a first write
+            moved, found = None, f"checkpoint {self.path} is missing"
+        else:
+            return {}, [], [], None
+        copy, why = self._read_backup()
+        if copy is not None:
+            return copy, [f"{found}; read its copy {self.backup_path.name}: no claim is lost"], [], moved
+        problem = f"{found}; its copy {self.backup_path.name} {why}"
+        return {}, [problem], [f"checkpoint {self.path} and its copy unusable"], moved
+
+    def _read_backup(self) -> tuple[dict[str, ClaimEntry] | None, str]:
+        """The entries of the checkpoint's copy, or None and why it cannot be read (in words that follow
+        its name)."""
+        try:
+            data = self.backup_path.read_bytes()
+        except FileNotFoundError:
+            return None, "is missing"
+        except OSError as exc:
+            return None, f"cannot be read ({exc})"
+        try:
+            return decode(data), ""
+        except CheckpointError as exc:
+            return None, f"is corrupt too ({exc})"
 
     def _is_known(self, known: _Known | None, identity: tuple[int, int, int, int] | None) -> bool:
         return (
@@ -317,22 +375,28 @@ class CheckpointStore:
             and (self._journal is None or self._journal.unchanged())
         )
 
-    def _apply_journal(self, entries: dict[str, ClaimEntry]) -> str | None:
-        """Apply the journal's records to `entries`; the problem in one line when it has a bad one."""
+    def _apply_journal(self, entries: dict[str, ClaimEntry]) -> tuple[str | None, str | None]:
+        """Apply the journal's records to `entries`, those that check out; the problem in one line when
+        it has a bad one, and why changes may be missing (the journal is moved aside then)."""
         if self._journal is None:
-            return None
+            return None, None
+        damage = None
         try:
             records = self._journal.read()
+            damage = records.damage if records is not None else None
             for i, payload in enumerate(records.payloads if records is not None else ()):
                 apply_changes(entries, payload, f"record {i}")
         except (JournalError, CheckpointError) as exc:
-            self._journal.close()
-            moved = self._move_aside(self.journal_path)
-            return (
-                f"checkpoint journal {self.journal_path} is not usable ({exc}); moved it to {moved.name} "
-                "and recovering prepared claims from the CDI specs on disk"
-            )
-        return None
+            damage = str(exc)
+        if damage is None:
+            return None, None
+        self._journal.close()
+        moved = self._move_aside(self.journal_path)
+        problem = (
+            f"checkpoint journal {self.journal_path} is not usable ({damage}); moved it to {moved.name} "
+            "after applying the records that check out"
+        )
+        return problem, f"checkpoint journal damaged ({damage})"
 
     def save(self, entries: Mapping[str, ClaimEntry]) -> None:
         """Make `entries` the checkpoint, durably: one journal record when this store knows what is on
@@ -349,10 +413,25 @@ class CheckpointStore:
         """Rewrite the file with `entries` (temp file, fsync, rename, fsync of the directory), then empty
         the journal; a crash in between leaves records the file has, which change nothing applied again."""
         self._known = None
-        atomic_write(self.path, encode(entries), mode=0o600)
+        data = encode(entries)
+        atomic_write(self.backup_path, data, mode=0o600)  # the copy first: see the module docs
+        atomic_write(self.path, data, mode=0o600)
         identity = _identity(os.stat(self.path))  # the caller holds the node lock
         if self._journal is not None:
-            self._journal.reset()
+            try:
+                self._journal.reset()
+                self._no_journal = False
+            except OSError as exc:
+                if self._journal.exists():
+                    raise
+                # No journal could be made (a full disk): every change rewrites the file, and the
+                # journal is made at the first rewrite that can. Said once while it lasts.
+                if not self._no_journal:
+                    log.warning(
+                        "no checkpoint journal could be made: each change rewrites the checkpoint instead",
+                        extra={"fields": {"error": str(exc)}},
+                    )
+                self._no_journal = True
         self._known = _Known(identity, dict(entries))
 
     def fold(self) -> bool:
@@ -362,10 +441,22 @@ class CheckpointStore:
         if self._journal is None:
             return False
         result = self.load()
-        if self._known is not None and self._journal.exists() and self._journal.records == 0:
+        if (
+            self._known is not None
+            and self._journal.exists()
+            and self._journal.records == 0
+            and self._backup_matches()
+        ):
             return False
         self.compact(result.entries)
         return True
+
+    def _backup_matches(self) -> bool:
+        """The copy holds the file's bytes (a release without the copy may have rewritten the file)."""
+        try:
+            return self.backup_path.read_bytes() == self.path.read_bytes()
+        except FileNotFoundError:
+            return not self.path.exists()
 
     def close(self) -> None:
         if self._journal is not None:
@@ -382,6 +473,21 @@ class CheckpointStore:
 
     def save_boot_id(self, boot_id: str) -> None:
         atomic_write(self.boot_id_path, f"{boot_id}\n".encode(), mode=0o600)
+
+    def load_lost(self) -> str | None:
+        """Why claims may be missing from the checkpoint, as kept by `save_lost`; None when none are."""
+        try:
+            text = self.lost_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        return text.strip() or "claims may be missing from the checkpoint"
+
+    def save_lost(self, why: str) -> None:
+        """Keep `why` claims may be missing until `clear_lost` (a restart in between still knows)."""
+        atomic_write(self.lost_path, f"{why}\n".encode(), mode=0o600)
+
+    def clear_lost(self) -> None:
+        remove_durably(self.lost_path)
 
     @staticmethod
     def _move_aside(path: Path) -> Path:

@@ -31,8 +31,11 @@ def _write_all(fd: int, data: bytes) -> None:
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` via a temp file in the same directory, fsync, rename, fsync the directory."""
     directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)  # see _TEMP_NAME
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)  # _TEMP_NAME
+    except OSError as exc:
+        raise _naming(exc, path) from None
     tmp = Path(tmp_name)
     try:
         try:
@@ -42,11 +45,20 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from None
         raise
     fsync_dir(directory)
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """`exc` naming the file being written (a failed write or fsync names none: ENOSPC, EIO)."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
 
 
 def remove_durably(path: Path) -> bool:

@@ -17,6 +17,12 @@ one of this epoch: the end of what was appended since the reset, a record torn b
 never answered: it is appended and synced before the call answers), or what is left of earlier epochs,
 which never checks out. Nothing is ever zeroed after the file is created.
 
+Damage is told apart from that end (`Records.damage`): a record that does not check out followed by the
+next record of the epoch that does (a record changed on disk: appends are serialised and each is synced
+before the next, so a torn one is always the last) is skipped and reading goes on after it; a file
+shorter than `SIZE` (truncated) gives the records it still holds. Either way the reader applies what
+checks out and knows that changes may be missing.
+
 A crash between the snapshot's rewrite and the journal's reset leaves records the snapshot already has;
 they are applied again to it, which changes nothing (each record sets whole entries or removes them).
 """
@@ -57,10 +63,26 @@ class Records:
     epoch: int
     payloads: tuple[bytes, ...]
     end: int  #: offset of the next record
+    #: What was found damaged (a record skipped, the file truncated), in words; None when nothing was.
+    damage: str | None = None
 
 
 def _crc(epoch: int, seq: int, payload: bytes) -> int:
     return zlib.crc32(payload, zlib.crc32(struct.pack("<QQ", epoch, seq)))
+
+
+def _resumes_at(data: bytes, offset: int, epoch: int, seq: int) -> int | None:
+    """Where record `seq + 1` of `epoch` starts after `offset` when it checks out there (record `seq` at
+    `offset` is damaged), else None. Found through its sequence number's bytes: a few candidates (records
+    of earlier epochs), each checked by its crc."""
+    needle = struct.pack("<Q", seq + 1)
+    at = data.find(needle, offset + RECORD.size)
+    while at != -1:
+        start = at - 8  # the sequence number is the head's last field
+        if _next_record(data, start, epoch, seq + 1) is not None:
+            return start
+        at = data.find(needle, at + 1)
+    return None
 
 
 def _next_record(data: bytes | memoryview, offset: int, epoch: int, seq: int) -> bytes | None:
@@ -133,19 +155,34 @@ class Journal:
         if fd is None:
             return None
         data = os.pread(fd, self.size, 0)
-        if len(data) != self.size:
+        if len(data) < HEADER.size:
             raise JournalError(f"{self.path} is {len(data)} bytes, a journal is {self.size}")
         magic, fmt, epoch = HEADER.unpack_from(data, 0)
         if magic != MAGIC or fmt != FORMAT:
             raise JournalError(f"{self.path} has no journal header (magic {magic!r}, format {fmt})")
         view = memoryview(data)
         payloads: list[bytes] = []
+        skipped: list[int] = []
         offset = HEADER.size
-        while (payload := _next_record(view, offset, epoch, len(payloads))) is not None:
-            payloads.append(payload)
-            offset += RECORD.size + len(payload)
-        self._epoch, self._seq, self._end = epoch, len(payloads), offset
-        return Records(epoch, tuple(payloads), offset)
+        while True:
+            payload = _next_record(view, offset, epoch, len(payloads) + len(skipped))
+            if payload is not None:
+                payloads.append(payload)
+                offset += RECORD.size + len(payload)
+                continue
+            seq = len(payloads) + len(skipped)
+            resumed = _resumes_at(data, offset, epoch, seq)
+            if resumed is None:
+                break
+            skipped.append(seq)
+            offset = resumed
+        damage = []
+        if skipped:
+            damage.append(f"record(s) {', '.join(map(str, skipped))} damaged, skipped")
+        if len(data) != self.size:
+            damage.append(f"truncated to {len(data)} bytes of {self.size}")
+        self._epoch, self._seq, self._end = epoch, len(payloads) + len(skipped), offset
+        return Records(epoch, tuple(payloads), offset, "; ".join(damage) or None)
 
     def unchanged(self) -> bool:
         """True when the journal is as this process last read or wrote it: the same file with no record

@@ -28,12 +28,23 @@ from typing import Final
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
 from . import cdi
-from .checkpoint import BOOT_ID_FILE, CHECKPOINT_FILE, JOURNAL_FILE, ClaimEntry, ClaimState
+from .checkpoint import (
+    BACKUP_FILE,
+    BOOT_ID_FILE,
+    CHECKPOINT_FILE,
+    JOURNAL_FILE,
+    LOST_FILE,
+    ClaimEntry,
+    ClaimState,
+)
 from .fsutil import remove_temp_leftovers
 from .lifecycle import ClaimLifecycle
 from .steps import Node
 
 log = logging.getLogger(__name__)
+
+#: The files of the checkpoint store, whose temp files an interrupted write may leave.
+STORE_FILES: Final = frozenset({CHECKPOINT_FILE, BACKUP_FILE, JOURNAL_FILE, BOOT_ID_FILE, LOST_FILE})
 
 #: Threads restoring claims after a reboot.
 RESTORERS: Final = 8
@@ -63,9 +74,7 @@ def start(
     lifecycle: ClaimLifecycle, plugin_data_dir: Path, *, boot_id: str | None, restore_wait: float
 ) -> Started:
     """See the module docstring (caller holds the node lock)."""
-    removed = remove_temp_leftovers(
-        plugin_data_dir, lambda name: name in (CHECKPOINT_FILE, JOURNAL_FILE, BOOT_ID_FILE)
-    )
+    removed = remove_temp_leftovers(plugin_data_dir, lambda name: name in STORE_FILES)
     removed += remove_temp_leftovers(lifecycle.cdi_root, cdi.is_spec_name)
     if removed:
         log.warning(
@@ -75,7 +84,13 @@ def start(
     for step in lifecycle.steps:
         step.start(node)
     node.entries = lifecycle.read(recover_orphans=True, at_start=True)
-    lifecycle.store.fold()  # the journal's records into the file: what another release reads
+    try:
+        lifecycle.store.fold()  # the journal's records into the file: what another release reads
+    except OSError as exc:  # best effort, as at a clean stop: a full disk does not keep the plugin down
+        log.warning(
+            "cannot fold the checkpoint's journal at start: its records stay in the journal, read as before",
+            extra={"fields": {"error": str(exc)}},
+        )
     for step in lifecycle.steps:
         step.loaded(node)
     return Started(removed, _restore_if_rebooted(lifecycle, node, boot_id, restore_wait))
@@ -91,14 +106,24 @@ def _restore_if_rebooted(
         return None
     restored = None
     if kept is not None:
-        restored = _restore_after_reboot(lifecycle, node, kept, boot_id, restore_wait)
+        try:
+            restored = _restore_after_reboot(lifecycle, node, kept, boot_id, restore_wait)
+        except OSError as exc:  # its entries could not be written (a full disk): the boot id is not kept
+            log.warning(
+                "cannot record the restore after the reboot: the next start restores again",
+                extra={"fields": {"error": str(exc)}},
+            )
+            return None
     elif node.entries:
         log.info(
             "no boot id kept with the checkpoint (an earlier release wrote it): its claims are taken "
             "as prepared in this boot",
             extra={"fields": {"boot_id": boot_id}},
         )
-    lifecycle.store.save_boot_id(boot_id)  # after the restore: a crash before it restores again
+    try:
+        lifecycle.store.save_boot_id(boot_id)  # after the restore: a crash before it restores again
+    except OSError as exc:  # a full disk: the next start restores again, which changes nothing restored
+        log.warning("cannot keep the boot id after the restore", extra={"fields": {"error": str(exc)}})
     return restored
 
 
