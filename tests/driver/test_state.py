@@ -1,16 +1,18 @@
+import contextlib
 import fcntl
 import os
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, ClaimState
+from vke_gpu_dra.checkpoint import BACKUP_FILE, CHECKPOINT_FILE, JOURNAL_FILE, ClaimEntry, ClaimState
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.state import DeviceState, StateLockTimeout
 from vke_gpu_dra.steps import allocation as allocation_step
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_testing.cdi_check import container_env, resolve
@@ -318,30 +320,101 @@ def test_restart_after_a_started_prepare_redoes_it(dirs, monkeypatch):
     assert restarted.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
 
 
-def test_corrupt_checkpoint_is_moved_aside_and_claims_recovered_from_cdi_specs(dirs, caplog):
+def three_claims_then_a_clean_stop(dirs):
+    """uid-1 and uid-2 with CDI specs of their own (consumable shares), uid-3 answered from the base spec
+    (known from the checkpoint only); a clean stop folds every entry into the file."""
     state = make_state(dirs)
     state.prepare(ref("uid-1"), claim("uid-1", share("gpu-0", "s1")))
     state.prepare(ref("uid-2", "d"), claim("uid-2", share("gpu-1", "s2"), name="d"))
-    state.prepare(
-        ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e")
-    )  # known from the checkpoint only
-    state.close()  # a clean stop: every entry in the file, none left in its journal
+    state.prepare(ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e"))
+    state.close()
+
+
+def test_a_corrupt_checkpoint_file_is_read_from_its_copy_and_keeps_every_claim(dirs, caplog):
+    three_claims_then_a_clean_stop(dirs)
     (dirs[1] / CHECKPOINT_FILE).write_text('{"format": "vke-gpu-dra-checkpoint", "version": 1, "chec')
 
     recovered = make_state(dirs)
     assert "is corrupt" in recovered.load_problem and "not valid JSON" in recovered.load_problem
+    assert recovered.load_problem.endswith("no claim is lost") and recovered.lost is None
     assert [r.levelname for r in caplog.records if "is corrupt" in r.getMessage()] == ["ERROR"]
     assert len(list(dirs[1].glob(f"{CHECKPOINT_FILE}.corrupt-*"))) == 1
     entries = recovered.entries()
+    assert sorted(entries) == ["uid-1", "uid-2", "uid-3"]
+    assert all(e.state is ClaimState.PREPARE_COMPLETED for e in entries.values())
+    # the GPU of the claim known from the checkpoint only is not handed out again
+    with pytest.raises(ClaimError, match=r"device\(s\) gpu-2 are prepared on this node for claim default/e"):
+        recovered.prepare(ref("uid-4", "f"), claim("uid-4", result("gpu-2"), name="f"))
+
+
+def test_with_the_file_and_its_copy_corrupt_no_new_claim_is_prepared_until_the_lost_ones_are_recovered(
+    dirs, caplog
+):
+    three_claims_then_a_clean_stop(dirs)
+    for name in (CHECKPOINT_FILE, BACKUP_FILE):
+        (dirs[1] / name).write_bytes(b"")
+
+    recovered = make_state(dirs)
+    assert recovered.lost == f"checkpoint {dirs[1] / CHECKPOINT_FILE} and its copy unusable"
+    entries = recovered.entries()
+    # the claims with specs of their own come back from their specs, holding the devices they name
     assert sorted(entries) == ["uid-1", "uid-2"]
     assert all(e.state is ClaimState.PREPARE_STARTED for e in entries.values())
-    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-1", "uid-2"]
-    # kubelet retries prepare: the claim is prepared again with the right request names
-    again = recovered.prepare(ref("uid-1"), claim("uid-1", share("gpu-0", "s1", "gpu")))
+    assert [d.device_name for d in entries["uid-2"].devices] == ["gpu-1"]
+    # uid-3 lived only in the file: until it is recovered any device may be its, so no new claim goes on
+    pending = r"claim default/f: not prepared while the claims prepared on this node before are recovered"
+    with pytest.raises(ClaimError, match=pending):
+        recovered.prepare(ref("uid-4", "f"), claim("uid-4", result("gpu-3"), name="f"))
+    # a restart before the recovery still knows
+    restarted = make_state(dirs)
+    assert restarted.lost == recovered.lost
+    with pytest.raises(ClaimError, match=pending):
+        restarted.prepare(ref("uid-4", "f"), claim("uid-4", result("gpu-3"), name="f"))
+    # kubelet's unprepare still goes through
+    restarted.unprepare(ref("uid-2", "d"))
+    assert sorted(restarted.entries()) == ["uid-1"]
+
+    # recovered (from kubelet and the API server): uid-3 holds gpu-2 from now on, uid-1 gets its name
+    lost_three = ClaimEntry(
+        "uid-3", "default", "e", ClaimState.PREPARE_STARTED, (PreparedDevice(("gpu",), POOL, "gpu-2", ()),)
+    )
+    lost_one = ClaimEntry("uid-1", "default", "c", ClaimState.PREPARE_STARTED, ())
+    added = restarted.recover_lost([lost_one, lost_three])
+    assert [e.uid for e in added] == ["uid-1", "uid-3"]
+    assert restarted.lost is None and make_state(dirs).lost is None
+    entries = restarted.entries()
+    assert (entries["uid-1"].namespace, entries["uid-1"].name) == ("default", "c")
+    assert [d.device_name for d in entries["uid-1"].devices] == ["gpu-0"]  # from its spec
+    with pytest.raises(ClaimError, match=r"device\(s\) gpu-2 are prepared on this node for claim default/e"):
+        restarted.prepare(ref("uid-4", "f"), claim("uid-4", result("gpu-2"), name="f"))
+    assert restarted.prepare(ref("uid-5", "g"), claim("uid-5", result("gpu-3"), name="g"))
+    # kubelet's retry of a recovered claim prepares it again with its request names
+    again = restarted.prepare(ref("uid-1"), claim("uid-1", share("gpu-0", "s1", "gpu")))
     assert again[0].request_names == ("gpu",)
-    # and unprepare removes what the lost checkpoint knew about
-    recovered.unprepare(ref("uid-2", "d"))
-    assert list(cdi.list_claim_specs(dirs[0])) == ["uid-1"]
+    assert restarted.entries()["uid-1"].state is ClaimState.PREPARE_COMPLETED
+
+
+def test_a_prepare_meeting_a_loss_runs_the_recovery_within_its_deadline_and_goes_on(dirs):
+    three_claims_then_a_clean_stop(dirs)
+    for name in (CHECKPOINT_FILE, BACKUP_FILE):
+        (dirs[1] / name).write_bytes(b"garbage")
+    state = make_state(dirs)
+    calls = []
+
+    def recover(deadline):
+        calls.append(deadline)
+        if len(calls) == 1:
+            return "kubelet's PodResources API did not answer"
+        state.recover_lost([ClaimEntry("uid-3", "default", "e", ClaimState.PREPARE_STARTED)])
+        return None
+
+    state.recover = recover
+    failed = r"recovering them failed: kubelet's PodResources API did not answer"
+    new = claim("uid-4", result("gpu-3"), name="f")
+    with pytest.raises(ClaimError, match=failed):
+        state.prepare(ref("uid-4", "f"), new, deadline=time.monotonic() + 5)
+    assert state.prepare(ref("uid-4", "f"), new)
+    assert len(calls) == 2 and state.lost is None
 
 
 def test_orphan_cdi_spec_is_recovered_even_with_a_valid_checkpoint(dirs):
@@ -719,3 +792,89 @@ def test_admin_access_and_distinct_shares_prepared_together_are_all_allowed(dirs
     answers = prepare_together(state, {**monitors, **shares})
     assert all(isinstance(a, list) for a in answers.values()), answers
     assert sorted(state.prepared()) == sorted([*monitors, *shares])
+
+
+# ------------------------------------------------------------------------------------ a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """The plugin data dir on a 3 MiB tmpfs of its own (root only), with `fill()` taking every byte left
+    and `free()` giving it back."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem for the plugin data dir needs root")
+    data = tmp_path / "plugin"
+    data.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", str(data)], check=True)
+    filler = data / "filler"
+
+    class Disk:
+        path = data
+
+        @staticmethod
+        def fill():
+            with filler.open("ab", buffering=0) as file, contextlib.suppress(OSError):
+                while file.write(b"\0" * 4096):
+                    pass
+            with pytest.raises(OSError):  # nothing left, not even for a small file
+                (data / "probe").write_bytes(b"x" * 4096)
+
+        @staticmethod
+        def leave(size):
+            """Give back `size` bytes of what `fill` took."""
+            os.truncate(filler, filler.stat().st_size - size)
+
+        @staticmethod
+        def free():
+            filler.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                (data / "probe").unlink()
+
+    try:
+        yield Disk
+    finally:
+        subprocess.run(["umount", "-l", str(data)], check=True)
+
+
+def test_a_full_disk_does_not_stop_the_start_and_the_plugin_serves_and_recovers(tmp_path, small_disk, caplog):
+    dirs = (tmp_path / "cdi", small_disk.path)
+    state = make_state(dirs)
+    state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))  # a journal record: not folded (a kill)
+    small_disk.fill()
+
+    started = make_state(dirs)  # the start-time fold cannot write: best effort
+    assert any("cannot fold the checkpoint's journal at start" in r.getMessage() for r in caplog.records)
+    assert sorted(started.entries()) == ["uid-1"]
+    # a plain prepare and an unprepare are journal records in blocks written already
+    started.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))
+    started.unprepare(ref("uid-1"))
+    started.unprepare(ref("uid-9", "x"))  # an unknown claim: nothing to write
+    assert sorted(started.entries()) == ["uid-2"]
+    # a prepare that must write a file of its own answers why, naming the file
+    gated = make_state(dirs, gates=featuregates.parse("DeviceMetadata=true"))
+    with pytest.raises(ClaimError, match=rf"{small_disk.path}/dra-device-metadata/uid-3/.*No space left"):
+        gated.prepare(ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e"))
+    gated.unprepare(ref("uid-3", "e"))  # what it left is cleaned
+
+    small_disk.free()  # space again: no restart needed
+    assert gated.prepare(ref("uid-3", "e"), claim("uid-3", result("gpu-2"), name="e"))
+    gated.close()  # the fold works again
+    assert sorted(c["uid"] for c in checkpoint_doc(dirs)["claims"]) == ["uid-2", "uid-3"]
+
+
+def test_a_start_with_no_room_for_the_journal_serves_from_the_file_and_makes_the_journal_later(
+    tmp_path, small_disk, caplog
+):
+    dirs = (tmp_path / "cdi", small_disk.path)
+    small_disk.fill()
+    small_disk.leave(64 * 1024)
+    state = make_state(dirs)  # room for the file, not for a 1 MiB journal
+    said = [r for r in caplog.records if "no checkpoint journal could be made" in r.getMessage()]
+    assert not (small_disk.path / JOURNAL_FILE).exists()
+    state.prepare(ref("uid-1"), claim("uid-1", result("gpu-0")))  # the file rewritten
+    assert [c["uid"] for c in checkpoint_doc(dirs)["claims"]] == ["uid-1"]
+    assert len(said) == 1  # said once while it lasts
+    small_disk.free()
+    state.prepare(ref("uid-2", "d"), claim("uid-2", result("gpu-1"), name="d"))
+    assert (small_disk.path / JOURNAL_FILE).exists()
+    assert sorted(make_state(dirs).entries()) == ["uid-1", "uid-2"]

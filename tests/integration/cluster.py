@@ -62,6 +62,8 @@ class Plugin:
     process: subprocess.Popen[bytes]
     root: Path
     node: str
+    #: Its command line after `python -m vke_gpu_dra`.
+    args: Sequence[str] = ()
 
     @property
     def registration_socket(self) -> Path:
@@ -327,6 +329,15 @@ class Cluster:
             *(["--simulated-product", product] if product else []),
             *extra_args,
         ]  # fmt: skip
+        return self._run_plugin(root, node, args)
+
+    def restart_plugin(self, plugin: Plugin) -> Plugin:
+        """The same plugin command again, on the same node and directories (its log starts anew), once the
+        process has exited."""
+        assert plugin.process.poll() is not None, "stop the plugin before starting it again"
+        return self._run_plugin(plugin.root, plugin.node, plugin.args)
+
+    def _run_plugin(self, root: Path, node: str, args: Sequence[str]) -> Plugin:
         with (root / "plugin.log").open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "vke_gpu_dra", *args],
@@ -336,7 +347,7 @@ class Cluster:
                 start_new_session=True,
             )
         self.processes.append(process)
-        return Plugin(process, root, node)
+        return Plugin(process, root, node, args)
 
     def driver_on_new_node(
         self,

@@ -16,9 +16,13 @@ work of each feature; this module only orders them and keeps the checkpoint's en
 * restore: a completed claim that lost something (`Step.lost`; after a reboot, every completed claim)
   goes through every step's `restore` in order.
 
-The checkpoint is read under the node lock by `node()` at each batch: a corrupt one is moved aside and
-the claims are recovered from the CDI specs on disk; at start (`recover_orphans`) also the claim specs
-without an entry next to a valid one.
+The checkpoint is read under the node lock by `node()` at each batch: a corrupt file is moved aside and
+its copy read (`checkpoint`); claim specs in the CDI root without an entry are recovered (at start, and
+whenever the checkpoint had a problem), each holding the devices its spec names. When claims may be
+missing (neither the file nor its copy usable, or a damaged journal: `lost`), no new claim is admitted
+(`RecoveryPending`) until the claims prepared before are recovered from kubelet and the API server
+(`recovered`, through `DeviceState.recover_lost`): until then their devices are unknown, so every
+device counts as held.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from . import cdi
 from .batch import Op
@@ -42,6 +46,18 @@ log = logging.getLogger(__name__)
 
 #: Time allowed to undo a failed prepare's changes (kubelet's deadline may be spent by then).
 ROLLBACK_SECONDS: Final = 10.0
+
+
+class RecoveryPending(ClaimError):
+    """A new claim met a checkpoint that may have lost claims not recovered yet (`ClaimLifecycle.lost`)."""
+
+    def __init__(self, ref: ClaimRef, why: str) -> None:
+        self.ref = ref
+        self.why = why
+        super().__init__(
+            f"claim {ref.namespace}/{ref.name}: not prepared while the claims prepared on this node before "
+            f"are recovered ({why}): until they are known, any device may be held by one of them"
+        )
 
 
 class ClaimLifecycle:
@@ -67,6 +83,9 @@ class ClaimLifecycle:
         self.answered_at: dict[str, float] = {}
         #: The one-line problem found while loading the checkpoint at start (None when it was fine).
         self.load_problem: str | None = None
+        #: Why claims may be missing from the checkpoint until they are recovered (None: none are); kept
+        #: on disk (`CheckpointStore.save_lost`) so that a restart before the recovery still knows.
+        self.lost: str | None = None
 
     # ---------------------------------------------------------------------------- the checkpoint
 
@@ -79,25 +98,27 @@ class ClaimLifecycle:
 
     def read(self, *, recover_orphans: bool = False, at_start: bool = False) -> dict[str, ClaimEntry]:
         """The checkpoint's entries (caller holds the node lock); see the module docstring."""
+        if at_start:
+            self.lost = self.store.load_lost()
         result = self.store.load()
         entries = dict(result.entries)
         if result.problem is not None:
             if at_start:
                 self.load_problem = result.problem
             log.error("%s", result.problem)
+        if result.lost is not None:
+            self._lose(result.lost)
         recovered = []
         if recover_orphans or result.problem is not None:
             known = self.known_only_to_steps(entries)  # an adopted claim's spec is NVIDIA's, released with it
             for uid, path in cdi.list_claim_specs(self.cdi_root).items():
                 if uid in entries or uid in known:
                     continue
-                try:
-                    cdi.load_spec(path)
-                except (OSError, cdi.CdiSpecError) as exc:
-                    log.warning("%s is not a valid CDI spec (%s); unprepare will still remove it", path, exc)
                 # Request names are not in the spec: the claim is marked started, so a repeated prepare
-                # redoes it and unprepare removes the spec.
-                entries[uid] = ClaimEntry(uid, "", "", ClaimState.PREPARE_STARTED)
+                # redoes it and unprepare removes the spec; it holds the devices its spec names.
+                entries[uid] = ClaimEntry(
+                    uid, "", "", ClaimState.PREPARE_STARTED, self._spec_devices(uid, path)
+                )
                 recovered.append(uid)
         if recovered:
             log.warning(
@@ -106,8 +127,72 @@ class ClaimLifecycle:
                 ", ".join(recovered),
             )
         if recovered or result.problem is not None:
-            self.store.save(entries)
+            try:
+                self.store.save(entries)
+            except OSError as exc:
+                if not at_start:
+                    raise
+                # Started with a full disk: what was recovered is recovered again at the next start.
+                log.warning(
+                    "cannot write the recovered checkpoint at start: it is recovered again at the next start",
+                    extra={"fields": {"error": str(exc)}},
+                )
         return entries
+
+    def _lose(self, why: str) -> None:
+        """Claims may be missing from the checkpoint: kept in memory and on disk until `recovered`."""
+        self.lost = why if self.lost is None or why in self.lost else f"{self.lost}; {why}"
+        try:
+            self.store.save_lost(self.lost)
+        except OSError as exc:  # still held in this process; a restart finds the files moved aside
+            log.error("cannot keep the lost checkpoint's state on disk: %s", exc)
+
+    def _spec_devices(self, uid: str, path: Path) -> tuple[PreparedDevice, ...]:
+        """The devices of this node a claim spec names (`<uid>-<device>[-share-<id>]`); none when it
+        cannot be read."""
+        try:
+            spec = cdi.load_spec(path)
+        except (OSError, cdi.CdiSpecError) as exc:
+            log.warning("%s is not a valid CDI spec (%s); unprepare will still remove it", path, exc)
+            return ()
+        found: dict[str, PreparedDevice] = {}
+        for raw in spec["devices"]:
+            spec_name = str(raw.get("name", "")) if isinstance(raw, dict) else ""
+            try:
+                name = cdi.device_name_from_cdi(uid, spec_name)
+            except cdi.CdiSpecError:
+                continue
+            device, _, share = name.partition("-share-")
+            if device in self.devices and device not in found:
+                found[device] = PreparedDevice(
+                    (), self.pool_name, device, (cdi.claim_device_id(uid, device, share or None),)
+                )
+        return tuple(found.values())
+
+    def recovered(self, node: Node, claims: Sequence[ClaimEntry]) -> list[ClaimEntry]:
+        """End the loss (`lost`): `claims` (allocated to this node by this driver, found through
+        kubelet and the API server) become PrepareStarted entries holding their devices where the
+        checkpoint has no named entry; the entries added or named, in order."""
+        known = self.known_only_to_steps(node.entries)
+        added = []
+        for claim in claims:
+            entry = node.entries.get(claim.uid)
+            if claim.uid in known or (entry is not None and entry.namespace and entry.name):
+                continue
+            devices = entry.devices if entry is not None and entry.devices else claim.devices
+            node.entries[claim.uid] = replace(claim, state=ClaimState.PREPARE_STARTED, devices=devices)
+            added.append(node.entries[claim.uid])
+        self.store.save(node.entries)
+        self.store.clear_lost()
+        self.lost = None
+        for entry in node.entries.values():
+            if not (entry.namespace and entry.name) and entry.uid not in known:
+                log.error(
+                    "claim not recovered: only its CDI spec names it, and no pod of this node uses a claim "
+                    "of its UID; its devices stay held until kubelet unprepares it",
+                    extra={"fields": {"uid": entry.uid, "devices": [d.device_name for d in entry.devices]}},
+                )
+        return added
 
     def known_only_to_steps(self, entries: dict[str, ClaimEntry]) -> dict[str, ClaimEntry]:
         """Claims the steps know that the checkpoint does not have (adopted from NVIDIA's plugin)."""
@@ -124,6 +209,8 @@ class ClaimLifecycle:
             op.answer(list(entry.devices))
             self.answered_at[ref.uid] = time.monotonic()
             return
+        if self.lost is not None and entry is None:
+            raise RecoveryPending(ref, self.lost)
         assert op.claim is not None
         work = ClaimWork(ref, op.claim, op.deadline, tolerated=op.tolerated)
         for step in self.steps:

@@ -52,6 +52,7 @@ from .kubelet.registration import (
 )
 from .metrics import Metrics
 from .reconcile import Reconciler
+from .recovery import LostClaimsRecovery
 from .sharing.manager import SharingManager
 from .sharing.runners import Mounter, NvidiaSmi
 from .shutdown import StopSignals
@@ -344,9 +345,18 @@ class Plugin:
 
     def _reconcile_claims(self) -> None:
         """Checks the checkpoint's claims against the API server in the background: a round now, then
-        every --claim-reconcile-interval; it also checks the holders of a prepare's devices."""
+        every --claim-reconcile-interval; it also checks the holders of a prepare's devices. Claims a lost
+        checkpoint dropped are recovered in the background too, and before a new claim is prepared
+        (`recovery`)."""
         cfg = self.config
         assert self._api is not None and self.state is not None
+        node_claims = NodeClaimLookup(
+            driver_name=cfg.driver_name,
+            node_name=cfg.node_name,
+            pod_resources=PodResourcesClient(cfg.pod_resources_socket),
+            nodes=self._api,
+            pods=self._api,
+        )
         self.reconciler = Reconciler(
             self.state,
             self._api,
@@ -354,15 +364,14 @@ class Plugin:
             pool_name=cfg.node_name,
             metrics=self.metrics,
             interval=cfg.claim_reconcile_interval,
-            lookup=NodeClaimLookup(
-                driver_name=cfg.driver_name,
-                node_name=cfg.node_name,
-                pod_resources=PodResourcesClient(cfg.pod_resources_socket),
-                nodes=self._api,
-                pods=self._api,
-            ),
+            lookup=node_claims,
         )
         self.state.holder_check = self.reconciler.check_holders
+        recovery = LostClaimsRecovery(
+            self.state, self._api, node_claims, driver_name=cfg.driver_name, pool_name=cfg.node_name
+        )
+        self.state.recover = recovery
+        recovery.start()
         self.reconciler.start()
 
     def _serve_kubelet(self) -> None:

@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from vke_gpu_dra_core.device_model import ClaimRef, Device, PreparedDevice
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
 
 from . import reboot
 from .batch import BatchRunner, Op
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from .ghosts import DevicesHeld, Holder
-from .lifecycle import ClaimLifecycle
+from .lifecycle import ClaimLifecycle, RecoveryPending
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .reboot import RebootRestore
 from .steps.allocation import AllocationStep
@@ -95,6 +95,13 @@ class PreparedClaim:
 
     devices: list[PreparedDevice]
     mig_uuids: dict[str, str]
+
+
+class Recovery(Protocol):
+    """Recovers the claims the checkpoint lost (`recovery.LostClaimsRecovery`) by `deadline`
+    (time.monotonic()), through `DeviceState.recover_lost`; None when done, else why not yet."""
+
+    def __call__(self, deadline: float) -> str | None: ...
 
 
 class StateLockTimeout(Exception):
@@ -160,6 +167,9 @@ class DeviceState:
         #: Checks the holders of a prepare's devices against the API server (the reconciler); None:
         #: a held device fails the prepare.
         self.holder_check: HolderCheck | None = None
+        #: Recovers the claims a lost checkpoint dropped (`lost`) before a new claim is prepared; None:
+        #: a new claim fails while they are not recovered.
+        self.recover: Recovery | None = None
         with self._locked_or_fail("start"):
             started = reboot.start(
                 self._lifecycle, plugin_data_dir, boot_id=boot_id, restore_wait=restore_wait
@@ -196,6 +206,7 @@ class DeviceState:
         """`prepare`, with the UUIDs of the MIG devices created for the claim (dynamic MIG)."""
         at = self._deadline(deadline)
         tolerated: frozenset[str] = frozenset()
+        recovery_tried = False
         for attempt in range(HOLDER_CHECKS + 1):
             try:
                 op = self._runner.submit(Op("prepare", ref, claim, at, tolerated=tolerated))
@@ -203,6 +214,14 @@ class DeviceState:
                 if self.holder_check is None or attempt == HOLDER_CHECKS:
                     raise
                 tolerated |= self.holder_check(ref, held.holders, at)
+                continue
+            except RecoveryPending as pending:
+                if self.recover is None or recovery_tried:
+                    raise
+                recovery_tried = True
+                why = self.recover(at)
+                if why is not None:
+                    raise ClaimError(f"{pending}; recovering them failed: {why}") from None
                 continue
             assert op.result is not None
             mig_uuids = {r.device: r.uuid for r in op.partitions if r.uuid is not None}
@@ -245,6 +264,21 @@ class DeviceState:
         with self._locked_or_fail("naming a claim adopted from NVIDIA's plugin"):
             self._takeover.name_claim(uid, namespace, name)
 
+    @property
+    def lost(self) -> str | None:
+        """Why claims may be missing from the checkpoint until `recover_lost` (None: none are)."""
+        return self._lifecycle.lost
+
+    def recover_lost(
+        self, claims: Sequence[ClaimEntry], *, deadline: float | None = None
+    ) -> list[ClaimEntry]:
+        """The claims prepared before the checkpoint lost them (`claims`: every claim allocated to this
+        node by this driver that the pods of this node use) hold their devices from now on, as
+        PrepareStarted entries; the loss ends. Returns the entries added or named."""
+        with self._locked_or_fail("recovering the claims the checkpoint lost", deadline):
+            node = self._lifecycle.node()
+            return self._lifecycle.recovered(node, claims)
+
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:
         """Undo the claim's preparation and remove its entry (either state); an unknown claim is a success."""
         self._runner.submit(Op("unprepare", ref, None, self._deadline(deadline)))
@@ -284,12 +318,14 @@ class DeviceState:
         return time.monotonic() + self._lock_wait if deadline is None else deadline
 
     @contextlib.contextmanager
-    def _locked_or_fail(self, what: str) -> Iterator[None]:
+    def _locked_or_fail(self, what: str, deadline: float | None = None) -> Iterator[None]:
+        at = self._deadline(deadline)
         try:
-            with self._lock.held(time.monotonic() + self._lock_wait):
+            with self._lock.held(at):
                 yield
         except LockTimeout as exc:
+            until = f"for {self._lock_wait:g} s" if deadline is None else "until the call's deadline"
             raise StateLockTimeout(
-                f"{what}: {self._lock.path} stayed locked for {self._lock_wait:g} s "
+                f"{what}: {self._lock.path} stayed locked {until} "
                 "(another plugin process on this node holds it)"
             ) from exc
