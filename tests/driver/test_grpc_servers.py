@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -235,6 +236,45 @@ def test_bad_claims_fail_alone_while_others_succeed(servers: Servers, kubelet: K
     registry = servers.metrics.registry
     errors = registry.get_sample_value("vke_gpu_dra_prepare_claims_total", {"result": "error"})
     assert errors == 3
+
+
+UNUSABLE = [
+    (("ns", "c", ""), r"^claim uid '' is not usable: a claim's uid is 1-128 letters, digits and '-'"),
+    (("ns", "c", "."), r"^claim uid '\.' is not usable: "),
+    (("ns", "c", ".."), r"^claim uid '\.\.' is not usable: "),
+    (("ns", "c", "a/b"), r"^claim uid 'a/b' is not usable: "),
+    (
+        ("", "c", "uid-1"),
+        r"^claim namespace '' \(claim uid uid-1\) is not usable: a namespace is a DNS label",
+    ),
+    (("Bad_NS", "c", "uid-2"), r"^claim namespace 'Bad_NS' \(claim uid uid-2\) is not usable: "),
+    (
+        ("ns", "", "uid-3"),
+        r"^claim name '' \(claim uid uid-3\) is not usable: a claim's name is a DNS subdomain",
+    ),
+    (("ns", "..", "uid-4"), r"^claim name '\.\.' \(claim uid uid-4\) is not usable: "),
+]
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_an_unusable_claim_reference_gets_one_clear_error_in_both_calls_and_reaches_nothing(
+    servers: Servers, kubelet: Kubelet, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    kubelet.register()
+    servers.claims.add(allocated_claim("ns", "good", "uid-good", ("gpu", "gpu-2")))
+    claims = [ref for ref, _ in UNUSABLE]
+    prepared = kubelet.prepare([*claims, ("ns", "good", "uid-good")], version=version)
+    unprepared = kubelet.unprepare(claims, version=version)
+    for (_, _, uid), message in UNUSABLE:
+        assert re.search(message, prepared[uid]["error"]), prepared[uid]["error"]
+        assert unprepared[uid] == prepared[uid]["error"]
+    assert prepared["uid-good"]["error"] == ""
+    assert len(servers.state.deadlines) == 1  # the device state saw the usable claim only
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+    registry = servers.metrics.registry
+    for rpc in ("prepare", "unprepare"):
+        errors = registry.get_sample_value(f"vke_gpu_dra_{rpc}_claims_total", {"result": "error"})
+        assert errors == len(UNUSABLE)
 
 
 def claim_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str, str | None]]:

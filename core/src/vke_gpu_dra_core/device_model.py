@@ -6,10 +6,13 @@ publisher renders them with `Device.slice_entry()`, and prepare answers with `Pr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from . import facts
+from .object_names import DNS_SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
 
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -140,6 +143,33 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} (uid {self.uid})"
+
+
+#: A claim's UID as kubelet gives it: the API server's `metadata.uid`, a UUID such as
+#: 9a7c1e52-3b1f-4f4e-8a55-0c2d6e7f8a90 (it names files and CDI devices of the claim on the node).
+CLAIM_UID_RE: Final = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,126}[A-Za-z0-9])?$")
+
+
+def claim_ref_problem(ref: ClaimRef) -> str | None:
+    """What is wrong with a claim reference kubelet sent, naming the field and what is allowed; None
+    when it is usable."""
+    if not CLAIM_UID_RE.match(ref.uid):
+        return (
+            f"claim uid {ref.uid!r} is not usable: a claim's uid is 1-128 letters, digits and '-', starting "
+            "and ending with a letter or digit (the API server's metadata.uid, a UUID)"
+        )
+    if not is_dns_label(ref.namespace):
+        return (
+            f"claim namespace {ref.namespace!r} (claim uid {ref.uid}) is not usable: a namespace is a DNS "
+            "label, 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+        )
+    if not is_dns_subdomain(ref.name):
+        return (
+            f"claim name {ref.name!r} (claim uid {ref.uid}) is not usable: a claim's name is a DNS "
+            f"subdomain, 1-{DNS_SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.', each '.'-separated "
+            "part starting and ending with a letter or digit"
+        )
+    return None
 
 
 class ClaimError(Exception):

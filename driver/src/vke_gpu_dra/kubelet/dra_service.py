@@ -95,6 +95,17 @@ def check_claim(ref: ClaimRef, claim: Mapping[str, Any] | None) -> Mapping[str, 
     return claim
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One RPC past its preamble: the claims to act on, its deadline, id and start, what it is bound to."""
+
+    refs: list[ClaimRef]
+    deadline: Deadline
+    call_id: int
+    started: float
+    bound: tuple[ClaimFetcher, ClaimPreparer, Metrics]
+
+
 class DRAServicer:
     """NodePrepareResources / NodeUnprepareResources for kubelet."""
 
@@ -148,21 +159,54 @@ class DRAServicer:
         log.warning("call before the plugin was ready", extra={"fields": {"claims": len(refs), "why": why}})
         return None
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def _begin(
+        self,
+        request: Any,
+        response: Any,
+        context: grpc.ServicerContext,
+        wording: Wording,
+        results: Callable[[Metrics], Counter],
+    ) -> _Call | None:
+        """The preamble of both RPCs: the call's deadline and id, its claims (each UID once), the plugin
+        ready; a claim whose reference is not usable gets its error here (`claim_ref_problem`). None when
+        no claim is left to act on (the response says why for each)."""
+        from vke_gpu_dra_core.device_model import claim_ref_problem  # noqa: PLC0415  (see the imports)
+
         from .claim_fetch import Deadline  # noqa: PLC0415  (see the imports)
 
-        pb = _PB_BY_REQUEST[type(request)]
-        response = pb.NodePrepareResourcesResponse()
         if not request.claims:
-            return response
+            return None
         deadline = Deadline.of(context)
-        call_id = next(_call_ids)
-        started = time.monotonic()
+        call_id, started = next(_call_ids), time.monotonic()
         refs = unique_claims(request.claims)
         bound = self._ready(refs, response.claims, deadline)
         if bound is None:
+            return None
+        usable = []
+        for ref in refs:
+            problem = claim_ref_problem(ref)
+            if problem is None:
+                usable.append(ref)
+                continue
+            response.claims[ref.uid].error = problem
+            results(bound[2]).labels(result="error").inc()
+            fields = {
+                "call": call_id,
+                "claim": f"{ref.namespace}/{ref.name}",
+                "uid": ref.uid,
+                "error": problem,
+            }
+            log.warning(wording.failed, extra={"fields": fields})
+        return _Call(usable, deadline, call_id, started, bound) if usable else None
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        pb = _PB_BY_REQUEST[type(request)]
+        response = pb.NodePrepareResourcesResponse()
+        call = self._begin(request, response, context, _PREPARE, lambda m: m.prepare_claims)
+        if call is None:
             return response
-        fetcher, state, metrics = bound
+        refs, deadline, call_id, started = call.refs, call.deadline, call.call_id, call.started
+        fetcher, state, metrics = call.bound
         fetched = fetcher.fetch(refs, deadline)
 
         def prepare(ref: ClaimRef) -> list[PreparedDevice]:
@@ -181,20 +225,13 @@ class DRAServicer:
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-        from .claim_fetch import Deadline  # noqa: PLC0415  (see the imports)
-
         pb = _PB_BY_REQUEST[type(request)]
         response = pb.NodeUnprepareResourcesResponse()
-        if not request.claims:
+        call = self._begin(request, response, context, _UNPREPARE, lambda m: m.unprepare_claims)
+        if call is None:
             return response
-        deadline = Deadline.of(context)
-        call_id = next(_call_ids)
-        started = time.monotonic()
-        refs = unique_claims(request.claims)
-        bound = self._ready(refs, response.claims, deadline)
-        if bound is None:
-            return response
-        _, state, metrics = bound
+        refs, deadline, call_id, started = call.refs, call.deadline, call.call_id, call.started
+        _, state, metrics = call.bound
 
         def unprepare(ref: ClaimRef) -> None:
             state.unprepare(ref, deadline=deadline.at)

@@ -125,6 +125,8 @@ class MetadataStep(Step):
     # ---------------------------------------------------------------------------------- unprepare
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
+        if entry is None:
+            return  # nothing recorded: a claim's entry is on disk before its files (start removes strays)
         directory = dm.host_dir(self.plugin_data_dir, ref.uid)
         if not os.path.lexists(directory):
             return  # the usual case: the claim got no metadata (or it is gone already)
