@@ -65,6 +65,8 @@ class FakeCluster:
     status_override: int | None = None  # answer every request with this HTTP status
     requests: list[str] = field(default_factory=list)
     on_request: Callable[[str], None] | None = None
+    #: What /version answers (its gitVersion).
+    version: str = "v1.37.2"
 
     def pod(self, name: str) -> JSON:
         return next(p for p in self.pods if p["metadata"]["name"] == name)
@@ -101,7 +103,12 @@ def running_pod(name: str, namespace: str, node_name: str, labels: dict[str, str
     }
 
 
-def resource_slice(node_name: str = NODE, devices: int = 1, driver: str = facts.DRIVER_NAME) -> JSON:
+def resource_slice(
+    node_name: str = NODE, devices: int = 1, driver: str = facts.DRIVER_NAME, product: str | None = None
+) -> JSON:
+    attributes: JSON = {"type": {"string": "gpu"}}
+    if product is not None:
+        attributes[facts.ATTR_PRODUCT_NAME] = {"string": product}
     return {
         "metadata": _meta(f"{node_name}-{driver}-tn8wq"),
         "spec": {
@@ -109,7 +116,7 @@ def resource_slice(node_name: str = NODE, devices: int = 1, driver: str = facts.
             "nodeName": node_name,
             "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
             "devices": [
-                {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(devices)
+                {"name": f"gpu-{i}", "attributes": copy.deepcopy(attributes)} for i in range(devices)
             ],
         },
     }
@@ -332,6 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, path: str, selector: str | None) -> JSON | str | None:  # noqa: PLR0911, PLR0912
         c = self.cluster
         v1 = "v1" in c.groups.get("resource.k8s.io", [])
+        if path == "/version":
+            return {"major": "1", "minor": c.version.split(".")[1], "gitVersion": c.version}
         if path == "/apis":
             return {
                 "kind": "APIGroupList",

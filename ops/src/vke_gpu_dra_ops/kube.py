@@ -142,6 +142,10 @@ class Fetcher:
         except ValueError:
             raise ClusterError(f"the API server at {server_of(self.api)} sent non-JSON for {what}") from None
 
+    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """JSON of one request (what `_call` gives) for readers outside the checks (`vke-gpu-dra plan`)."""
+        return self._call(what, fn, *args, **kwargs)
+
     def _unreachable(self, what: str, exc: BaseException) -> ClusterError:
         server = server_of(self.api)
         failure = kube_client.network_failure(exc, REQUEST_TIMEOUT, urlsplit(server).hostname)

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import yaml
-from vke_gpu_dra_core import yamlerrors
+from vke_gpu_dra_core import facts, yamlerrors
 from vke_gpu_dra_core.catalog import CatalogError
 from vke_gpu_dra_core.config import (
     ALL_KEYS,
     PROJECT,
+    TARGET_EXISTING,
     PulumiYamlLoader,
     StackConfig,
     StackConfigError,
@@ -47,6 +48,7 @@ from vke_gpu_dra_planner.stack import (
 )
 from vke_gpu_dra_planner.verdict import StackPlan, TemplatePlan, WorkloadPlan, plan_model, plan_violations
 
+from .cluster_pools import ClusterReadError, read_cluster
 from .output import OUTPUT_FORMATS, render
 
 
@@ -93,6 +95,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         where = "--kubernetes-version"
         if version is None:
             version, where = model.kubernetes_version, f"config {PROJECT}:cluster.kubernetesVersion"
+            if any(note.startswith(CLUSTER_NOTE) for note in model.notes):
+                where = CLUSTER_VERSION
         gates = with_overrides(
             feature_gates(version, where), getattr(args, "kubernetes_feature_gates", "") or ""
         )
@@ -156,13 +160,35 @@ def load_stack_config(stack_file: Path) -> StackConfig:
     return cfg
 
 
+#: Where the Kubernetes version of a stack on an existing cluster comes from, and the note that says so.
+CLUSTER_VERSION = "the cluster's /version"
+CLUSTER_NOTE = "target=existing-cluster: the GPU nodes and Kubernetes"
+
+
 def load_model(stack_file: Path, manifests: Sequence[Path] | None) -> StackModel:
     cfg = load_stack_config(stack_file)
     model = StackModel(classes=default_classes())
-    model.pools = [pools_from_config(cfg)]
     model.consumable_shares = consumable_shares(cfg)
     model.dynamic_mig = dynamic_mig(cfg)
-    model.kubernetes_version = cfg.cluster.kubernetes_version
+    if cfg.target == TARGET_EXISTING:
+        # No node pool of its own: the GPU nodes and the version are the cluster's.
+        try:
+            cluster = read_cluster(
+                cfg, consumable_shares=model.consumable_shares, dynamic_mig=model.dynamic_mig
+            )
+        except ClusterReadError as exc:
+            raise PlanInputError(f"{stack_file}: {exc}") from None
+        if not cluster.pools:
+            raise PlanInputError(
+                f"{stack_file}: no node of the cluster at {cluster.server} publishes {facts.DRIVER_NAME} "
+                "devices (ResourceSlices): nothing to plan on; `vke-gpu-dra verify` says why"
+            )
+        model.pools = [[pool] for pool in cluster.pools]
+        model.kubernetes_version = cluster.kubernetes_version
+        model.notes.append(f"{CLUSTER_NOTE} {cluster.kubernetes_version} read from {cluster.server}")
+    else:
+        model.pools = [pools_from_config(cfg)]
+        model.kubernetes_version = cfg.cluster.kubernetes_version
     objects: list[Mapping[str, Any]]
     if manifests is None:
         objects = list(sample_objects(cfg))
@@ -219,6 +245,7 @@ def build_report(plan: StackPlan) -> dict[str, Any]:
             for variants in model.pools
             for p in variants
         ],
+        "notes": list(model.notes),
         "workloads": workloads,
         "templates": templates,
         "violations": violations,
@@ -317,7 +344,9 @@ def _workload_lines(report: Mapping[str, Any]) -> list[str]:
 
 def render_text(report: Mapping[str, Any]) -> str:
     gates = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in report["featureGates"].items())
-    lines = [f"Kubernetes {report['kubernetesVersion']} ({gates})", "GPU node pools:"]
+    lines = [f"Kubernetes {report['kubernetesVersion']} ({gates})"]
+    lines.extend(f"note: {n}" for n in report.get("notes", []))
+    lines.append("GPU node pools:")
     for p in report["pools"]:
         lines.append(
             f"  {p['name']}: {p['instanceType']} = {p['gpusPerNode']}x {p['product']}, "
