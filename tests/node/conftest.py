@@ -14,7 +14,7 @@ import pytest
 
 from tests.tier import TierRecord
 
-from .node import Node, missing
+from .node import FIGURES, Node, missing
 
 TIER = TierRecord("node tier (tests/node)")
 NODE_FIXTURES = frozenset({"node"})
@@ -59,6 +59,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if TIER.ran:
         started = f"; containerd up in {max(STARTUPS):.2f}s at most" if STARTUPS else ""
         terminalreporter.write_line(TIER.line(started))
+        for figure in FIGURES:
+            terminalreporter.write_line(f"  {figure}")
 
 
 @pytest.fixture

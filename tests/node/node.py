@@ -59,6 +59,8 @@ POD_SUBNET = "198.18.0.0/24"
 #: The GPU pool's labels (what the program's node pool and the chart's affinity use).
 GPU_POOL_LABELS = {"vke.node.gpu.schedule": "nvidia-dra", "nvidia.com/gpu.present": "true"}
 CLONE_NEWNET = 0x40000000
+#: Figures the tier's tests measure, printed under its summary line.
+FIGURES: list[str] = []
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 

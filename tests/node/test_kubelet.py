@@ -1,0 +1,128 @@
+"""The real kubelet on the node: it registers the Node with a real control plane of its release and runs a
+pod through containerd 2.1, runc and the CNI bridge.
+
+The control plane is the control-plane tier's (`tests/integration/controlplane.py`: etcd, kube-apiserver,
+kube-scheduler, kube-controller-manager on 127.0.0.1 of the test's own namespace); the kubelet, inside the
+node's namespaces, reaches it through the node's forwarder and registers with the node's own address
+(192.0.2.10; the kubelet refuses a loopback one). It authenticates with the test cluster's admin token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.controlplane import ApiError, ControlPlane, missing_assets, wait_until
+from tools import toolchain
+
+from . import images
+from .node import ADDRESS, FIGURES, GPU_POOL_LABELS, Node
+
+BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
+RELEASES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    minor = str(request.param)
+    kubelet_of(minor)  # skips before a control plane is started for nothing
+    assets = toolchain.kube_assets(minor)
+    reason = missing_assets(minor, assets)
+    if reason:
+        pytest.skip(reason)
+    assert assets is not None
+    running = ControlPlane(assets, minor).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def kubelet_of(minor: str) -> Path:
+    folder = toolchain.locate(toolchain.KUBERNETES[minor])
+    if folder is None or not (folder / "kubelet").exists():
+        name = toolchain.KUBERNETES[minor]
+        pytest.skip(f"the toolchain's kubelet {minor} is not built: scripts/toolchain --only {name}")
+    return folder / "kubelet"
+
+
+def ready(node_object: dict[str, Any]) -> bool:
+    conditions = node_object.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def is_running(pod: dict[str, Any]) -> bool:
+    return bool(pod["status"].get("phase") == "Running")
+
+
+def when(predicate: Callable[[dict[str, Any]], bool], value: dict[str, Any]) -> dict[str, Any] | None:
+    return value if predicate(value) else None
+
+
+def get_or_none(plane: ControlPlane, path: str) -> Any:
+    try:
+        return plane.admin().get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: ControlPlane) -> None:
+    kubelet = kubelet_of(plane.version)
+    image = images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries())
+    node.import_image(image)
+    begin = time.monotonic()
+    node.start_kubelet(kubelet, plane.server, plane.ca_file, "envtest-admin-token")
+    admin = plane.admin()
+    path = f"/api/v1/nodes/{node.name}"
+    registered = wait_until(lambda: get_or_none(plane, path), timeout=90)
+    assert registered, f"the kubelet did not register {node.name}:\n{node.logs()}"
+    labels = registered["metadata"]["labels"]
+    assert {k: labels.get(k) for k in GPU_POOL_LABELS} == GPU_POOL_LABELS
+    info = registered["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == RELEASES[plane.version]
+    assert info["containerRuntimeVersion"] == "containerd://2.1.9"  # as a real node reports it
+    assert {"type": "InternalIP", "address": ADDRESS} in registered["status"]["addresses"]
+    # Ready once the CRI reports its network (the node's CNI bridge) ready
+    node_object = wait_until(lambda: when(ready, admin.get(path)), timeout=90)
+    assert node_object, f"{node.name} is not Ready:\n{admin.get(path)['status']['conditions']}\n{node.logs()}"
+    registered_in = time.monotonic() - begin
+
+    namespace = "default"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sleeper", "namespace": namespace},
+        "spec": {
+            "nodeName": node.name,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "sleeper",
+                    "image": BUSYBOX,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                }
+            ],
+        },
+    }
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    admin.create(pods, pod)
+    try:
+        running = wait_until(lambda: when(is_running, admin.get(f"{pods}/sleeper")), timeout=90)
+        assert running, f"the pod did not run:\n{admin.get(f'{pods}/sleeper')['status']}\n{node.logs()}"
+        assert running["status"]["podIP"].startswith("198.18.0.")
+        assert running["status"]["hostIP"] == ADDRESS
+        listed = node.crictl("ps", "--name", "sleeper", "-q").stdout.split()
+        assert len(listed) == 1, "the container runs in the node's containerd"
+    finally:
+        admin.request("DELETE", f"{pods}/sleeper")
+    gone = wait_until(lambda: get_or_none(plane, f"{pods}/sleeper") is None, timeout=60)
+    assert gone, "the kubelet did not finish the pod's deletion"
+    FIGURES.append(f"kubelet {RELEASES[plane.version]}: Node Ready {registered_in:.1f}s after its start")
