@@ -174,6 +174,16 @@ def test_a_file_gone_with_its_copy_there_is_read_from_the_copy(tmp_path):
     assert result.problem == f"{missing}; read its copy {cp.BACKUP_FILE}: no claim is lost"
 
 
+def test_the_file_and_its_copy_gone_while_the_journal_is_there_is_a_loss(tmp_path):
+    written(tmp_path, "both")
+    for name in (cp.CHECKPOINT_FILE, cp.BACKUP_FILE):
+        (tmp_path / name).unlink()
+    result = CheckpointStore(tmp_path).load()
+    assert result.entries == {"u2": entry("u2")}  # the journal's record
+    assert result.lost == f"checkpoint {tmp_path / cp.CHECKPOINT_FILE} and its copy unusable"
+    assert "is missing while its journal is there; its copy" in result.problem
+
+
 def test_a_second_corrupt_file_in_the_same_second_does_not_overwrite_the_first(tmp_path):
     store = CheckpointStore(tmp_path)
     store.path.write_bytes(b"garbage")

@@ -346,6 +346,8 @@ class CheckpointStore:
                 found = f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name}"
         elif os.path.exists(self.backup_path):  # a crash between the copy and the file of a first write
             moved, found = None, f"checkpoint {self.path} is missing"
+        elif self._journal is not None and self._journal.exists():  # made only after the file: both deleted
+            moved, found = None, f"checkpoint {self.path} is missing while its journal is there"
         else:
             return {}, [], [], None
         copy, why = self._read_backup()
