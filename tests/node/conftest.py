@@ -22,7 +22,8 @@ STARTUPS: list[float] = []
 
 
 def in_tier(item: pytest.Item) -> bool:
-    return bool(NODE_FIXTURES & set(getattr(item, "fixturenames", ())))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(NODE_FIXTURES & fixtures) or item.get_closest_marker("node") is not None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -321,6 +321,10 @@ class Node:
         self.config = self.base / "containerd.toml"
         self.config.write_text(containerd_config(self.base, self.tools, sandbox_image=PAUSE_IMAGE))
         (self.base / "cni" / "net.d" / "10-bridge.conflist").write_text(cni_config(self.base))
+        endpoint = f"unix://{self.base / 'containerd.sock'}"
+        (self.base / "crictl.yaml").write_text(
+            f"runtime-endpoint: {endpoint}\nimage-endpoint: {endpoint}\ntimeout: 30\n"
+        )
         try:
             self._start_init()
             self._procs["containerd"] = self.spawn(
@@ -391,6 +395,11 @@ class Node:
                 self.ctr("-n", namespace, "tasks", "kill", "-s", "SIGKILL", cid, check=False)
                 self.ctr("-n", namespace, "tasks", "delete", "-f", cid, check=False)
                 self.ctr("-n", namespace, "containers", "delete", cid, check=False)
+
+    @property
+    def pid1(self) -> int:
+        """The node's first process (host PID): `nsenter -t PID1 -m -n -p -u -i` enters the node."""
+        return self._pid1
 
     def cgroup_dirs(self) -> list[Path]:
         """The node's cgroup folder in each hierarchy, where it exists."""
@@ -473,9 +482,6 @@ class Node:
         self, *args: str, check: bool = True, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
         config = self.base / "crictl.yaml"
-        if not config.exists():
-            endpoint = f"unix://{self.base / 'containerd.sock'}"
-            config.write_text(f"runtime-endpoint: {endpoint}\nimage-endpoint: {endpoint}\ntimeout: 30\n")
         argv = [str(self.tools.crictl / "crictl"), "--config", str(config), *args]
         return self.run(argv, check=check, timeout=timeout)
 

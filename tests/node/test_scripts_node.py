@@ -1,0 +1,60 @@
+"""scripts/node, the node in a box for a person: it starts, says how to reach the node, and stops leaving
+nothing behind (on Ctrl-C, or at once with --once)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.node
+
+
+def test_once_starts_and_stops_leaving_nothing() -> None:
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "node"), "--once"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("node vke-node-") and "address 192.0.2.10" in lines[0]
+    assert any(line.strip().startswith("enter it:  nsenter -t ") for line in lines)
+    assert lines[-1].endswith("stopped, nothing left behind")
+    folder = Path(lines[0].split("folder ")[1].split(",")[0])
+    assert not folder.exists()
+
+
+def test_ctrl_c_stops_it() -> None:
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "node")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (lines and lines[-1] == "Ctrl-C stops it\n"):
+        lines.append(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1].endswith("stopped, nothing left behind")
+
+
+def test_an_unknown_release_is_refused() -> None:
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "node"), "--kubelet", "1.99"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "invalid choice: '1.99'" in done.stderr
