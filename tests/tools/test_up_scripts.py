@@ -81,8 +81,8 @@ def test_uses_the_backend_the_cli_is_logged_in_to(project: Project) -> None:
         (project.root / "Pulumi.dev.yaml")
         .read_text()
         .replace(
-            "  vke-gpu-dra:driver.registry.create: true",
-            "  vke-gpu-dra:driver.registry.create: true\n  vke-gpu-dra:driver.registry.name: team-cr",
+            '  vke-gpu-dra:driver.registry.create: "true"',
+            '  vke-gpu-dra:driver.registry.create: "true"\n  vke-gpu-dra:driver.registry.name: team-cr',
         )
     )
     proc = _up_dev_with_keys(project)
