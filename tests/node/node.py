@@ -59,6 +59,16 @@ POD_SUBNET = "198.18.0.0/24"
 #: The GPU pool's labels (what the program's node pool and the chart's affinity use).
 GPU_POOL_LABELS = {"vke.node.gpu.schedule": "nvidia-dra", "nvidia.com/gpu.present": "true"}
 CLONE_NEWNET = 0x40000000
+#: Host-wide kernel settings the kubelet sets at start (its container manager's "kernel flags"): inside
+#: the node each is a file of the node's own bound over /proc/sys, so the machine's values stay as they are.
+KERNEL_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 #: Figures the tier's tests measure, printed under its summary line.
 FIGURES: list[str] = []
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -119,6 +129,11 @@ def _setup_script(base: Path, name: str) -> str:
 for private in /run /var/lib /var/log; do mount -t tmpfs -o mode=755 tmpfs $private; done
 mkdir -p /run/cdi /run/containerd
 mount --bind {cdi} /run/cdi
+for tunable in {" ".join(KERNEL_TUNABLES)}; do
+  mkdir -p {base}/sysctl/$(dirname $tunable)
+  cat /proc/sys/$tunable > {base}/sysctl/$tunable
+  mount --bind {base}/sysctl/$tunable /proc/sys/$tunable
+done
 hostname {name}
 ip link set lo up
 ip link add node0 type veth peer name node0-peer
@@ -310,6 +325,10 @@ class Node:
         self._pid1 = 0
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
+        #: The CRI's cgroup folders there before the node (another node's, or a host's containerd).
+        self._cgroups_before = {
+            p / CRI_NAMESPACE for p in CGROUP_ROOT.iterdir() if (p / CRI_NAMESPACE).is_dir()
+        }
         self.started_in = 0.0
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -402,8 +421,12 @@ class Node:
         return self._pid1
 
     def cgroup_dirs(self) -> list[Path]:
-        """The node's cgroup folder in each hierarchy, where it exists."""
-        return sorted(p / self.name for p in CGROUP_ROOT.iterdir() if (p / self.name).is_dir())
+        """The node's cgroup folders: its own in each hierarchy, and the CRI's `/k8s.io` where the node
+        made it (with cgroupsPerQOS off the kubelet names no cgroup parent for its pods, and containerd
+        puts them under its namespace's name)."""
+        own = [p / self.name for p in CGROUP_ROOT.iterdir() if (p / self.name).is_dir()]
+        cri = [p / CRI_NAMESPACE for p in CGROUP_ROOT.iterdir() if (p / CRI_NAMESPACE).is_dir()]
+        return sorted([*own, *(p for p in cri if p not in self._cgroups_before)])
 
     def _remove_cgroups(self) -> None:
         for top in self.cgroup_dirs():
@@ -418,7 +441,7 @@ class Node:
                     except FileNotFoundError:
                         break
                     except OSError:  # EBUSY while its last tasks are still exiting
-                        if time.monotonic() > deadline:
+                        if time.monotonic() > deadline or top.name == CRI_NAMESPACE:
                             break
                         time.sleep(0.05)
 

@@ -20,7 +20,7 @@ from tests.integration.controlplane import ApiError, ControlPlane, missing_asset
 from tools import toolchain
 
 from . import images
-from .node import ADDRESS, FIGURES, GPU_POOL_LABELS, Node
+from .node import ADDRESS, FIGURES, GPU_POOL_LABELS, KERNEL_TUNABLES, Node
 
 BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
 RELEASES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
@@ -76,6 +76,7 @@ def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: Contro
     kubelet = kubelet_of(plane.version)
     image = images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries())
     node.import_image(image)
+    tunables = {name: (Path("/proc/sys") / name).read_text() for name in KERNEL_TUNABLES}
     begin = time.monotonic()
     node.start_kubelet(kubelet, plane.server, plane.ca_file, "envtest-admin-token")
     admin = plane.admin()
@@ -92,6 +93,9 @@ def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: Contro
     node_object = wait_until(lambda: when(ready, admin.get(path)), timeout=90)
     assert node_object, f"{node.name} is not Ready:\n{admin.get(path)['status']['conditions']}\n{node.logs()}"
     registered_in = time.monotonic() - begin
+    # the kernel flags the kubelet sets went to the node's own files, not to the machine
+    assert {name: (Path("/proc/sys") / name).read_text() for name in KERNEL_TUNABLES} == tunables
+    assert node.run(["cat", "/proc/sys/kernel/panic"]).stdout.strip() == "10", "the kubelet's value, inside"
 
     namespace = "default"
     pod = {
