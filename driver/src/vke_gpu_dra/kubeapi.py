@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_kube import failures, kubeconfig_loader
@@ -26,6 +26,15 @@ from vke_gpu_dra_kube.rest import Response, RestClient, TransportError
 from vke_gpu_dra_kube.settings import REQUEST_TIMEOUT
 
 from .api_errors import KubeError
+
+
+class ClaimSource(Protocol):
+    """Reads ResourceClaims (None: 404); `cached` allows the API server's watch cache (`KubeAPI`)."""
+
+    def get_resource_claim(
+        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
+    ) -> dict[str, Any] | None: ...
+
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICE_API_VERSION = "resource.k8s.io/v1"

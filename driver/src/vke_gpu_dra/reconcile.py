@@ -67,11 +67,11 @@ from .ghosts import (
     judge,
     label,
 )
-from .kubeapi import KubeError
+from .kubeapi import ClaimSource, KubeError
 from .metrics import Metrics
 from .reconcile_interval import DEFAULT_INTERVAL_SECONDS
 from .state import StateLockTimeout
-from .takeover.node_claims import NodeClaims, Undecided
+from .takeover.node_claims import ClaimLookup, Undecided
 
 log = logging.getLogger(__name__)
 
@@ -80,20 +80,6 @@ RECONCILE_WORKERS: Final = 4
 #: Consecutive rounds in which no pod of this node references an unnamed adopted claim before it is
 #: released (a pod created meanwhile is seen by the second round).
 UNREFERENCED_ROUNDS: Final = 2
-
-
-class ClaimSource(Protocol):
-    """Reads ResourceClaims (None: 404); `cached` allows the API server's watch cache."""
-
-    def get_resource_claim(
-        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
-    ) -> dict[str, Any] | None: ...
-
-
-class ClaimLookup(Protocol):
-    """Which claims the pods of this node use (`takeover.node_claims.NodeClaimLookup`)."""
-
-    def look(self, timeout: float | None = None) -> NodeClaims: ...
 
 
 class GhostState(Protocol):

@@ -35,29 +35,15 @@ from vke_gpu_dra_core.device_model import PreparedDevice
 from vke_gpu_dra_core.objects import lookup
 
 from .checkpoint import ClaimEntry, ClaimState
-from .kubeapi import KubeError
+from .kubeapi import ClaimSource, KubeError
 from .state import StateLockTimeout
-from .takeover.node_claims import NodeClaims
+from .takeover.node_claims import ClaimLookup
 
 log = logging.getLogger(__name__)
 
 #: The one undecided view accepted: kubelet answered and named no claim (its DRA fields are on by
 #: default from 1.34, the oldest release this driver supports).
 KUBELET_NAMED_NONE = "pod-resources-no-claims"
-
-
-class ClaimSource(Protocol):
-    """Reads ResourceClaims (None: 404); a quorum read unless `cached`."""
-
-    def get_resource_claim(
-        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
-    ) -> dict[str, Any] | None: ...
-
-
-class ClaimLookup(Protocol):
-    """Which claims the pods of this node use (`takeover.node_claims.NodeClaimLookup`)."""
-
-    def look(self, timeout: float | None = None) -> NodeClaims: ...
 
 
 class LostState(Protocol):

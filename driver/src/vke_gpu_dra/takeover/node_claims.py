@@ -99,6 +99,12 @@ def kubelet_version(node: Mapping[str, Any]) -> MajorMinor | None:
     return parse_major_minor(raw) if isinstance(raw, str) else None
 
 
+class ClaimLookup(Protocol):
+    """Which claims the pods of this node use (`NodeClaimLookup`)."""
+
+    def look(self, timeout: float | None = None) -> NodeClaims: ...
+
+
 class NodeClaimLookup:
     """Finds the claims the pods of `node_name` use (see the module docs); one `look` per round."""
 
