@@ -112,8 +112,10 @@ def local_packages(root: Path) -> list[str]:
         for line in lines:
             words = line.split("#", 1)[0].split()
             if len(words) == 2 and words[0] in ("-e", "--editable") and words[1].startswith("."):
-                package = (path.parent / words[1].split("[", 1)[0]).resolve()
-                found.append((package / "pyproject.toml").relative_to(root.resolve()).as_posix())
+                # normpath, not resolve: a clone reached through symbolic links keeps its own paths.
+                package = Path(os.path.normpath(path.parent / words[1].split("[", 1)[0]))
+                relative = (package / "pyproject.toml").relative_to(Path(os.path.normpath(root)))
+                found.append(relative.as_posix())
     return sorted(set(found))
 
 
