@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.controlplane import ControlPlane, missing_assets
 from tests.tier import TierRecord
+from tools import toolchain
 
+from .kube import RELEASES, kubelet_of
 from .node import FIGURES, Node, missing
 
 TIER = TierRecord("node tier (tests/node)")
@@ -77,3 +80,20 @@ def node() -> Iterator[Node]:
     finally:
         running.stop()
     assert running.leftovers() == [], "the node left things behind"
+
+
+@pytest.fixture(scope="session", params=sorted(RELEASES))
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A control plane of each release the kubelet tests run (the control-plane tier's), one at a time."""
+    minor = str(request.param)
+    kubelet_of(minor)  # skips before a control plane is started for nothing
+    assets = toolchain.kube_assets(minor)
+    reason = missing_assets(minor, assets)
+    if reason:
+        pytest.skip(reason)
+    assert assets is not None
+    running = ControlPlane(assets, minor).start()
+    try:
+        yield running
+    finally:
+        running.stop()

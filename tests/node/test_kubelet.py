@@ -10,66 +10,13 @@ node's namespaces, reaches it through the node's forwarder and registers with th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from tests.integration.controlplane import ApiError, ControlPlane, missing_assets, wait_until
-from tools import toolchain
+from tests.integration.controlplane import ControlPlane, wait_until
 
 from . import images
+from .kube import BUSYBOX, RELEASES, get_or_none, is_running, kubelet_of, ready, when
 from .node import ADDRESS, FIGURES, GPU_POOL_LABELS, KERNEL_TUNABLES, Node
-
-BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
-RELEASES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
-
-
-@pytest.fixture(scope="module", params=sorted(RELEASES))
-def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    minor = str(request.param)
-    kubelet_of(minor)  # skips before a control plane is started for nothing
-    assets = toolchain.kube_assets(minor)
-    reason = missing_assets(minor, assets)
-    if reason:
-        pytest.skip(reason)
-    assert assets is not None
-    running = ControlPlane(assets, minor).start()
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-def kubelet_of(minor: str) -> Path:
-    folder = toolchain.locate(toolchain.KUBERNETES[minor])
-    if folder is None or not (folder / "kubelet").exists():
-        name = toolchain.KUBERNETES[minor]
-        pytest.skip(f"the toolchain's kubelet {minor} is not built: scripts/toolchain --only {name}")
-    return folder / "kubelet"
-
-
-def ready(node_object: dict[str, Any]) -> bool:
-    conditions = node_object.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def is_running(pod: dict[str, Any]) -> bool:
-    return bool(pod["status"].get("phase") == "Running")
-
-
-def when(predicate: Callable[[dict[str, Any]], bool], value: dict[str, Any]) -> dict[str, Any] | None:
-    return value if predicate(value) else None
-
-
-def get_or_none(plane: ControlPlane, path: str) -> Any:
-    try:
-        return plane.admin().get(path)
-    except ApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: ControlPlane) -> None:
