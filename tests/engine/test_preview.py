@@ -94,6 +94,9 @@ def test_dev_preview_plans_the_stack_and_passes_the_pack(workspace: Workspace) -
     assert [(v.policy, v.level) for v in events.violations] == [(names.API_SERVER_PUBLIC_ACCESS, "advisory")]
     # Secrets stay secret: the credentials reach the provider encrypted, never in the stream.
     assert CREDENTIALS["volcengine:secretKey"] not in run.stdout
+    # The program asks for the Kubernetes provider's own release: no "expected to have version" warning.
+    assert events.one(pt.K8S_PROVIDER).inputs["version"] == pt.KUBERNETES_PROVIDER_VERSION
+    assert "expected to have version" not in run.output
 
 
 def test_prod_preview_protects_the_cluster_and_asks_the_existing_registry(workspace: Workspace) -> None:
