@@ -21,7 +21,9 @@ Standard library only: it runs with the system Python.
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -101,6 +103,47 @@ def link_from_toolchain(home: Path, build: Callable[[str], Path] | None = None) 
     return pulumi
 
 
+def pulumi_home() -> Path:
+    """The CLI's folder: PULUMI_HOME, else .pulumi in the account's home (the CLI asks the user database)."""
+    if os.environ.get("PULUMI_HOME"):
+        return Path(os.environ["PULUMI_HOME"])
+    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pulumi"
+
+
+def sync_toolchain_provider(cli: str, provider_dir: Path | None) -> None:
+    """Where the toolchain has built the Kubernetes provider: installed under its release if the CLI's
+    plugin cache lacks it, and the copies an earlier set-up installed under the SDK's version (4.34.2, a
+    label its binary contradicts) removed."""
+    if provider_dir is None:
+        return
+    provider = provider_dir / "pulumi-resource-kubernetes"
+    env = {**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"}
+    listed = subprocess.run(
+        [cli, "plugin", "ls", "--json"], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    versions = {
+        str(p.get("version", "")).removeprefix("v")
+        for p in json.loads(listed or "[]") or []
+        if p.get("kind") == "resource" and p.get("name") == "kubernetes"
+    }
+    release = provider_release()
+    if release not in versions:
+        subprocess.run(
+            [cli, "plugin", "install", "resource", "kubernetes", release, "--file", str(provider)],
+            check=True,
+            env=env,
+        )
+        say(f"installed the toolchain's Kubernetes provider as {release}")
+    content = provider.read_bytes()
+    for version in sorted(versions - {release}):
+        copy = pulumi_home() / "plugins" / f"resource-kubernetes-v{version}" / provider.name
+        if copy.is_file() and copy.stat().st_size == len(content) and copy.read_bytes() == content:
+            subprocess.run(
+                [cli, "plugin", "rm", "resource", "kubernetes", version, "--yes"], check=True, env=env
+            )
+            say(f"removed the Kubernetes provider labelled {version}: it is the toolchain's {release}")
+
+
 def _built(name: str) -> Path:
     found = toolchain.locate(name)
     if found is None:
@@ -150,6 +193,11 @@ def main(argv: Sequence[str] | None = None, home: Path | None = None, venv_bin: 
                 file=sys.stderr,
             )
             return 1
+    try:
+        sync_toolchain_provider(where, toolchain.locate("pulumi-kubernetes"))
+    except (subprocess.CalledProcessError, ValueError, OSError) as exc:
+        print(f"scripts/setup: could not install the toolchain's Kubernetes provider: {exc}", file=sys.stderr)
+        return 1
     say(link_into_venv(where, venv_bin))
     return 0
 

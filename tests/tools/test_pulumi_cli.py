@@ -22,6 +22,8 @@ def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
 @pytest.fixture
 def no_cli_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    # Whether this machine's toolchain has the provider built is no business of these tests.
+    monkeypatch.setattr(pulumi_cli.toolchain, "locate", lambda _name: None)
 
 
 def test_the_pinned_release_is_the_toolchains() -> None:
@@ -135,3 +137,38 @@ def test_the_workflows_run_the_cli_the_engine_tier_tests() -> None:
         if line.strip().startswith("pulumi-version:")
     }
     assert versions == {pulumi_cli.pinned_version()}
+
+
+def test_the_toolchains_provider_is_installed_under_its_release_and_an_earlier_label_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "pulumi-home"
+    monkeypatch.setenv("PULUMI_HOME", str(home))
+    provider_dir = tmp_path / "built"
+    provider = _executable(
+        provider_dir / "pulumi-resource-kubernetes", "#!/bin/sh\n# the toolchain's build\n"
+    )
+    # What an earlier scripts/setup left: the same binary under the SDK's version; and a real 4.30.0.
+    for version, source in (("4.34.2", provider.read_text()), ("4.30.0", "#!/bin/sh\n# a download\n")):
+        _executable(
+            home / "plugins" / f"resource-kubernetes-v{version}" / "pulumi-resource-kubernetes", source
+        )
+    calls = tmp_path / "calls"
+    listing = '[{"name": "kubernetes", "kind": "resource", "version": "4.34.2"}, ' + (
+        '{"name": "kubernetes", "kind": "resource", "version": "4.30.0"}]'
+    )
+    cli = _executable(
+        tmp_path / "bin" / "pulumi",
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1 $2" = "plugin ls" ] && echo \'{listing}\'\nexit 0\n',
+    )
+    pulumi_cli.sync_toolchain_provider(str(cli), provider_dir)
+    assert calls.read_text().splitlines() == [
+        "plugin ls --json",
+        f"plugin install resource kubernetes 4.25.0 --file {provider}",
+        "plugin rm resource kubernetes 4.34.2 --yes",
+    ]
+    out = capsys.readouterr().out
+    assert "removed the Kubernetes provider labelled 4.34.2: it is the toolchain's 4.25.0" in out
+    calls.unlink()
+    pulumi_cli.sync_toolchain_provider(str(cli), None)  # nothing built: nothing to do
+    assert not calls.exists()
