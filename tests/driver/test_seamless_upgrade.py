@@ -153,7 +153,8 @@ def test_two_instances_share_one_consistent_checkpoint(
     cdi_check.inject(specs, ids)  # every answer resolves
     # the old instance leaves; the new one unprepares everything, including what the old one prepared
     old.stop()
-    errors = new.kubelet.unprepare([("default", "-", u) for u in expected])
+    names = {**{u: f"c{i}" for i, u in enumerate(uids)}, **{u: f"x{i}" for i, u in enumerate(extra)}}
+    errors = new.kubelet.unprepare([("default", names[u], u) for u in expected])
     assert set(errors.values()) == {""}
     doc = checkpoint_document(short_tmp / "plugins" / facts.DRIVER_NAME)
     assert doc["claims"] == [] and cdi.list_claim_specs(short_tmp / "cdi") == {}
