@@ -10,7 +10,7 @@ seconds (`Reconciler`, one background thread):
 * routine reads may be served from the API server's watch cache (`resourceVersion=0`); an entry that
   read judges a ghost (`ghosts.judge`) is read again from etcd (a quorum read), and only that read
   decides, so a stale cache never cleans a live claim;
-* a ghost is cleaned by `DeviceState.clean_ghost`: exactly an unprepare (the same `_unprepare_claim`,
+* a ghost is cleaned by `DeviceState.clean_ghost`: exactly an unprepare (the same `ClaimLifecycle.unprepare`,
   NVIDIA's leftovers of an adopted claim included), under the node lock, in the batches that
   serialise the calls of one claim, and only if the entry is still the one judged and no prepare of
   it answered since that read (a claim prepared or unprepared in between is left alone). One log

@@ -315,7 +315,7 @@ def answer_each_claim(
     On success `answer` fills the entry from the action's outcome and returns the fields it adds
     to the log line. `results` counts each claim by result ("success" or "error"). This is the
     one catch-all of a kubelet call, where its answer is built; the device state answers each of
-    its own calls once (its `_answering`) and hands that answer over as the exception raised here.
+    its own calls once (`batch.answering`) and hands that answer over as the exception raised here.
     """
     from vke_gpu_dra_core.device_model import ClaimError  # noqa: PLC0415  (see the imports)
 
