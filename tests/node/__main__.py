@@ -15,9 +15,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from tests.integration.controlplane import ADMIN_TOKEN, ControlPlane, missing_assets, wait_until
+from tests.integration.controlplane import missing_assets, wait_until
 from tools import toolchain
 
+from .kube import NodePlane
 from .node import ADDRESS, Node, missing
 
 
@@ -62,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  crictl:    {node.tools.crictl / 'crictl'} --config {node.base / 'crictl.yaml'} (inside it)")
         print(f"  CDI specs: {node.cdi_dir}")
         if kubelet is not None and assets is not None:
-            plane = ControlPlane(assets, args.kubelet).start()
-            node.start_kubelet(kubelet, plane.server, plane.ca_file, ADMIN_TOKEN)
+            plane = NodePlane(assets, args.kubelet)
+            plane.start()
+            node.start_kubelet(kubelet, plane.server, plane.ca_file, plane.node_token(node.name))
             path = f"/api/v1/nodes/{node.name}"
             registered = wait_until(lambda: plane is not None and plane.admin().exists(path), timeout=90)
             print(f"  kubelet:   {'registered' if registered else 'NOT registered'} with {plane.server}")

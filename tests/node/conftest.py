@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.controlplane import ControlPlane, missing_assets
+from tests.integration.controlplane import missing_assets
 from tests.tier import TierRecord
 from tools import toolchain
 
-from .kube import RELEASES, kubelet_of
+from .kube import RELEASES, NodePlane, kubelet_of
 from .node import FIGURES, Node, missing
 
 TIER = TierRecord("node tier (tests/node)")
@@ -83,8 +83,9 @@ def node() -> Iterator[Node]:
 
 
 @pytest.fixture(scope="session", params=sorted(RELEASES))
-def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    """A control plane of each release the kubelet tests run (the control-plane tier's), one at a time."""
+def plane(request: pytest.FixtureRequest) -> Iterator[NodePlane]:
+    """A control plane of each release the kubelet tests run (the control-plane tier's, knowing this
+    process's nodes' kubelets), one at a time."""
     minor = str(request.param)
     kubelet_of(minor)  # skips before a control plane is started for nothing
     assets = toolchain.kube_assets(minor)
@@ -92,7 +93,8 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     if reason:
         pytest.skip(reason)
     assert assets is not None
-    running = ControlPlane(assets, minor).start()
+    running = NodePlane(assets, minor)
+    running.start()
     try:
         yield running
     finally:

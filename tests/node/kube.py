@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,40 @@ from tools import toolchain
 BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
 #: The kubelet releases the tier runs, by minor.
 RELEASES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
+
+
+#: Node identities a NodePlane knows in advance: the first nodes of the process that started it.
+NODE_IDENTITIES = 64
+
+
+@dataclass
+class NodePlane(ControlPlane):
+    """The control-plane tier's control plane, whose token file also names the kubelets of this process's
+    first nodes (`<name>-<pid>-<n>`, n up to NODE_IDENTITIES) as the Node authorizer knows a kubelet:
+    user `system:node:<node name>` in group `system:nodes`. A kubelet with its node's token is held to
+    what the Node authorizer and the NodeRestriction admission plugin allow it, as on a real cluster."""
+
+    node_prefix: str = "vke-node"
+
+    def _pki(self) -> None:
+        super()._pki()
+        with (self.root / "tokens.csv").open("a") as tokens:
+            for n in range(1, NODE_IDENTITIES + 1):
+                name = f"{self.node_prefix}-{os.getpid()}-{n}"
+                tokens.write(f'{self._token(name)},system:node:{name},node-{n},"system:nodes"\n')
+
+    @staticmethod
+    def _token(name: str) -> str:
+        return f"kubelet-token-{name}"
+
+    def node_token(self, name: str) -> str:
+        """The kubelet's token of node `name` (one of this process's first nodes)."""
+        match = re.fullmatch(rf"{re.escape(self.node_prefix)}-{os.getpid()}-(\d+)", name)
+        if not match or not 1 <= int(match.group(1)) <= NODE_IDENTITIES:
+            raise ValueError(
+                f"node {name!r}: not one of the {NODE_IDENTITIES} nodes this control plane knows"
+            )
+        return self._token(name)
 
 
 def kubelet_of(minor: str) -> Path:

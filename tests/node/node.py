@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import shutil
@@ -69,6 +70,8 @@ KERNEL_TUNABLES = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 )
+#: Numbers the nodes of this process: `<name>-<pid>-<n>` (a control plane can know the names in advance).
+_COUNTER = itertools.count(1)
 #: Figures the tier's tests measure, printed under its summary line.
 FIGURES: list[str] = []
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -317,7 +320,7 @@ class Node:
         if located is None:
             raise NodeError(f"the toolchain's node binaries are not built: {HOW_TO_GET}")
         self.tools = located
-        self.name = f"{name}-{os.getpid()}-{time.monotonic_ns() % 100000}"
+        self.name = f"{name}-{os.getpid()}-{next(_COUNTER)}"
         self.base = Path(tempfile.mkdtemp(prefix="vkenode-", dir="/tmp"))
         self.cdi_dir = self.base / "cdi"
         self.logs_dir = self.base / "logs"

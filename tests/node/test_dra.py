@@ -18,10 +18,10 @@ from typing import Any
 from vke_gpu_dra_core import facts
 
 from tests.integration.cluster import Cluster
-from tests.integration.controlplane import ADMIN_TOKEN, ControlPlane, wait_until
+from tests.integration.controlplane import ADMIN_TOKEN, wait_until
 
 from . import images
-from .kube import BUSYBOX, RELEASES, get_or_none, is_running, kubelet_of, ready, when
+from .kube import BUSYBOX, RELEASES, NodePlane, get_or_none, is_running, kubelet_of, ready, when
 from .node import FIGURES, Node
 
 GPUS = 2
@@ -72,10 +72,10 @@ def claim_pod(template: str, node: str) -> dict[str, Any]:
     }
 
 
-def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: ControlPlane) -> None:
+def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: NodePlane) -> None:
     kubelet = kubelet_of(plane.version)
     node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
-    node.start_kubelet(kubelet, plane.server, plane.ca_file, ADMIN_TOKEN)
+    node.start_kubelet(kubelet, plane.server, plane.ca_file, plane.node_token(node.name))
     admin = plane.admin()
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()

@@ -12,20 +12,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.integration.controlplane import ControlPlane, wait_until
+import pytest
+
+from tests.integration.controlplane import ApiError, wait_until
 
 from . import images
-from .kube import BUSYBOX, RELEASES, get_or_none, is_running, kubelet_of, ready, when
+from .kube import BUSYBOX, RELEASES, NodePlane, get_or_none, is_running, kubelet_of, ready, when
 from .node import ADDRESS, FIGURES, GPU_POOL_LABELS, KERNEL_TUNABLES, Node
 
 
-def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: ControlPlane) -> None:
+def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: NodePlane) -> None:
     kubelet = kubelet_of(plane.version)
     image = images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries())
     node.import_image(image)
     tunables = {name: (Path("/proc/sys") / name).read_text() for name in KERNEL_TUNABLES}
     begin = time.monotonic()
-    node.start_kubelet(kubelet, plane.server, plane.ca_file, "envtest-admin-token")
+    node.start_kubelet(kubelet, plane.server, plane.ca_file, plane.node_token(node.name))
     admin = plane.admin()
     path = f"/api/v1/nodes/{node.name}"
     registered = wait_until(lambda: get_or_none(plane, path), timeout=90)
@@ -40,6 +42,12 @@ def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: Contro
     node_object = wait_until(lambda: when(ready, admin.get(path)), timeout=90)
     assert node_object, f"{node.name} is not Ready:\n{admin.get(path)['status']['conditions']}\n{node.logs()}"
     registered_in = time.monotonic() - begin
+    # the kubelet is its node, as the Node authorizer knows it, and nothing more
+    as_node = plane.client(plane.node_token(node.name))
+    assert as_node.get(path)["metadata"]["name"] == node.name
+    with pytest.raises(ApiError) as refused:
+        as_node.get("/api/v1/secrets")
+    assert refused.value.status == 403 and f"system:node:{node.name}" in refused.value.message
     # the kernel flags the kubelet sets went to the node's own files, not to the machine
     assert {name: (Path("/proc/sys") / name).read_text() for name in KERNEL_TUNABLES} == tunables
     assert node.run(["cat", "/proc/sys/kernel/panic"]).stdout.strip() == "10", "the kubelet's value, inside"
