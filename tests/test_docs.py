@@ -4,6 +4,8 @@ the driver's reference pages name every flag."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -121,3 +123,38 @@ def test_the_link_check_finds_missing_files_and_headings(tmp_path: Path) -> None
         f"there.md#nope: no heading #nope in {_shown(tmp_path / 'there.md')}",
         f"pic.png: no file {_shown(tmp_path / 'pic.png')}",
     ]
+
+
+def _commands(doc: Path) -> list[tuple[str, str]]:
+    """(command, its comment) of each line of the doc's bash blocks."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", doc.read_text(), flags=re.M | re.S)
+    found = []
+    for block in blocks:
+        for line in block.splitlines():
+            command, _, comment = line.partition(" #")
+            if command.strip():
+                found.append((command.strip(), comment.strip()))
+    return found
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/environments.md"])
+def test_every_command_the_front_doors_show_is_there_after_setup(doc: str) -> None:
+    """Each command of the README's and environments.md's bash blocks names a script of the repository or
+    a program `scripts/setup` puts into .venv/bin (on PATH after `. .venv/bin/activate`), or one of the
+    shell's own or the user's (`export`, `mkdir`, `.`, `kind`). The engine tier runs them on the real
+    CLI (tests/engine/test_up_script.py)."""
+    bin_dir = Path(sys.executable).parent
+    shell = {"export", "mkdir", ".", "kind"}
+    for command, _ in _commands(ROOT / doc):
+        program = command.split()[0]
+        assert program in shell or (ROOT / program).is_file() or (bin_dir / program).exists(), (
+            f"{doc}: {command!r}: {program} is neither a script here nor in {bin_dir}"
+        )
+
+
+def test_the_readmes_plan_command_answers_as_its_comment_says() -> None:
+    [(command, comment)] = [c for c in _commands(ROOT / "README.md") if c[0].startswith("vke-gpu-dra plan")]
+    argv = [str(Path(sys.executable).parent / "vke-gpu-dra"), *command.split()[1:]]
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    assert comment.endswith(": FITS") and "Deployment default/gpu-test: FITS" in run.stdout
