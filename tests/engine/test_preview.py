@@ -159,6 +159,27 @@ def test_a_config_the_program_refuses_fails_before_anything_is_planned(workspace
     assert "vke-gpu-dra:nodePool.containerdVersion = '1.7'" in error
 
 
+def test_a_list_item_set_with_path_is_refused_with_the_commands_that_work(workspace: Workspace) -> None:
+    """`pulumi config set --path 'nodePool.instanceTypes[0]' …`, the usual Pulumi habit, writes an object
+    under `nodePool`; the program names the commands that set the dotted key, and they work."""
+    _prepare(workspace, "dev")
+    workspace.pulumi(
+        "config", "set", "--stack", "dev", "--path", "nodePool.instanceTypes[0]", "ecs.gni2.3xlarge"
+    )
+
+    run, events = workspace.preview("dev", check=False)
+    assert run.returncode != 0
+    [error, *_] = events.errors()
+    fix = "pulumi config rm nodePool, then pulumi config set nodePool.instanceTypes '[\"ecs.gni2.3xlarge\"]'"
+    assert fix in error, error
+
+    workspace.config_rm("dev", ["nodePool"])
+    workspace.config_set("dev", {"nodePool.instanceTypes": '["ecs.gni2.3xlarge"]'})
+    run, events = workspace.preview("dev")
+    assert events.result == "succeeded", events.errors()
+    assert events.one(pt.NODE_POOL).inputs["nodeConfig"]["instanceTypeIds"] == ["ecs.gni2.3xlarge"]
+
+
 @pytest.mark.parametrize("missing", ["volcengine:accessKey", "volcengine:secretKey"])
 def test_the_volcengine_provider_refuses_to_start_without_credentials(
     workspace: Workspace, missing: str
