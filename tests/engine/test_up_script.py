@@ -38,7 +38,7 @@ from tools import toolchain, up
 
 from .conftest import timed
 from .kubelet import NodeAgent
-from .workspace import DOUBLES, ROOT, SAMPLE_NAMESPACE, Workspace, run_group
+from .workspace import BIN, DOUBLES, ROOT, SAMPLE_NAMESPACE, Workspace, run_group
 
 PASSPHRASE = "engine tier passphrase"
 ACCESS_KEY = "AKLTengine-tier"
@@ -271,7 +271,7 @@ def test_on_a_terminal_up_asks_what_dev_lacks_and_previews_it_without_a_version_
 def test_the_local_stack_goes_up_and_down_for_a_first_time_user(
     workspace: Workspace, plane: ControlPlane, gpu_node: tuple[str, NodeAgent]
 ) -> None:
-    _, agent = gpu_node
+    node, agent = gpu_node
     api = plane.admin()
     workspace.aim_at(plane, "local")  # the local stack's settings, its cluster the tier's API server
     env = user_env(workspace, PULUMI_CONFIG_PASSPHRASE=PASSPHRASE)
@@ -286,6 +286,14 @@ def test_the_local_stack_goes_up_and_down_for_a_first_time_user(
     assert api.items(f"/apis/apps/v1/namespaces/{SAMPLE_NAMESPACE}/deployments")
     state = yaml.safe_load((workspace.project / "Pulumi.local.yaml").read_text())
     assert "encryptionsalt" in state
+    # `vke-gpu-dra plan` of the stack reads the cluster it went into: the 1.34 server, the node's GPUs.
+    plan = subprocess.run(
+        [str(BIN / "vke-gpu-dra"), "plan", "--stack-config", str(workspace.project / "Pulumi.local.yaml")],
+        cwd=workspace.project, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert plan.stdout.startswith("Kubernetes 1.34 (")
+    assert f"  {node}: nodes of the cluster = " in plan.stdout and "ecs." not in plan.stdout, plan.stdout
 
     down = script(workspace, "down", "local", "--yes", env=env)
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
