@@ -1,4 +1,7 @@
-"""scripts/up and scripts/down from a clone, against a stand-in Pulumi CLI that records its commands."""
+"""scripts/up and scripts/down from a clone, against a stand-in Pulumi CLI that records its commands: where
+the real CLI cannot go here (scripts/setup run from scratch, scripts/kind-up without Docker, `pulumi up` and
+`destroy` of a VKE stack) and for the order of the commands. The stand-in answers as the real CLI 3.274.1
+does; the engine tier runs the scripts on the real one (tests/engine/test_up_script.py)."""
 
 from __future__ import annotations
 

@@ -830,8 +830,6 @@ def run_checks(snap: Snapshot, settings: Settings) -> list[StepResult]:
     for check in CHECKS:
         result = check(snap, settings)
         if result.id in settings.skip:
-            result = StepResult(
-                result.id, result.title, Status.SKIP, SKIPPED_ON_REQUEST, waived=True
-            )
+            result = StepResult(result.id, result.title, Status.SKIP, SKIPPED_ON_REQUEST, waived=True)
         results.append(result)
     return results
