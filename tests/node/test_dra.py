@@ -11,23 +11,30 @@ the plugin authenticates with the test cluster's admin token.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from vke_gpu_dra_core import facts
 
+from tests.driver import fake_driver
 from tests.integration.cluster import Cluster
 from tests.integration.controlplane import ADMIN_TOKEN, wait_until
 
 from . import images
 from .kube import BUSYBOX, RELEASES, NodePlane, get_or_none, is_running, kubelet_of, ready, when
 from .node import FIGURES, Node
+from .test_containerd_cdi import IMAGE, PROBE, PRODUCT, UUIDS, probe_image
 
 GPUS = 2
 
 
-def start_plugin(node: Node, cluster: Cluster) -> subprocess.Popen[bytes]:
+def start_plugin(
+    node: Node, cluster: Cluster, source: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """The plugin process with the kubelet's folders and the device `source` arguments."""
     kubelet_root = node.base / "kubelet"
     kubeconfig = cluster.plane.write_kubeconfig(cluster.tmp / "plugin.kubeconfig", ADMIN_TOKEN)
     args = [
@@ -35,53 +42,55 @@ def start_plugin(node: Node, cluster: Cluster) -> subprocess.Popen[bytes]:
         "--plugin-data-dir", str(kubelet_root / "plugins" / facts.DRIVER_NAME),
         "--registrar-dir", str(kubelet_root / "plugins_registry"), "--cdi-root", str(node.cdi_dir),
         "--pod-resources-socket", str(kubelet_root / "pod-resources" / "kubelet.sock"),
-        "--device-source", "simulated", "--simulated-gpus", str(GPUS),
-        "--healthcheck-port", "0", "--metrics-port", "0", "--log-format", "json",
+        *source, "--healthcheck-port", "0", "--metrics-port", "0", "--log-format", "json",
     ]  # fmt: skip
     with (node.logs_dir / "plugin.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "vke_gpu_dra", *args],
+            [sys.executable, "-m", "vke_gpu_dra", *args], env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     cluster.processes.append(process)  # stopped by PID with the test's cluster
     return process
 
 
-def claim_pod(template: str, node: str) -> dict[str, Any]:
-    probe = "env | grep -E '^(GPU_DEVICE_|NVIDIA_VISIBLE_DEVICES|DRA_RESOURCE_CLAIM_UID)' | sort; sleep 3600"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "gpu-pod"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": BUSYBOX,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", probe],
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-        },
+def claim_pod(template: str, node: str, image: str, probe: str, config: Path | None = None) -> dict[str, Any]:
+    """A pod on `node` whose one container runs `probe` (then sleeps) with a claim from `template`;
+    `config`, the fake NVML's configuration, is mounted where FAKE_NVML_CONFIG says."""
+    container: dict[str, Any] = {
+        "name": "ctr",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", probe + "\nsleep 3600"],
+        "resources": {"claims": [{"name": "gpu"}]},
     }
+    spec: dict[str, Any] = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [container],
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+    }
+    if config is not None:
+        container["env"] = [{"name": "FAKE_NVML_CONFIG", "value": "/etc/fake-nvml.conf"}]
+        container["volumeMounts"] = [{"name": "nvml", "mountPath": "/etc/fake-nvml.conf", "readOnly": True}]
+        spec["volumes"] = [{"name": "nvml", "hostPath": {"path": str(config), "type": "File"}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-pod"}, "spec": spec}
 
 
-def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: NodePlane) -> None:
-    kubelet = kubelet_of(plane.version)
-    node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
-    node.start_kubelet(kubelet, plane.server, plane.ca_file, plane.node_token(node.name))
+def run_claim_pod(
+    node: Node, plane: NodePlane, source: list[str], pod: dict[str, Any], env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """The kubelet on the node, the chart's objects, the plugin (`source`, `env`), a one-GPU claim template
+    and `pod`: the allocated device (the claim's allocation result) and the container's output once the
+    pod runs. The pod is deleted afterwards, and the kubelet must finish it."""
+    node.start_kubelet(kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name))
     admin = plane.admin()
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
     with Cluster.for_test(plane, "node-dra") as cluster:
         cluster.install_chart()
-        plugin = start_plugin(node, cluster)
+        plugin = start_plugin(node, cluster, source, env)
         slices = wait_until(lambda: cluster.slices_of(node.name) or plugin.poll() is not None, timeout=60)
         assert slices and plugin.poll() is None, f"no slice published:\n{node.logs()}"
         registered = wait_until(
@@ -98,7 +107,7 @@ def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: No
         template: dict[str, Any] = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"}
         template |= {"metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
         cluster.apply(template)
-        cluster.apply(claim_pod("one-gpu", node.name))
+        cluster.apply(pod)
         pods = f"/api/v1/namespaces/{cluster.namespace}/pods"
         running = wait_until(lambda: when(is_running, admin.get(f"{pods}/gpu-pod")), timeout=120)
         assert running, (
@@ -111,17 +120,61 @@ def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: No
         [cid] = node.crictl("ps", "--name", "ctr", "-q").stdout.split()
 
         def output() -> list[str]:
-            return node.crictl("logs", cid).stdout.splitlines()
+            logs = node.crictl("logs", cid).stdout.splitlines()
+            return logs if logs and logs[-1].startswith("done") else []
 
         seen = wait_until(output, timeout=30)
-        index = result["device"].removeprefix("gpu-")
-        assert f"GPU_DEVICE_{index}={result['device']}" in seen, seen
-        assert [line for line in seen if line.startswith("GPU_DEVICE_") and "_UUID=" not in line] == [
-            f"GPU_DEVICE_{index}={result['device']}"
-        ], "exactly the allocated GPU"
-        assert "NVIDIA_VISIBLE_DEVICES=void" in seen
-
         cluster.api.request("DELETE", f"{pods}/gpu-pod")
         gone = wait_until(lambda: get_or_none(plane, f"{pods}/gpu-pod") is None, timeout=60)
         assert gone, f"the kubelet did not finish the pod:\n{node.logs()}"
-    FIGURES.append(f"kubelet {RELEASES[plane.version]}: a DRA pod of our plugin Running and torn down")
+    return result, seen
+
+
+SIMULATED_PROBE = (
+    "env | grep -E '^(GPU_DEVICE_|NVIDIA_VISIBLE_DEVICES|DRA_RESOURCE_CLAIM_UID)' | sort; echo done"
+)
+
+
+def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: NodePlane) -> None:
+    """Simulated GPUs: each device's CDI edits are its environment."""
+    kubelet_of(plane.version)
+    node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
+    pod = claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE)
+    result, seen = run_claim_pod(
+        node, plane, ["--device-source", "simulated", "--simulated-gpus", str(GPUS)], pod
+    )
+    index = result["device"].removeprefix("gpu-")
+    assert [line for line in seen if line.startswith("GPU_DEVICE_") and "_UUID=" not in line] == [
+        f"GPU_DEVICE_{index}={result['device']}"
+    ], f"exactly the allocated GPU: {seen}"
+    assert "NVIDIA_VISIBLE_DEVICES=void" in seen
+    FIGURES.append(
+        f"kubelet {RELEASES[plane.version]}: a DRA pod of our plugin (simulated GPUs) Running and torn down"
+    )
+
+
+def test_with_nvml_the_container_gets_its_gpus_device_nodes(node: Node, plane: NodePlane) -> None:
+    """The fake NVIDIA driver (the fake libnvidia-ml the plugin loads from the driver root, its device
+    nodes made with mknod): the claim's CDI edits give the container the allocated GPU's device node, the
+    control nodes and the driver's files, nothing of the other GPU."""
+    kubelet_of(plane.version)
+    fake = fake_driver.build(node.base / "driver" / "root", gpus=GPUS)
+    config = node.base / "driver" / "fake-nvml.conf"
+    lines = [f"device_count={GPUS}"]
+    lines += [f"gpu.{i}.name={PRODUCT}\ngpu.{i}.uuid={UUIDS[i]}\ngpu.{i}.minor={i}" for i in range(GPUS)]
+    config.write_text("\n".join(lines) + "\n")
+    smi = fake.local("/usr/bin/nvidia-smi")
+    node.import_image(probe_image(node.base / "images" / "probe.tar", smi))
+    pod = claim_pod("one-gpu", node.name, IMAGE, PROBE + "echo done", config)
+    source = ["--device-source", "nvml", "--nvidia-driver-root", str(fake.path)]
+    result, seen = run_claim_pod(node, plane, source, pod, {"FAKE_NVML_CONFIG": str(config)})
+    own = int(result["device"].removeprefix("gpu-"))
+    other = 1 - own
+    assert f"node /dev/nvidia{own} character special file c3 {own:x}" in seen, seen
+    assert not any(line.startswith(f"node /dev/nvidia{other} ") for line in seen)
+    assert "node /dev/nvidiactl character special file c3 ff" in seen
+    assert f"open /dev/nvidia{own} No such device or address" in seen
+    assert "env NVIDIA_VISIBLE_DEVICES=void" in seen
+    # nvidia-smi and libnvidia-ml from the driver root, through the claim's mounts
+    assert any(line.startswith(f"smi GPU 0: {PRODUCT} (UUID: ") for line in seen), seen
+    FIGURES.append(f"kubelet {RELEASES[plane.version]}: a DRA pod of our plugin (NVML, device nodes) Running")
