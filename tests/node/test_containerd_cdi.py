@@ -9,8 +9,10 @@ spec's device nodes, mounts and environment; what the container sees is read fro
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -165,7 +167,15 @@ def test_the_cri_runs_with_cdi_from_the_nodes_own_folder(node: Node) -> None:
 
 
 def test_images_are_reproducible(tmp_path: Path) -> None:
-    entries = images.busybox_entries()
+    program = tmp_path / "program"
+    program.write_bytes(b"\x7fELF not really")
+    program.touch()  # its time and owner on this machine do not count
+    entries = [
+        images.Entry("/bin/program", source=program),
+        images.Entry("/bin/sh", link="program"),
+        images.Entry("/etc/config", mode=0o644, data=b"key=value\n"),
+        images.Entry("/tmp", mode=0o1777, directory=True),
+    ]
     first = images.build(tmp_path / "a.tar", IMAGE, entries)
     second = images.build(tmp_path / "b.tar", IMAGE, list(reversed(entries)))
     assert first.digest == second.digest
@@ -173,6 +183,28 @@ def test_images_are_reproducible(tmp_path: Path) -> None:
     other = images.build(tmp_path / "c.tar", IMAGE, [*entries, images.Entry("/etc/marker", data=b"x")])
     assert other.digest != first.digest
     assert first.by_digest == f"vke-gpu-dra.local/node/gpu-probe@{first.digest}"
+    # the layer, found as a runtime finds it: index -> manifest -> layer; root's, dated 0, sorted
+    with tarfile.open(tmp_path / "a.tar") as archive:
+
+        def blob(digest: str) -> bytes:
+            member = archive.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+            assert member is not None
+            return member.read()
+
+        [entry] = json.loads(blob_of(archive, "index.json"))["manifests"]
+        assert entry["digest"] == first.digest
+        [layer] = json.loads(blob(entry["digest"]))["layers"]
+        with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"]))) as members:
+            infos = members.getmembers()
+    assert [i.name for i in infos] == ["bin", "bin/program", "bin/sh", "etc", "etc/config", "tmp"]
+    assert {(i.uid, i.gid, i.mtime) for i in infos} == {(0, 0, 0)}
+    assert [i.mode for i in infos if i.name in ("etc/config", "tmp")] == [0o644, 0o1777]
+
+
+def blob_of(archive: tarfile.TarFile, name: str) -> bytes:
+    member = archive.extractfile(name)
+    assert member is not None
+    return member.read()
 
 
 @pytest.mark.parametrize(
