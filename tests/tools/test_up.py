@@ -217,7 +217,7 @@ def test_logged_in_is_what_the_clis_own_settings_say(tmp_path: Path) -> None:
 
 def test_the_plugins_each_stack_needs() -> None:
     def needed(stack: str) -> list[tuple[str, str]]:
-        config = yaml.safe_load((up.ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+        config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
         return [(p.name, p.version) for p in up.needed_plugins(config, {})]
 
     k8s = ("kubernetes", pulumi_types.KUBERNETES_PROVIDER_VERSION)
