@@ -8,6 +8,7 @@ run.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +21,15 @@ from .kube import RELEASES, NodePlane, kubelet_of
 from .node import FIGURES, Node, missing
 
 TIER = TierRecord("node tier (tests/node)")
+HERE = Path(__file__).resolve().parent
 NODE_FIXTURES = frozenset({"node"})
 STARTUPS: list[float] = []
 
 
 def in_tier(item: pytest.Item) -> bool:
+    """A test of this folder that runs a node (other folders have fixtures named `node` too)."""
+    if HERE not in Path(str(item.fspath)).parents:
+        return False
     fixtures = set(getattr(item, "fixturenames", ()))
     return bool(NODE_FIXTURES & fixtures) or item.get_closest_marker("node") is not None
 
