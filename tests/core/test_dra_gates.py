@@ -47,3 +47,72 @@ def test_what_1_37_locks_and_what_it_still_lets_an_operator_turn_off() -> None:
     assert g.locked(g.RESOURCE_CLAIM_DEVICE_STATUS, V137)
     assert not g.locked(g.DEVICE_TAINTS, V137)  # GA in 1.37, locked from 1.38
     assert not g.locked(g.DEVICE_TAINT_RULES, V137)
+
+
+# --- 1.38 (v1.38.0-beta.0's feature-gate table; the control-plane tier reads the built servers' own) ---
+
+V138 = (1, 38)
+
+
+def test_1_38_removes_dra_itself_and_locks_the_device_taint_gates() -> None:
+    assert g.exists(g.DYNAMIC_RESOURCE_ALLOCATION, V137) and g.locked(g.DYNAMIC_RESOURCE_ALLOCATION, V137)
+    assert g.removed(g.DYNAMIC_RESOURCE_ALLOCATION, V138) and not g.exists(
+        g.DYNAMIC_RESOURCE_ALLOCATION, V138
+    )
+    for gate in (g.DEVICE_TAINTS, g.DEVICE_TAINT_RULES, g.PARTITIONABLE_DEVICES, g.BINDING_CONDITIONS):
+        assert g.locked(gate, V138) and g.on_by_default(gate, V138) and g.stage(gate, V138) == "GA", gate
+    # GA and on, still settable
+    for gate in (g.CONSUMABLE_CAPACITY, g.FRACTIONAL_CAPACITY_RANGE):
+        assert not g.locked(gate, V138) and g.on_by_default(gate, V138) and g.stage(gate, V138) == "GA", gate
+    assert g.slice_fields_kept(V138) == frozenset(g.SLICE_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [
+        (V134, "DRAAdminAccess=true,DRAConsumableCapacity=false,DRADeviceBindingConditions=false,"
+               "DRADeviceTaints=false,DRAExtendedResource=false,DRAPartitionableDevices=false,"
+               "DRAPrioritizedList=true,DRAResourceClaimDeviceStatus=true,DynamicResourceAllocation=true,"
+               "KubeletPodResourcesDynamicResources=true"),
+        (V137, "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRADeviceTaintRules=true,"
+               "DRADeviceTaints=true,DRAFractionalCapacityRange=false,DRAPartitionableDevices=true"),
+        (V138, "DRAConsumableCapacity=true,DRAFractionalCapacityRange=true"),
+    ],
+)  # fmt: skip
+def test_what_the_tier_renders_for_each_release(version: tuple[int, int], flag: str) -> None:
+    """Every gate the release has and does not lock, at its default: no locked or removed gate named."""
+    assert g.feature_gates_flag(version, g.settable_defaults(version)) == flag
+    assert "DynamicResourceAllocation" not in g.feature_gates_flag(V138, g.settable_defaults(V138))
+
+
+def test_a_locked_gate_at_its_lock_is_left_out_of_the_flag() -> None:
+    assert g.feature_gates_flag(V138, {g.DEVICE_TAINTS: True, g.CONSUMABLE_CAPACITY: False}) == (
+        "DRAConsumableCapacity=false"
+    )
+    assert g.feature_gates_flag(V137, {g.DEVICE_TAINTS: False}) == "DRADeviceTaints=false"  # not locked yet
+
+
+@pytest.mark.parametrize(
+    ("version", "gates", "message"),
+    [
+        (V138, {"DynamicResourceAllocation": True},
+         "feature gate DynamicResourceAllocation: removed in Kubernetes 1.38, so a 1.38 component refuses to "
+         "start with it; allowed: leave it out"),
+        (V138, {"DRADeviceTaints": False},
+         "feature gate DRADeviceTaints=false: DRADeviceTaints is GA and locked to true in Kubernetes 1.38; "
+         "allowed: DRADeviceTaints=true or leave it out"),
+        (V138, {"DRADeviceTaintRules": False},
+         "feature gate DRADeviceTaintRules=false: DRADeviceTaintRules is GA and locked"),
+        (V134, {"DRADeviceTaintRules": True},
+         "feature gate DRADeviceTaintRules: Kubernetes 1.34 does not have it (from 1.35); "
+         "allowed: leave it out"),
+        (V137, {"NoSuchGate": True},
+         "feature gate NoSuchGate: not a DRA gate this table knows; known: DRAAdminAccess,"),
+    ],
+)  # fmt: skip
+def test_a_gate_the_release_refuses_is_one_clear_error(
+    version: tuple[int, int], gates: dict[str, bool], message: str
+) -> None:
+    with pytest.raises(g.GateError) as caught:
+        g.feature_gates_flag(version, gates)
+    assert str(caught.value).startswith(message)
