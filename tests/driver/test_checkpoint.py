@@ -447,7 +447,7 @@ def test_a_failed_append_makes_the_next_write_rewrite_the_file(tmp_path, monkeyp
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fdatasync", full)
-    with pytest.raises(OSError, match="Input/output error"):
+    with pytest.raises(OSError, match=rf"Input/output error: '{tmp_path / cp.JOURNAL_FILE}'"):
         store.save({"u1": entry("u1")})
     monkeypatch.undo()
     store.save({"u2": entry("u2")})

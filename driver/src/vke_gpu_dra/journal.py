@@ -213,10 +213,15 @@ class Journal:
         record = RECORD.pack(len(payload), _crc(self._epoch, self._seq, payload), self._seq) + payload
         if self._end + len(record) > self.size:
             return False
-        written = os.pwrite(fd, record, self._end)
-        if written != len(record):  # a regular file's pwrite into written blocks writes all or fails
-            raise OSError(f"short write to {self.path}: {written} of {len(record)} bytes")
-        os.fdatasync(fd)
+        try:
+            written = os.pwrite(fd, record, self._end)
+            if written != len(record):  # a regular file's pwrite into written blocks writes all or fails
+                raise OSError(f"short write to {self.path}: {written} of {len(record)} bytes")
+            os.fdatasync(fd)
+        except OSError as exc:
+            if exc.errno is None or exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         self._seq += 1
         self._end += len(record)
         return True
