@@ -16,6 +16,9 @@ scratch copy of the wrapper with `-mod=readonly -trimpath`, CGO off and the mach
 cache only when complete (`manifest.json` last), so an interrupted build leaves nothing that counts. A
 tool that cannot be built without C (runc) says so in its build.toml (`cgo = true`, and the Debian
 packages whose headers it needs); its bytes then also depend on the machine's C compiler and headers.
+A tool whose go.mod needs a newer Go than the machine's names the Go release it is built with
+(`go = "go1.27.3"`): that tool's go commands alone run with GOTOOLCHAIN set to it, which the go command
+takes from the Go module proxy; every other tool keeps the machine's Go.
 
 Where `../shared/toolchain/` (beside the clone; $VKE_GPU_DRA_SHARED_TOOLCHAIN elsewhere) holds files
 whose SHA256 is the one recorded for every file of a tool, they are copied into the cache instead of
@@ -53,7 +56,7 @@ SUMS = "SHA256SUMS"
 #: The wrapper's files that decide what is built (SHA256SUMS only records the result).
 KEY_FILES = ("go.mod", "go.sum", "build.toml")
 #: The tools the control planes of the integration tier are made of, per Kubernetes minor.
-KUBERNETES = {"1.34": "kubernetes-1.34", "1.37": "kubernetes-1.37"}
+KUBERNETES = {"1.34": "kubernetes-1.34", "1.37": "kubernetes-1.37", "1.38": "kubernetes-1.38"}
 ETCD = "etcd"
 #: What a folder of `kube_assets` holds (envtest's $KUBEBUILDER_ASSETS).
 ASSET_BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -91,6 +94,14 @@ class Recipe:
     cgo: bool = False
     #: Debian packages a cgo build needs (their headers), named when the build fails.
     debian: tuple[str, ...] = ()
+    #: The Go release the tool is built with (build.toml `go`), where its go.mod needs a newer Go than the
+    #: machine's: GOTOOLCHAIN for this tool's go commands. "" builds with the machine's Go
+    #: (GOTOOLCHAIN=local).
+    go: str = ""
+
+    def env(self) -> dict[str, str]:
+        """The environment of this tool's go commands."""
+        return go_env(cgo=self.cgo, toolchain=self.go)
 
     @property
     def outputs(self) -> list[str]:
@@ -173,6 +184,11 @@ def load_recipe(folder: Path) -> Recipe:
         raise ToolchainError(f"{where}: cgo must be true or false (got {cgo!r})")
     if debian and not cgo:
         raise ToolchainError(f"{where}: debian names C packages, which only a cgo = true build uses")
+    go = data.get("go", "")
+    if not isinstance(go, str) or (go and not re.fullmatch(r"go\d+\.\d+\.\d+", go)):
+        raise ToolchainError(
+            f"{where}: go must name a Go release such as go1.27.3 (GOTOOLCHAIN for this tool), got {go!r}"
+        )
     return Recipe(
         name=folder.name,
         folder=folder,
@@ -187,6 +203,7 @@ def load_recipe(folder: Path) -> Recipe:
         tags=tags,
         cgo=cgo,
         debian=debian,
+        go=go,
     )
 
 
@@ -316,21 +333,24 @@ def kube_assets(minor: str, cache: Path | None = None, wrappers: Path = WRAPPERS
 # --- building ----------------------------------------------------------------------------------------
 
 
-def go_env(*, cgo: bool = False) -> dict[str, str]:
+def go_env(*, cgo: bool = False, toolchain: str = "") -> dict[str, str]:
+    """The go commands' environment: the machine's Go (GOTOOLCHAIN=local) unless `toolchain` names the Go
+    release a tool needs (go1.27.3), which the go command then takes from the Go module proxy."""
     env = dict(os.environ)
-    env.update({"CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": GO_FLAGS, "GOTOOLCHAIN": "local"})
+    env.update({"CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": GO_FLAGS, "GOTOOLCHAIN": toolchain or "local"})
     env["GOWORK"] = "off"
     return env
 
 
-def go_version() -> str:
+def go_version(env: Mapping[str, str] | None = None) -> str:
+    """The Go release the go commands run under `env` use (a tool's own, else the machine's)."""
     go = shutil.which("go")
     if go is None:
         raise ToolchainError(
             "go is not on PATH: the toolchain is built with Go 1.26 from the Go module proxy "
             "(https://go.dev/doc/install), or copied from ../shared/toolchain"
         )
-    return _run([go, "env", "GOVERSION"], cwd=ROOT).strip()
+    return _run([go, "env", "GOVERSION"], cwd=ROOT, env=env).strip()
 
 
 def _run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> str:
@@ -343,11 +363,12 @@ def _run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None
     return result.stdout
 
 
-def module_file(spec: str, work: Path) -> Path:
+def module_file(spec: str, work: Path, env: Mapping[str, str] | None = None) -> Path:
     """`module:path` -> that file in the module cache (the module is downloaded as go.sum pins it)."""
     module, _, inner = spec.partition(":")
     # `go mod download` fetches the version go.mod requires (into the module cache) and names its folder.
-    directory = str(json.loads(_run(["go", "mod", "download", "-json", module], cwd=work)).get("Dir", ""))
+    answer = _run(["go", "mod", "download", "-json", module], cwd=work, env=env)
+    directory = str(json.loads(answer).get("Dir", ""))
     path = Path(directory) / inner
     if not directory or not path.is_file():
         raise ToolchainError(f"{spec}: not in {module} as go.mod pins it ({directory or 'not downloaded'})")
@@ -362,16 +383,16 @@ def build(recipe: Recipe, staging: Path) -> None:
         for target, spec in recipe.embed.items():
             destination = work / target
             destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(module_file(spec, work), destination)
+            shutil.copyfile(module_file(spec, work, recipe.env()), destination)
         ldflags = recipe.ldflags()
         own = sorted(package for package in recipe.binaries.values() if package.startswith("./"))
         if own:  # this repository's own Go code (a main of the wrapper) is vetted before it is built
-            _run(["go", "vet", *own], cwd=work)
+            _run(["go", "vet", *own], cwd=work, env=recipe.env())
         tags = ["-tags", ",".join(recipe.tags)] if recipe.tags else []
         for name, package in sorted(recipe.binaries.items()):
             argv = ["go", "build", *tags, "-ldflags", ldflags, "-o", str(staging / name), package]
             try:
-                _run(argv, cwd=work, env=go_env(cgo=recipe.cgo))
+                _run(argv, cwd=work, env=recipe.env())
             except ToolchainError as exc:
                 if not recipe.cgo:
                     raise
@@ -381,7 +402,7 @@ def build(recipe: Recipe, staging: Path) -> None:
                     f"Debian packages (apt-get install {needs})"
                 ) from None
         for name, spec in sorted(recipe.files.items()):
-            shutil.copyfile(module_file(spec, work), staging / name)
+            shutil.copyfile(module_file(spec, work, recipe.env()), staging / name)
             (staging / name).chmod(0o755)
 
 
@@ -445,7 +466,7 @@ def ensure(recipe: Recipe, cache: Path, shared: Path, *, say: Any = print) -> Ou
             source_kind, go = "shared", sums.go if sums else ""
         else:
             say(f"toolchain: building {recipe.name} ({recipe.module} {recipe.version}) ...")
-            go = go_version()
+            go = go_version(recipe.env())
             build(recipe, staging)
             source_kind = "built"
         seconds = time.monotonic() - begin

@@ -157,6 +157,51 @@ def test_bad_cgo_settings_are_one_error(tmp_path: Path, line: str, message: str)
         toolchain.load_recipe(wrapper(tmp_path, build_toml=toml))
 
 
+GO_TOML = (
+    'module = "example.com/tool/v2"\ngo = "go1.27.3"\n[binaries]\ntool = "example.com/tool/v2/cmd/tool"\n'
+)
+
+
+def test_a_tool_that_names_its_go_release_alone_builds_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubernetes-1.38 needs Go 1.27: its go commands get GOTOOLCHAIN=go1.27.3, every other tool keeps the
+    machine's Go (GOTOOLCHAIN=local), and the Go release recorded is the one that built it."""
+    newer = toolchain.load_recipe(wrapper(tmp_path, build_toml=GO_TOML))
+    plain_toml = 'module = "example.com/tool/v2"\n[binaries]\ntool = "example.com/tool/v2/cmd/tool"\n'
+    plain = toolchain.load_recipe(wrapper(tmp_path, "plain", plain_toml))
+    assert (newer.go, plain.go) == ("go1.27.3", "")
+    calls: list[tuple[str, str]] = []
+
+    def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+        toolchain_env = (env or toolchain.go_env())["GOTOOLCHAIN"]
+        calls.append((argv[1], toolchain_env))
+        return "go1.27.3\n" if argv[1:] == ["env", "GOVERSION"] else ""
+
+    monkeypatch.setattr(toolchain, "_run", run)
+    toolchain.build(newer, tmp_path / "out")
+    toolchain.build(plain, tmp_path / "out")
+    assert calls == [("build", "go1.27.3"), ("build", "local")]
+    assert toolchain.go_version(newer.env()) == "go1.27.3" and calls[-1] == ("env", "go1.27.3")
+    assert toolchain.go_env()["GOTOOLCHAIN"] == "local"
+
+
+def test_the_kubernetes_1_38_wrapper_alone_names_go_1_27() -> None:
+    recipes = toolchain.recipes()
+    assert recipes["kubernetes-1.38"].go == "go1.27.3"
+    assert "go 1.27.0" in (recipes["kubernetes-1.38"].folder / "go.mod").read_text().splitlines()
+    assert {r.name for r in recipes.values() if r.go} == {"kubernetes-1.38"}
+    sums = toolchain.read_sums(recipes["kubernetes-1.38"])
+    assert sums is not None and sums.go == "go1.27.3"
+
+
+@pytest.mark.parametrize("value", ['"1.27.3"', '"go1.27"', "127", '"go1.27.3 "'])
+def test_a_bad_go_release_is_one_error(tmp_path: Path, value: str) -> None:
+    toml = f'module = "example.com/tool/v2"\ngo = {value}\n[binaries]\ntool = "x"\n'
+    with pytest.raises(ToolchainError, match=r"go must name a Go release such as go1\.27\.3"):
+        toolchain.load_recipe(wrapper(tmp_path, build_toml=toml))
+
+
 def test_the_cache_key_follows_what_decides_the_build(tmp_path: Path) -> None:
     folder = wrapper(tmp_path)
     (folder / "cmd").mkdir()
