@@ -1,10 +1,11 @@
 """The real control-plane tier: one control plane per Kubernetes release and test run, each test in its
 own namespace.
 
-Two releases, from the toolchain (scripts/toolchain): Kubernetes 1.37, the newest, and 1.34, VKE's; both on
-etcd 3.6. Each control plane (`controlplane.py`) starts when a test first asks for it and stops at the end
-of the run. Without the toolchain's binaries every test here is skipped with one line saying how to build
-them. The tier's own time and its test count are printed at the end of the run.
+Three releases, from the toolchain (scripts/toolchain): Kubernetes 1.37, the newest, 1.34, VKE's, and 1.38,
+the next (its newest pre-release the Go module proxy serves); all on etcd 3.6. Each control plane
+(`controlplane.py`) starts when a test first asks for it and stops at the end of the run. Without the
+toolchain's 1.37 and 1.34 every test here is skipped with one line saying how to build them; without its
+1.38 the tests on 1.38 are. The tier's own time and its test count are printed at the end of the run.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from tools import toolchain
 from .cluster import FIGURES, Cluster
 from .controlplane import ControlPlane, missing_assets
 
-#: The releases the tier runs: the newest and VKE's.
-NEWEST, VKE = "1.37", "1.34"
+#: The releases the tier runs: the newest, VKE's and the next.
+NEWEST, VKE, NEXT = "1.37", "1.34", "1.38"
 
 #: Fixtures that start a control plane: the tests using them form the tier (marker `envtest`).
-PLANE_FIXTURES = frozenset({"control_plane", "control_plane_134", "each_cluster"})
+PLANE_FIXTURES = frozenset(
+    {"control_plane", "control_plane_134", "control_plane_138", "each_cluster", "taints_cluster"}
+)
 
 
 TIER = TierRecord("real control-plane tier (tests/integration)")
@@ -114,6 +117,13 @@ def control_plane_134() -> Iterator[ControlPlane]:
     yield from _start(VKE)
 
 
+@pytest.fixture(scope="session")
+def control_plane_138() -> Iterator[ControlPlane]:
+    """Kubernetes 1.38, the next release, at the toolchain's pre-release (DynamicResourceAllocation gone,
+    the device-taint gates locked on)."""
+    yield from _start(NEXT)
+
+
 @pytest.fixture
 def cluster(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """This test's namespace on the 1.37 control plane; what the test made is removed afterwards."""
@@ -128,8 +138,32 @@ def cluster_134(control_plane_134: ControlPlane, request: pytest.FixtureRequest)
         yield c
 
 
-@pytest.fixture(params=[NEWEST, VKE])
+@pytest.fixture
+def cluster_138(control_plane_138: ControlPlane, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """This test's namespace on the 1.38 control plane."""
+    with Cluster.for_test(control_plane_138, request.node.name) as c:
+        yield c
+
+
+#: each_cluster's fixture per release.
+CLUSTER_FIXTURES = {NEWEST: "cluster", VKE: "cluster_134", NEXT: "cluster_138"}
+
+
+@pytest.fixture(params=[NEWEST, VKE, NEXT])
 def each_cluster(request: pytest.FixtureRequest) -> Cluster:
-    """This test's namespace on each control plane in turn: 1.37, then 1.34 (VKE's release)."""
-    cluster: Cluster = request.getfixturevalue("cluster_134" if request.param == VKE else "cluster")
+    """This test's namespace on each control plane in turn: 1.37, 1.34 (VKE's release), then 1.38. A test
+    module whose cases do not hold on some release yet says why in `NOT_YET = {release: reason}`: the test
+    is skipped there with that reason."""
+    reason = getattr(request.module, "NOT_YET", {}).get(request.param)
+    if reason:
+        pytest.skip(f"not yet on {request.param}: {reason}")
+    cluster: Cluster = request.getfixturevalue(CLUSTER_FIXTURES[request.param])
+    return cluster
+
+
+@pytest.fixture(params=[NEWEST, NEXT])
+def taints_cluster(request: pytest.FixtureRequest) -> Cluster:
+    """This test's namespace on each control plane with device taints and DeviceTaintRules on by default:
+    1.37 (GA), then 1.38 (locked on)."""
+    cluster: Cluster = request.getfixturevalue(CLUSTER_FIXTURES[request.param])
     return cluster

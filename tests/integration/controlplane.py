@@ -27,10 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vke_gpu_dra_core import dra_gates
+
 #: The binaries a control plane needs in its folder.
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 #: What to do when they are missing (one line: the tier's skip reason).
-HOW_TO_GET = "build them with scripts/toolchain (Go 1.26 and the Go module proxy; docs/testing.md)"
+HOW_TO_GET = (
+    "build them with scripts/toolchain (Go 1.26, and Go 1.27.3 for 1.38, from the Go module proxy; "
+    "docs/testing.md)"
+)
 #: Start-up to /readyz ok takes 3-8 s on a 2-core machine; a loaded one gets this long.
 READY_TIMEOUT = 90.0
 ADMIN_TOKEN = "envtest-admin-token"  # the test cluster's own credential (--token-auth-file)
@@ -117,6 +122,13 @@ class Client:
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
+    def text(self, path: str) -> str:
+        """GET `path` as text (the API server's /metrics)."""
+        req = urllib.request.Request(self.server + path, method="GET")
+        req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+            return str(resp.read().decode())
+
     def create(self, path: str, body: Any) -> Any:
         return self.request("POST", path, body)
 
@@ -202,13 +214,17 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
 class ControlPlane:
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager; `start()`, then `stop()`.
 
-    `version` is the Kubernetes minor the binaries are ("1.34", "1.37"); `controllers` the
-    kube-controller-manager's (CONTROLLERS by default).
+    `version` is the Kubernetes minor the binaries are ("1.34", "1.37", "1.38"); `controllers` the
+    kube-controller-manager's (CONTROLLERS by default). Every component gets `--feature-gates` as core
+    renders it for the release (`dra_gates.feature_gates_flag`): `feature_gates`, by default every DRA gate
+    the release has and does not lock, at its default (`dra_gates.settable_defaults`), so the release's own
+    defaults hold and a gate the release refuses stops the component.
     """
 
     assets: Path
     version: str
     controllers: str = ""
+    feature_gates: dict[str, bool] | None = None
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="envtest-")))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     server: str = ""
@@ -266,6 +282,20 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ processes
 
+    @property
+    def release(self) -> tuple[int, int]:
+        """`version` as (major, minor)."""
+        major, minor = self.version.split(".")
+        return int(major), int(minor)
+
+    def gates_flag(self) -> list[str]:
+        """The `--feature-gates` argument every component gets (none when core renders nothing)."""
+        gates = (
+            dra_gates.settable_defaults(self.release) if self.feature_gates is None else self.feature_gates
+        )
+        flag = dra_gates.feature_gates_flag(self.release, gates)
+        return [f"--feature-gates={flag}"] if flag else []
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.root / f"{name}.log").open("wb")
         self.processes[name] = subprocess.Popen(
@@ -275,6 +305,7 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         begin = time.monotonic()
+        gates = self.gates_flag()
         try:
             self._pki()
             etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
@@ -301,14 +332,14 @@ class ControlPlane:
                  f"--service-account-key-file={pki / 'sa.key'}",
                  f"--service-account-signing-key-file={pki / 'sa.key'}",
                  "--service-cluster-ip-range=10.0.0.0/24",
-                 "--allow-privileged=true",
+                 "--allow-privileged=true", *gates,
                  # No kubernetes Endpoints for 127.0.0.1 (a loopback address there is refused).
                  "--endpoint-reconciler-type=none"],
             )  # fmt: skip
             self.server = f"https://127.0.0.1:{api_port}"
             self._wait_ready()
             self.write_kubeconfig(self.kubeconfig, ADMIN_TOKEN, "envtest-admin")
-            common = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false"]
+            common = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", *gates]
             self._spawn(
                 "kube-scheduler",
                 [str(self.assets / "kube-scheduler"), *common, f"--secure-port={free_port()}",

@@ -98,7 +98,10 @@ def start(cluster: Cluster) -> tuple[Plugin, str]:
     return plugin, name
 
 
-def test_tainted_gpu_is_avoided_tolerated_and_back_after_recovery_on_137(cluster: Cluster) -> None:
+def test_tainted_gpu_is_avoided_tolerated_and_back_after_recovery_on_137_and_138(
+    taints_cluster: Cluster,
+) -> None:
+    cluster = taints_cluster
     plugin, node = start(cluster)
     plugin.health_file.write_text("gpu-0 xid 79\n")
     timed(
@@ -175,8 +178,8 @@ def test_health_taints_need_no_gate_on_137_and_none_exist_on_134(each_cluster: C
     """The plugin decides from /version and a dry-run: a 1.37 server with its default gates keeps device
     taints, a 1.34 one drops them."""
     plugin, _ = start(each_cluster)
-    on_137 = each_cluster.plane.version == "1.37"
-    said = "unhealthy devices get device taints" if on_137 else "unhealthy devices are left out of the slices"
+    taints = each_cluster.plane.release >= (1, 37)  # DRADeviceTaints GA (1.37), locked on (1.38)
+    said = "unhealthy devices get device taints" if taints else "unhealthy devices are left out of the slices"
     assert said in plugin.log, plugin.log
     code, log = plugin.stop()
     assert code == 0, log
@@ -213,13 +216,29 @@ def taint_rules_step(cluster: Cluster) -> dict[str, Any]:
     return dict(step)
 
 
-def test_a_device_taint_rule_dry_run_then_drain_as_verify_reports_on_137(cluster: Cluster) -> None:
+def test_a_device_taint_rule_dry_run_then_drain_as_verify_reports_on_137_and_138(
+    taints_cluster: Cluster,
+) -> None:
     """docs/health.md's drain: a rule with effect None gets the eviction controller's dry-run condition, and
-    NoExecute evicts the pod using the GPU; `vke-gpu-dra verify` reports the rule, failing once it blocks."""
+    NoExecute evicts the pod using the GPU; `vke-gpu-dra verify` reports the rule, failing once it blocks.
+    The rule names its devices with an explicit `deviceSelector`; one without a selector selects no device,
+    on 1.37 as on 1.38."""
+    cluster = taints_cluster
     plugin, node = start(cluster)
     cluster.apply(claim_template("plain"))
     cluster.apply(gpu_pod("user", node, "plain"))
     device = allocated_device(cluster, "user", node)
+
+    # Without a deviceSelector a rule selects no device, on 1.37.2 as on 1.38 (the eviction controller's
+    # and the scheduler's `selector == nil` check): the dry run counts none, while a GPU is allocated.
+    unselected = taint_rule("no-selector", node, device, "None")
+    del unselected["spec"]["deviceSelector"]
+    cluster.apply(unselected)
+    nothing = wait_until(lambda: eviction_condition(cluster, "no-selector", "NoEffect"), 60)
+    assert nothing, cluster.api.get(f"{RULES}/no-selector")
+    assert nothing["message"].startswith(
+        "0 published devices selected. 0 allocated devices selected. 0 pods would be evicted"
+    ), nothing
 
     cluster.apply(taint_rule("drain", node, device, "None"))
     dry_run = wait_until(lambda: eviction_condition(cluster, "drain", "NoEffect"), 60)

@@ -29,6 +29,10 @@ from vke_gpu_dra_planner.inventory import SHARE_STEP, GpuPool, slice_device
 from .cluster import TEST_LABEL, Cluster
 from .controlplane import ADMIN_TOKEN, ApiError, wait_until
 
+#: The planner has no 1.38 table yet, and 1.38 changes the allocator (DRAFractionalCapacityRange GA and on
+#: by default, kubernetes#142202, #141898, #140798, #141307, #141110): issue 39, item 5.
+NOT_YET = {"1.38": "the planner models 1.34 to 1.37; its 1.38 allocator is issue 39, item 5"}
+
 VKE_GPU_DRA = Path(sys.executable).with_name("vke-gpu-dra")
 INSTANCE_TYPE = "ecs.gni3cl.44xlarge"
 PRODUCT, GPUS, NODES, VCPUS, MEMORY_GIB = "NVIDIA L20", 4, 2, 176, 960

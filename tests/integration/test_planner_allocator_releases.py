@@ -50,6 +50,10 @@ from .test_planner_agreement import (
     template,
 )
 
+#: The planner has no 1.38 table yet, and 1.38 changes the allocator (DRAFractionalCapacityRange GA and on
+#: by default, kubernetes#142202, #141898, #140798, #141307, #141110): issue 39, item 5.
+NOT_YET = {"1.38": "the planner models 1.34 to 1.37; its 1.38 allocator is issue 39, item 5"}
+
 UUID = f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"
 PROFILE = f"{facts.DRIVER_NAME}/{facts.ATTR_PROFILE}"
 
