@@ -328,6 +328,7 @@ class Node:
         self._pid1 = 0
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
+        self._kubelet_argv: list[str] = []
         #: The CRI's cgroup folders there before the node (another node's, or a host's containerd).
         self._cgroups_before = {
             p / CRI_NAMESPACE for p in CGROUP_ROOT.iterdir() if (p / CRI_NAMESPACE).is_dir()
@@ -543,14 +544,14 @@ class Node:
         (self.base / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig))
         (self.base / "kubelet.yaml").write_text(kubelet_config(self.base, self.name))
         all_labels = {**GPU_POOL_LABELS, **(labels or {})}
-        proc = self.spawn(
-            "kubelet",
-            [str(kubelet), f"--config={self.base / 'kubelet.yaml'}",
-             f"--kubeconfig={self.base / 'kubelet.kubeconfig'}",
-             f"--root-dir={self.base / 'kubelet'}", f"--cert-dir={self.base / 'kubelet' / 'pki'}",
-             f"--hostname-override={self.name}", f"--node-ip={ADDRESS}",
-             f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(all_labels.items()))}", "--v=2"],
-        )  # fmt: skip
+        self._kubelet_argv = [
+            str(kubelet), f"--config={self.base / 'kubelet.yaml'}",
+            f"--kubeconfig={self.base / 'kubelet.kubeconfig'}",
+            f"--root-dir={self.base / 'kubelet'}", f"--cert-dir={self.base / 'kubelet' / 'pki'}",
+            f"--hostname-override={self.name}", f"--node-ip={ADDRESS}",
+            f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(all_labels.items()))}", "--v=2",
+        ]  # fmt: skip
+        proc = self.spawn("kubelet", self._kubelet_argv)
         self._procs["kubelet"] = proc
         return proc
 
@@ -607,6 +608,16 @@ class Node:
         finally:
             self.crictl("stopp", sandbox, check=False)
             self.crictl("rmp", "--force", sandbox, check=False)
+
+    def restart_kubelet(self) -> subprocess.Popen[bytes]:
+        """Stop the kubelet (SIGTERM, as systemd would) and start it again with the same command line;
+        containerd, the containers and the node's folders stay."""
+        if "kubelet" not in self._procs:
+            raise NodeError("no kubelet was started on this node")
+        _terminate(self._procs.pop("kubelet"), 10.0)
+        proc = self.spawn("kubelet", self._kubelet_argv)
+        self._procs["kubelet"] = proc
+        return proc
 
     def cgroup(self, container_id: str) -> str:
         """A container's cgroup path under the node's own folder of each hierarchy."""

@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +82,18 @@ def claim_pod(template: str, node: str, image: str, probe: str, config: Path | N
 
 
 def run_claim_pod(
-    node: Node, plane: NodePlane, source: list[str], pod: dict[str, Any], env: dict[str, str] | None = None
+    node: Node,
+    plane: NodePlane,
+    source: list[str],
+    pod: dict[str, Any],
+    *,
+    env: dict[str, str] | None = None,
+    during: Callable[[Cluster, str], None] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The kubelet on the node, the chart's objects, the plugin (`source`, `env`), a one-GPU claim template
     and `pod`: the allocated device (the claim's allocation result) and the container's output once the
-    pod runs. The pod is deleted afterwards, and the kubelet must finish it."""
+    pod runs. `during(cluster, container id)` runs then. The pod is deleted afterwards, and the kubelet
+    must finish it."""
     node.start_kubelet(kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name))
     admin = plane.admin()
     node_path = f"/api/v1/nodes/{node.name}"
@@ -124,6 +134,8 @@ def run_claim_pod(
             return logs if logs and logs[-1].startswith("done") else []
 
         seen = wait_until(output, timeout=30)
+        if during is not None:
+            during(cluster, cid)
         cluster.api.request("DELETE", f"{pods}/gpu-pod")
         gone = wait_until(lambda: get_or_none(plane, f"{pods}/gpu-pod") is None, timeout=60)
         assert gone, f"the kubelet did not finish the pod:\n{node.logs()}"
@@ -167,7 +179,7 @@ def test_with_nvml_the_container_gets_its_gpus_device_nodes(node: Node, plane: N
     node.import_image(probe_image(node.base / "images" / "probe.tar", smi))
     pod = claim_pod("one-gpu", node.name, IMAGE, PROBE + "echo done", config)
     source = ["--device-source", "nvml", "--nvidia-driver-root", str(fake.path)]
-    result, seen = run_claim_pod(node, plane, source, pod, {"FAKE_NVML_CONFIG": str(config)})
+    result, seen = run_claim_pod(node, plane, source, pod, env={"FAKE_NVML_CONFIG": str(config)})
     own = int(result["device"].removeprefix("gpu-"))
     other = 1 - own
     assert f"node /dev/nvidia{own} character special file c3 {own:x}" in seen, seen
@@ -178,3 +190,45 @@ def test_with_nvml_the_container_gets_its_gpus_device_nodes(node: Node, plane: N
     # nvidia-smi and libnvidia-ml from the driver root, through the claim's mounts
     assert any(line.startswith(f"smi GPU 0: {PRODUCT} (UUID: ") for line in seen), seen
     FIGURES.append(f"kubelet {RELEASES[plane.version]}: a DRA pod of our plugin (NVML, device nodes) Running")
+
+
+def plugin_log_count(node: Node, message: str) -> int:
+    return (node.logs_dir / "plugin.log").read_text(errors="replace").count(f'"msg": "{message}"')
+
+
+def test_a_kubelet_restart_keeps_the_pod_and_its_prepared_claim(node: Node, plane: NodePlane) -> None:
+    """The kubelet stops and starts again while the GPU pod runs: the container goes on (same id, no
+    restart), and the claim stays prepared: the kubelet's checkpoint knows it, so the plugin is not
+    asked to prepare it a second time. Deleting the pod then unprepares it once."""
+    kubelet_of(plane.version)
+    node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
+
+    def restart(cluster: Cluster, cid: str) -> None:
+        assert plugin_log_count(node, "prepared claim") == 1
+        node.restart_kubelet()
+        path = f"/api/v1/namespaces/{cluster.namespace}/pods/gpu-pod"
+        since = time.time()
+
+        def settled() -> bool:
+            status = cluster.api.get(path)["status"]
+            node_object = cluster.api.get(f"/api/v1/nodes/{node.name}")
+            beats = [
+                c["lastHeartbeatTime"] for c in node_object["status"]["conditions"] if c["type"] == "Ready"
+            ]
+            fresh = (
+                bool(beats) and datetime.fromisoformat(beats[0].replace("Z", "+00:00")).timestamp() > since
+            )
+            return fresh and ready(node_object) and is_running({"status": status})
+
+        assert wait_until(settled, timeout=90), f"the node did not come back Ready:\n{node.logs()}"
+        time.sleep(3)  # the restarted kubelet's first pod syncs
+        [state] = cluster.api.get(path)["status"]["containerStatuses"]
+        assert state["restartCount"] == 0 and state["containerID"] == f"containerd://{cid}"
+        assert node.crictl("ps", "--name", "ctr", "-q").stdout.split() == [cid]
+        assert plugin_log_count(node, "prepared claim") == 1, "the kubelet asked for a second prepare"
+
+    source = ["--device-source", "simulated", "--simulated-gpus", str(GPUS)]
+    run_claim_pod(
+        node, plane, source, claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE), during=restart
+    )
+    assert plugin_log_count(node, "unprepared claim") == 1
