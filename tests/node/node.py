@@ -619,6 +619,15 @@ class Node:
         self._procs["kubelet"] = proc
         return proc
 
+    def restart_containerd(self) -> None:
+        """Stop containerd (SIGTERM; its shims, in process groups of their own, and so the containers go
+        on) and start it again with the same configuration, then wait until it answers."""
+        _terminate(self._procs.pop("containerd"), 10.0)
+        self._procs["containerd"] = self.spawn(
+            "containerd", [str(self.tools.containerd / "containerd"), "--config", str(self.config)]
+        )
+        self._wait_for(lambda: self.ctr("version", check=False).returncode == 0, "containerd to answer")
+
     def cgroup(self, container_id: str) -> str:
         """A container's cgroup path under the node's own folder of each hierarchy."""
         return f"/{self.name}/{container_id}"

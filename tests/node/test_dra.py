@@ -11,6 +11,7 @@ the plugin authenticates with the test cluster's admin token.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -231,4 +232,33 @@ def test_a_kubelet_restart_keeps_the_pod_and_its_prepared_claim(node: Node, plan
     run_claim_pod(
         node, plane, source, claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE), during=restart
     )
+    assert plugin_log_count(node, "unprepared claim") == 1
+
+
+def test_a_containerd_restart_keeps_the_pod_and_its_prepared_claim(node: Node, plane: NodePlane) -> None:
+    """containerd stops and starts again while the GPU pod runs: the container goes on under its shim,
+    the kubelet reconnects, and nothing is prepared again."""
+    kubelet_of(plane.version)
+    node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
+
+    def restart(cluster: Cluster, cid: str) -> None:
+        pid = json.loads(node.crictl("inspect", cid).stdout)["info"]["pid"]
+        node.restart_containerd()
+        path = f"/api/v1/namespaces/{cluster.namespace}/pods/gpu-pod"
+
+        def listed() -> list[str]:
+            return node.crictl("ps", "--name", "ctr", "-q", check=False).stdout.split()
+
+        assert wait_until(listed, timeout=30) == [cid]
+        assert json.loads(node.crictl("inspect", cid).stdout)["info"]["pid"] == pid, "the same process"
+        time.sleep(3)  # the kubelet's next pod sync, against the restarted runtime
+        status = cluster.api.get(path)["status"]
+        [state] = status["containerStatuses"]
+        assert is_running({"status": status}) and state["restartCount"] == 0
+        assert state["containerID"] == f"containerd://{cid}"
+        assert plugin_log_count(node, "prepared claim") == 1
+
+    source = ["--device-source", "simulated", "--simulated-gpus", str(GPUS)]
+    pod = claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE)
+    run_claim_pod(node, plane, source, pod, during=restart)
     assert plugin_log_count(node, "unprepared claim") == 1
