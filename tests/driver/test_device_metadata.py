@@ -17,11 +17,9 @@ from vke_gpu_dra.batch import BatchRunner, Op
 from vke_gpu_dra.checkpoint import CheckpointStore, ClaimState
 from vke_gpu_dra.lifecycle import ClaimLifecycle
 from vke_gpu_dra.nodelock import LOCK_FILE, NodeLock
+from vke_gpu_dra.state import default_steps
 from vke_gpu_dra.steps import ClaimWork, Node
-from vke_gpu_dra.steps.allocation import AllocationStep
-from vke_gpu_dra.steps.cdi import CdiStep
 from vke_gpu_dra.steps.metadata import MetadataStep
-from vke_gpu_dra.steps.sharing import SharingStep
 from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
@@ -36,19 +34,16 @@ IN_CONTAINER = "/var/run/kubernetes.io/dra-device-attributes"
 
 
 class Pipeline:
-    """The claim lifecycle with the steps DeviceState gives it (no takeover, no dynamic MIG)."""
+    """The claim lifecycle with the steps DeviceState gives it (`default_steps`: no takeover, no dynamic
+    MIG manager)."""
 
     def __init__(self, root: Path, *, enabled: bool = True, boot_id: str | None = None) -> None:
         self.cdi_root, self.data = root / "cdi", root / "plugin"
         self.data.mkdir(parents=True, exist_ok=True)
         store = CheckpointStore(self.data)
-        self.metadata = MetadataStep(self.data, self.cdi_root, enabled=enabled)
-        steps = [
-            AllocationStep(featuregates.FeatureGates()),
-            SharingStep(None),
-            self.metadata,
-            CdiStep(self.cdi_root, base_devices=DEVICES),
-        ]
+        gates = featuregates.parse(f"DeviceMetadata={str(enabled).lower()}")
+        steps = default_steps(devices=DEVICES, cdi_root=self.cdi_root, plugin_data_dir=self.data, gates=gates)
+        [self.metadata] = [s for s in steps if isinstance(s, MetadataStep)]
         self.lifecycle = ClaimLifecycle(
             driver_name=facts.DRIVER_NAME,
             pool_name=POOL,

@@ -61,6 +61,7 @@ __all__ = [
     "PreparedClaim",
     "RebootRestore",
     "StateLockTimeout",
+    "default_steps",
 ]
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,34 @@ class StateLockTimeout(Exception):
     """The node lock stayed held by another call or process (start-up and inspection only)."""
 
 
+def default_steps(
+    *,
+    devices: Sequence[Device],
+    cdi_root: Path,
+    plugin_data_dir: Path,
+    gates: FeatureGates,
+    takeover: TakeoverStep | None = None,
+    partitions: PartitionManager | None = None,
+    sharing_manager: SharingManager | None = None,
+    driver_edits: DriverEdits | None = None,
+    dev_root: Path = Path("/"),
+) -> list[Step]:
+    """The steps of the claim lifecycle, in set-up order: takeover of NVIDIA's claims (when given),
+    allocation with the held-devices guard, dynamic MIG, GPU sharing, device metadata, CDI. The one
+    list `DeviceState` runs, and tests and the bench reuse."""
+    adopting: list[Step] = [takeover] if takeover is not None else []
+    mig = PartitionStep(partitions)
+    base = [d for d in devices if partitions is None or not partitions.is_placement(d.name)]
+    return [
+        *adopting,
+        AllocationStep(gates, guarded_by=[*adopting, mig]),
+        mig,
+        SharingStep(sharing_manager),
+        MetadataStep(plugin_data_dir, cdi_root, enabled=gates.device_metadata),
+        CdiStep(cdi_root, base_devices=base, driver_edits=driver_edits, dev_root=dev_root),
+    ]
+
+
 class DeviceState:
     """Devices of this node and the claims prepared on them."""
 
@@ -144,17 +173,17 @@ class DeviceState:
         self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._takeover = TakeoverStep(takeover) if takeover is not None else None
-        adopting: list[Step] = [self._takeover] if self._takeover is not None else []
-        mig = PartitionStep(partitions)
-        base = [d for d in devices if partitions is None or not partitions.is_placement(d.name)]
-        steps: list[Step] = [
-            *adopting,
-            AllocationStep(gates or FeatureGates(), guarded_by=[*adopting, mig]),
-            mig,
-            SharingStep(sharing_manager),
-            MetadataStep(plugin_data_dir, cdi_root, enabled=(gates or FeatureGates()).device_metadata),
-            CdiStep(cdi_root, base_devices=base, driver_edits=driver_edits, dev_root=dev_root),
-        ]
+        steps = default_steps(
+            devices=devices,
+            cdi_root=cdi_root,
+            plugin_data_dir=plugin_data_dir,
+            gates=gates or FeatureGates(),
+            takeover=self._takeover,
+            partitions=partitions,
+            sharing_manager=sharing_manager,
+            driver_edits=driver_edits,
+            dev_root=dev_root,
+        )
         self._lifecycle = ClaimLifecycle(
             driver_name=driver_name,
             pool_name=pool_name,
