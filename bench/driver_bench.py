@@ -253,7 +253,7 @@ def worktree(commit: str) -> Iterator[Path]:
 # ----------------------------------------------------------------------------------- the floor
 
 
-class ClaimWork:
+class FloorPrepareWork:
     """What a prepare must do besides the round trip: one keep-alive GET of the claim, as the plugin reads
     it; with `directory`, then one fdatasync'd 600-byte record written in place into a preallocated file
     there (no metadata changes: the cheapest durable write there is)."""
@@ -311,8 +311,8 @@ class TrivialDRA(dra_grpc.DRAPluginServicer):
 
 def serve_floor(socket_path: str, work_args: list[str] | None) -> int:
     """`--floor-server`: a trivial DRA servicer in its own process, until stdin closes; with
-    `--floor-work URL PATH [DIR]`, each claim also does `ClaimWork`."""
-    work = ClaimWork(*work_args) if work_args else None
+    `--floor-work URL PATH [DIR]`, each claim also does `FloorPrepareWork`."""
+    work = FloorPrepareWork(*work_args) if work_args else None
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     dra_grpc.add_DRAPluginServicer_to_server(TrivialDRA(work), server)
     server.add_insecure_port(f"unix://{socket_path}")
@@ -337,7 +337,7 @@ def time_calls(call: Callable[[], object], samples: int) -> list[float]:
 
 
 def grpc_floor(root: Path, samples: int, work: list[str] | None = None) -> list[float]:
-    """Round trips of a one-claim NodePrepareResources to the trivial servicer (doing `ClaimWork` with
+    """Round trips of a one-claim NodePrepareResources to the trivial servicer (doing `FloorPrepareWork` with
     `work`: URL, PATH[, DIR])."""
     sock = root / "floor.sock"
     extra = ["--floor-work", *work] if work else []
@@ -382,7 +382,7 @@ def floor_claim_path(query: str) -> str:
 
 def http_floor(fake: TimedFake, query: str, samples: int) -> float:
     """Median of one keep-alive GET of the floor's claim with `query`, as the plugin reads claims."""
-    get = ClaimWork(fake.url, floor_claim_path(query))
+    get = FloorPrepareWork(fake.url, floor_claim_path(query))
     try:
         return statistics.median(time_calls(get, samples))
     finally:
@@ -413,8 +413,8 @@ class Floor:
     http_s: float
     read_kind: str
     fsync_s: float  # one fsync'd small write: reported, not part of the floor
-    # The trivial servicer doing `ClaimWork` (reported, not part of the floor): the GET alone, p50; the GET
-    # and the durable record, p50 and p99.
+    # The trivial servicer doing `FloorPrepareWork` (reported, not part of the floor): the GET alone, p50;
+    # the GET and the durable record, p50 and p99.
     get_p50_s: float
     durable_p50_s: float
     durable_p99_s: float
