@@ -129,7 +129,9 @@ class Step:
         """A new prepare: check and plan, nothing changed on the node; raises ClaimError."""
 
     def set_up(self, work: ClaimWork, node: Node) -> None:
-        """Apply what `admit` planned; raises ClaimError (the lifecycle then cleans the claim)."""
+        """Apply what `admit` planned; raises ClaimError, the claim's answer: a claim whose start was
+        durable keeps its PrepareStarted entry for unprepare to clean (one with GPU sharing is rolled
+        back at once), one that changed nothing outside the checkpoint keeps nothing."""
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
         """Undo what `entry` records (None: the claim has no entry of ours); raises ClaimError."""
