@@ -5,8 +5,10 @@ as core's `DeviceClassSpec.manifest(extended_resource=True)`). On 1.37 (KEP-5004
 the real kube-scheduler makes a ResourceClaim for the pod on a node that does not advertise
 nvidia.com/gpu itself, allocates one of the plugin's simulated GPUs, binds the pod, and the claim prepares
 through the kubelet-like client with the driver's CDI ids; the claim has the shape
-tests/driver/test_extended_resource_claim.py models. On 1.34 (the gate alpha, off) the same manifests: the
-server drops the field and the pod stays Pending.
+tests/driver/test_extended_resource_claim.py models. 1.38 does the same. On 1.34 (the gate alpha, off) the
+same manifests: the server drops the field and the pod stays Pending. On 1.37 and 1.38 alike a NoExecute
+DeviceTaintRule on the GPU evicts such a pod (the real v1.37.2 and v1.38.0-beta.0 device-taint eviction
+controllers both do).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from vke_gpu_dra_testing.kubelet_client import Kubelet
 
 from .cluster import JSON, Cluster
 from .controlplane import wait_until
+from .test_health import RULES, eviction_condition, taint_rule
 
 GPU_CLASS = f"/apis/resource.k8s.io/v1/deviceclasses/{facts.DEVICE_CLASS_GPU.name}"
 
@@ -52,7 +55,8 @@ def install(cluster: Cluster) -> list[JSON]:
     return objects
 
 
-def test_classic_gpu_pod_gets_one_of_our_gpus_on_137(cluster: Cluster) -> None:
+def test_classic_gpu_pod_gets_one_of_our_gpus_on_137_and_138(taints_cluster: Cluster) -> None:
+    cluster = taints_cluster
     objects = install(cluster)
     assert cluster.api.get(GPU_CLASS)["spec"]["extendedResourceName"] == facts.GPU_EXTENDED_RESOURCE
     plugin, node = cluster.driver_on_new_node(gpus=2, objects=objects)
@@ -144,5 +148,33 @@ def test_the_same_manifests_change_nothing_on_134(cluster_134: Cluster) -> None:
     assert pod["spec"].get("nodeName") is None
     assert not pod["status"].get("extendedResourceClaimStatus")
     assert cluster.api.items(f"/apis/resource.k8s.io/v1/namespaces/{cluster.namespace}/resourceclaims") == []
+    code, log = plugin.stop()
+    assert code == 0, log
+
+
+def test_a_no_execute_device_taint_rule_evicts_a_classic_gpu_pod(taints_cluster: Cluster) -> None:
+    """A pod that got its GPU through the extended resource (no claim of its own: the scheduler's claim)
+    is evicted by a NoExecute DeviceTaintRule on that GPU, as a pod with a claim is (docs/health.md)."""
+    cluster = taints_cluster
+    objects = install(cluster)
+    plugin, node = cluster.driver_on_new_node(gpus=2, objects=objects)
+    name = node["metadata"]["name"]
+    cluster.apply(classic_pod("classic", name))
+    cluster.wait_scheduled(cluster.namespace, "classic")
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/classic"
+    pod = wait_until(
+        lambda: (p := cluster.api.get(path))["status"].get("extendedResourceClaimStatus") and p, timeout=30
+    )
+    assert pod, "the pod's status.extendedResourceClaimStatus was not recorded"
+    [result] = cluster.claim_of(pod)["status"]["allocation"]["devices"]["results"]
+
+    cluster.apply(taint_rule("drain", name, result["device"], "NoExecute"))
+    evicted = wait_until(
+        lambda: not cluster.api.exists(path) or cluster.api.get(path)["metadata"].get("deletionTimestamp"),
+        60,
+    )
+    assert evicted, (cluster.api.get(f"{RULES}/drain"), cluster.api.get(path)["status"])
+    condition = wait_until(lambda: eviction_condition(cluster, "drain", "Completed"), 60)
+    assert condition, cluster.api.get(f"{RULES}/drain")
     code, log = plugin.stop()
     assert code == 0, log
