@@ -329,10 +329,7 @@ class Node:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
         self._kubelet_argv: list[str] = []
-        #: The CRI's cgroup folders there before the node (another node's, or a host's containerd).
-        self._cgroups_before = {
-            p / CRI_NAMESPACE for p in CGROUP_ROOT.iterdir() if (p / CRI_NAMESPACE).is_dir()
-        }
+        self._pid_namespace = ""
         self.started_in = 0.0
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -374,6 +371,7 @@ class Node:
         if len(children) != 1:
             raise NodeError(f"unshare {self._init.pid} has children {children}, expected the node's PID 1")
         self._pid1 = int(children[0])
+        self._pid_namespace = os.readlink(f"/proc/{self._pid1}/ns/pid")
 
     def _wait_for(self, predicate: Callable[[], object], what: str, timeout: float = STARTUP_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
@@ -425,17 +423,19 @@ class Node:
         return self._pid1
 
     def cgroup_dirs(self) -> list[Path]:
-        """The node's cgroup folders: its own in each hierarchy, and the CRI's `/k8s.io` where the node
-        made it (with cgroupsPerQOS off the kubelet names no cgroup parent for its pods, and containerd
-        puts them under its namespace's name)."""
+        """The node's cgroup folders: its own in each hierarchy, and the CRI's `/k8s.io` (with cgroupsPerQOS
+        off the kubelet names no cgroup parent for its pods, and containerd puts them under its
+        namespace's name; nodes running side by side share it: each removes it once it is empty)."""
         own = [p / self.name for p in CGROUP_ROOT.iterdir() if (p / self.name).is_dir()]
         cri = [p / CRI_NAMESPACE for p in CGROUP_ROOT.iterdir() if (p / CRI_NAMESPACE).is_dir()]
-        return sorted([*own, *(p for p in cri if p not in self._cgroups_before)])
+        return sorted([*own, *cri])
 
     def _remove_cgroups(self) -> None:
         for top in self.cgroup_dirs():
             deadline = time.monotonic() + 10.0
-            for directory in [*sorted(top.rglob("*"), key=lambda p: -len(p.parts)), top]:
+            # its own folder whole; the shared /k8s.io alone, when empty (runc removed its pods' cgroups)
+            inner = [] if top.name == CRI_NAMESPACE else sorted(top.rglob("*"), key=lambda p: -len(p.parts))
+            for directory in [*inner, top]:
                 if not directory.is_dir():
                     continue
                 while True:
@@ -452,19 +452,23 @@ class Node:
     def leftovers(self) -> list[str]:
         """What the node left on the host: processes, mounts, cgroups, its folder (empty when stopped)."""
         found: list[str] = []
-        base, tools = str(self.base), [str(p) for p in (self.tools.containerd, self.tools.runc)]
+        base = str(self.base)
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                namespace = os.readlink(proc / "ns" / "pid")
             except OSError:
                 continue
-            if base in cmdline or any(cmdline.startswith(t) for t in tools):
+            # its own: a process of its PID namespace, or one naming its folder (another node's are not)
+            if base in cmdline or namespace == self._pid_namespace:
                 found.append(f"process {proc.name}: {cmdline.strip()}")
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
         found += [f"mount: {line}" for line in mounts if base in line]
-        found += [f"cgroup: {p}" for p in self.cgroup_dirs()]
+        # the CRI's /k8s.io counts once no node's pods are in it
+        cgroups = self.cgroup_dirs()
+        found += [f"cgroup: {p}" for p in cgroups if p.name != CRI_NAMESPACE or not _subfolders(p)]
         if self.base.exists():
             found.append(f"folder: {self.base}")
         return found
@@ -644,6 +648,13 @@ class Node:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _subfolders(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir()]
+    except OSError:
+        return []
 
 
 def _terminate(proc: subprocess.Popen[bytes], grace: float) -> None:

@@ -16,7 +16,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,9 @@ def start_plugin(
     return process
 
 
-def claim_pod(template: str, node: str, image: str, probe: str, config: Path | None = None) -> dict[str, Any]:
+def claim_pod(
+    template: str, node: str, image: str, probe: str, *, config: Path | None = None, name: str = "gpu-pod"
+) -> dict[str, Any]:
     """A pod on `node` whose one container runs `probe` (then sleeps) with a claim from `template`;
     `config`, the fake NVML's configuration, is mounted where FAKE_NVML_CONFIG says."""
     container: dict[str, Any] = {
@@ -79,24 +82,16 @@ def claim_pod(template: str, node: str, image: str, probe: str, config: Path | N
         container["env"] = [{"name": "FAKE_NVML_CONFIG", "value": "/etc/fake-nvml.conf"}]
         container["volumeMounts"] = [{"name": "nvml", "mountPath": "/etc/fake-nvml.conf", "readOnly": True}]
         spec["volumes"] = [{"name": "nvml", "hostPath": {"path": str(config), "type": "File"}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-pod"}, "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def run_claim_pod(
-    node: Node,
-    plane: NodePlane,
-    source: list[str],
-    pod: dict[str, Any],
-    *,
-    env: dict[str, str] | None = None,
-    during: Callable[[Cluster, str], None] | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """The kubelet on the node, the chart's objects, the plugin (`source`, `env`), a one-GPU claim template
-    and `pod`: the allocated device (the claim's allocation result) and the container's output once the
-    pod runs. `during(cluster, container id)` runs then. The pod is deleted afterwards, and the kubelet
-    must finish it."""
+@contextmanager
+def gpu_node(
+    node: Node, plane: NodePlane, source: list[str], env: dict[str, str] | None = None
+) -> Iterator[Cluster]:
+    """The kubelet on the node, then in a test namespace the chart's objects, the plugin (`source`,
+    `env`) registered with the kubelet and its slice published, and a one-GPU claim template `one-gpu`."""
     node.start_kubelet(kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name))
-    admin = plane.admin()
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
     with Cluster.for_test(plane, "node-dra") as cluster:
@@ -113,33 +108,65 @@ def run_claim_pod(
             timeout=60,
         )
         assert registered, f"the kubelet's plugin watcher did not register the plugin:\n{node.logs()}"
-
         request = {"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name, "count": 1}}
         template: dict[str, Any] = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"}
         template |= {"metadata": {"name": "one-gpu"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
         cluster.apply(template)
+        yield cluster
+
+
+def wait_running(cluster: Cluster, node: Node, name: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The pod once Running, its claim's one allocation result, and its container's id."""
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/{name}"
+    running = wait_until(lambda: when(is_running, cluster.api.get(path)), timeout=120)
+    assert running, (
+        f"pod {name} did not run: {cluster.why_pending(cluster.namespace, name)}\n"
+        f"{cluster.api.get(path)['status']}\n{node.logs()}"
+    )
+    [result] = cluster.claim_of(running)["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == facts.DRIVER_NAME and result["pool"] == node.name
+    [cid] = node.crictl(
+        "ps", "--name", "ctr", "--label", f"io.kubernetes.pod.name={name}", "-q"
+    ).stdout.split()
+    return running, result, cid
+
+
+def output_of(node: Node, cid: str) -> list[str]:
+    """The container's output once its probe printed `done`."""
+
+    def output() -> list[str]:
+        logs = node.crictl("logs", cid).stdout.splitlines()
+        return logs if logs and logs[-1].startswith("done") else []
+
+    return list(wait_until(output, timeout=30))
+
+
+def delete_pod(cluster: Cluster, node: Node, name: str) -> None:
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/{name}"
+    cluster.api.request("DELETE", path)
+    gone = wait_until(lambda: get_or_none(cluster.plane, path) is None, timeout=60)
+    assert gone, f"the kubelet did not finish pod {name}:\n{node.logs()}"
+
+
+def run_claim_pod(
+    node: Node,
+    plane: NodePlane,
+    source: list[str],
+    pod: dict[str, Any],
+    *,
+    env: dict[str, str] | None = None,
+    during: Callable[[Cluster, str], None] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """`pod` on a gpu_node: the allocated device (the claim's allocation result) and the container's
+    output once the pod runs. `during(cluster, container id)` runs then. The pod is deleted afterwards,
+    and the kubelet must finish it."""
+    with gpu_node(node, plane, source, env) as cluster:
         cluster.apply(pod)
-        pods = f"/api/v1/namespaces/{cluster.namespace}/pods"
-        running = wait_until(lambda: when(is_running, admin.get(f"{pods}/gpu-pod")), timeout=120)
-        assert running, (
-            f"the pod did not run: {cluster.why_pending(cluster.namespace, 'gpu-pod')}\n"
-            f"{admin.get(f'{pods}/gpu-pod')['status']}\n{node.logs()}"
-        )
-        claim = cluster.claim_of(running)
-        [result] = claim["status"]["allocation"]["devices"]["results"]
-        assert result["driver"] == facts.DRIVER_NAME and result["pool"] == node.name
-        [cid] = node.crictl("ps", "--name", "ctr", "-q").stdout.split()
-
-        def output() -> list[str]:
-            logs = node.crictl("logs", cid).stdout.splitlines()
-            return logs if logs and logs[-1].startswith("done") else []
-
-        seen = wait_until(output, timeout=30)
+        _, result, cid = wait_running(cluster, node, pod["metadata"]["name"])
+        seen = output_of(node, cid)
         if during is not None:
             during(cluster, cid)
-        cluster.api.request("DELETE", f"{pods}/gpu-pod")
-        gone = wait_until(lambda: get_or_none(plane, f"{pods}/gpu-pod") is None, timeout=60)
-        assert gone, f"the kubelet did not finish the pod:\n{node.logs()}"
+        delete_pod(cluster, node, pod["metadata"]["name"])
     return result, seen
 
 
@@ -178,7 +205,7 @@ def test_with_nvml_the_container_gets_its_gpus_device_nodes(node: Node, plane: N
     config.write_text("\n".join(lines) + "\n")
     smi = fake.local("/usr/bin/nvidia-smi")
     node.import_image(probe_image(node.base / "images" / "probe.tar", smi))
-    pod = claim_pod("one-gpu", node.name, IMAGE, PROBE + "echo done", config)
+    pod = claim_pod("one-gpu", node.name, IMAGE, PROBE + "echo done", config=config)
     source = ["--device-source", "nvml", "--nvidia-driver-root", str(fake.path)]
     result, seen = run_claim_pod(node, plane, source, pod, env={"FAKE_NVML_CONFIG": str(config)})
     own = int(result["device"].removeprefix("gpu-"))
@@ -262,3 +289,31 @@ def test_a_containerd_restart_keeps_the_pod_and_its_prepared_claim(node: Node, p
     pod = claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE)
     run_claim_pod(node, plane, source, pod, during=restart)
     assert plugin_log_count(node, "unprepared claim") == 1
+
+
+def test_a_deleted_pods_gpu_serves_the_next_pod(node: Node, plane: NodePlane) -> None:
+    """Two GPUs, three one-GPU pods: the third waits until the first is deleted; the kubelet has the plugin
+    unprepare the first pod's claim, the scheduler gives its GPU to the third pod, and the kubelet has
+    it prepared for that pod."""
+    kubelet_of(plane.version)
+    node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
+    source = ["--device-source", "simulated", "--simulated-gpus", str(GPUS)]
+    with gpu_node(node, plane, source) as cluster:
+        first, second, third = (
+            claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE, name=f"pod-{n}") for n in (1, 2, 3)
+        )
+        cluster.apply(first)
+        cluster.apply(second)
+        _, one, _ = wait_running(cluster, node, "pod-1")
+        _, two, _ = wait_running(cluster, node, "pod-2")
+        assert one["device"] != two["device"]
+        cluster.apply(third)
+        pending = wait_until(lambda: "cannot allocate" in cluster.why_pending(cluster.namespace, "pod-3"), 60)
+        assert pending, cluster.why_pending(cluster.namespace, "pod-3")
+        delete_pod(cluster, node, "pod-1")
+        assert plugin_log_count(node, "unprepared claim") == 1
+        _, three, cid = wait_running(cluster, node, "pod-3")
+        assert three["device"] == one["device"]
+        index = three["device"].removeprefix("gpu-")
+        assert f"GPU_DEVICE_{index}={three['device']}" in output_of(node, cid)
+        assert plugin_log_count(node, "prepared claim") == 3
