@@ -27,7 +27,7 @@ NEWEST, VKE, NEXT = "1.37", "1.34", "1.38"
 
 #: Fixtures that start a control plane: the tests using them form the tier (marker `envtest`).
 PLANE_FIXTURES = frozenset(
-    {"control_plane", "control_plane_134", "control_plane_138", "each_cluster", "taints_cluster"}
+    {"control_plane", "control_plane_134", "control_plane_138", "each_cluster", "newest_clusters"}
 )
 
 
@@ -162,8 +162,9 @@ def each_cluster(request: pytest.FixtureRequest) -> Cluster:
 
 
 @pytest.fixture(params=[NEWEST, NEXT])
-def taints_cluster(request: pytest.FixtureRequest) -> Cluster:
-    """This test's namespace on each control plane with device taints and DeviceTaintRules on by default:
-    1.37 (GA), then 1.38 (locked on)."""
+def newest_clusters(request: pytest.FixtureRequest) -> Cluster:
+    """This test's namespace on each control plane with the DRA features VKE's 1.34 lacks on by default
+    (device taints and DeviceTaintRules, the extended resource, partitionable devices, consumable
+    capacity): 1.37, then 1.38."""
     cluster: Cluster = request.getfixturevalue(CLUSTER_FIXTURES[request.param])
     return cluster

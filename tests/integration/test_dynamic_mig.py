@@ -1,4 +1,5 @@
-"""Dynamic MIG against the real 1.37 API server and kube-scheduler (DRAPartitionableDevices beta, on): the
+"""Dynamic MIG against the real 1.37 and 1.38 API servers and kube-schedulers (DRAPartitionableDevices beta
+and on in 1.37, GA and locked on in 1.38): the
 plugin process (one simulated H100 80GB, feature gate DynamicMIG) publishes its counter set and every MIG
 placement in slices the server accepts, the scheduler allocates a placement for a claim asking `1g.10gb` by
 CEL on the profile attribute, the claim prepares (its simulated MIG device created) and unprepares
@@ -73,8 +74,9 @@ def placement(device: str) -> MigPlacement:
 
 
 def test_the_scheduler_allocates_mig_placements_that_never_overlap(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    newest_clusters: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    cluster = newest_clusters
     plugin = start_dynamic(cluster, monkeypatch)
     slices = cluster.slices_of(plugin.node)
     [counters] = [s for s in slices if s["spec"].get("sharedCounters")]

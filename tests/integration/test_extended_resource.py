@@ -55,8 +55,8 @@ def install(cluster: Cluster) -> list[JSON]:
     return objects
 
 
-def test_classic_gpu_pod_gets_one_of_our_gpus_on_137_and_138(taints_cluster: Cluster) -> None:
-    cluster = taints_cluster
+def test_classic_gpu_pod_gets_one_of_our_gpus_on_137_and_138(newest_clusters: Cluster) -> None:
+    cluster = newest_clusters
     objects = install(cluster)
     assert cluster.api.get(GPU_CLASS)["spec"]["extendedResourceName"] == facts.GPU_EXTENDED_RESOURCE
     plugin, node = cluster.driver_on_new_node(gpus=2, objects=objects)
@@ -152,10 +152,10 @@ def test_the_same_manifests_change_nothing_on_134(cluster_134: Cluster) -> None:
     assert code == 0, log
 
 
-def test_a_no_execute_device_taint_rule_evicts_a_classic_gpu_pod(taints_cluster: Cluster) -> None:
+def test_a_no_execute_device_taint_rule_evicts_a_classic_gpu_pod(newest_clusters: Cluster) -> None:
     """A pod that got its GPU through the extended resource (no claim of its own: the scheduler's claim)
     is evicted by a NoExecute DeviceTaintRule on that GPU, as a pod with a claim is (docs/health.md)."""
-    cluster = taints_cluster
+    cluster = newest_clusters
     objects = install(cluster)
     plugin, node = cluster.driver_on_new_node(gpus=2, objects=objects)
     name = node["metadata"]["name"]

@@ -99,9 +99,9 @@ def start(cluster: Cluster) -> tuple[Plugin, str]:
 
 
 def test_tainted_gpu_is_avoided_tolerated_and_back_after_recovery_on_137_and_138(
-    taints_cluster: Cluster,
+    newest_clusters: Cluster,
 ) -> None:
-    cluster = taints_cluster
+    cluster = newest_clusters
     plugin, node = start(cluster)
     plugin.health_file.write_text("gpu-0 xid 79\n")
     timed(
@@ -217,13 +217,13 @@ def taint_rules_step(cluster: Cluster) -> dict[str, Any]:
 
 
 def test_a_device_taint_rule_dry_run_then_drain_as_verify_reports_on_137_and_138(
-    taints_cluster: Cluster,
+    newest_clusters: Cluster,
 ) -> None:
     """docs/health.md's drain: a rule with effect None gets the eviction controller's dry-run condition, and
     NoExecute evicts the pod using the GPU; `vke-gpu-dra verify` reports the rule, failing once it blocks.
     The rule names its devices with an explicit `deviceSelector`; one without a selector selects no device,
     on 1.37 as on 1.38."""
-    cluster = taints_cluster
+    cluster = newest_clusters
     plugin, node = start(cluster)
     cluster.apply(claim_template("plain"))
     cluster.apply(gpu_pod("user", node, "plain"))
