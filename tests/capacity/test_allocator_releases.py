@@ -256,5 +256,5 @@ def test_a_shared_gpu_that_consumes_counters_charges_them_once() -> None:
 
 def test_rules_default_to_the_newest_release() -> None:
     alloc = NodeAllocator(shared_node(1), default_classes(), SelectorCache())
-    assert alloc.rules == GATES["1.37"].allocator
+    assert alloc.rules == GATES["1.38"].allocator
     assert isinstance(alloc.rules, AllocatorRules)

@@ -3,6 +3,8 @@ the driver and the stack config read."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.versions import parse_major_minor
@@ -21,16 +23,29 @@ def test_the_planners_versions_follow_cores_table() -> None:
         assert gates.consumable_capacity == ("allowMultipleAllocations" in kept)
         assert gates.partitionable_devices == ("sharedCounters" in kept)
         assert gates.device_taints == ("taints" in kept)
-        assert gates.extended_resource == (version in ("1.36", "1.37"))
+        assert gates.extended_resource == (version in ("1.36", "1.37", "1.38"))
 
 
 def test_the_planner_knows_every_release_from_vkes_to_the_newest() -> None:
-    """1.34 (VKE's, the default) to 1.37, the newest: a 1.37 stack is planned with 1.37's own table."""
-    assert list(planner_gates.GATES) == ["1.34", "1.35", "1.36", "1.37"]
+    """1.34 (VKE's, the default) to 1.38, the next: a 1.37 stack is planned with 1.37's own table, a 1.38
+    one with 1.38's, a newer one with the newest."""
+    assert list(planner_gates.GATES) == ["1.34", "1.35", "1.36", "1.37", "1.38"]
     assert planner_gates.DEFAULT_VERSION == "1.34"
-    assert planner_gates.NEWEST_VERSION == "1.37"
+    assert planner_gates.NEWEST_VERSION == "1.38"
     assert planner_gates.feature_gates("v1.37.2").version == "1.37"
-    assert planner_gates.nearest_gates("v1.38.0").version == "1.37"
+    assert planner_gates.feature_gates("v1.38.0-beta.0").version == "1.38"
+    assert planner_gates.nearest_gates("v1.39.0").version == "1.38"
+
+
+def test_138_turns_fractional_capacity_ranges_on_and_keeps_137s_allocator() -> None:
+    """1.38 (v1.38.0-beta.0's kube_features.go and its servers' feature table): DRAFractionalCapacityRange
+    is GA and on by default; every other gate the planner models is as in 1.37 (on), and the allocator
+    rules are 1.37's with milli-unit request policies (the real 1.38 scheduler agrees on the control-plane
+    tier's planner cases)."""
+    newest, previous = planner_gates.GATES["1.38"], planner_gates.GATES["1.37"]
+    changed = {g for g, on in newest.by_name().items() if previous.by_name()[g] != on}
+    assert changed == {dra_gates.FRACTIONAL_CAPACITY_RANGE}
+    assert newest.allocator == replace(previous.allocator, fractional=True)
 
 
 def test_137_has_the_dra_gates_of_136_on_and_taint_rules() -> None:

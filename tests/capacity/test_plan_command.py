@@ -283,14 +283,14 @@ def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp
     assert plan_json(stack_dir, "--kubernetes-version", "1.33") == 2
     assert capsys.readouterr().err == (
         "error: --kubernetes-version: Kubernetes version '1.33' is not known to the planner; allowed: "
-        "1.34, 1.35, 1.36, 1.37 (major.minor, optionally with a patch or VKE suffix)\n"
+        "1.34, 1.35, 1.36, 1.37, 1.38 (major.minor, optionally with a patch or VKE suffix)\n"
     )
 
 
 def test_plan_help_lists_every_known_version(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
-    assert "(1.34, 1.35, 1.36, 1.37; default: the stack's" in " ".join(capsys.readouterr().out.split())
+    assert "(1.34, 1.35, 1.36, 1.37, 1.38; default: the stack's" in " ".join(capsys.readouterr().out.split())
 
 
 def test_plan_yaml_is_the_json_report_and_o_is_short_for_output(stack_dir, capsys):

@@ -233,7 +233,7 @@ def test_the_cluster_resource_names_the_version():
     for version in ("v1.37.2", "v1.38.1", "v1.34.2-vke.3", "v1.29.3"):
         cluster.props["kubernetesVersion"] = version
         assert check_stack([cluster, node_pool(), tpl, deployment()]) == [], version
-    with pytest.raises(VersionError, match=r"allowed: 1\.34, 1\.35, 1\.36, 1\.37 "):
+    with pytest.raises(VersionError, match=r"allowed: 1\.34, 1\.35, 1\.36, 1\.37, 1\.38 "):
         feature_gates("latest")
 
 

@@ -151,12 +151,7 @@ CLUSTER_FIXTURES = {NEWEST: "cluster", VKE: "cluster_134", NEXT: "cluster_138"}
 
 @pytest.fixture(params=[NEWEST, VKE, NEXT])
 def each_cluster(request: pytest.FixtureRequest) -> Cluster:
-    """This test's namespace on each control plane in turn: 1.37, 1.34 (VKE's release), then 1.38. A test
-    module whose cases do not hold on some release yet says why in `NOT_YET = {release: reason}`: the test
-    is skipped there with that reason."""
-    reason = getattr(request.module, "NOT_YET", {}).get(request.param)
-    if reason:
-        pytest.skip(f"not yet on {request.param}: {reason}")
+    """This test's namespace on each control plane in turn: 1.37, 1.34 (VKE's release), then 1.38."""
     cluster: Cluster = request.getfixturevalue(CLUSTER_FIXTURES[request.param])
     return cluster
 

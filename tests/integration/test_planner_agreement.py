@@ -29,12 +29,10 @@ from vke_gpu_dra_planner.inventory import SHARE_STEP, GpuPool, slice_device
 from .cluster import TEST_LABEL, Cluster
 from .controlplane import ADMIN_TOKEN, ApiError, wait_until
 
-#: The planner has no 1.38 table yet (issue 39, item 5). Tried once against v1.38.0-beta.0's scheduler with
-#: a 1.38 table of 1.37's allocator rules and DRAFractionalCapacityRange on (its 1.38 default): the verdicts
-#: of all 13 cases of these two modules agreed; the past-int64 case's reason there is the milli path's
-#: "request 10E is not a representable milli value", not "exceeds MaxInt64". 1.38's other allocator
-#: changes (kubernetes#142202, #141898, #140798, #141307, #141110) have no case yet.
-NOT_YET = {"1.38": "the planner has no 1.38 table yet (issue 39, item 5)"}
+#: The releases with the DRA features VKE's 1.34 lacks on by default (1.38: the same allocator cases
+#: as 1.37, DRAFractionalCapacityRange on).
+NEWER = ("1.37", "1.38")
+
 
 VKE_GPU_DRA = Path(sys.executable).with_name("vke-gpu-dra")
 INSTANCE_TYPE = "ecs.gni3cl.44xlarge"
@@ -261,13 +259,13 @@ def test_extended_resource_pods_are_planned_as_the_scheduler_places_them(each_cl
     classic = extended_deployment("classic", 3, resource, 3, cluster.namespace)
     report = plan(cluster, [mapped, classic], version)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    assert planned == ({"classic": ("pending", 2)} if version == "1.37" else {"classic": ("pending", 0)})
+    assert planned == ({"classic": ("pending", 2)} if version in NEWER else {"classic": ("pending", 0)})
 
     stored = cluster.apply(mapped)
-    assert stored["spec"].get("extendedResourceName") == (resource if version == "1.37" else None)
+    assert stored["spec"].get("extendedResourceName") == (resource if version in NEWER else None)
     gpu_pool(cluster)
     assert schedule(cluster, [("classic", 3, "")], {"classic": classic}) == planned
-    if version != "1.37":
+    if version not in NEWER:
         assert f"Insufficient {resource}" in cluster.why_pending(
             cluster.namespace, cluster.pods("app=classic")[0]["metadata"]["name"]
         )
@@ -302,7 +300,7 @@ def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     }
     report = plan(cluster, [claim, deployment("pair", 2, "half", cluster.namespace)], version, config)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    assert planned == ({"pair": ("fits", 2)} if version == "1.37" else {"pair": ("pending", 1)})
+    assert planned == ({"pair": ("fits", 2)} if version in NEWER else {"pair": ("pending", 1)})
 
     cluster.apply(facts.DEVICE_CLASS_GPU.manifest(), shared=True)
     published = cluster.apply({
@@ -314,7 +312,7 @@ def test_two_claims_share_one_gpu_as_planned(each_cluster: Cluster) -> None:
     })  # fmt: skip
     stored = cluster.apply(claim)
     [kept] = published["spec"]["devices"]
-    if version == "1.37":
+    if version in NEWER:
         assert kept.get("allowMultipleAllocations") is True
         assert "requestPolicy" in kept["capacity"][facts.CAPACITY_MEMORY]
         assert stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
@@ -417,7 +415,7 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
     objects = [*claims.values(), *(deployment(n, r, n, cluster.namespace) for n, r, _ in deployments)]
     report = plan(cluster, objects, version, config)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    if version == "1.37":
+    if version in NEWER:
         assert planned == MIG_ON_137[scenario]
     else:  # counters dropped: every claim finds a placement, overlapping or not (only 7 are 1g.10gb)
         assert planned == {n: ("pending", 7) if r == 8 else ("fits", r) for n, r, _ in deployments}
@@ -427,7 +425,7 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
         cluster.apply(device_class.manifest(), shared=True)
     stored = [cluster.apply(s) for s in mig_slices(node_name)]
     kept = bool(stored[0]["spec"].get("sharedCounters"))
-    assert kept is (version == "1.37")
+    assert kept is (version in NEWER)
     assert all(bool(d.get("consumesCounters")) is kept for d in stored[1]["spec"]["devices"])
     for claim in claims.values():
         cluster.apply(claim)

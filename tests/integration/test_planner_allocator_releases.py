@@ -40,6 +40,7 @@ from .test_planner_agreement import (
     INSTANCE_TYPE,
     MEMORY_GIB,
     MIG_PRODUCT,
+    NEWER,
     PRODUCT,
     VCPUS,
     deployment,
@@ -49,13 +50,6 @@ from .test_planner_agreement import (
     schedule,
     template,
 )
-
-#: The planner has no 1.38 table yet (issue 39, item 5). Tried once against v1.38.0-beta.0's scheduler with
-#: a 1.38 table of 1.37's allocator rules and DRAFractionalCapacityRange on (its 1.38 default): the verdicts
-#: of all 13 cases of these two modules agreed; the past-int64 case's reason there is the milli path's
-#: "request 10E is not a representable milli value", not "exceeds MaxInt64". 1.38's other allocator
-#: changes (kubernetes#142202, #141898, #140798, #141307, #141110) have no case yet.
-NOT_YET = {"1.38": "the planner has no 1.38 table yet (issue 39, item 5)"}
 
 UUID = f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"
 PROFILE = f"{facts.DRIVER_NAME}/{facts.ATTR_PROFILE}"
@@ -139,7 +133,7 @@ def agree(
         cluster.apply(claim)
     actual = schedule(cluster, order)
     assert actual == planned, f"{version}: scheduler {actual}, planner {planned}"
-    if version == "1.37":
+    if version in NEWER:
         assert verdicts(plan(cluster, objects, "1.36", config)) != actual, "the case does not tell 1.36 apart"
     return actual
 
@@ -230,7 +224,8 @@ def settled_or_failed(cluster: Cluster, name: str) -> tuple[str, int] | None:
 def test_a_capacity_request_past_int64_is_planned_as_the_scheduler_treats_it(each_cluster: Cluster) -> None:
     """A share of 10E bytes of memory: the 1.37 scheduler fails the allocation with an error (`capacity
     request cannot be represented in the device's range arithmetic: request 10E exceeds MaxInt64`) and the
-    pod stays Pending; the planner names the same error. 1.34 drops the request and gives the whole GPU."""
+    pod stays Pending; 1.38 too, from its milli-unit path (`request 10E is not a representable milli
+    value`); the planner names the same error. 1.34 drops the request and gives the whole GPU."""
     cluster = each_cluster
     version = cluster.plane.version
     claim = claim_template("huge", memory_share("gpu", "10E"))
@@ -242,10 +237,12 @@ def test_a_capacity_request_past_int64_is_planned_as_the_scheduler_treats_it(eac
     actual = wait_until(lambda: settled_or_failed(cluster, "huge"), timeout=90)
     assert actual, cluster.pods("app=huge")
     assert {"huge": actual} == verdicts(report)
-    if version == "1.37":
+    if version in NEWER:
         [workload] = report["workloads"]
         wording = "capacity request cannot be represented in the device's range arithmetic"
-        assert any(wording in r and "exceeds MaxInt64" in r for r in workload["reasons"]), workload
+        # 1.37 computes in whole units (DRAFractionalCapacityRange off), 1.38 in milli units (on)
+        why = "exceeds MaxInt64" if version == "1.37" else "is not a representable milli value"
+        assert any(wording in r and why in r for r in workload["reasons"]), workload
         pod = cluster.pods("app=huge")[0]["metadata"]["name"]
         assert wording in cluster.why_pending(cluster.namespace, pod)
 
@@ -287,15 +284,17 @@ def test_fractional_shares_are_planned_as_the_scheduler_allocates_them(each_clus
     """One device with a `shares` capacity of 1 and validRange {min 100m, max 1, step 100m}; four pods
     asking 250m each. The 1.37 API server keeps the range, but DRAFractionalCapacityRange is off by default
     (on only with --min-compatibility-version 1.37): the scheduler rounds in whole units, 250m to 1, and one
-    pod fits. 1.34 drops `allowMultipleAllocations`, the policy and the requests: one pod takes the device.
-    The planner says the same, down to the consumed capacity."""
+    pod fits. 1.38 has the gate GA and on: 250m is rounded up to the step, and three pods fit with 300m
+    each (measured on v1.38.0-beta.0). 1.34 drops `allowMultipleAllocations`,
+    the policy and the requests: one pod takes the device. The planner says the same, down to the consumed
+    capacity."""
     cluster = each_cluster
     version = cluster.plane.version
     node = tenths_node()
     node_name = cluster.add_node("tenths", cpu=str(VCPUS), memory=f"{MEMORY_GIB}Gi")["metadata"]["name"]
     stored = publish(cluster, node_name, [slice_device(node.devices[0], node.sharing_of(0))])
     [kept] = stored["spec"]["devices"]
-    if version == "1.37":
+    if version in NEWER:
         policy = kept["capacity"]["shares"]["requestPolicy"]
         assert policy["validRange"] == {"min": "100m", "max": "1", "step": "100m"}
     else:
@@ -314,7 +313,9 @@ def test_fractional_shares_are_planned_as_the_scheduler_allocates_them(each_clus
         for p in cluster.pods()
         if p["spec"].get("nodeName")
     ]
-    if version == "1.37":
+    if version in NEWER:
         assert [c["shares"] for c in consumed] == [p for p in planned if p is not None]
     else:
         assert consumed == [{}]
+    if version == "1.38":  # milli units: 250m rounded up to the 100m step, three shares fit
+        assert [c["shares"] for c in consumed] == ["300m"] * 3, consumed

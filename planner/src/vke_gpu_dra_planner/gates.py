@@ -3,17 +3,22 @@
 From kubernetes `pkg/features/kube_features.go` (versioned specs): the default of each gate in the
 version the control plane runs (VKE does not change DRA gates).
 
-| gate | 1.34 | 1.35 | 1.36 | 1.37 |
-|---|---|---|---|---|
-| DRAAdminAccess (adminAccess, namespace label admission) | beta, on | beta, on | GA | GA |
-| DRAPrioritizedList (firstAvailable) | beta, on | beta, on | GA | GA |
-| DRAConsumableCapacity (capacity, distinctAttribute) | alpha, off | alpha, off | beta, on | beta, on |
-| DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on | GA |
-| DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on | beta, on |
-| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on | GA (locked in 1.38) |
-| DRADeviceTaintRules (DeviceTaintRule objects) | - | alpha, off | beta, off | GA, on |
-| DRAResourceClaimDeviceStatus (claim `status.devices`) | beta, on | beta, on | beta, on | GA, locked |
-| DRAFractionalCapacityRange (milli-unit `validRange`) | - | - | - | beta, off (see below) |
+| gate | 1.34 | 1.35 | 1.36 | 1.37 | 1.38 |
+|---|---|---|---|---|---|
+| DRAAdminAccess (adminAccess, namespace label admission) | beta, on | beta, on | GA | GA | GA |
+| DRAPrioritizedList (firstAvailable) | beta, on | beta, on | GA | GA | GA |
+| DRAConsumableCapacity (capacity, distinctAttr.) | alpha, off | alpha, off | beta, on | beta, on | GA, on |
+| DRAExtendedResource (extendedResourceName, pods asking it) | alpha, off | alpha, off | beta, on | GA | GA |
+| DRAPartitionableDevices (shared counters) | alpha, off | alpha, off | beta, on | beta, on | GA, locked |
+| DRADeviceTaints (request tolerations) | alpha, off | alpha, off | beta, on | GA | GA, locked |
+| DRADeviceTaintRules (DeviceTaintRule objects) | - | alpha, off | beta, off | GA, on | GA, locked |
+| DRAResourceClaimDeviceStatus (`status.devices`) | beta, on | beta, on | beta, on | GA, locked | GA, locked |
+| DRAFractionalCapacityRange (milli-unit `validRange`) | - | - | - | beta, off (see below) | GA, on |
+
+1.38 is v1.38.0-beta.0's table (its servers' feature-gate table, read by the control-plane tier). Its
+allocator is modelled as 1.37's with DRAFractionalCapacityRange on: the real v1.38.0-beta.0 scheduler agrees
+on every planner case of the control-plane tier; 1.38's other allocator changes (kubernetes#142202,
+#141898, #140798, #141307, #141110) have no case yet.
 
 DRAFractionalCapacityRange is beta in 1.37 with two specs: off, and on "if --min-compatibility-version>=1.37".
 A 1.37 binary's min compatibility version defaults to 1.36, so a default 1.37 control plane has it off: the
@@ -214,7 +219,7 @@ def _gates(version: str) -> FeatureGates:
     )
 
 
-GATES: Final = {version: _gates(version) for version in ("1.34", "1.35", "1.36", "1.37")}
+GATES: Final = {version: _gates(version) for version in ("1.34", "1.35", "1.36", "1.37", "1.38")}
 
 #: The newest version with a table; a newer cluster is planned with it.
 NEWEST_VERSION: Final = max(GATES, key=lambda v: parse_major_minor(v) or (0, 0))
