@@ -66,9 +66,10 @@ class Node:
         #: The logs of the plugin's earlier runs, oldest first.
         self.logs: list[str] = []
 
-    def restart(self, *, kill: bool) -> None:
-        """Stop the plugin (SIGTERM: a clean stop that folds the journal; or kill -9) and start it again
-        on the same node and directories."""
+    def restart(self, *, kill: bool, while_down: Callable[[], None] | None = None) -> None:
+        """Stop the plugin (SIGTERM: a clean stop that folds the journal; or kill -9), do `while_down`
+        (damage its files, as a bad day does while nothing runs), start it again on the same node and
+        directories and wait until it serves kubelet's calls."""
         self.kubelet.close()
         if kill:
             self.plugin.process.send_signal(signal.SIGKILL)
@@ -77,7 +78,14 @@ class Node:
             code, log = self.plugin.stop()
             assert code == 0, log
         self.logs.append(self.plugin.log)
+        if while_down is not None:
+            while_down()
         self.plugin = self.cluster.restart_plugin(self.plugin)
+        serving = wait_until(
+            lambda: "serving kubelet's calls" in self.plugin.log or self.plugin.process.poll() is not None,
+            timeout=60,
+        )
+        assert serving and self.plugin.process.poll() is None, self.plugin.log
         self.kubelet = Kubelet(self.plugin.registration_socket)
         self.kubelet.register()
 
@@ -125,11 +133,19 @@ def test_a_corrupt_checkpoint_never_hands_a_prepared_gpu_to_a_second_claim(
     c = allocated_claim(cluster, "c", node.name, "gpu-0")  # a's GPU, as an inconsistent API would hand out
     d = allocated_claim(cluster, "d", node.name, "gpu-1")  # b's GPU
 
+    def damage(*names: str) -> Callable[[], None]:
+        def run() -> None:
+            for name in names:
+                path = node.data / name
+                damaged = CORRUPTIONS[corruption](path.read_bytes())
+                assert damaged != path.read_bytes(), f"{corruption} left {name} as it was"
+                path.write_bytes(damaged)
+
+        return run
+
     # The file corrupt: its copy keeps both claims.
-    node.restart(kill=True)
-    checkpoint = node.data / CHECKPOINT_FILE
-    checkpoint.write_bytes(CORRUPTIONS[corruption](checkpoint.read_bytes()))
-    node.restart(kill=True)
+    node.restart(kill=True)  # b still only in the journal; the start folds both into the file
+    node.restart(kill=True, while_down=damage(CHECKPOINT_FILE))
     assert "read its copy" in node.plugin.log
     assert held("gpu-0", f"{ns}/a") in node.prepare(c)
     assert held("gpu-1", f"{ns}/b") in node.prepare(d)
@@ -137,10 +153,7 @@ def test_a_corrupt_checkpoint_never_hands_a_prepared_gpu_to_a_second_claim(
 
     # The file and its copy unusable: claim a (in the file only) is recovered through kubelet and the API
     # server before any new claim is prepared, and holds its GPU; b comes back from the journal.
-    node.restart(kill=True)
-    for name in (CHECKPOINT_FILE, BACKUP_FILE):
-        (node.data / name).write_bytes(CORRUPTIONS[corruption]((node.data / name).read_bytes()))
-    node.restart(kill=True)
+    node.restart(kill=True, while_down=damage(CHECKPOINT_FILE, BACKUP_FILE))
     assert wait_until(lambda: not (node.data / LOST_FILE).exists(), timeout=30), node.plugin.log
     assert held("gpu-0", f"{ns}/a") in node.prepare(c)
     assert held("gpu-1", f"{ns}/b") in node.prepare(d)
@@ -156,11 +169,13 @@ def test_a_corrupt_checkpoint_never_hands_a_prepared_gpu_to_a_second_claim(
 
 def test_a_new_claim_waits_while_the_lost_claims_cannot_be_recovered(cluster: Cluster, node: Node) -> None:
     a, _ = a_in_the_file_b_in_the_journal(node)
-    node.restart(kill=True)
-    for name in (CHECKPOINT_FILE, BACKUP_FILE):
-        (node.data / name).write_bytes(b"")
-    node.pod_resources.stop()  # kubelet's PodResources API does not answer
-    node.restart(kill=True)
+
+    def down() -> None:
+        for name in (CHECKPOINT_FILE, BACKUP_FILE):
+            (node.data / name).write_bytes(b"")
+        node.pod_resources.stop()  # kubelet's PodResources API does not answer
+
+    node.restart(kill=True, while_down=down)
     e = allocated_claim(cluster, "e", node.name, "gpu-3")
     error = node.prepare(e)
     assert "not prepared while the claims prepared on this node before are recovered" in error
