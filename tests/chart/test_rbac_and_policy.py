@@ -3,6 +3,7 @@ its claim status writes to its own entries in its node's pool."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +39,29 @@ def test_cluster_role_grants_only_what_the_plugin_uses(render: Any) -> None:
         },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     ]  # no pods: adopted claims without a name are looked for through kubelet's PodResources API
+
+
+def documented_rules() -> list[dict[str, Any]]:
+    """The RBAC table of driver/docs/kubelet.md ("Privileges"), as ClusterRole rules."""
+    text = (Path(__file__).parents[2] / "driver" / "docs" / "kubelet.md").read_text()
+    section = text[text.index("## Privileges") :]
+    rules = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[0].startswith(("`", "core")):
+            continue
+        group = "" if cells[0] == "core" else cells[0].strip("`")
+        resource, _, named = cells[1].partition(" (named after the driver)")
+        rule: dict[str, Any] = {"apiGroups": [group], "resources": [resource.strip("`")]}
+        if named or " (named" in cells[1]:
+            rule["resourceNames"] = [facts.DRIVER_NAME]
+        rule["verbs"] = [v.strip() for v in cells[2].split(",")]
+        rules.append(rule)
+    return rules
+
+
+def test_the_documented_privileges_are_the_default_render(render: Any) -> None:
+    assert documented_rules() == find(render({}), "ClusterRole", PLUGIN_SA)["rules"]
 
 
 POD_LIST = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
