@@ -49,31 +49,12 @@ def in_tier(item: pytest.Item) -> bool:
     return Path(str(item.fspath)).parent == Path(__file__).parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if in_tier(item):
-            item.add_marker(pytest.mark.engine)
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Without the tools every test of the tier is skipped from here: one location, one `-ra` line."""
-    if in_tier(item):
-        reason = missing_tools()
-        if reason:
-            pytest.skip(reason)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    return (yield from TIER.timing(in_tier(item)))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if in_tier(item):
-        TIER.outcome(report)
-    return report
+(
+    pytest_collection_modifyitems,
+    pytest_runtest_setup,
+    pytest_runtest_protocol,
+    pytest_runtest_makereport,
+) = TIER.hooks(in_tier=in_tier, missing=missing_tools, marker=pytest.mark.engine)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -41,21 +41,6 @@ def in_tier(item: pytest.Item) -> bool:
     return bool(PLANE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if in_tier(item):
-            item.add_marker(pytest.mark.envtest)
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Without the binaries every test of the tier is skipped from here: one location, so `-ra` folds
-    them into one line."""
-    if in_tier(item):
-        reason = _missing()
-        if reason:
-            pytest.skip(reason)
-
-
 def _missing() -> str | None:
     for minor in (NEWEST, VKE):
         reason = missing_assets(minor, toolchain.kube_assets(minor))
@@ -64,20 +49,16 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    return (yield from TIER.timing(in_tier(item)))
+def _plane_logs(item: pytest.Item) -> list[tuple[str, str]]:
+    return [(f"control plane {name}: logs", plane.logs()) for name, plane in PLANES.items()]
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if in_tier(item):
-        TIER.outcome(report)
-        if report.failed:
-            for name, plane in PLANES.items():
-                report.sections.append((f"control plane {name}: logs", plane.logs()))
-    return report
+(
+    pytest_collection_modifyitems,
+    pytest_runtest_setup,
+    pytest_runtest_protocol,
+    pytest_runtest_makereport,
+) = TIER.hooks(in_tier=in_tier, missing=_missing, marker=pytest.mark.envtest, on_failure=_plane_logs)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -34,34 +34,17 @@ def in_tier(item: pytest.Item) -> bool:
     return bool(NODE_FIXTURES & fixtures) or item.get_closest_marker("node") is not None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if in_tier(item):
-            item.add_marker(pytest.mark.node)
+def _node_logs(item: pytest.Item) -> list[tuple[str, str]]:
+    running = item.funcargs.get("node") if hasattr(item, "funcargs") else None
+    return [("node logs", running.logs())] if isinstance(running, Node) else []
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """One location for the skip, so `-ra` folds the tier into one line."""
-    if in_tier(item):
-        reason = missing()
-        if reason:
-            pytest.skip(reason)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    return (yield from TIER.timing(in_tier(item)))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if in_tier(item):
-        TIER.outcome(report)
-        running = item.funcargs.get("node") if hasattr(item, "funcargs") else None
-        if report.failed and isinstance(running, Node):
-            report.sections.append(("node logs", running.logs()))
-    return report
+(
+    pytest_collection_modifyitems,
+    pytest_runtest_setup,
+    pytest_runtest_protocol,
+    pytest_runtest_makereport,
+) = TIER.hooks(in_tier=in_tier, missing=missing, marker=pytest.mark.node, on_failure=_node_logs)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
