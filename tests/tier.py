@@ -5,7 +5,7 @@ its tests ran with which outcomes and the time from its first test's start to it
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import pytest
@@ -46,6 +46,15 @@ class TierRecord:
         counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.outcomes.items()))
         took = self.last - (self.first or self.last)
         return f"{self.title}: {sum(self.outcomes.values())} tests ({counts}) in {took:.1f}s{extra}"
+
+    def report(self, terminalreporter: Any, extra: str = "", figures: Sequence[str] = ()) -> None:
+        """The conftest's pytest_terminal_summary: the tier's line (with `extra`), then each figure its tests
+        recorded; nothing when no test of the tier ran."""
+        if not self.ran:
+            return
+        terminalreporter.write_line(self.line(extra))
+        for figure in figures:
+            terminalreporter.write_line(f"  {figure}")
 
     def hooks(
         self,

@@ -8,6 +8,7 @@ from vke_gpu_dra import journal
 from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import PreparedDevice
+from vke_gpu_dra_testing.plugin_env import CORRUPTIONS
 
 DEV = PreparedDevice(("gpu",), "node-a", "gpu-0", (f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}=u1-gpu-0",))
 ENTRIES = {
@@ -105,16 +106,6 @@ def duplicate(doc):
 def test_decode_rejects_with_a_clear_message(data, message):
     with pytest.raises(CheckpointError, match=message):
         cp.decode(data)
-
-
-STRAY = b'{"uid":"x","namespace":"","name":"","state":"PrepareStarted","devices":[]}'
-#: The ways a checkpoint file is found damaged: cut short, overwritten, changed without its checksum, empty.
-CORRUPTIONS = {
-    "truncated": lambda data: data[: len(data) // 2],
-    "garbage": lambda data: os.urandom(len(data)),
-    "checksum-mismatch": lambda data: data.replace(b'"claims":[', b'"claims":[' + STRAY + b",", 1),
-    "empty": lambda data: b"",
-}
 
 
 RECOVERY = "recovered from the CDI specs on disk, and from kubelet and the API server"

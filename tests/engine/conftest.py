@@ -58,11 +58,7 @@ def in_tier(item: pytest.Item) -> bool:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not TIER.ran:
-        return
-    terminalreporter.write_line(TIER.line())
-    for line in TIMINGS:
-        terminalreporter.write_line(f"  {line}")
+    TIER.report(terminalreporter, figures=TIMINGS)
 
 
 def timed(what: str, seconds: float) -> None:

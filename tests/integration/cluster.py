@@ -228,6 +228,23 @@ class Cluster:
             "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{name}", {"gracePeriodSeconds": 0}
         )
 
+    def allocated_claim(self, name: str, node: str, requests: list[JSON], results: list[JSON]) -> JSON:
+        """A ResourceClaim of `requests` in the test's namespace, its allocation (`results` on `node`)
+        written by the admin as the scheduler would; the stored claim."""
+        created = self.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": requests}},
+            }
+        )
+        on_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        selector = {"nodeSelectorTerms": [on_node]}
+        created["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}
+        path = f"/apis/resource.k8s.io/v1/namespaces/{self.namespace}/resourceclaims/{name}/status"
+        return dict(self.api.replace(path, created))
+
     def claim_of(self, pod: JSON) -> JSON:
         """The ResourceClaim the pod's only claim status names (from a template, or the claim the scheduler
         made for its extended resources)."""

@@ -62,12 +62,8 @@ def _plane_logs(item: pytest.Item) -> list[tuple[str, str]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not TIER.ran:
-        return
     startups = ", ".join(f"{name} up in {seconds:.1f}s" for name, seconds in STARTUPS.items())
-    terminalreporter.write_line(TIER.line(f"; {startups}" if startups else ""))
-    for figure in FIGURES:
-        terminalreporter.write_line(f"  {figure}")
+    TIER.report(terminalreporter, f"; {startups}" if startups else "", FIGURES)
 
 
 def _start(minor: str) -> Iterator[ControlPlane]:

@@ -7,7 +7,6 @@ claim is prepared, and holds its GPU."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,36 +16,19 @@ from vke_gpu_dra.checkpoint import BACKUP_FILE, CHECKPOINT_FILE, LOST_FILE
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_pod_resources import FakePodResources, UsedClaim
 from vke_gpu_dra_testing.kubelet_client import Kubelet
+from vke_gpu_dra_testing.plugin_env import CORRUPTIONS
 
 from .cluster import Cluster
 from .controlplane import wait_until
 
 JSON = dict[str, Any]
 
-CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
-    "truncated": lambda data: data[: len(data) // 2],
-    "garbage": lambda data: os.urandom(len(data)),
-    "checksum-mismatch": lambda data: data.replace(b'"name":"a"', b'"name":"z"', 1),
-    "empty": lambda data: b"",
-}
-
 
 def allocated_claim(cluster: Cluster, name: str, node: str, device: str) -> JSON:
     """A ResourceClaim allocated `device` of `node`'s pool, its allocation written as the scheduler would."""
-    claims = f"/apis/resource.k8s.io/v1/namespaces/{cluster.namespace}/resourceclaims"
     request = {"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name, "count": 1}}
-    claim = cluster.api.create(
-        claims,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {"devices": {"requests": [request]}},
-        },
-    )
     result = {"request": "gpu", "driver": facts.DRIVER_NAME, "pool": node, "device": device}
-    claim["status"] = {"allocation": {"devices": {"results": [result]}}}
-    return dict(cluster.api.replace(f"{claims}/{name}/status", claim))
+    return cluster.allocated_claim(name, node, [request], [result])
 
 
 class Node:

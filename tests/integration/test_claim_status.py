@@ -88,20 +88,8 @@ def allocated_claim(cluster: Cluster, node: str, *, nic: bool = False) -> dict[s
     if nic:
         requests.append({"name": "nic", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name}})
         results.append({"request": "nic", "driver": "nic.example.com", "pool": node, "device": "eth0"})
-    created = cluster.apply(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {"devices": {"requests": requests}},
-        }
-    )
-    selector = {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-    }
-    created["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}
+    stored = cluster.allocated_claim(name, node, requests, results)
     path = f"{CLAIMS.format(namespace=cluster.namespace)}/{name}/status"
-    stored = dict(cluster.api.replace(path, created))
     if nic:
         ref = ClaimRef(namespace=cluster.namespace, name=name, uid=stored["metadata"]["uid"])
         theirs = {

@@ -48,11 +48,8 @@ def _node_logs(item: pytest.Item) -> list[tuple[str, str]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if TIER.ran:
-        started = f"; containerd up in {max(STARTUPS):.2f}s at most" if STARTUPS else ""
-        terminalreporter.write_line(TIER.line(started))
-        for figure in FIGURES:
-            terminalreporter.write_line(f"  {figure}")
+    started = f"; containerd up in {max(STARTUPS):.2f}s at most" if STARTUPS else ""
+    TIER.report(terminalreporter, started, FIGURES)
 
 
 @pytest.fixture

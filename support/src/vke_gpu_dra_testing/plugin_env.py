@@ -1,8 +1,10 @@
-"""Helpers to run the plugin against the fake API server: configs, free ports, claims, polling."""
+"""Helpers to run the plugin against the fake API server: configs, free ports, claims, polling, and the ways a
+checkpoint file is found damaged."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -14,6 +16,17 @@ from vke_gpu_dra.config import Config, parse_config
 from vke_gpu_dra_core import facts
 
 NODE = "node-a"
+
+
+#: A claim added to a checkpoint without signing it again (its checksum no longer matches).
+STRAY_CLAIM = b'{"uid":"x","namespace":"","name":"","state":"PrepareStarted","devices":[]}'
+#: The ways a checkpoint file is found damaged: cut short, overwritten, changed without its checksum, empty.
+CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": lambda data: data[: len(data) // 2],
+    "garbage": lambda data: os.urandom(len(data)),
+    "checksum-mismatch": lambda data: data.replace(b'"claims":[', b'"claims":[' + STRAY_CLAIM + b",", 1),
+    "empty": lambda data: b"",
+}
 
 
 def checkpoint_document(data_dir: Path) -> dict[str, Any]:
