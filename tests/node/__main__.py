@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 
 from tests.integration.controlplane import missing_assets, wait_until
@@ -20,6 +20,9 @@ from tools import toolchain
 
 from .kube import NodePlane
 from .node import ADDRESS, Node, missing
+
+#: How often the main thread looks whether Ctrl-C (or SIGTERM) asked it to stop.
+STOP_POLL_SECONDS = 0.1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,9 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         kubelet = folder / "kubelet"
-    stop = threading.Event()
+    # The handler only sets a flag: one that took a lock (Event.set) could meet the same lock held by the
+    # main thread it interrupts (inside Event.wait) and never return.
+    stopping: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     node, plane = Node(), None
     try:
         node.start()
@@ -71,8 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  kubelet:   {'registered' if registered else 'NOT registered'} with {plane.server}")
             print(f"  kubectl:   KUBECONFIG={plane.kubeconfig} kubectl get nodes")
         if not args.once:
-            print("Ctrl-C stops it")
-            stop.wait()
+            print("Ctrl-C stops it", flush=True)
+            while not stopping:
+                time.sleep(STOP_POLL_SECONDS)
     finally:
         node.stop()
         if plane is not None:

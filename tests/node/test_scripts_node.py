@@ -43,7 +43,12 @@ def test_ctrl_c_stops_it() -> None:
     while time.monotonic() < deadline and not (lines and lines[-1] == "Ctrl-C stops it\n"):
         lines.append(proc.stdout.readline())
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a failed stop: SIGTERM takes the same path, so no node outlives the test
+            proc.terminate()
+            proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].endswith("stopped, nothing left behind")
 
