@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -101,15 +102,17 @@ def build(
     hook: bool = False,
     nodes: bool | None = None,
     gpus: int = 1,
+    nvml_config: Mapping[str, object] | None = None,
 ) -> FakeRoot:
-    """Build the fake root at `root` (which must not exist yet)."""
+    """Build the fake root at `root` (which must not exist yet). `nvml_config`: the fake libnvidia-ml's
+    configuration compiled into it (what it reads without $FAKE_NVML_CONFIG, in any container)."""
     if nodes is None:
         nodes = can_mknod()
     libdir = LAYOUTS[layout]
     fake = FakeRoot(root, version, libdir, root.parent / f"{root.name}-sysfs", nodes)
     lib = fake.local(libdir)
     (lib / "vdpau").mkdir(parents=True)
-    nvml = build_fake_nvml(nvml_build_dir or root.parent / f"{root.name}-nvml")
+    nvml = build_fake_nvml(nvml_build_dir or root.parent / f"{root.name}-nvml", builtin=nvml_config)
     for stem, soname in LIBRARIES.items():
         target = lib / f"{stem}.{version}"
         if stem == "libnvidia-ml.so":

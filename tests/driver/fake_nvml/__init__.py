@@ -3,16 +3,33 @@ its configuration files."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
 LIBRARY_NAME = "libnvidia-ml.so.1"
+#: The configuration file the fake reads beside its own library file (when $FAKE_NVML_CONFIG is unset).
+BESIDE_LIBRARY = "fake-nvml.conf"
 
 
-def build(out_dir: Path) -> Path:
-    """Compile the fake into `out_dir/libnvidia-ml.so.1` (gcc; well under a second)."""
+def config_text(settings: Mapping[str, object]) -> str:
+    """One `key=value` line per setting (see the comment at the top of fake_nvml.c)."""
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def build(out_dir: Path, builtin: Mapping[str, object] | None = None) -> Path:
+    """Compile the fake into `out_dir/libnvidia-ml.so.1` (gcc; well under a second). `builtin`: settings
+    compiled into the library, read when neither $FAKE_NVML_CONFIG nor a `fake-nvml.conf` beside the
+    library file is there (a container given the library file alone by a CDI spec)."""
+    defines = []
+    if builtin is not None:
+        text = config_text(builtin)
+        if not all(c == "\n" or " " <= c <= "~" for c in text):
+            raise ValueError(f"fake NVML builtin configuration: printable ASCII lines only, got {text!r}")
+        defines.append(f"-DFAKE_NVML_BUILTIN_CONFIG={json.dumps(text)}")
     gcc = shutil.which("gcc")
     if gcc is None:
         raise RuntimeError("gcc is needed to build the fake NVML library")
@@ -29,6 +46,7 @@ def build(out_dir: Path) -> Path:
             "-Werror",
             "-pthread",
             f"-Wl,-soname,{LIBRARY_NAME}",
+            *defines,
             "-o",
             str(target),
             str(SOURCE),
@@ -42,7 +60,7 @@ def build(out_dir: Path) -> Path:
 
 def write_config(path: Path, settings: dict[str, object]) -> Path:
     """One `key=value` line per setting (see the comment at the top of fake_nvml.c)."""
-    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    path.write_text(config_text(settings))
     return path
 
 

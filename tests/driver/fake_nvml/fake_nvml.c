@@ -1,6 +1,15 @@
 /*
- * A fake libnvidia-ml.so.1 for tests: the real pynvml loads it and sees the GPUs described by the
- * file named in $FAKE_NVML_CONFIG (read at every nvmlInitWithFlags). One "key=value" per line:
+ * A fake libnvidia-ml.so.1 for tests: the real pynvml loads it and sees the GPUs described by its
+ * configuration, read at every first nvmlInitWithFlags from the first of:
+ *
+ *   1. the file named in $FAKE_NVML_CONFIG;
+ *   2. `fake-nvml.conf` in the folder of the library file itself (found with dladdr, as the loader
+ *      opened it): a driver root's configuration, for a process given no environment (the chart's
+ *      plugin container sees the root at /driver-root);
+ *   3. the configuration compiled in with -DFAKE_NVML_BUILTIN_CONFIG="<lines>" (fake_nvml.build's
+ *      `builtin`): the only one a container has whose CDI spec mounts the library file alone.
+ *
+ * None of them: no GPU. One "key=value" per line:
  *
  *   init_error=9                      nvmlInitWithFlags returns this code (9 = DRIVER_NOT_LOADED)
  *   event_set_error=3                 nvmlEventSetCreate returns this code (3 = NOT_SUPPORTED)
@@ -18,6 +27,11 @@
  *
  *   gpu.<i>.events=<mask>             nvmlDeviceGetSupportedEventTypes (default 0xB: single/double-bit ECC, XID)
  *
+ *   require_device_nodes=<dir>[,<dir>...]
+ *                                     as the real NVML in a container: a GPU is listed (counted, indexed,
+ *                                     found by UUID) only while `<dir>/nvidia<minor>` is a character device
+ *                                     in one of the folders; checked at each first nvmlInitWithFlags
+ *
  * Unset GPU fields get defaults (an A30 at minor <i>). fakeNvmlInitCount()/fakeNvmlShutdownCount()
  * let tests check that NVML was shut down after use. NVML counts initialisations: the file is read when
  * the count goes from 0 to 1, and only the last nvmlShutdown ends the session.
@@ -34,10 +48,14 @@
  *   fakeNvmlReset()                                no events, no lost GPUs, no registrations
  * These survive re-reading the configuration.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define MAX_GPUS 16
@@ -96,6 +114,9 @@ static fake_dev migs[MAX_GPUS][MAX_MIGS];
 static fake_profile profiles[MAX_GPUS][MAX_PROFILES];
 static fake_instance gis[MAX_GPUS][MAX_MIGS], cis[MAX_GPUS][MAX_MIGS];
 static unsigned device_count;
+/* The GPUs NVML lists, by gpus[] index: all of device_count, or those whose device node is present. */
+static unsigned visible[MAX_GPUS], visible_count;
+static char require_nodes[512];
 static int initialized, init_error, event_set_error, cuda_driver_version;
 static char driver_version[80];
 static int init_calls, shutdown_calls, init_refs;
@@ -118,6 +139,7 @@ static void set_defaults(void) {
     memset(migs, 0, sizeof migs);
     memset(profiles, 0, sizeof profiles);
     device_count = 0;
+    require_nodes[0] = 0;
     init_error = 0;
     event_set_error = 0;
     cuda_driver_version = 12040;
@@ -201,13 +223,54 @@ static void apply_gpu_key(fake_dev *d, int i, const char *field, const char *val
         mig_apply_key(i, field, value);
 }
 
+/* `fake-nvml.conf` beside this library's file, as the loader opened it. */
+static FILE *open_beside_library(void) {
+    Dl_info info;
+    if (!dladdr((void *)&set_defaults, &info) || !info.dli_fname || info.dli_fname[0] != '/') return NULL;
+    char copy[4096], path[4200];
+    snprintf(copy, sizeof copy, "%s", info.dli_fname);
+    snprintf(path, sizeof path, "%s/fake-nvml.conf", dirname(copy));
+    return fopen(path, "r");
+}
+
+static FILE *open_config(void) {
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    if (path) return fopen(path, "r");
+    FILE *f = open_beside_library();
+    if (f) return f;
+#ifdef FAKE_NVML_BUILTIN_CONFIG
+    static const char builtin[] = FAKE_NVML_BUILTIN_CONFIG;
+    return fmemopen((void *)builtin, sizeof builtin - 1, "r");
+#else
+    return NULL;
+#endif
+}
+
+/* Which GPUs are listed: every configured one, or with require_device_nodes those with a device node. */
+static void find_visible(void) {
+    visible_count = 0;
+    for (unsigned i = 0; i < device_count; i++) {
+        int present = !require_nodes[0];
+        char dirs[sizeof require_nodes], *save = NULL;
+        snprintf(dirs, sizeof dirs, "%s", require_nodes);
+        for (char *dir = strtok_r(dirs, ",", &save); dir && !present; dir = strtok_r(NULL, ",", &save)) {
+            char node[600];
+            struct stat st;
+            snprintf(node, sizeof node, "%s/nvidia%u", dir, gpus[i].minor);
+            present = stat(node, &st) == 0 && S_ISCHR(st.st_mode);
+        }
+        if (present) visible[visible_count++] = i;
+    }
+}
+
 static void load_config(void) {
     set_defaults();
     mig_before_config();
-    const char *path = getenv("FAKE_NVML_CONFIG");
-    if (!path) return;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
+    FILE *f = open_config();
+    if (!f) {
+        find_visible();
+        return;
+    }
     char line[512];
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = 0;
@@ -221,6 +284,7 @@ static void load_config(void) {
         else if (!strcmp(key, "driver_version")) copy_str(driver_version, sizeof driver_version, value);
         else if (!strcmp(key, "cuda_driver_version")) cuda_driver_version = atoi(value);
         else if (!strcmp(key, "device_count")) device_count = (unsigned)strtoul(value, NULL, 10);
+        else if (!strcmp(key, "require_device_nodes")) copy_str(require_nodes, sizeof require_nodes, value);
         else if (sscanf(key, "gpu.%d.%n", &i, &consumed) == 1 && consumed > 0 && i >= 0 && i < MAX_GPUS)
             apply_gpu_key(&gpus[i], i, key + consumed, value);
         else
@@ -228,6 +292,7 @@ static void load_config(void) {
     }
     fclose(f);
     if (device_count > MAX_GPUS) device_count = MAX_GPUS;
+    find_visible();
     mig_after_config();
 }
 
@@ -289,13 +354,13 @@ int nvmlSystemGetCudaDriverVersion(int *v) {
 }
 int nvmlDeviceGetCount_v2(unsigned *count) {
     if (!initialized) return ERR_UNINITIALIZED;
-    *count = device_count;
+    *count = visible_count;
     return OK;
 }
 int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **handle) {
     if (!initialized) return ERR_UNINITIALIZED;
-    if (index >= device_count) return ERR_INVALID_ARGUMENT;
-    fake_dev *d = &gpus[index];
+    if (index >= visible_count) return ERR_INVALID_ARGUMENT;
+    fake_dev *d = &gpus[visible[index]];
     if (is_lost(d->gpu)) return ERR_GPU_IS_LOST;
     if (d->fail_symbol[0] && !strcmp(d->fail_symbol, "nvmlDeviceGetHandleByIndex_v2")) return d->fail_code;
     *handle = d;
@@ -397,7 +462,8 @@ int nvmlDeviceGetComputeInstanceId(void *h, unsigned *id) {
 int nvmlDeviceGetHandleByUUID(const char *uuid, void **handle) {
     if (!initialized) return ERR_UNINITIALIZED;
     if (!uuid) return ERR_INVALID_ARGUMENT;
-    for (unsigned i = 0; i < device_count; i++) {
+    for (unsigned v = 0; v < visible_count; v++) {
+        unsigned i = visible[v];
         fake_dev *d = &gpus[i];
         if (!strcmp(d->uuid, uuid)) {
             if (is_lost(d->gpu)) return ERR_GPU_IS_LOST;
