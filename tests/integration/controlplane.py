@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from vke_gpu_dra_core import dra_gates
 
@@ -221,6 +221,9 @@ class ControlPlane:
     defaults hold and a gate the release refuses stops the component.
     """
 
+    #: The API server certificate's subjectAltName (a subclass adds the names its clients dial).
+    SERVING_NAMES: ClassVar[str] = "IP:127.0.0.1,DNS:localhost"
+
     assets: Path
     version: str
     controllers: str = ""
@@ -271,7 +274,7 @@ class ControlPlane:
         openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
         subprocess.run(
             [*openssl, "-keyout", str(pki / "serving.key"), "-out", str(self.ca_file),
-             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+             "-subj", "/CN=127.0.0.1", "-addext", f"subjectAltName={self.SERVING_NAMES}"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         subprocess.run(
@@ -349,7 +352,8 @@ class ControlPlane:
                 "kube-controller-manager",
                 [str(self.assets / "kube-controller-manager"), *common, f"--secure-port={free_port()}",
                  "--bind-address=127.0.0.1", f"--controllers={self.controllers or CONTROLLERS}",
-                 "--use-service-account-credentials=false", "--concurrent-gc-syncs=1"],
+                 "--use-service-account-credentials=false", "--concurrent-gc-syncs=1",
+                 *self._manager_flags()],
             )  # fmt: skip
             self._check_alive()
         except BaseException:
@@ -358,6 +362,10 @@ class ControlPlane:
             raise
         self.started_in = time.monotonic() - begin
         return self
+
+    def _manager_flags(self) -> list[str]:
+        """Further kube-controller-manager flags (a subclass's)."""
+        return []
 
     def _check_alive(self) -> None:
         dead = {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
