@@ -11,9 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-BENCH = str(Path(__file__).resolve().parent)
-if BENCH not in sys.path:  # loaded by path rather than run as a script
-    sys.path.insert(0, BENCH)
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path rather than run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plugin_bench.cli import main, parse_args
 from plugin_bench.figures import Figure, at_most, below, floor_times
