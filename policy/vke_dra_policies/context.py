@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vke_gpu_dra_core import config as stack_config
-from vke_gpu_dra_core import policy_names
+from vke_gpu_dra_core import policy_names, vke_releases
 from vke_gpu_dra_core import resources as r
 
 from . import wire
@@ -92,6 +92,12 @@ def production(policy_config: Mapping[str, Any], stack: StackInfo) -> Production
 def stack_marks_production(stack: StackInfo) -> bool:
     """Whether the stack's own setting `<project>:production` is true (the program protects then)."""
     return stack_config.parse_bool(stack.config_value("production")) is True
+
+
+def forces_kubernetes_version(stack: StackInfo) -> bool:
+    """The stack config asks VKE for a Kubernetes line its docs do not list (cluster.forceKubernetesVersion;
+    a value that is not a boolean, which the program refuses, forces nothing)."""
+    return stack_config.parse_bool(stack.config_value(vke_releases.FORCE_KEY)) is True
 
 
 def is_production(policy_config: Mapping[str, Any], stack: StackInfo) -> bool:

@@ -116,10 +116,19 @@ def _api_server(res: r.Res, _config: Mapping[str, Any], _stack: StackInfo) -> li
 TABLE: Final[tuple[Row, ...]] = (
     ResourceRow(
         names.KUBERNETES_VERSION,
-        "The VKE cluster runs a Kubernetes line VKE offers for DRA (1.34 or later: resource.k8s.io/v1).",
+        "The VKE cluster runs a Kubernetes line VKE documents for DRA (1.34 or later: resource.k8s.io/v1), "
+        "or one the stack forces.",
         (pt.CLUSTER,),
-        lambda res, _c, _s: cluster.kubernetes_version(res),
+        lambda res, _c, s: cluster.kubernetes_version(res, context.forces_kubernetes_version(s)),
         severity=Severity.CRITICAL,
+    ),
+    ResourceRow(
+        names.KUBERNETES_VERSION_FORCED,
+        "The VKE cluster's Kubernetes line is not forced past VKE's docs (cluster.forceKubernetesVersion).",
+        (pt.CLUSTER,),
+        lambda res, _c, s: cluster.kubernetes_version_forced(res, context.forces_kubernetes_version(s)),
+        level=ADVISORY,
+        severity=Severity.MEDIUM,
     ),
     ResourceRow(
         names.NODE_POOL_LABELS,

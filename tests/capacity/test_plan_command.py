@@ -262,8 +262,9 @@ def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp
     assert (rc, report["workloads"][0]["status"]) == (1, "refused")
     stack = stack_dir / "Pulumi.dev.yaml"
     config = yaml.safe_load(stack.read_text())
-    for version, rc_wanted, status in (("1.37", 0, "fits"),):
+    for version, rc_wanted, status in (("1.37", 0, "fits"),):  # a line VKE's docs do not list: forced
         config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = version
+        config["config"]["vke-gpu-dra:cluster.forceKubernetesVersion"] = True
         stack.write_text(yaml.safe_dump(config))
         rc, report = planned()
         assert (rc, report["kubernetesVersion"], report["workloads"][0]["status"]) == (
@@ -271,11 +272,12 @@ def test_plan_kubernetes_version_comes_from_the_flag_or_the_stack(stack_dir, tmp
             version,
             status,
         )
-    # a VKE stack names a line VKE offers (1.34, 1.37); another is the stack config's error, not a plan
+    # a VKE stack names a line VKE documents (1.34) or forces another; else the stack config's error
     config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.35"
+    del config["config"]["vke-gpu-dra:cluster.forceKubernetesVersion"]
     stack.write_text(yaml.safe_dump(config))
     assert plan_json(stack_dir, "--manifests", str(manifests)) == 2
-    assert "cluster.kubernetesVersion = '1.35': allowed: one of the Kubernetes lines VKE offers" in (
+    assert "cluster.kubernetesVersion = '1.35': allowed: one of the Kubernetes lines VKE documents" in (
         capsys.readouterr().err
     )
     config["config"]["vke-gpu-dra:cluster.kubernetesVersion"] = "1.34"

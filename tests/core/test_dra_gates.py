@@ -1,4 +1,4 @@
-"""Core's DRA gate table on the two lines VKE offers: what a 1.34 and a 1.37 control plane do by default
+"""Core's DRA gate table on VKE's line and our own: what a 1.34 and a 1.37 control plane do by default
 (kubernetes `pkg/features/kube_features.go`, v1.37.2: the stack config, the planner and the pack read it)."""
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def test_defaults_on_each_offered_line(gate: str, on_134: bool, on_137: bool) ->
     assert (g.on_by_default(gate, V134), g.on_by_default(gate, V137)) == (on_134, on_137)
 
 
-def test_the_table_covers_the_newest_offered_line() -> None:
-    assert vke_releases.NEWEST == V137
+def test_the_table_covers_every_line_of_vke_and_of_our_own_clusters() -> None:
+    assert vke_releases.NEWEST <= V137 and vke_releases.OWN_CLUSTERS[-1] == (1, 38)
+    for line in (*vke_releases.OFFERED, *vke_releases.OWN_CLUSTERS):
+        assert g.exists(g.CONSUMABLE_CAPACITY, line), line
     assert g.slice_fields_kept(V137) == frozenset(g.SLICE_FIELDS)
     assert g.slice_fields_kept(V134) == frozenset()
 

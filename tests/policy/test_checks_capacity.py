@@ -164,7 +164,13 @@ def test_classic_sample_forced_on_a_one_gpu_pool_is_reported_with_what_to_do() -
     """sample.classicDeployment=on deploys gpu-test-classic beside gpu-test on the dev stack's one A10:
     the capacity check names the classic sample and the ways out."""
     stack: Any = program_stack(  # a Stack of SimRes, which the checks read as Res
-        "dev", "python", {"cluster.kubernetesVersion": "1.37", "sample.classicDeployment": "on"}
+        "dev",
+        "python",
+        {
+            "cluster.kubernetesVersion": "1.37",
+            "cluster.forceKubernetesVersion": "true",
+            "sample.classicDeployment": "on",
+        },
     )
     (violation,) = capacity.claims_fit(stack, {})
     assert violation.urn == stack.one(DEPLOYMENT, "sample-deployment").urn
@@ -177,10 +183,18 @@ def test_classic_sample_forced_on_a_one_gpu_pool_is_reported_with_what_to_do() -
 
 
 def test_classic_sample_left_out_by_auto_keeps_a_one_gpu_pool_fitting() -> None:
-    stack: Any = program_stack("dev", "python", {"cluster.kubernetesVersion": "1.37"})
+    stack: Any = program_stack(
+        "dev", "python", {"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true"}
+    )
     assert capacity.claims_fit(stack, {}) == []
     roomy: Any = program_stack(
-        "dev", "python", {"cluster.kubernetesVersion": "1.37", "nodePool.maxReplicas": "2"}
+        "dev",
+        "python",
+        {
+            "cluster.kubernetesVersion": "1.37",
+            "cluster.forceKubernetesVersion": "true",
+            "nodePool.maxReplicas": "2",
+        },
     )
     names = [r.props["metadata"]["name"] for r in roomy if r.type == DEPLOYMENT]
     assert "gpu-test-classic" in names

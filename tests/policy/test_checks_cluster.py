@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from vke_dra_policies.checks import cluster
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, vke_releases
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core import resources as r
 from vke_gpu_dra_core.versions import format_version
@@ -16,21 +16,47 @@ def _cluster(**props: object) -> r.Res:
     return res(pt.CLUSTER, "vke-cluster", dict(props))
 
 
-@pytest.mark.parametrize("version", ["1.34", "v1.34.2-vke.3", "1.37", "v1.37.2-vke.1", "v1.37.2"])
-def test_lines_vke_offers_pass_as_written_or_as_vke_reports_its_build(version: str) -> None:
+@pytest.mark.parametrize("version", ["1.34", "v1.34.2-vke.3", "v1.34.2"])
+def test_lines_vke_documents_pass_as_written_or_as_vke_reports_its_build(version: str) -> None:
     assert cluster.kubernetes_version(_cluster(kubernetesVersion=version)) == []
+    assert cluster.kubernetes_version_forced(_cluster(kubernetesVersion=version), forced=True) == []
 
 
 @pytest.mark.parametrize(
-    ("version", "line"), [("1.35", "1.35"), ("1.36", "1.36"), ("v1.36.0-vke.1", "1.36"), ("1.38", "1.38")]
+    ("version", "line"),
+    [("1.35", "1.35"), ("1.36", "1.36"), ("v1.36.0-vke.1", "1.36"), ("1.37", "1.37"), ("1.38", "1.38")],
 )
-def test_lines_vke_does_not_offer_fail_with_the_offered_ones(version: str, line: str) -> None:
+def test_lines_vke_does_not_document_fail_with_the_documented_ones_and_the_force_key(
+    version: str, line: str
+) -> None:
     (v,) = cluster.kubernetes_version(_cluster(kubernetesVersion=version))
     assert v.message == (
-        f'{pt.CLUSTER} "vke-cluster": kubernetesVersion "{version}" is Kubernetes {line}, which VKE does '
-        "not offer; set kubernetesVersion to a line VKE offers for DRA: 1.34, 1.37 (DRA needs "
-        "resource.k8s.io/v1)."
+        f'{pt.CLUSTER} "vke-cluster": kubernetesVersion "{version}" is Kubernetes {line}, which VKE\'s docs '
+        "do not list; set kubernetesVersion to a line VKE documents for DRA: 1.34 (VKE's docs, "
+        f"{vke_releases.VKE_DOCS.source}, checked {vke_releases.VKE_DOCS.checked}; DRA needs "
+        "resource.k8s.io/v1), or set cluster.forceKubernetesVersion=true to ask VKE for a line 1.34 or "
+        "later its docs do not list yet."
     )
+    assert cluster.kubernetes_version_forced(_cluster(kubernetesVersion=version), forced=False) == []
+
+
+@pytest.mark.parametrize(("version", "line"), [("1.37", "1.37"), ("v1.37.2-vke.1", "1.37"), ("1.38", "1.38")])
+def test_a_forced_line_passes_and_gets_the_advisory(version: str, line: str) -> None:
+    assert cluster.kubernetes_version(_cluster(kubernetesVersion=version), forced=True) == []
+    (v,) = cluster.kubernetes_version_forced(_cluster(kubernetesVersion=version), forced=True)
+    assert v.message.startswith(
+        f'{pt.CLUSTER} "vke-cluster": kubernetesVersion "{version}" is Kubernetes {line}, which VKE\'s docs, '
+        f"{vke_releases.VKE_DOCS.source}, checked {vke_releases.VKE_DOCS.checked} do not list; "
+        "cluster.forceKubernetesVersion=true asks VKE for it anyway"
+    )
+    assert v.urn is not None and v.urn.endswith("::vke-cluster")
+
+
+@pytest.mark.parametrize("version", ["1.33", "v1.30.5-vke.12", "latest", None, "", 1.34, r.UNKNOWN])
+def test_forcing_never_takes_a_line_too_old_for_dra_nor_a_malformed_one(version: object) -> None:
+    assert cluster.kubernetes_version_forced(_cluster(kubernetesVersion=version), forced=True) == []
+    if version is not r.UNKNOWN:
+        assert len(cluster.kubernetes_version(_cluster(kubernetesVersion=version), forced=True)) == 1
 
 
 @pytest.mark.parametrize(

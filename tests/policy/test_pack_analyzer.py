@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from pulumi.runtime.proto import analyzer_pb2
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import facts, vke_releases
 from vke_gpu_dra_core import policy_names as names
 from vke_gpu_dra_core import pulumi_types as pt
 from vke_gpu_dra_core.versions import format_version
@@ -34,6 +34,7 @@ MANDATORY_POLICIES = {
     names.SHARING_FEATURE_GATES,
 }
 ADVISORY_POLICIES = {
+    names.KUBERNETES_VERSION_FORCED,
     names.API_SERVER_PUBLIC_ACCESS,
     names.NODE_POOL_AUTO_SCALING,
     names.DRIVER_IMAGE_DIGEST_ADVISORY,
@@ -63,16 +64,43 @@ def test_example_stacks_have_no_mandatory_violation(
 
 
 @pytest.mark.parametrize("implementation", ["python", "nvidia"])
-def test_a_137_stack_has_no_mandatory_violation(analyzer: PackProcess, implementation: str) -> None:
-    """The newest line VKE offers, as the program writes it and as VKE reports the build after `up`."""
+def test_a_forced_137_stack_passes_with_the_forced_line_advisory(
+    analyzer: PackProcess, implementation: str
+) -> None:
+    """A line VKE's docs do not list (1.37), forced: as the program writes it and as VKE would report the
+    build after `up`, no mandatory violation and one advisory naming the line and the force key."""
 
     def reported_build(s: Stack) -> None:
         s.one(CLUSTER).props["kubernetesVersion"] = "v1.37.2-vke.1"
 
-    stack = program_stack("dev", implementation, {"cluster.kubernetesVersion": "1.37"})
+    stack = program_stack(
+        "dev", implementation, {"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true"}
+    )
     assert stack.one(CLUSTER).props["kubernetesVersion"] == "1.37"
-    assert mandatory(analyzer.run(stack)) == []
-    assert mandatory(analyzer.run(stack.mutated(reported_build))) == []
+    for judged in (stack, stack.mutated(reported_build)):
+        diags = analyzer.run(judged)
+        assert mandatory(diags) == []
+        (forced,) = [d for d in diags if d.policy == names.KUBERNETES_VERSION_FORCED]
+        assert forced.level == "advisory"
+        assert "Kubernetes 1.37, which VKE's docs" in forced.message
+        assert "cluster.forceKubernetesVersion=true asks VKE for it anyway" in forced.message
+        assert (
+            vke_releases.VKE_DOCS.checked in forced.message and vke_releases.VKE_DOCS.source in forced.message
+        )
+
+
+def test_the_same_137_cluster_without_the_force_key_fails_the_version_policy(analyzer: PackProcess) -> None:
+    """The program refuses 1.37 unforced; a stack whose cluster still names it (the key dropped) fails
+    kubernetes-version once, and gets no forced-line advisory."""
+    stack = program_stack("dev", "python").mutated(
+        lambda s: s.one(CLUSTER).props.__setitem__("kubernetesVersion", "1.37")
+    )
+    diags = analyzer.run(stack)
+    (failed,) = mandatory(diags)
+    assert failed.policy == names.KUBERNETES_VERSION
+    assert "Kubernetes 1.37, which VKE's docs do not list" in failed.message
+    assert "cluster.forceKubernetesVersion=true" in failed.message
+    assert not [d for d in diags if d.policy == names.KUBERNETES_VERSION_FORCED]
 
 
 def test_dev_stack_gets_the_public_api_server_advisory(analyzer: PackProcess) -> None:
@@ -239,7 +267,7 @@ BROKEN = [
         "dev",
         "python",
         names.KUBERNETES_VERSION,
-        ("vke-cluster", '"v1.36.1-vke.2"', "Kubernetes 1.36, which VKE does not offer", "1.34, 1.37"),
+        ("vke-cluster", '"v1.36.1-vke.2"', "Kubernetes 1.36, which VKE's docs do not list", ": 1.34 ("),
         mutate=k8s_136_build,
     ),
     Case(
@@ -290,7 +318,7 @@ BROKEN = [
         ("nvdp", "nvidia-device-plugin", "nvidia.com/gpu.present=true", "KEP-5004"),
         # 1.37 maps nvidia.com/gpu; sample.classicDeployment=auto leaves gpu-test-classic out of the
         # one-GPU pool, so the capacity policy stays quiet and this is the only violation
-        overrides={"cluster.kubernetesVersion": "1.37"},
+        overrides={"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true"},
         mutate=device_plugin_release,
     ),
     Case(

@@ -19,10 +19,14 @@ ALL = frozenset(dra_gates.SLICE_FIELDS)
     [
         ("dev", {}, frozenset(), False),  # the example stack: 1.34
         ("dev", {"driver.featureGates": "ConsumableShares=true"}, frozenset(), False),
-        ("dev", {"cluster.kubernetesVersion": "1.37"}, ALL, False),
+        ("dev", {"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true"}, ALL, False),
         (
             "dev",
-            {"cluster.kubernetesVersion": "1.37", "driver.featureGates": "ConsumableShares=true"},
+            {
+                "cluster.kubernetesVersion": "1.37",
+                "cluster.forceKubernetesVersion": "true",
+                "driver.featureGates": "ConsumableShares=true",
+            },
             ALL,
             True,
         ),
@@ -65,9 +69,18 @@ def test_the_cluster_resource_gets_the_line_vke_runs_its_newest_build_of(line: s
     assert run.one(pt.CLUSTER).inputs["kubernetesVersion"] == line
 
 
-def test_a_line_vke_does_not_offer_stops_the_program_before_any_resource() -> None:
+@pytest.mark.parametrize("line", ["1.36", "1.37", "1.38"])
+def test_a_line_vke_does_not_document_stops_the_program_before_any_resource(line: str) -> None:
     with pytest.raises(config_mod.StackConfigError) as info:
-        harness.run_stack("dev", {"cluster.kubernetesVersion": "1.36"})
+        harness.run_stack("dev", {"cluster.kubernetesVersion": line})
     (issue,) = info.value.issues
-    assert (issue.key, issue.value) == ("cluster.kubernetesVersion", "'1.36'")
-    assert "1.34, 1.37" in issue.allowed
+    assert (issue.key, issue.value) == ("cluster.kubernetesVersion", repr(line))
+    assert "major.minor: 1.34 (" in issue.allowed and "cluster.forceKubernetesVersion=true" in issue.allowed
+
+
+@pytest.mark.parametrize("line", ["1.37", "1.38"])
+def test_a_forced_line_goes_to_the_cluster_resource_as_written(line: str) -> None:
+    run = harness.run_stack(
+        "dev", {"cluster.kubernetesVersion": line, "cluster.forceKubernetesVersion": "true"}
+    )
+    assert run.one(pt.CLUSTER).inputs["kubernetesVersion"] == line

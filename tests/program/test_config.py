@@ -105,61 +105,96 @@ def test_errors_are_collected_into_one_exception() -> None:
     assert f"{P}:driver.implementation = 'rust': allowed: one of python, nvidia" in message
 
 
-@pytest.mark.parametrize("version", ["1.34", "1.37"])
-def test_accepts_the_kubernetes_lines_vke_offers(version: str) -> None:
-    assert config.load(raw({"cluster.kubernetesVersion": version})).cluster.kubernetes_version == version
+def test_accepts_the_kubernetes_line_vke_documents() -> None:
+    assert config.load(raw({"cluster.kubernetesVersion": "1.34"})).cluster.kubernetes_version == "1.34"
 
 
-def test_the_default_line_is_offered_and_the_offered_lines_run_dra() -> None:
+def test_the_default_line_is_documented_and_the_documented_lines_run_dra() -> None:
     assert vke_releases.DEFAULT in vke_releases.OFFERED
-    assert vke_releases.NEWEST == (1, 37)
+    assert vke_releases.NEWEST == (1, 34)
     assert all(line >= facts.MIN_KUBERNETES_VERSION for line in vke_releases.OFFERED)
     assert config.KEYS_BY_NAME["cluster.kubernetesVersion"].default == format_version(vke_releases.DEFAULT)
+    assert config.KEYS_BY_NAME["cluster.forceKubernetesVersion"].default is False
+
+
+@pytest.mark.parametrize("version", ["1.37", "1.38", "1.35"])
+def test_a_line_vke_does_not_document_is_taken_when_forced(version: str) -> None:
+    cfg = config.load(raw({"cluster.kubernetesVersion": version, "cluster.forceKubernetesVersion": True}))
+    assert (cfg.cluster.kubernetes_version, cfg.cluster.force_kubernetes_version) == (version, True)
 
 
 @pytest.mark.parametrize(
     ("version", "says"),
     [
-        # lines VKE does not offer: older than DRA's minimum, between the offered ones, newer
+        # older than DRA's minimum: refused, forced or not
         ("1.33", "(1.33 cannot run DRA, which needs 1.34 or later)"),
-        ("1.30", "(1.30 cannot run DRA, which needs 1.34 or later)"),
         ("1.4", "(1.4 cannot run DRA, which needs 1.34 or later)"),
-        ("1.36", "(VKE does not offer 1.36)"),
-        ("1.35", "(VKE does not offer 1.35)"),
-        ("1.38", "(VKE does not offer 1.38)"),
-        ("2.0", "(VKE does not offer 2.0)"),
-        # an offered line written otherwise: the line is what to write
+        # a line written otherwise: the line is what to write, forced or not
         ("v1.37", "1.37, without the 'v'"),
         ("1.37.2", "1.37 exactly, the line alone: VKE runs the newest 1.37 build itself"),
         ("v1.37.2-vke.1", "1.37 exactly, the line alone"),
         (" 1.37", "1.37, without blanks around it"),
+        # no version at all
+        ("latest", "(e.g. 1.34)"),
+    ],
+)
+def test_forcing_still_refuses_a_line_too_old_or_written_otherwise(version: str, says: str) -> None:
+    issue = only_issue(
+        {"cluster.kubernetesVersion": version, "cluster.forceKubernetesVersion": True},
+        "cluster.kubernetesVersion",
+    )
+    assert (issue.value, says in issue.allowed) == (repr(version), True)
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        # lines VKE's docs do not list: older than DRA's minimum, listed but too old, newer
+        ("1.33", "(1.33 cannot run DRA, which needs 1.34 or later)"),
+        ("1.30", "(1.30 cannot run DRA, which needs 1.34 or later)"),
+        ("1.4", "(1.4 cannot run DRA, which needs 1.34 or later)"),
+        ("1.36", "(1.36 is not in VKE's docs, "),
+        ("1.35", "(1.35 is not in VKE's docs, "),
+        ("1.37", "(1.37 is not in VKE's docs, "),
+        ("1.38", "(1.38 is not in VKE's docs, "),
+        ("2.0", "(2.0 is not in VKE's docs, "),
+        # a line written otherwise is told its form first (one issue at a time for the one key)
+        ("v1.37", "1.37, without the 'v'"),
+        ("1.37.2", "1.37 exactly, the line alone"),
+        # the documented line written otherwise: the line is what to write
         ("v1.34", "1.34, without the 'v'"),
+        ("1.34.2", "1.34 exactly, the line alone: VKE runs the newest 1.34 build itself"),
+        ("v1.34.2-vke.3", "1.34 exactly, the line alone"),
+        (" 1.34", "1.34, without blanks around it"),
         # no version at all
         ("latest", "(e.g. 1.34)"),
         ("", "(e.g. 1.34)"),
     ],
 )
-def test_refuses_lines_vke_does_not_offer_with_the_offered_ones(version: str, says: str) -> None:
+def test_refuses_lines_vke_does_not_document_with_one_issue(version: str, says: str) -> None:
     issue = only_issue({"cluster.kubernetesVersion": version}, "cluster.kubernetesVersion")
     assert issue.value == repr(version)
     assert says in issue.allowed
-    assert vke_releases.offered_text() in issue.allowed
-    assert vke_releases.offered_text() == "1.34, 1.37"
 
 
-def test_a_refused_line_is_one_message_naming_key_value_and_the_offered_lines() -> None:
+def test_a_refused_line_is_one_message_naming_key_value_the_documented_lines_and_the_force_key() -> None:
     with pytest.raises(StackConfigError) as info:
-        config.load(raw({"cluster.kubernetesVersion": "1.36"}))
+        config.load(raw({"cluster.kubernetesVersion": "1.37"}))
+    assert "1 problem(s)" in str(info.value)
     assert str(info.value).endswith(
-        f"{P}:cluster.kubernetesVersion = '1.36': allowed: one of the Kubernetes lines VKE offers for DRA, "
-        "major.minor: 1.34, 1.37 (VKE does not offer 1.36)"
+        f"{P}:cluster.kubernetesVersion = '1.37': allowed: one of the Kubernetes lines VKE documents for "
+        f"DRA, major.minor: 1.34 (1.37 is not in VKE's docs, {vke_releases.VKE_DOCS.source}, checked "
+        f"{vke_releases.VKE_DOCS.checked}; cluster.forceKubernetesVersion=true asks VKE for it anyway; a "
+        "cluster of our own takes target=existing-cluster)"
     )
 
 
-def test_an_existing_cluster_may_run_another_line() -> None:
-    """target=existing-cluster creates no VKE cluster: the key names the cluster's line (kind, 1.36)."""
-    cfg = config.load(harness.stack_raw_config("local", {"cluster.kubernetesVersion": "1.36"}))
-    assert cfg.cluster.kubernetes_version == "1.36"
+@pytest.mark.parametrize("line", [*(format_version(v) for v in vke_releases.OWN_CLUSTERS), "1.36"])
+def test_an_existing_cluster_may_run_another_line(line: str) -> None:
+    """target=existing-cluster creates no VKE cluster: the key names the cluster's line (our own clusters'
+    1.37 and 1.38, kind's 1.36), with no force key."""
+    cfg = config.load(harness.stack_raw_config("local", {"cluster.kubernetesVersion": line}))
+    assert (cfg.cluster.kubernetes_version, cfg.cluster.force_kubernetes_version) == (line, False)
 
 
 @pytest.mark.parametrize("version", ["2.0", "1.7.27", "1.6", "containerd-2.1", ""])
@@ -538,6 +573,7 @@ def _bool_field(cfg: config.StackConfig, key: str) -> bool:
         "production": cfg.production,
         "cluster.apiServerPublicAccess": cfg.cluster.api_server_public_access,
         "cluster.deleteProtection": cfg.cluster.delete_protection,
+        "cluster.forceKubernetesVersion": cfg.cluster.force_kubernetes_version,
         "driver.kubeletPluginOnAllNodes": cfg.driver.kubelet_plugin_on_all_nodes,
         "driver.registry.create": cfg.driver_image.registry_create,
         "sample.enabled": cfg.sample.enabled,
@@ -551,6 +587,7 @@ def test_boolean_keys_are_the_ones_this_test_reads() -> None:
             "production",
             "cluster.apiServerPublicAccess",
             "cluster.deleteProtection",
+            "cluster.forceKubernetesVersion",
             "driver.kubeletPluginOnAllNodes",
             "driver.registry.create",
             "sample.enabled",

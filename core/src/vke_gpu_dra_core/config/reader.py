@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from vke_gpu_dra_core import imageref
+from vke_gpu_dra_core import imageref, vke_releases
 
 from .constraints import private_network
 from .keys import (
@@ -259,6 +259,12 @@ def _network_rules(r: _Reader) -> None:
 
 def _cluster_rules(r: _Reader) -> None:
     v = r.values
+    version = v["cluster.kubernetesVersion"]
+    # the key's own check took the line's form; a line VKE does not document needs the force key
+    if vke_releases.problem(version, forced=True) is None and not v[vke_releases.FORCE_KEY]:
+        problem = vke_releases.problem(version)
+        if problem is not None:
+            r.fail("cluster.kubernetesVersion", version, problem)
     taken: list[tuple[str, ipaddress.IPv4Network]] = []
     if not v["network.existingVpcId"]:
         with contextlib.suppress(ValueError):  # a malformed vpcCidr is reported by its own check

@@ -114,6 +114,8 @@ class NetworkConfig:
 class ClusterConfig:
     name: str
     kubernetes_version: str
+    #: Ask VKE for a kubernetes_version line its docs do not list yet (`vke_releases`).
+    force_kubernetes_version: bool
     pod_network_mode: str
     pod_cidrs: tuple[str, ...]
     max_pods_per_node: int
