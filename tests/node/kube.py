@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.controlplane import ApiError, ControlPlane
+from tests.integration.controlplane import CONTROLLERS, ApiError, ControlPlane
 from tools import toolchain
 
 #: The image the tier's pods run (busybox), imported into the node's CRI namespace.
@@ -22,6 +22,14 @@ RELEASES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
 
 #: Node identities a NodePlane knows in advance: the first nodes of the process that started it.
 NODE_IDENTITIES = 64
+#: The `kubernetes` Service's ClusterIP (the first address of the API server's --service-cluster-ip-range,
+#: 10.0.0.0/24): pods reach the API server there, on port 443, as in-cluster clients do.
+SERVICE_ADDRESS = "10.0.0.1"
+SERVICE_PORT = 443
+#: A real node's control plane also runs the DaemonSet controller (the chart's plugin pods) and publishes
+#: the API server's CA as ConfigMap kube-root-ca.crt in every namespace (what a service-account token
+#: volume mounts as ca.crt).
+NODE_CONTROLLERS = ",".join([CONTROLLERS, "daemonset-controller", "root-ca-certificate-publisher-controller"])
 
 
 @dataclass
@@ -29,9 +37,20 @@ class NodePlane(ControlPlane):
     """The control-plane tier's control plane, whose token file also names the kubelets of this process's
     first nodes (`<name>-<pid>-<n>`, n up to NODE_IDENTITIES) as the Node authorizer knows a kubelet:
     user `system:node:<node name>` in group `system:nodes`. A kubelet with its node's token is held to
-    what the Node authorizer and the NodeRestriction admission plugin allow it, as on a real cluster."""
+    what the Node authorizer and the NodeRestriction admission plugin allow it, as on a real cluster.
 
+    Its kube-controller-manager runs the DaemonSet controller and the root CA publisher besides the
+    control-plane tier's controllers, and its API server's certificate also names the `kubernetes`
+    Service's address, so a pod's in-cluster client (its projected service-account token and CA)
+    verifies it there."""
+
+    SERVING_NAMES = f"IP:127.0.0.1,IP:{SERVICE_ADDRESS},DNS:localhost,DNS:kubernetes.default.svc"
+
+    controllers: str = NODE_CONTROLLERS
     node_prefix: str = "vke-node"
+
+    def _manager_flags(self) -> list[str]:
+        return [f"--root-ca-file={self.ca_file}"]
 
     def _pki(self) -> None:
         super()._pki()

@@ -8,9 +8,14 @@ interfaces), then sleeps. containerd, ctr and crictl run inside through `nsenter
 (overlay rootfs, the private /run) lives in the node's mount namespace only.
 
 Everything else is a folder of its own (`/tmp/vkenode-*`, short for unix socket paths): containerd's root
-and state, the CDI spec folder (`cdi_spec_dirs`, and the private /run/cdi that ctr reads), the CNI
-configuration, the logs. No global /etc/cdi, /var/lib/kubelet or /run/containerd is touched; containers'
-cgroups are created under `/<node name>` in each cgroup hierarchy.
+and state, the CDI spec folder, the kubelet's folder, the CNI configuration, the logs. Inside the node
+they are also at a real node's standard paths, so a DaemonSet's hostPath volumes with the usual
+defaults land in them: /var/lib/kubelet (the kubelet's --root-dir) is the node's `kubelet/` and
+/var/run/cdi (= /run/cdi; the CRI's `cdi_spec_dirs`, which ctr reads too) its `cdi/`, on private
+/run, /var/lib and /var/log. No global /etc/cdi, /var/lib/kubelet or /run/containerd is touched;
+containers' cgroups are created under `/<node name>` in each cgroup hierarchy. The node's mounts are
+shared among themselves (as systemd makes a host's), so a HostToContainer volume works, and are cut
+off from the host's.
 
 Stopping it leaves nothing behind: containers are killed and deleted through containerd, containerd gets
 SIGTERM, then PID 1 gets SIGKILL, which ends every process left in the namespace; the namespaces go with
@@ -49,6 +54,9 @@ HOW_TO_GET = f"build them with scripts/toolchain --only {','.join(TOOLS)} (docs/
 COMMANDS = ("unshare", "nsenter", "ip", "mount")
 #: The node's address (TEST-NET-1, RFC 5737: never routed anywhere) on the veth end inside its namespace.
 ADDRESS = "192.0.2.10"
+#: The kubelet's standard folder and the standard CDI spec folder, inside the node (its own folders).
+KUBELET_ROOT = "/var/lib/kubelet"
+CDI_ROOT = "/var/run/cdi"
 PREFIX = 24
 #: containerd's namespace for the CRI (kubelet's pods) and images it runs.
 CRI_NAMESPACE = "k8s.io"
@@ -130,8 +138,10 @@ def _setup_script(base: Path, name: str) -> str:
     cdi = base / "cdi"
     return f"""set -e
 for private in /run /var/lib /var/log; do mount -t tmpfs -o mode=755 tmpfs $private; done
-mkdir -p /run/cdi /run/containerd
+mkdir -p /run/cdi /run/containerd {KUBELET_ROOT}
 mount --bind {cdi} /run/cdi
+mount --bind {base / "kubelet"} {KUBELET_ROOT}
+test "$(stat -c %i {CDI_ROOT}/)" = "$(stat -c %i {cdi}/)"
 for tunable in {" ".join(KERNEL_TUNABLES)}; do
   mkdir -p {base}/sysctl/$(dirname $tunable)
   cat /proc/sys/$tunable > {base}/sysctl/$tunable
@@ -144,17 +154,19 @@ ip addr add {ADDRESS}/{PREFIX} dev node0
 ip link set node0-peer up
 ip link set node0 up
 ip route add default dev node0
+mount --make-rshared /
 echo ready > {base / "ready"}
 exec sleep infinity
 """
 
 
 def cni_config(base: Path) -> str:
-    """The pods' network: a bridge inside the node's namespace, addresses from host-local (its state
-    under the node's folder), no masquerading (nothing leaves the node); portmap for hostPort."""
+    """The pods' network: a bridge inside the node's namespace, the pods' default route through it (to the
+    node's own addresses; nothing is forwarded further), addresses from host-local (its state under the
+    node's folder), no masquerading (nothing leaves the node); portmap for hostPort."""
     ipam = {"type": "host-local", "dataDir": str(base / "cni" / "ipam"), "ranges": [[{"subnet": POD_SUBNET}]]}
     plugins = [
-        {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "ipam": ipam},
+        {"type": "bridge", "bridge": "cni0", "isDefaultGateway": True, "ipMasq": False, "ipam": ipam},
         {"type": "portmap", "capabilities": {"portMappings": True}},
     ]
     return json.dumps({"cniVersion": "1.0.0", "name": "vke-node", "plugins": plugins}, indent=2)
@@ -196,15 +208,16 @@ def kubelet_config(base: Path, name: str) -> str:
 
 
 class Forwarder:
-    """127.0.0.1:<port> inside the node's network namespace, each connection carried to 127.0.0.1:<target>
-    of the test's own namespace (the control plane's API server): the node reaches nothing else."""
+    """`address`:<port> (127.0.0.1 and a free port by default) inside the node's network namespace, each
+    connection carried to 127.0.0.1:<target> of the test's own namespace (the control plane's API
+    server): the node reaches nothing else."""
 
-    def __init__(self, pid1: int, target: int) -> None:
+    def __init__(self, pid1: int, target: int, address: str = "127.0.0.1", port: int = 0) -> None:
         self.target = target
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         made: list[socket.socket | BaseException] = []
-        maker = threading.Thread(target=lambda: made.append(_listen_in(pid1)))
+        maker = threading.Thread(target=lambda: made.append(_listen_in(pid1, address, port)))
         maker.start()
         maker.join()
         if not isinstance(made[0], socket.socket):
@@ -233,7 +246,7 @@ class Forwarder:
             sock.close()
 
 
-def _listen_in(pid1: int) -> socket.socket | BaseException:
+def _listen_in(pid1: int, address: str, port: int) -> socket.socket | BaseException:
     """A listening socket made inside the network namespace of `pid1` (this thread enters it, makes the
     socket, and comes back; a socket stays in the namespace it was made in)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -244,7 +257,7 @@ def _listen_in(pid1: int) -> socket.socket | BaseException:
             return OSError(ctypes.get_errno(), "setns into the node's network namespace")
         try:
             listener = socket.socket()
-            listener.bind(("127.0.0.1", 0))
+            listener.bind((address, port))
             listener.listen(64)
             return listener
         finally:
@@ -267,9 +280,10 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 
 def containerd_config(base: Path, tools: Tools, *, sandbox_image: str = "") -> str:
     """containerd's configuration (version 3): every path under `base`; the CRI with CDI on
-    (`cdi_spec_dirs`: the node's own folder) and `restrict_oom_score_adj` (runc may not lower a
+    and `restrict_oom_score_adj` (runc may not lower a
     container's oom_score_adj below the node's own, as in a user namespace or a container); runc
-    from the toolchain; CNI from the toolchain's plugins and the node's own configuration folder."""
+    from the toolchain; CNI from the toolchain's plugins and the node's own configuration folder.
+    `cdi_spec_dirs` is the standard /var/run/cdi, which inside the node is its own `cdi/` folder."""
     pinned = f'\n  [plugins."io.containerd.cri.v1.images".pinned_images]\n    sandbox = "{sandbox_image}"\n'
     return f"""version = 3
 root = "{base}/containerd/root"
@@ -296,7 +310,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
     snapshotter = "overlayfs"{pinned if sandbox_image else ""}
   [plugins."io.containerd.cri.v1.runtime"]
     enable_cdi = true
-    cdi_spec_dirs = ["{base}/cdi"]
+    cdi_spec_dirs = ["{CDI_ROOT}"]
     restrict_oom_score_adj = true
     netns_mounts_under_state_dir = true
     [plugins."io.containerd.cri.v1.runtime".containerd]
@@ -336,7 +350,7 @@ class Node:
 
     def start(self) -> Node:
         begin = time.monotonic()
-        for sub in ("cdi", "logs", "cni/net.d", "containerd"):
+        for sub in ("cdi", "logs", "cni/net.d", "containerd", "kubelet"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         self.config = self.base / "containerd.toml"
         self.config.write_text(containerd_config(self.base, self.tools, sandbox_image=PAUSE_IMAGE))
@@ -521,14 +535,26 @@ class Node:
         self.ctr("-n", namespace, "images", "import", str(image.archive), timeout=120)
 
     def start_kubelet(
-        self, kubelet: Path, server: str, ca_file: Path, token: str, labels: Mapping[str, str] | None = None
+        self,
+        kubelet: Path,
+        server: str,
+        ca_file: Path,
+        token: str,
+        labels: Mapping[str, str] | None = None,
+        *,
+        service: tuple[str, int] | None = None,
     ) -> subprocess.Popen[bytes]:
         """The kubelet at `kubelet`, registering this node (its name, its address, the GPU pool's labels
         and `labels`) with the API server at `server` (https://127.0.0.1:<port> of the test's namespace,
-        reached through a Forwarder) with the bearer `token`."""
+        reached through a Forwarder) with the bearer `token`. `service`: the `kubernetes` Service's
+        address and port, where the node's pods reach the API server as in-cluster clients (an address
+        of the node's own and a Forwarder, what kube-proxy's rules do on a real node)."""
         port = int(server.rsplit(":", 1)[1])
         forwarder = Forwarder(self._pid1, port)
         self._forwarders.append(forwarder)
+        if service is not None:
+            self.run(["ip", "addr", "add", f"{service[0]}/32", "dev", "lo"])
+            self._forwarders.append(Forwarder(self._pid1, port, *service))
         kubeconfig = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -551,7 +577,7 @@ class Node:
         self._kubelet_argv = [
             str(kubelet), f"--config={self.base / 'kubelet.yaml'}",
             f"--kubeconfig={self.base / 'kubelet.kubeconfig'}",
-            f"--root-dir={self.base / 'kubelet'}", f"--cert-dir={self.base / 'kubelet' / 'pki'}",
+            f"--root-dir={KUBELET_ROOT}", f"--cert-dir={self.base / 'kubelet' / 'pki'}",
             f"--hostname-override={self.name}", f"--node-ip={ADDRESS}",
             f"--node-labels={','.join(f'{k}={v}' for k, v in sorted(all_labels.items()))}", "--v=2",
         ]  # fmt: skip

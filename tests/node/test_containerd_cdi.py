@@ -25,7 +25,7 @@ from vke_gpu_dra_testing import cdi_check
 from tests.driver import fake_driver
 
 from . import images
-from .node import Node
+from .node import CDI_ROOT, KUBELET_ROOT, Node
 
 UID = "5a6b7c8d-1111-4222-8333-944455556666"
 UUIDS = ("GPU-0a0b0c0d-0000-4000-8000-000000000000", "GPU-1a1b1c1d-1111-4111-8111-111111111111")
@@ -158,10 +158,18 @@ def test_a_pods_container_gets_its_gpu_through_the_cri_as_the_kubelet_asks(probe
 
 
 def test_the_cri_runs_with_cdi_from_the_nodes_own_folder(node: Node) -> None:
+    """The standard /var/run/cdi, which inside the node is its own folder (the host has none), and
+    /var/lib/kubelet likewise."""
     info = json.loads(node.crictl("info").stdout)
     config = info["config"]
     assert config["enableCDI"] is True
-    assert config["cdiSpecDirs"] == [str(node.cdi_dir)]
+    assert config["cdiSpecDirs"] == [CDI_ROOT]
+    (node.cdi_dir / "probe.json").write_text("{}")
+    (node.base / "kubelet" / "probe").write_text("")
+    listed = node.run(["ls", f"{CDI_ROOT}/", f"{KUBELET_ROOT}/"]).stdout.split()
+    assert "probe.json" in listed and "probe" in listed
+    assert not Path(KUBELET_ROOT).exists() or not (Path(KUBELET_ROOT) / "probe").exists()
+    assert not (Path(CDI_ROOT) / "probe.json").exists(), "the host's /var/run/cdi is untouched"
     assert config["restrictOOMScoreAdj"] is True
     assert config["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == str(node.tools.runc / "runc")
 
