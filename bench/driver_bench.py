@@ -3,16 +3,14 @@
 Run from the repository root: `python bench/driver_bench.py [--baseline REV] [--repeats N]
 [--cycles N] [--overlap PxC] [--memory-cycles N]` (`--help` lists every option; driver/BENCHMARKS.md
 says what each figure is). The bench starts this script again as its own helpers (`--floor-server`,
-`--count-fsyncs`). The names below are the ones a caller that loads this file by path may use.
+`--count-fsyncs`). Run as a script, its folder is first on the import path, where `plugin_bench` is; the
+names below are the ones a caller that loads this file by path (with that folder on its path) may use.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path rather than run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plugin_bench.cli import main, parse_args
 from plugin_bench.figures import Figure, at_most, below, floor_times
@@ -40,4 +38,4 @@ __all__ = [
 ]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(script=Path(__file__).resolve()))

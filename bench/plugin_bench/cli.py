@@ -77,8 +77,11 @@ def header(args: argparse.Namespace) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, script: Path) -> int:
+    """The bench, run as `script` (bench/driver_bench.py), which it also starts as its helpers
+    (`--floor-server`, `--count-fsyncs`)."""
     args = parse_args(argv)
+    args.script = script
     if args.floor_server:
         return serve_floor(args.floor_server, args.floor_work)
     if args.count_fsyncs:

@@ -23,7 +23,7 @@ from vke_gpu_dra_testing.fake_apiserver import TOKEN
 from vke_gpu_dra_testing.plugin_env import NODE
 
 from .probes import claim_uid, percentile, time_calls
-from .settings import NAMESPACE, SCRIPT, SMALL_WRITE, WAIT_S, Ref
+from .settings import NAMESPACE, SMALL_WRITE, WAIT_S, Ref
 from .timed_fake import TimedFake
 
 #: The claim the floor reads.
@@ -102,13 +102,13 @@ def serve_floor(socket_path: str, work_args: list[str] | None) -> int:
     return 0
 
 
-def grpc_floor(root: Path, samples: int, work: list[str] | None = None) -> list[float]:
+def grpc_floor(root: Path, samples: int, work: list[str] | None = None, *, script: Path) -> list[float]:
     """Round trips of a one-claim NodePrepareResources to the trivial servicer (doing `FloorPrepareWork` with
     `work`: URL, PATH[, DIR])."""
     sock = root / "floor.sock"
     extra = ["--floor-work", *work] if work else []
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--floor-server", str(sock), *extra],
+        [sys.executable, str(script), "--floor-server", str(sock), *extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -177,17 +177,20 @@ class Floor:
         return self.grpc_s + self.http_s
 
 
-def measure_floor(root: Path, fake: TimedFake, data_dir: Path, query: str, samples: int) -> Floor:
+def measure_floor(
+    root: Path, fake: TimedFake, data_dir: Path, query: str, samples: int, *, script: Path
+) -> Floor:
+    """The floor's parts, the trivial servicer started as `script --floor-server`."""
     fake.put_claims([FLOOR_CLAIM], 1)
     try:
         claim = [fake.url, floor_claim_path(query)]
-        durable = grpc_floor(root, samples, [*claim, str(data_dir)])
+        durable = grpc_floor(root, samples, [*claim, str(data_dir)], script=script)
         return Floor(
-            grpc_s=statistics.median(grpc_floor(root, samples)),
+            grpc_s=statistics.median(grpc_floor(root, samples, script=script)),
             http_s=http_floor(fake, query, samples),
             read_kind=read_kind(query),
             fsync_s=fsync_write(data_dir, max(10, samples // 3)),
-            get_p50_s=percentile(grpc_floor(root, samples, claim), 50),
+            get_p50_s=percentile(grpc_floor(root, samples, claim, script=script), 50),
             durable_p50_s=percentile(durable, 50),
             durable_p99_s=percentile(durable, 99),
         )

@@ -17,7 +17,7 @@ from vke_gpu_dra_testing.plugin_env import NODE, claim
 
 from .plugin import PluginRun
 from .probes import claim_uid
-from .settings import FSYNC_CYCLES, NAMESPACE, SCRIPT, WAIT_S
+from .settings import FSYNC_CYCLES, NAMESPACE, WAIT_S
 from .timed_fake import TimedFake
 from .workloads import Cycles, run_cycles
 
@@ -102,9 +102,9 @@ def in_process_fsyncs(root: Path) -> tuple[int, int]:
     return prepared, len(calls) - prepared
 
 
-def count_fsyncs(run: PluginRun, fake: TimedFake, gpus: int, root: Path) -> FsyncCount:
+def count_fsyncs(run: PluginRun, fake: TimedFake, gpus: int, root: Path, *, script: Path) -> FsyncCount:
     """fsyncs per prepare+unprepare cycle: in the plugin process with strace where it can attach,
-    else on the same version's DeviceState in a separate process."""
+    else on the same version's DeviceState in a separate process (`script --count-fsyncs`)."""
 
     def cycles() -> None:
         assert run.kubelet is not None
@@ -115,7 +115,7 @@ def count_fsyncs(run: PluginRun, fake: TimedFake, gpus: int, root: Path) -> Fsyn
         return FsyncCount(counted / FSYNC_CYCLES, f"strace -f on the plugin process, {FSYNC_CYCLES} cycles")
     scratch = root / "count"
     scratch.mkdir()
-    proc = run.command.run(str(SCRIPT), "--count-fsyncs", str(scratch))
+    proc = run.command.run(str(script), "--count-fsyncs", str(scratch))
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return FsyncCount(None, f"strace cannot attach; in-process count failed: {last}")

@@ -35,12 +35,12 @@ def measure(args: argparse.Namespace, command: PluginCommand, root: Path, fake: 
         run.kubelet.register()
         gc.freeze()  # the bench's own full collections would stall the fake and the client
         query = claim_read_query(run.kubelet, fake, args.gpus)
-        floor = measure_floor(root, fake, run.data_dir, query, args.floor_samples)
+        floor = measure_floor(root, fake, run.data_dir, query, args.floor_samples, script=args.script)
         cycles = Cycles()
         cpu_before = cpu_seconds(run.proc.pid)
         run_cycles(run.kubelet, fake, args.gpus, args.cycles, kind=1, into=cycles)
         cpu_s = cpu_seconds(run.proc.pid) - cpu_before
-        fsyncs = count_fsyncs(run, fake, args.gpus, root)
+        fsyncs = count_fsyncs(run, fake, args.gpus, root, script=args.script)
         overlap = run_overlap(run, fake, args.gpus, args.overlap, args.overlap_rounds)
         restores = slice_restores(fake, args.restores)
         rss_samples = memory_cycles(run, fake, args.gpus, args.memory_cycles)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]  # bench/: git finds the repository from here
-#: The command line, which the bench also starts as its own helpers (`--floor-server`, `--count-fsyncs`).
-SCRIPT = HERE / "driver_bench.py"
+HERE = Path(__file__).resolve().parent  # git finds the repository from here
 CONSOLE_SCRIPT = Path(sys.executable).with_name("dra-gpu-kubelet-plugin")
 #: A tree's source folders (driver, core, kube) and the packages the plugin imports from them.
 TREE_SOURCES = ("driver/src", "core/src", "kube/src")

@@ -48,10 +48,12 @@ def bench() -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
+    sys.path.insert(0, str(BENCH.parent))  # where its parts are, as when it runs as a script
     try:
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
+        sys.path.remove(str(BENCH.parent))
     return module
 
 
