@@ -136,6 +136,24 @@ def test_fatal_xid_makes_the_gpu_unhealthy_tainted_and_counted(fake_lib, lib, tm
     assert "device unhealthy: tainted" in caplog.text
 
 
+def test_events_appended_to_the_event_file_reach_the_watcher(fake_lib, lib, tmp_path, monkeypatch):
+    """Another process (a test beside the plugin's container) adds events by appending lines; lines there
+    before NVML was initialised are not delivered again."""
+    events = tmp_path / "events"
+    events.write_text("0 8 79\n")  # before: already delivered
+    with Env(fake_lib, lib, tmp_path, monkeypatch, {**TWO_GPUS, "event_file": events}) as env:
+        assert env.drained()
+        assert env.status("gpu-0") == ("healthy", "")
+        with events.open("a") as out:
+            out.write(f"1 {XID} 79\n1 {XID}")  # a line being written is read once complete
+        assert wait_until(lambda: env.status("gpu-1") == ("unhealthy", "xid 79"))
+        with events.open("a") as out:
+            out.write(f" 48 {WHOLE} {WHOLE}\nnot an event\n")
+        assert env.drained()
+        assert env.status("gpu-0") == ("healthy", "")
+        assert env.metric("vke_gpu_dra_health_events_total", kind="xid", outcome="fatal") == 2
+
+
 def test_double_bit_ecc_counts_as_xid_48(fake_lib, lib, tmp_path, monkeypatch):
     with Env(fake_lib, lib, tmp_path, monkeypatch, TWO_GPUS) as env:
         env.inject(0, DBE, 0)

@@ -27,6 +27,12 @@
  *
  *   gpu.<i>.events=<mask>             nvmlDeviceGetSupportedEventTypes (default 0xB: single/double-bit ECC, XID)
  *
+ *   event_file=<path>                 events from another process (the plugin in its container): each line
+ *                                     "<gpu> <type> <data>[ <gi> <ci>]" appended to the file is queued as
+ *                                     fakeNvmlInjectEvent would queue it, read by waiting calls (every 50 ms
+ *                                     while one waits); lines present when the configuration is read count
+ *                                     as already delivered
+ *
  *   require_device_nodes=<dir>[,<dir>...]
  *                                     as the real NVML in a container: a GPU is listed (counted, indexed,
  *                                     found by UUID) only while `<dir>/nvidia<minor>` is a character device
@@ -117,6 +123,8 @@ static unsigned device_count;
 /* The GPUs NVML lists, by gpus[] index: all of device_count, or those whose device node is present. */
 static unsigned visible[MAX_GPUS], visible_count;
 static char require_nodes[512];
+static char event_file[512];
+static long event_file_offset;
 static int initialized, init_error, event_set_error, cuda_driver_version;
 static char driver_version[80];
 static int init_calls, shutdown_calls, init_refs;
@@ -140,6 +148,7 @@ static void set_defaults(void) {
     memset(profiles, 0, sizeof profiles);
     device_count = 0;
     require_nodes[0] = 0;
+    event_file[0] = 0;
     init_error = 0;
     event_set_error = 0;
     cuda_driver_version = 12040;
@@ -285,6 +294,7 @@ static void load_config(void) {
         else if (!strcmp(key, "cuda_driver_version")) cuda_driver_version = atoi(value);
         else if (!strcmp(key, "device_count")) device_count = (unsigned)strtoul(value, NULL, 10);
         else if (!strcmp(key, "require_device_nodes")) copy_str(require_nodes, sizeof require_nodes, value);
+        else if (!strcmp(key, "event_file")) copy_str(event_file, sizeof event_file, value);
         else if (sscanf(key, "gpu.%d.%n", &i, &consumed) == 1 && consumed > 0 && i >= 0 && i < MAX_GPUS)
             apply_gpu_key(&gpus[i], i, key + consumed, value);
         else
@@ -292,6 +302,8 @@ static void load_config(void) {
     }
     fclose(f);
     if (device_count > MAX_GPUS) device_count = MAX_GPUS;
+    struct stat events;
+    event_file_offset = event_file[0] && stat(event_file, &events) == 0 ? (long)events.st_size : 0;
     find_visible();
     mig_after_config();
 }
@@ -536,6 +548,26 @@ int nvmlDeviceRegisterEvents(void *h, unsigned long long types, void *set) {
     return i >= 0 ? OK : ERR_INVALID_ARGUMENT;
 }
 
+/* Queue the complete lines appended to event_file since the last read (ev_lock held). */
+static void read_event_file(void) {
+    if (!event_file[0]) return;
+    FILE *f = fopen(event_file, "r");
+    if (!f) return;
+    if (fseek(f, event_file_offset, SEEK_SET) == 0) {
+        char line[256];
+        while (fgets(line, sizeof line, f) && strchr(line, '\n')) {
+            event_file_offset += (long)strlen(line);
+            int gpu;
+            unsigned long long type, value;
+            unsigned gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
+            if (sscanf(line, "%d %lli %lli %u %u", &gpu, &type, &value, &gi, &ci) >= 3 && gpu >= 0 &&
+                gpu < MAX_GPUS && queue_len < MAX_EVENTS)
+                queue[queue_len++] = (fake_event){gpu, type, value, gi, ci};
+        }
+    }
+    fclose(f);
+}
+
 int nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned timeoutms) {
     if (!initialized) return ERR_UNINITIALIZED;
     if (!data) return ERR_INVALID_ARGUMENT;
@@ -556,6 +588,7 @@ int nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned timeoutms) {
             rc = ERR_INVALID_ARGUMENT;
             break;
         }
+        read_event_file();
         int found = -1;
         for (int e = 0; e < queue_len && found < 0; e++)
             if (registered[i][queue[e].gpu] & queue[e].type) found = e;
@@ -571,7 +604,21 @@ int nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned timeoutms) {
             rc = OK;
             break;
         }
-        if (pthread_cond_timedwait(&ev_cond, &ev_lock, &until) != 0) break;
+        struct timespec now, step;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec)) break;
+        step = until;
+        if (event_file[0]) { /* look at the file again in 50 ms */
+            step = now;
+            step.tv_nsec += 50000000L;
+            if (step.tv_nsec >= 1000000000L) {
+                step.tv_sec++;
+                step.tv_nsec -= 1000000000L;
+            }
+            if (step.tv_sec > until.tv_sec || (step.tv_sec == until.tv_sec && step.tv_nsec > until.tv_nsec))
+                step = until;
+        }
+        pthread_cond_timedwait(&ev_cond, &ev_lock, &step);
     }
     waiting--;
     pthread_mutex_unlock(&ev_lock);
