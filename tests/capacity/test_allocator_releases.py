@@ -23,7 +23,7 @@ from vke_gpu_dra_planner.allocator import (
     violates_policy,
 )
 from vke_gpu_dra_planner.claims import ClaimSpec
-from vke_gpu_dra_planner.gates import GATES, AllocatorRules
+from vke_gpu_dra_planner.gates import GATES, AllocatorRules, with_overrides
 from vke_gpu_dra_planner.inventory import GpuPool, Node
 from vke_gpu_dra_planner.selection import SelectorCache
 from vke_gpu_dra_planner.stack import default_classes
@@ -252,6 +252,63 @@ def test_a_shared_gpu_that_consumes_counters_charges_them_once() -> None:
         assert devices(alloc.allocate([whole])) == [[("gpu", "gpu-0")]]
         assert devices(alloc.allocate([whole])) == [[("gpu", "gpu-0")]], version
         assert alloc.allocate([parsed(profile("m", "1g.10gb")).spec]) is None
+
+
+# --- 1.34 with DRAConsumableCapacity turned on (its experimental allocator, run on the real v1.34.4) ----
+
+
+def gated_134(node: Node) -> NodeAllocator:
+    """The planner's allocator for a 1.34 cluster whose operator turned DRAConsumableCapacity on."""
+    gates = with_overrides(GATES["1.34"], "DRAConsumableCapacity=true")
+    return NodeAllocator(
+        node,
+        default_classes(),
+        SelectorCache(),
+        consumable_capacity=gates.consumable_capacity,
+        partitionable_devices=gates.partitionable_devices,
+        distinct_attribute=gates.distinct_attribute,
+        rules=gates.allocator,
+    )
+
+
+def test_distinct_attribute_on_gated_134_never_takes_one_shared_gpu_twice() -> None:
+    """Pointers compared: two shares of one GPU under distinct uuids collide (the real 1.34.4 leaves the
+    claim Pending); one value per request name, so b may take a's first GPU again."""
+    twice = parsed(share("a", "1Gi", 2), constraints=[{"distinctAttribute": UUID}]).spec
+    assert gated_134(shared_node(1)).allocate([twice]) is None
+    assert devices(gated_134(shared_node(2)).allocate([twice])) == [[("a", "gpu-0"), ("a", "gpu-1")]]
+    assert devices(gated_134(shared_node(2)).allocate([distinct_claim()])) == [
+        [("a", "gpu-0"), ("a", "gpu-1"), ("b", "gpu-0")]
+    ]
+
+
+def test_all_on_gated_134_fails_when_a_matching_gpus_remaining_memory_is_taken() -> None:
+    """As on 1.37: after a claim took 3/4 of gpu-0, `All` with half the memory each fails (the real
+    v1.34.4: Pending); on an empty node `All` takes both GPUs."""
+    memory = shared_node(2).sharing_of(0)
+    assert memory is not None
+    whole = memory.capacity[facts.CAPACITY_MEMORY]
+    every = parsed(share("all", f"{whole // 2 // 2**20}Mi", mode="All")).spec
+    assert devices(gated_134(shared_node(2)).allocate([every])) == [[("all", "gpu-0"), ("all", "gpu-1")]]
+    alloc = gated_134(shared_node(2))
+    assert devices(alloc.allocate([parsed(share("big", f"{whole * 3 // 4 // 2**20}Mi")).spec])) == [
+        [("big", "gpu-0")]
+    ]
+    assert alloc.allocate([every]) is None
+
+
+def test_a_request_past_int64_on_gated_134_is_allocated_consuming_nothing() -> None:
+    """`Quantity.Value()` of 10E is 0 in 1.34's allocator: rounded up the memory policy's range it is 0,
+    which the real v1.34.4 allocates and records as `consumedCapacity: {memory: "0"}`; the GPU still
+    takes every other share."""
+    alloc = gated_134(shared_node(1))
+    result = alloc.allocate([parsed(share("gpu", "10E")).spec])
+    assert devices(result) == [[("gpu", "gpu-0")]]
+    assert result is not None and dict(result[0].devices[0].consumed) == {facts.CAPACITY_MEMORY: 0}
+    memory = shared_node(1).sharing_of(0)
+    assert memory is not None
+    whole = memory.capacity[facts.CAPACITY_MEMORY]
+    assert devices(alloc.allocate([parsed(share("gpu", f"{whole // 2**20}Mi")).spec])) == [[("gpu", "gpu-0")]]
 
 
 def test_rules_default_to_the_newest_release() -> None:

@@ -14,6 +14,7 @@ from vke_gpu_dra_planner.gates import (
     DISTINCT_ENFORCED,
     DISTINCT_PER_REQUEST,
     DISTINCT_PRESENT,
+    DISTINCT_SAME_DEVICE,
 )
 
 
@@ -108,14 +109,27 @@ def test_allocator_rules_per_release(version: str, combinations: bool, fixed: bo
     rules = planner_gates.GATES[version].allocator
     assert rules.combinations is combinations
     assert (rules.counter_rollback, rules.all_static_capacity, rules.capacity_errors) == (fixed,) * 3
+    assert rules.overflow_zero is False
+
+
+def test_1_34_with_consumable_capacity_runs_its_experimental_allocator() -> None:
+    """As the real v1.34.4 with DRAConsumableCapacity on does (the control-plane tier's gated 1.34):
+    `All` against each device's own capacity, a request past int64 read as 0; nothing else of 1.37."""
+    gated = planner_gates.with_overrides(planner_gates.GATES["1.34"], "DRAConsumableCapacity=true").allocator
+    assert (gated.all_static_capacity, gated.overflow_zero) == (True, True)
+    others = (gated.combinations, gated.counter_rollback, gated.capacity_errors, gated.fractional)
+    assert others == (False,) * 4
+    later = planner_gates.with_overrides(planner_gates.GATES["1.35"], "DRAConsumableCapacity=true").allocator
+    assert (later.all_static_capacity, later.overflow_zero) == (False, False)
 
 
 @pytest.mark.parametrize(
     ("version", "overrides", "expected"),
     [
-        # a 1.34 API server keeps the field whatever the gate says, its allocator compares no values
+        # a 1.34 API server keeps the field whatever the gate says, its allocator compares pointers: with
+        # the gate a shareable device's second share collides with its first (the real v1.34.4)
         ("1.34", "", DISTINCT_PRESENT),
-        ("1.34", "DRAConsumableCapacity=true", DISTINCT_PRESENT),
+        ("1.34", "DRAConsumableCapacity=true", DISTINCT_SAME_DEVICE),
         ("v1.34.4", "DRAConsumableCapacity=false", DISTINCT_PRESENT),
         # from 1.35 on the field follows the gate
         ("1.35", "", DISTINCT_DROPPED),

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from vke_gpu_dra_core import dra_gates
 
 from tests.tier import TierRecord
 from tools import toolchain
@@ -24,10 +25,22 @@ from .controlplane import ControlPlane, missing_assets
 
 #: The releases the tier runs: the newest, VKE's and the next.
 NEWEST, VKE, NEXT = "1.37", "1.34", "1.38"
+#: VKE's release with DRAConsumableCapacity (alpha there) turned on, as an operator may: where the planner's
+#: 1.34 model with the gate is checked against the real v1.34.4 scheduler.
+VKE_CAPACITY = "1.34+DRAConsumableCapacity"
+CAPACITY_GATES = {**dra_gates.settable_defaults((1, 34)), dra_gates.CONSUMABLE_CAPACITY: True}
 
 #: Fixtures that start a control plane: the tests using them form the tier (marker `envtest`).
 PLANE_FIXTURES = frozenset(
-    {"control_plane", "control_plane_134", "control_plane_138", "each_cluster", "newest_clusters"}
+    {
+        "control_plane",
+        "control_plane_134",
+        "control_plane_138",
+        "control_plane_134_capacity",
+        "each_cluster",
+        "newest_clusters",
+        "allocator_clusters",
+    }
 )
 
 
@@ -66,19 +79,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     TIER.report(terminalreporter, f"; {startups}" if startups else "", FIGURES)
 
 
-def _start(minor: str) -> Iterator[ControlPlane]:
+def _start(minor: str, name: str = "", gates: dict[str, bool] | None = None) -> Iterator[ControlPlane]:
+    """The control plane of release `minor` (its default gates, or `gates`), known as `name` (`minor`)."""
+    name = name or minor
     assets = toolchain.kube_assets(minor)
     reason = missing_assets(minor, assets)
     if reason:
         pytest.skip(reason)
     assert assets is not None  # missing_assets names a reason otherwise
-    plane = ControlPlane(assets, minor)
+    plane = ControlPlane(assets, minor, feature_gates=gates)
     plane.start()
-    PLANES[minor], STARTUPS[minor] = plane, plane.started_in
+    PLANES[name], STARTUPS[name] = plane, plane.started_in
     try:
         yield plane
     finally:
-        PLANES.pop(minor, None)
+        PLANES.pop(name, None)
         plane.stop(keep=bool(os.environ.get("ENVTEST_KEEP")))
 
 
@@ -99,6 +114,12 @@ def control_plane_138() -> Iterator[ControlPlane]:
     """Kubernetes 1.38, the next release, at the toolchain's pre-release (DynamicResourceAllocation gone,
     the device-taint gates locked on)."""
     yield from _start(NEXT)
+
+
+@pytest.fixture(scope="session")
+def control_plane_134_capacity() -> Iterator[ControlPlane]:
+    """Kubernetes 1.34 with DRAConsumableCapacity turned on (every other gate at its default)."""
+    yield from _start(VKE, VKE_CAPACITY, CAPACITY_GATES)
 
 
 @pytest.fixture
@@ -122,8 +143,22 @@ def cluster_138(control_plane_138: ControlPlane, request: pytest.FixtureRequest)
         yield c
 
 
+@pytest.fixture
+def cluster_134_capacity(
+    control_plane_134_capacity: ControlPlane, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    """This test's namespace on the 1.34 control plane with DRAConsumableCapacity on."""
+    with Cluster.for_test(control_plane_134_capacity, request.node.name) as c:
+        yield c
+
+
 #: each_cluster's fixture per release.
-CLUSTER_FIXTURES = {NEWEST: "cluster", VKE: "cluster_134", NEXT: "cluster_138"}
+CLUSTER_FIXTURES = {
+    NEWEST: "cluster",
+    VKE: "cluster_134",
+    NEXT: "cluster_138",
+    VKE_CAPACITY: "cluster_134_capacity",
+}
 
 
 @pytest.fixture(params=[NEWEST, VKE, NEXT])
@@ -138,5 +173,13 @@ def newest_clusters(request: pytest.FixtureRequest) -> Cluster:
     """This test's namespace on each control plane with the DRA features VKE's 1.34 lacks on by default
     (device taints and DeviceTaintRules, the extended resource, partitionable devices, consumable
     capacity): 1.37, then 1.38."""
+    cluster: Cluster = request.getfixturevalue(CLUSTER_FIXTURES[request.param])
+    return cluster
+
+
+@pytest.fixture(params=[NEWEST, VKE, NEXT, VKE_CAPACITY])
+def allocator_clusters(request: pytest.FixtureRequest) -> Cluster:
+    """each_cluster's releases, then 1.34 with DRAConsumableCapacity on: for the planner's allocator cases,
+    whose 1.34 model with the gate is checked on the real v1.34.4 scheduler too."""
     cluster: Cluster = request.getfixturevalue(CLUSTER_FIXTURES[request.param])
     return cluster

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from vke_gpu_dra_core import facts
+from vke_gpu_dra_core import dra_gates, facts
 from vke_gpu_dra_core.mig_partitions import product_partitions
 from vke_gpu_dra_planner.inventory import SHARE_STEP, GpuPool, slice_device
 
@@ -108,6 +108,17 @@ def write_stack(folder: Path, extra: dict[str, Any] | None = None) -> Path:
     return stack
 
 
+def turned(cluster: Cluster) -> str:
+    """The gates the cluster's control plane turns away from its release's defaults, as `plan
+    --kubernetes-feature-gates` takes them (`DRAConsumableCapacity=true` on the tier's gated 1.34)."""
+    plane = cluster.plane
+    return ",".join(
+        f"{gate}={str(on).lower()}"
+        for gate, on in sorted((plane.feature_gates or {}).items())
+        if on != dra_gates.on_by_default(gate, plane.release)
+    )
+
+
 def plan(
     cluster: Cluster, objects: list[dict[str, Any]], version: str, config: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -124,9 +135,11 @@ def plan(
             ]
         )
     )
+    gates = turned(cluster) if version == cluster.plane.version else ""
     result = subprocess.run(
         [str(VKE_GPU_DRA), "plan", "--stack-config", str(stack), "--manifests", str(manifests),
-         "--kubernetes-version", version, "-o", "json"],
+         "--kubernetes-version", version, "-o", "json",
+         *(["--kubernetes-feature-gates", gates] if gates else [])],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode in (0, 1), result.stderr

@@ -13,6 +13,12 @@ the case tells the releases apart.
   default 1.37 control plane, so requests are rounded in whole units; the 1.34 API server drops the policy
   and the capacity requests.
 
+The first three, and `distinctAttribute` over one shared GPU, run on a fourth control plane too: 1.34 with
+DRAConsumableCapacity turned on (`allocator_clusters`), where v1.34.4's experimental allocator leaves `All`
+pending after a partial claim, never takes one shared device twice under `distinctAttribute` (it compares
+pointers), and allocates a share past int64 consuming 0; `plan` gets the gate with
+`--kubernetes-feature-gates`.
+
 Devices are published by the test (the driver's own publishing is tested in test_consumable_shares.py and
 test_dynamic_mig.py): the simulated GPUs of the planner's pool, shared as the driver gate ConsumableShares
 publishes them, or partitioned as DynamicMIG publishes them.
@@ -29,7 +35,7 @@ from vke_gpu_dra_core.consumable_shares import RequestPolicy, Sharing
 from vke_gpu_dra_core.quantity import format_quantity
 from vke_gpu_dra_planner.allocator import NodeAllocator
 from vke_gpu_dra_planner.claims import parse_claim_template
-from vke_gpu_dra_planner.gates import GATES
+from vke_gpu_dra_planner.gates import GATES, with_overrides
 from vke_gpu_dra_planner.inventory import SHARE_STEP, GpuPool, Node, slice_device
 from vke_gpu_dra_planner.selection import SelectorCache
 from vke_gpu_dra_planner.stack import default_classes
@@ -49,6 +55,7 @@ from .test_planner_agreement import (
     plan,
     schedule,
     template,
+    turned,
 )
 
 UUID = f"{facts.DRIVER_NAME}/{facts.ATTR_UUID}"
@@ -82,6 +89,20 @@ def publish(cluster: Cluster, node_name: str, entries: list[dict[str, Any]]) -> 
         "spec": {"driver": facts.DRIVER_NAME, "nodeName": node_name, "devices": entries,
                  "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1}},
     })  # fmt: skip
+
+
+def gated_134(node: Node) -> NodeAllocator:
+    """The planner's allocator for 1.34 with DRAConsumableCapacity turned on."""
+    gates = with_overrides(GATES["1.34"], "DRAConsumableCapacity=true")
+    return NodeAllocator(
+        node,
+        default_classes(),
+        SelectorCache(),
+        consumable_capacity=gates.consumable_capacity,
+        partitionable_devices=gates.partitionable_devices,
+        distinct_attribute=gates.distinct_attribute,
+        rules=gates.allocator,
+    )
 
 
 def publish_shared_gpus(cluster: Cluster, gpus: int) -> None:
@@ -121,10 +142,12 @@ def agree(
     order: list[tuple[str, int, str]],
     config: dict[str, Any],
     publish_devices: Any,
+    *,
+    tells_136_apart: bool = True,
 ) -> dict[str, tuple[str, int]]:
-    """Plan `claims` and the Deployments `order` (name, replicas, template) for this cluster's release,
-    let the real scheduler place them, assert both agree; on 1.37 also that 1.36's rules differ. The
-    scheduler's verdict."""
+    """Plan `claims` and the Deployments `order` (name, replicas, template) for this cluster's release
+    (and the gates its control plane turns), let the real scheduler place them, assert both agree; on 1.37
+    also that 1.36's rules differ (unless not `tells_136_apart`). The scheduler's verdict."""
     version = cluster.plane.version
     objects = [*claims, *(deployment(n, r, t, cluster.namespace) for n, r, t in order)]
     planned = verdicts(plan(cluster, objects, version, config))
@@ -133,17 +156,17 @@ def agree(
         cluster.apply(claim)
     actual = schedule(cluster, order)
     assert actual == planned, f"{version}: scheduler {actual}, planner {planned}"
-    if version in NEWER:
+    if version in NEWER and tells_136_apart:
         assert verdicts(plan(cluster, objects, "1.36", config)) != actual, "the case does not tell 1.36 apart"
     return actual
 
 
-def test_all_with_a_gpus_memory_taken_fails_on_137(each_cluster: Cluster) -> None:
+def test_all_with_a_gpus_memory_taken_fails_on_137(allocator_clusters: Cluster) -> None:
     """2 shared GPUs; a first pod takes 3/4 of gpu-0's memory, a second asks `All` GPUs with half the
     memory each. 1.37: gpu-0 is one of `All` and has too little left: Pending (1.36 left it out and
     placed the pod on gpu-1). 1.34: capacity dropped, the first pod takes gpu-0 whole, `All` cannot
-    have it: Pending."""
-    cluster = each_cluster
+    have it: Pending. 1.34 with DRAConsumableCapacity on: Pending, as on 1.37 (alone, `All` gets both)."""
+    cluster = allocator_clusters
     memory = shared_node(2).sharing_of(0)
     assert memory is not None
     whole = memory.capacity[facts.CAPACITY_MEMORY]
@@ -161,10 +184,11 @@ def test_all_with_a_gpus_memory_taken_fails_on_137(each_cluster: Cluster) -> Non
     assert actual["every"][1] == 0
 
 
-def test_distinct_attribute_is_enforced_per_device_on_137(each_cluster: Cluster) -> None:
+def test_distinct_attribute_is_enforced_per_device_on_137(allocator_clusters: Cluster) -> None:
     """2 shared GPUs; one claim: request a (2 shares), request b (1 share), distinct uuids. 1.37 finds no
-    third uuid: Pending (1.36 let b share gpu-0 with a). 1.34: whole GPUs, none left for b: Pending."""
-    cluster = each_cluster
+    third uuid: Pending (1.36 let b share gpu-0 with a). 1.34: whole GPUs, none left for b: Pending. 1.34
+    with DRAConsumableCapacity on keeps one value per request name, as 1.36: b shares gpu-0 with a."""
+    cluster = allocator_clusters
     claim = claim_template(
         "distinct",
         memory_share("a", "1Gi", 2),
@@ -178,6 +202,24 @@ def test_distinct_attribute_is_enforced_per_device_on_137(each_cluster: Cluster)
         one_node(2, PRODUCT, "ConsumableShares"),
         lambda: publish_shared_gpus(cluster, 2),
     )
+
+
+def test_distinct_attribute_never_takes_one_shared_gpu_twice(allocator_clusters: Cluster) -> None:
+    """1 shared GPU; one claim asking 2 shares of it with distinct uuids. 1.37 and 1.38 compare the values:
+    Pending. 1.34 with DRAConsumableCapacity on keeps the GPU's sharing and compares the attribute by
+    pointer: one device gives one pointer, so its second share is refused too: Pending (the planner's 1.34
+    model placed both shares before). 1.34 with the gate off: whole GPUs, only one: Pending."""
+    cluster = allocator_clusters
+    claim = claim_template("twice", memory_share("a", "1Gi", 2), constraints=[{"distinctAttribute": UUID}])
+    actual = agree(
+        cluster,
+        [claim],
+        [("twice", 1, "twice")],
+        one_node(1, PRODUCT, "ConsumableShares"),
+        lambda: publish_shared_gpus(cluster, 1),
+        tells_136_apart=False,  # 1.36 compares values too
+    )
+    assert actual == {"twice": ("pending", 0)}
 
 
 def test_counters_of_a_rejected_placement_are_given_back_on_137(each_cluster: Cluster) -> None:
@@ -221,12 +263,16 @@ def settled_or_failed(cluster: Cluster, name: str) -> tuple[str, int] | None:
     return None
 
 
-def test_a_capacity_request_past_int64_is_planned_as_the_scheduler_treats_it(each_cluster: Cluster) -> None:
+def test_a_capacity_request_past_int64_is_planned_as_the_scheduler_treats_it(
+    allocator_clusters: Cluster,
+) -> None:
     """A share of 10E bytes of memory: the 1.37 scheduler fails the allocation with an error (`capacity
     request cannot be represented in the device's range arithmetic: request 10E exceeds MaxInt64`) and the
     pod stays Pending; 1.38 too, from its milli-unit path (`request 10E is not a representable milli
-    value`); the planner names the same error. 1.34 drops the request and gives the whole GPU."""
-    cluster = each_cluster
+    value`); the planner names the same error. 1.34 drops the request and gives the whole GPU. 1.34 with
+    DRAConsumableCapacity on reads 10E as 0 (`Quantity.Value()` cannot scale it): the share is allocated
+    and records `memory: 0`, as the planner's allocator consumes."""
+    cluster = allocator_clusters
     version = cluster.plane.version
     claim = claim_template("huge", memory_share("gpu", "10E"))
     objects = [claim, deployment("huge", 1, "huge", cluster.namespace)]
@@ -245,6 +291,11 @@ def test_a_capacity_request_past_int64_is_planned_as_the_scheduler_treats_it(eac
         assert any(wording in r and why in r for r in workload["reasons"]), workload
         pod = cluster.pods("app=huge")[0]["metadata"]["name"]
         assert wording in cluster.why_pending(cluster.namespace, pod)
+    if turned(cluster):  # 1.34 with DRAConsumableCapacity: allocated, consuming nothing
+        [result] = cluster.claim_of(cluster.pods("app=huge")[0])["status"]["allocation"]["devices"]["results"]
+        assert result["consumedCapacity"] == {facts.CAPACITY_MEMORY: "0"}
+        [planned] = gated_134(shared_node(1)).allocate([parse_claim_template(claim).spec]) or []
+        assert dict(planned.devices[0].consumed) == {facts.CAPACITY_MEMORY: 0}
 
 
 # ----------------------------------------------------------- fractional ranges (DRAFractionalCapacityRange)

@@ -61,6 +61,7 @@ from .gates import (
     DISTINCT_DROPPED,
     DISTINCT_ENFORCED,
     DISTINCT_PER_REQUEST,
+    DISTINCT_SAME_DEVICE,
     GATES,
     NEWEST_VERSION,
     AllocatorRules,
@@ -150,7 +151,9 @@ class _ConstraintState:
     def __init__(self, constraint: Constraint, distinct: str = DISTINCT_ENFORCED) -> None:
         self.constraint = constraint
         #: distinctAttribute: DISTINCT_ENFORCED (per device), DISTINCT_PER_REQUEST (one value per request
-        #: name, 1.35 and 1.36) or DISTINCT_PRESENT (1.34: the attribute present, values not compared)
+        #: name, 1.35 and 1.36), DISTINCT_SAME_DEVICE (1.34 with DRAConsumableCapacity: per request name,
+        #: equal only for the same device) or DISTINCT_PRESENT (1.34: the attribute present, values not
+        #: compared)
         self.distinct = distinct
         self.values: list[tuple[str, object]] = []
         self.skipped: list[bool] = []
@@ -166,10 +169,12 @@ class _ConstraintState:
         if value is None:
             return False
         key = _attribute_key(value)
+        if self.distinct == DISTINCT_SAME_DEVICE and self.constraint.match_attribute is None:
+            key = ("device", device.name)  # compared by pointer: equal only for the same device's value
         if self.constraint.match_attribute is not None:
             if self.values and self.values[0] != key:
                 return False
-        elif self.distinct == DISTINCT_PER_REQUEST:
+        elif self.distinct in (DISTINCT_PER_REQUEST, DISTINCT_SAME_DEVICE):
             if self.count and key in self.by_request.values():
                 return False
             self.by_request[request] = key
@@ -184,7 +189,10 @@ class _ConstraintState:
         if self.skipped.pop():
             return
         self.values.pop()
-        if self.constraint.distinct_attribute is not None and self.distinct == DISTINCT_PER_REQUEST:
+        if self.constraint.distinct_attribute is not None and self.distinct in (
+            DISTINCT_PER_REQUEST,
+            DISTINCT_SAME_DEVICE,
+        ):
             # the request's value is forgotten, whatever other device of it is still allocated
             self.by_request.pop(request, None)
             self.count -= 1
@@ -277,7 +285,11 @@ class NodeAllocator:
         for name, value in capacity.items():
             try:
                 amounts[name] = consumed_capacity(
-                    requested.get(name), value, policies.get(name), fractional=self.rules.fractional
+                    requested.get(name),
+                    value,
+                    policies.get(name),
+                    fractional=self.rules.fractional,
+                    overflow_zero=self.rules.overflow_zero,
                 )
             except CapacityError as exc:
                 if not self.rules.capacity_errors:
@@ -651,13 +663,15 @@ def consumed_capacity(  # noqa: PLR0911
     policy: PolicyLike | None,
     *,
     fractional: bool = False,
+    overflow_zero: bool = False,
 ) -> Fraction:
     """calculateConsumedCapacity: what a request of `requested` (None: not named) consumes of a capacity.
 
     `validRange` rounds up to `min`, then to the next `min + n*step`: in milli units with
     `fractional` (DRAFractionalCapacityRange) where `use_milli`, else in whole units (`Value()`, which
     rounds a fraction up). CapacityError where the request or its rounding passes int64 (or the milli
-    range), or is finer than 1m on the milli path."""
+    range), or is finer than 1m on the milli path; with `overflow_zero` (1.34's allocator) a request past
+    int64 is read as 0 instead, so it rounds to `min - step` and below."""
     if requested is None:
         return Fraction(policy.default if policy is not None and policy.default is not None else value)
     requested = Fraction(requested)
@@ -676,9 +690,16 @@ def consumed_capacity(  # noqa: PLR0911
                     f"rounding request {_show(requested)} up to the next step passes the milli range"
                 )
             return Fraction(min_m + step_m * steps, 1000)
-        if requested > INT64_MAX:
-            raise CapacityError(f"request {_show(requested)} exceeds MaxInt64")
         request_i, step_i, min_i = math.ceil(requested), math.ceil(policy.step), math.ceil(policy.minimum)
+        if requested > INT64_MAX:
+            if not overflow_zero:
+                raise CapacityError(f"request {_show(requested)} exceeds MaxInt64")
+            # roundUpRange on Value() = 0: Go's `/` truncates toward zero, then one step more on a rest
+            added = -min_i
+            steps = -(abs(added) // step_i) if added < 0 else added // step_i
+            if added - steps * step_i:
+                steps += 1
+            return Fraction(min_i + step_i * steps)
         steps = -(-(request_i - min_i) // step_i)
         if min_i >= 0 and steps > (INT64_MAX - min_i) // step_i:
             raise CapacityError(f"rounding request {_show(requested)} up to the next step passes MaxInt64")

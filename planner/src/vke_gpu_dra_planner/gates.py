@@ -49,6 +49,20 @@ v0.37.2); `FeatureGates.allocator` says which behaviour a release has (`Allocato
 * with DRAFractionalCapacityRange on, request policies are computed in milli units (`useMilli`: min, max
   and step exact in milli units, step at least 1m), else in whole units.
 
+1.34 with DRAConsumableCapacity turned on (alpha there), run on the real v1.34.4 (the control-plane tier's
+1.34 with the gate on) and read in its allocator (k8s.io/dynamic-resource-allocation v0.34.4,
+`internal/experimental`):
+
+* `allocationMode: All` with consumable capacity after another claim took part of a device: Pending, as on
+  1.37 (`all_static_capacity`); alone, `All` takes every device;
+* `distinctAttribute` keeps one value per request name, as 1.35 and 1.36 do, and compares values by
+  pointer: two values are equal only when they are the same device's, so a shareable device is not taken
+  twice while it is a request's remembered value (DISTINCT_SAME_DEVICE);
+* a capacity request past int64 (`10E`) is read by `Quantity.Value()`, which gives 0 for a value it cannot
+  scale: the request consumes 0 and is allocated, recording `memory: 0` (`overflow_zero`). (A request
+  written as plain digits past int64 is kept as a decimal, whose `Value()` wraps around instead; the
+  planner reads it as 0 too.)
+
 A cluster whose operator turned a gate on or off (`--feature-gates` of the API server and scheduler) is
 planned with `with_overrides` (`plan --kubernetes-feature-gates DRAPartitionableDevices=true`: 1.34 with
 partitionable devices).
@@ -67,8 +81,9 @@ default gates) and read in their sources:
   requests to have the attribute. On the real v1.34.4 a claim for 2 GPUs with `distinctAttribute:
   gpu.nvidia.com/productName` (4 equal L20s per node) got gpu-0 and gpu-1; one naming an attribute the
   devices lack stayed Pending. With the gate turned on, 1.34 runs the same allocator (read in its
-  source, not run): still no values compared. (With DRAResourceClaimDeviceStatus turned off, which the
-  planner does not model, a 1.34 scheduler would pick an allocator that fails the constraint.)
+  source, and now run): values are compared by pointer, so only the same device collides (a shareable
+  device, see above). (With DRAResourceClaimDeviceStatus turned off, which the planner does not model, a
+  1.34 scheduler would pick an allocator that fails the constraint.)
 * v1.37.2 clears the field by index (`pkg/api/resourceclaimspec/util.go`), so with the gate off the
   empty constraint is refused (`matchAttribute: Required value`); its allocator compares values (the
   productName claim above stays Pending there).
@@ -106,6 +121,10 @@ DISTINCT_ENFORCED: Final = "enforced"
 #: kept and compared, but one value per request name (1.35, 1.36): a request's next device replaces its
 #: previous value, and backtracking one device forgets the request's value.
 DISTINCT_PER_REQUEST: Final = "per-request"
+#: kept, one value per request name as in 1.35 and 1.36, but compared by pointer (1.34 with
+#: DRAConsumableCapacity on): two values are equal only when they are the same device's, so a shareable
+#: device is not taken again while it is a request's remembered value, and other devices always pass.
+DISTINCT_SAME_DEVICE: Final = "same-device"
 
 #: Releases that keep `distinctAttribute` whatever DRAConsumableCapacity says and compare no values:
 #: the strategy clears a copy, the allocator compares pointers (see the module docstring).
@@ -132,6 +151,8 @@ class AllocatorRules:
     capacity_errors: bool
     #: DRAFractionalCapacityRange: milli-unit arithmetic for request policies
     fractional: bool
+    #: a request past int64 is read as 0 (`Quantity.Value()` of 1.34's allocator): it consumes 0 and fits
+    overflow_zero: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,7 +183,7 @@ class FeatureGates:
         strategy clears a copy, its allocator compares pointers); later releases follow the gate."""
         release = parse_major_minor(self.version) or (0, 0)
         if release in _DISTINCT_KEPT_UNCOMPARED:
-            return DISTINCT_PRESENT
+            return DISTINCT_SAME_DEVICE if self.consumable_capacity else DISTINCT_PRESENT
         if not self.consumable_capacity:
             return DISTINCT_DROPPED
         return DISTINCT_ENFORCED if release >= _DISTINCT_PER_DEVICE_SINCE else DISTINCT_PER_REQUEST
@@ -172,12 +193,15 @@ class FeatureGates:
         """What this release's allocator does where releases differ."""
         release = parse_major_minor(self.version) or (0, 0)
         fixed = release >= _FIXES_SINCE
+        # 1.34's experimental allocator with the gate, as run on v1.34.4 (1.35's is not modelled apart)
+        experimental = release in _DISTINCT_KEPT_UNCOMPARED and self.consumable_capacity
         return AllocatorRules(
             combinations=release >= _COMBINATIONS_SINCE,
             counter_rollback=fixed,
-            all_static_capacity=fixed,
+            all_static_capacity=fixed or experimental,
             capacity_errors=fixed,
             fractional=self.fractional_capacity_range,
+            overflow_zero=experimental,
         )
 
     def state(self, gate: str) -> str:
