@@ -36,26 +36,45 @@ from .test_containerd_cdi import IMAGE, PROBE, PRODUCT, UUIDS, probe_image
 GPUS = 2
 
 
-def start_plugin(
-    node: Node, cluster: Cluster, source: list[str], env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """The plugin process with the kubelet's folders and the device `source` arguments."""
+def plugin_paths(node: Node, cluster: Cluster) -> dict[str, str]:
+    """Where a plugin process standing for its DaemonSet pod finds the node: its name, a kubeconfig with
+    the test cluster's admin token, and the kubelet's folders (the plugin's own data folder, the plugin
+    watcher's registry, the pod-resources socket) and the node's CDI folder."""
     kubelet_root = node.base / "kubelet"
     kubeconfig = cluster.plane.write_kubeconfig(cluster.tmp / "plugin.kubeconfig", ADMIN_TOKEN)
-    args = [
-        "--node-name", node.name, "--kubeconfig", str(kubeconfig),
-        "--plugin-data-dir", str(kubelet_root / "plugins" / facts.DRIVER_NAME),
-        "--registrar-dir", str(kubelet_root / "plugins_registry"), "--cdi-root", str(node.cdi_dir),
-        "--pod-resources-socket", str(kubelet_root / "pod-resources" / "kubelet.sock"),
-        *source, "--healthcheck-port", "0", "--metrics-port", "0", "--log-format", "json",
-    ]  # fmt: skip
+    return {
+        "node_name": node.name, "kubeconfig": str(kubeconfig), "kubelet_root": str(kubelet_root),
+        "plugin_data_dir": str(kubelet_root / "plugins" / facts.DRIVER_NAME),
+        "registrar_dir": str(kubelet_root / "plugins_registry"), "cdi_root": str(node.cdi_dir),
+        "pod_resources_socket": str(kubelet_root / "pod-resources" / "kubelet.sock"),
+    }  # fmt: skip
+
+
+def spawn_plugin(
+    node: Node, cluster: Cluster, argv: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A plugin process (`argv`), its output in the node's plugin.log, stopped with the test's cluster."""
     with (node.logs_dir / "plugin.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "vke_gpu_dra", *args], env={**os.environ, **(env or {})},
+            argv, env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     cluster.processes.append(process)  # stopped by PID with the test's cluster
     return process
+
+
+def start_plugin(
+    node: Node, cluster: Cluster, source: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Our plugin process with the kubelet's folders and the device `source` arguments."""
+    paths = plugin_paths(node, cluster)
+    args = [
+        "--node-name", paths["node_name"], "--kubeconfig", paths["kubeconfig"],
+        "--plugin-data-dir", paths["plugin_data_dir"], "--registrar-dir", paths["registrar_dir"],
+        "--cdi-root", paths["cdi_root"], "--pod-resources-socket", paths["pod_resources_socket"],
+        *source, "--healthcheck-port", "0", "--metrics-port", "0", "--log-format", "json",
+    ]  # fmt: skip
+    return spawn_plugin(node, cluster, [sys.executable, "-m", "vke_gpu_dra", *args], env)
 
 
 def claim_pod(
@@ -87,21 +106,32 @@ def claim_pod(
 
 @contextmanager
 def gpu_node(
-    node: Node, plane: NodePlane, source: list[str], env: dict[str, str] | None = None
+    node: Node,
+    plane: NodePlane,
+    source: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    plugin: Callable[[Node, Cluster], subprocess.Popen[bytes]] | None = None,
 ) -> Iterator[Cluster]:
     """The kubelet on the node, then in a test namespace the chart's objects, the plugin (`source`,
-    `env`) registered with the kubelet and its slice published, and a one-GPU claim template `one-gpu`."""
+    `env`) registered with the kubelet and its slice published, and a one-GPU claim template `one-gpu`.
+    `plugin` starts another plugin binary instead of ours (its registration is seen in the kubelet's log
+    only)."""
     node.start_kubelet(kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name))
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
     with Cluster.for_test(plane, "node-dra") as cluster:
         cluster.install_chart()
-        plugin = start_plugin(node, cluster, source, env)
-        slices = wait_until(lambda: cluster.slices_of(node.name) or plugin.poll() is not None, timeout=60)
-        assert slices and plugin.poll() is None, f"no slice published:\n{node.logs()}"
+        process = start_plugin(node, cluster, source, env) if plugin is None else plugin(node, cluster)
+        slices = wait_until(lambda: cluster.slices_of(node.name) or process.poll() is not None, timeout=60)
+        assert slices and process.poll() is None, f"no slice published:\n{node.logs()}"
         registered = wait_until(
             lambda: (
-                '"registered with kubelet"' in (node.logs_dir / "plugin.log").read_text(errors="replace")
+                (
+                    plugin is not None
+                    or '"registered with kubelet"'
+                    in (node.logs_dir / "plugin.log").read_text(errors="replace")
+                )
                 and 'driverName="gpu.nvidia.com"'
                 in (node.logs_dir / "kubelet.log").read_text(errors="replace")
             ),
