@@ -1,0 +1,124 @@
+"""The pod start-up bench (`bench/pod_startup.py`) cannot rot: a few pods on the real kubelet 1.34, with
+our plugin and, side by side, our plugin's console entry point given as another plugin binary through an
+argument template. Its figures are checked for sense (counts, order, the overhead's sum), never for speed.
+Bad options are refused with one error naming them, without a node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import pod_startup
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY_POINT = Path(sys.executable).parent / "dra-gpu-kubelet-plugin"
+TEMPLATE = (
+    "--node-name {node_name} --kubeconfig {kubeconfig} --plugin-data-dir {plugin_data_dir} "
+    "--registrar-dir {registrar_dir} --cdi-root {cdi_root} --pod-resources-socket {pod_resources_socket} "
+    "--device-source simulated --simulated-gpus {gpus} --healthcheck-port 0 --metrics-port 0"
+)
+PODS, BURST = 2, 2
+
+
+@pytest.mark.node
+def test_the_bench_prints_sane_figures_for_both_plugins(tmp_path: Path) -> None:
+    reason = pod_startup.unavailable(["1.34"])
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.pod_startup", "--kubelet", "1.34", "--pods", str(PODS),
+         "--burst", str(BURST), "--gpus", str(BURST), "--plugin", str(ENTRY_POINT), "--plugin-args", TEMPLATE,
+         "--plugin-name", "entry point", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "kubelet v1.34.4 (containerd 2.1.9, runc 1.4.4, " in done.stdout
+    assert "| figure | ours (vke_gpu_dra) | entry point |" in lines
+    rows = (
+        "pod without claims (floor), create -> Running", "pod with one GPU claim, create -> Running",
+        "claim overhead: GPU p50 - floor p50", f"{BURST} GPU pods at once: first create -> all Running",
+        f"{BURST} pods without claims at once: per pod, p50 / p99",
+    )  # fmt: skip
+    for row in rows:
+        [line] = [line for line in lines if line.startswith(f"| {row}")]
+        assert line.count(" ms") >= 2, line
+    assert sum("nothing left behind" in line for line in lines) == 2
+    figures = json.loads(out.read_text())["v1.34.4"]
+    assert set(figures) == {"ours (vke_gpu_dra)", "entry point"}
+    for run in figures.values():
+        for kind in ("floor", "gpu", "gpu_bound"):
+            assert (
+                run[kind]["n"] == PODS and 0 < run[kind]["p50"] <= run[kind]["p99"] < pod_startup.POD_TIMEOUT
+            )
+        assert run["gpu_bound"]["p99"] <= run["gpu"]["p99"], "bound before Running"
+        assert run["overhead_p50"] == pytest.approx(run["gpu"]["p50"] - run["floor"]["p50"])
+        for kind in ("burst_gpu", "burst_floor"):
+            assert run[kind]["n"] == BURST and 0 < run[kind]["p50"] <= run[kind]["p99"]
+            assert run[kind]["p99"] <= run[kind]["all_running"] < pod_startup.POD_TIMEOUT
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--pods", "0"], "--pods 0: must be at least 1"),
+        (["--burst", "8", "--gpus", "4"], "--gpus 4: must be at least --burst (8), one GPU per pod"),
+        (["--plugin-args=--x"], "--plugin-args, --plugin-env and --plugin-name need --plugin"),
+        (["--plugin", "/nonexistent/plugin"], "--plugin /nonexistent/plugin: not an executable file"),
+        (
+            ["--plugin", str(ENTRY_POINT), "--plugin-args=--node {node}"],
+            "--plugin-args/--plugin-env '{node}': unknown placeholder {node}",
+        ),
+        (
+            ["--plugin", str(ENTRY_POINT), "--plugin-env", "NOVALUE"],
+            "--plugin-env 'NOVALUE': must be KEY=VALUE",
+        ),
+        (["--kubelet", "1.20"], "argument --kubelet: invalid choice: '1.20'"),
+    ],
+)
+def test_bad_options_are_one_error_naming_them(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        pod_startup.parse_args(argv)
+    assert exit_.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_an_unknown_placeholder_names_the_allowed_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        pod_startup.parse_args(["--plugin", str(ENTRY_POINT), "--plugin-args=--root {kubelet_dir}"])
+    err = capsys.readouterr().err
+    assert "'{kubelet_dir}': unknown placeholder {kubelet_dir}; allowed: {node_name}, {kubeconfig}" in err
+    with pytest.raises(SystemExit):
+        pod_startup.parse_args(["--plugin", str(ENTRY_POINT), "--plugin-args=--json={a:1}"])
+    assert "'--json={a:1}': unknown placeholder {a}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pod_startup.parse_args(["--plugin", str(ENTRY_POINT), "--plugin-args=--x={"])
+    assert (
+        "'--x={': Single '{' encountered in format string (a brace itself is doubled)"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_template_is_filled_from_the_nodes_paths() -> None:
+    args = pod_startup.parse_args(
+        [
+            "--plugin",
+            str(ENTRY_POINT),
+            "--plugin-args",
+            "--cdi {cdi_root} -n {gpus}",
+            "--plugin-env",
+            "A={node_name}",
+        ]
+    )
+    ours, other = args.plugins
+    assert ours.argv == () and ours.starter(4) is None
+    assert other.name == ENTRY_POINT.name
+    assert other.argv == (str(ENTRY_POINT.resolve()), "--cdi", "{cdi_root}", "-n", "{gpus}")
+    assert other.env == (("A", "{node_name}"),)
