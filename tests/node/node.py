@@ -37,6 +37,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,6 +215,7 @@ class Forwarder:
 
     def __init__(self, pid1: int, target: int, address: str = "127.0.0.1", port: int = 0) -> None:
         self.target = target
+        self.address = address
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         made: list[socket.socket | BaseException] = []
@@ -338,6 +340,8 @@ class Node:
         self.base = Path(tempfile.mkdtemp(prefix="vkenode-", dir="/tmp"))
         self.cdi_dir = self.base / "cdi"
         self.logs_dir = self.base / "logs"
+        #: The node's boot id as a file (the kernel's is the machine's): a new one at each reboot().
+        self.boot_id_file = self.base / "boot_id"
         self._init: subprocess.Popen[bytes] | None = None
         self._pid1 = 0
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -355,6 +359,7 @@ class Node:
         self.config = self.base / "containerd.toml"
         self.config.write_text(containerd_config(self.base, self.tools, sandbox_image=PAUSE_IMAGE))
         (self.base / "cni" / "net.d" / "10-bridge.conflist").write_text(cni_config(self.base))
+        self.boot_id_file.write_text(f"{uuid.uuid4()}\n")
         endpoint = f"unix://{self.base / 'containerd.sock'}"
         (self.base / "crictl.yaml").write_text(
             f"runtime-endpoint: {endpoint}\nimage-endpoint: {endpoint}\ntimeout: 30\n"
@@ -658,6 +663,55 @@ class Node:
         )
         self._wait_for(lambda: self.ctr("version", check=False).returncode == 0, "containerd to answer")
 
+    def reboot(self) -> str:
+        """Power off and on; returns the new boot id. Every process of the node ends at once (SIGKILL to
+        its PID 1: no clean stop), with its namespaces, mounts and interfaces, and the containers'
+        cgroups go as they go with a kernel; what lives on tmpfs is emptied (containerd's runtime state,
+        the CDI folder /var/run/cdi), and the boot id changes (`boot_id_file`, what a plugin on this node
+        is given as --boot-id-path). What is on disk stays: /var/lib/kubelet (pods' folders, the kubelet's
+        checkpoints, the plugins' data), containerd's images, the logs. Then the node boots: its
+        namespaces, containerd, and the kubelet with its command line (its API server forwarders on the
+        same ports, so its kubeconfig holds). Processes the test started outside the node (a plugin)
+        are the test's to stop and start."""
+        containers = [
+            line.split()[0]
+            for namespace in self.ctr("namespaces", "list", "-q", check=False).stdout.split()
+            for line in self.ctr("-n", namespace, "containers", "list", "-q", check=False).stdout.splitlines()
+            if line.strip()
+        ]
+        forwarders = [(f.target, f.address, f.port) for f in self._forwarders]
+        for forwarder in self._forwarders:
+            forwarder.close()
+        self._forwarders.clear()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._pid1, signal.SIGKILL)
+        for proc in [*self._procs.values(), *([self._init] if self._init else [])]:
+            _terminate(proc, 10.0)
+        had_kubelet = "kubelet" in self._procs
+        self._procs.clear()
+        self._pid1 = 0
+        for top in CGROUP_ROOT.iterdir():
+            for cid in containers:
+                _rmdir_when_empty(top / CRI_NAMESPACE / cid)
+        for volatile in (self.cdi_dir, self.base / "containerd" / "state"):
+            shutil.rmtree(volatile, ignore_errors=True)
+            volatile.mkdir(parents=True)
+        (self.base / "ready").unlink(missing_ok=True)
+        boot_id = str(uuid.uuid4())
+        self.boot_id_file.write_text(boot_id + "\n")
+        self._start_init()
+        self._procs["containerd"] = self.spawn(
+            "containerd", [str(self.tools.containerd / "containerd"), "--config", str(self.config)]
+        )
+        self._wait_for(lambda: self.ctr("version", check=False).returncode == 0, "containerd to answer")
+        for target, address, port in forwarders:
+            if address != "127.0.0.1":
+                self.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"])
+            self._forwarders.append(Forwarder(self._pid1, target, address, port))
+        if had_kubelet:
+            self._procs["kubelet"] = self.spawn("kubelet", self._kubelet_argv)
+        return boot_id
+
     def cgroup(self, container_id: str) -> str:
         """A container's cgroup path under the node's own folder of each hierarchy."""
         return f"/{self.name}/{container_id}"
@@ -674,6 +728,20 @@ class Node:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _rmdir_when_empty(directory: Path, timeout: float = 10.0) -> None:
+    """Remove a cgroup folder once its last task has exited (EBUSY until then)."""
+    deadline = time.monotonic() + timeout
+    while directory.is_dir():
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise NodeError(f"cgroup {directory} still busy after {timeout:.0f} s") from None
+            time.sleep(0.05)
 
 
 def _subfolders(path: Path) -> list[Path]:
