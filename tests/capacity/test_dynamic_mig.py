@@ -1,7 +1,7 @@
 """MIG partitions in the planner (the driver gate DynamicMIG, KEP-4815 partitionable devices): the pool's
 devices come from core's one definition, the allocator keeps each counter set's sum within its counters
 as kube-scheduler's structured allocator does (DRAPartitionableDevices, on in 1.36), and without the
-gate (1.34) the API server drops the counters so the placements are independent devices."""
+gate (1.34) the API server drops the counters, so the driver publishes its GPUs whole, as the plan says."""
 
 from __future__ import annotations
 
@@ -213,7 +213,9 @@ def test_the_allocator_counts_in_flight_and_allocated_devices():
 # --- Kubernetes 1.34 without the gate --------------------------------------------------------------------
 
 
-def test_134_without_the_gate_allocates_overlapping_placements_as_the_scheduler_does():
+def test_134_without_the_gate_gets_whole_gpus_as_the_driver_publishes_them():
+    """A server that drops shared counters (1.34 and 1.35 by default) makes the driver publish its GPUs as
+    without DynamicMIG (`counter_layout` is None): no claim gets a MIG placement, the whole GPU fits."""
     objects = [
         profile_claim("three", "3g.40gb"),
         deployment("three", 1, claim="three"),
@@ -222,9 +224,9 @@ def test_134_without_the_gate_allocates_overlapping_placements_as_the_scheduler_
         whole_gpu_claim(),
         deployment("whole", 1, claim="whole"),
     ]
-    overlapping = {"three": ("fits", 1), "four": ("fits", 1), "whole": ("fits", 1)}
-    assert planned(mig_pool(A100), objects, GATES["1.34"]) == overlapping
-    assert planned(mig_pool(A100), objects, GATES["1.35"]) == overlapping
+    whole_only = {"three": ("pending", 0), "four": ("pending", 0), "whole": ("fits", 1)}
+    assert planned(mig_pool(A100), objects, GATES["1.34"]) == whole_only
+    assert planned(mig_pool(A100), objects, GATES["1.35"]) == whole_only
     separate = {"three": ("fits", 1), "four": ("pending", 0), "whole": ("pending", 0)}
     assert planned(mig_pool(A100), objects, WITH_GATE_134) == separate
     assert planned(mig_pool(A100), objects, GATES["1.36"]) == separate
@@ -333,10 +335,13 @@ def test_plan_command_reports_mig_profiles_per_pool(tmp_path, capsys):
 
 def test_plan_command_on_134_without_and_with_the_gate(tmp_path, capsys):
     rc, report = run_plan(tmp_path, capsys, "--kubernetes-version", "1.34")
-    assert rc == 0 and report["featureGates"]["DRAPartitionableDevices"] is False
-    assert {w["name"]: w["status"] for w in report["workloads"]} == {"three": "fits", "four": "fits"}
+    assert rc == 1 and report["featureGates"]["DRAPartitionableDevices"] is False
+    assert {w["name"]: w["status"] for w in report["workloads"]} == {"three": "pending", "four": "pending"}
     [pool] = report["pools"]
-    assert any("drops the slices' sharedCounters" in n for n in pool["notes"])
+    assert any(
+        "drops the slices' sharedCounters" in n and "publishes its GPUs whole" in n for n in pool["notes"]
+    )
+    assert pool["migProfiles"] == {}
     rc, report = run_plan(
         tmp_path,
         capsys,

@@ -5,7 +5,8 @@ On both releases also the DRA features 1.37 has on and 1.34 has off (alpha): pod
 that a DeviceClass maps (DRAExtendedResource), and two claims sharing one GPU's memory
 (DRAConsumableCapacity, the device published with allowMultipleAllocations as the driver gate
 ConsumableShares publishes it), and MIG placements published as partitionable devices (KEP-4815, the driver
-gate DynamicMIG): which still fit after others are taken, with the counters kept (1.37) and dropped (1.34).
+gate DynamicMIG): which still fit after others are taken, with the counters kept (1.37); where the server
+drops them (1.34) the plugin publishes its GPUs whole.
 
 The nodes are the stack's pool at its maximum size (2 x ecs.gni3cl.44xlarge: 4 x NVIDIA L20, 176 vCPUs,
 960 GiB), each with the kubelet plugin publishing the simulated GPUs of that product.
@@ -374,13 +375,21 @@ def mig_template(name: str, profile: str | None) -> dict[str, Any]:
     return claim
 
 
-def mig_slices(node_name: str) -> list[dict[str, Any]]:
+def mig_slices(node_name: str, counters_kept: bool = True) -> list[dict[str, Any]]:
     """The node's one A100 as DynamicMIG publishes it from 1.35 on: the counter set in a slice of its own,
     the whole GPU and every placement in another, each consuming counters. Counters and consumption come
-    from core's mig_partitions; the devices' attributes from the planner's pool (as the plugin's)."""
+    from core's mig_partitions; the devices' attributes from the planner's pool (as the plugin's). On a
+    server that drops shared counters (not `counters_kept`) the plugin publishes the GPU whole, as without
+    DynamicMIG (test_dynamic_mig.py runs the plugin there), and so does this."""
     partitions = product_partitions(MIG_PRODUCT, 0)
     devices = GpuPool("pool", INSTANCE_TYPE, MIG_PRODUCT, 1, 1, 1, dynamic_mig=True).node(0).devices
     assert [d.name for d in devices] == [p.name for p in partitions.devices]
+    if not counters_kept:
+        pool = {"name": node_name, "generation": 1, "resourceSliceCount": 1}
+        whole = {"driver": facts.DRIVER_NAME, "nodeName": node_name, "pool": pool,
+                 "devices": [devices[0].slice_entry()]}  # fmt: skip
+        spec = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}
+        return [{**spec, "metadata": {"name": f"{node_name}-devices"}, "spec": whole}]
     pool = {"name": node_name, "generation": 1, "resourceSliceCount": 2}
     counters = {
         "driver": facts.DRIVER_NAME,
@@ -410,8 +419,9 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
     """One node with one A100 80GB published as MIG partitions (the driver gate DynamicMIG; published here
     by the test). 1.37 (DRAPartitionableDevices on): the scheduler allocates a placement only while the
     counters it consumes are left, and the planner says which claims fit and which stay Pending. On the
-    1.34 (gate alpha, off) the API server drops the counters, overlapping placements are allocated
-    together, and the planner says that too."""
+    1.34 (gate alpha, off) the API server would drop the counters, so the plugin publishes the GPU whole
+    (as without DynamicMIG): no MIG claim is allocated, the whole-GPU claim is, and the planner says that
+    too."""
     cluster = each_cluster
     version = cluster.plane.version
     deployments = MIG_SCENARIOS[scenario]
@@ -428,18 +438,19 @@ def test_mig_placements_are_planned_as_the_scheduler_allocates_them(
     objects = [*claims.values(), *(deployment(n, r, n, cluster.namespace) for n, r, _ in deployments)]
     report = plan(cluster, objects, version, config)
     planned = {w["name"]: (w["status"], w["placed"]) for w in report["workloads"]}
-    if version in NEWER:
+    kept = version in NEWER
+    if kept:
         assert planned == MIG_ON_137[scenario]
-    else:  # counters dropped: every claim finds a placement, overlapping or not (only 7 are 1g.10gb)
-        assert planned == {n: ("pending", 7) if r == 8 else ("fits", r) for n, r, _ in deployments}
+    else:  # the GPU published whole: no MIG placement, the whole GPU for the claim that asks it
+        assert planned == {n: ("fits", r) if p is None else ("pending", 0) for n, r, p in deployments}
 
     node_name = cluster.add_node("mig", cpu=str(VCPUS), memory=f"{MEMORY_GIB}Gi")["metadata"]["name"]
     for device_class in (facts.DEVICE_CLASS_GPU, facts.DEVICE_CLASS_MIG):
         cluster.apply(device_class.manifest(), shared=True)
-    stored = [cluster.apply(s) for s in mig_slices(node_name)]
-    kept = bool(stored[0]["spec"].get("sharedCounters"))
-    assert kept is (version in NEWER)
-    assert all(bool(d.get("consumesCounters")) is kept for d in stored[1]["spec"]["devices"])
+    stored = [cluster.apply(s) for s in mig_slices(node_name, kept)]
+    if kept:
+        assert stored[0]["spec"].get("sharedCounters")
+        assert all(d.get("consumesCounters") for d in stored[1]["spec"]["devices"])
     for claim in claims.values():
         cluster.apply(claim)
     assert schedule(cluster, [(n, r, n) for n, r, _ in deployments]) == planned

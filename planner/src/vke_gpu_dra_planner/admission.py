@@ -14,8 +14,9 @@
   says. (The same gate keeps a ResourceSlice's `allowMultipleAllocations` and capacities'
   `requestPolicy`; a DeviceClass's `extendedResourceName` is dropped while DRAExtendedResource is off.)
 * a ResourceSlice's `sharedCounters` and its devices' `consumesCounters` belong to
-  DRAPartitionableDevices: with the gate off they are dropped (`counters_dropped`), so the MIG
-  placements the driver gate DynamicMIG publishes become independent devices.
+  DRAPartitionableDevices: with the gate off they are dropped (`counters_dropped`). The driver finds that
+  out by dry-run when it starts and then publishes its GPUs as without its gate DynamicMIG, whole, with
+  no MIG placement (`as_published`).
 
 Messages are the API server's (`<Kind>.resource.k8s.io "<name>" is invalid: <field>: <reason>`).
 """
@@ -23,7 +24,7 @@ Messages are the API server's (`<Kind>.resource.k8s.io "<name>" is invalid: <fie
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from .claims import ClaimTemplate, Request, SubRequest
@@ -128,6 +129,15 @@ def counters_dropped(pool: GpuPool, gates: FeatureGates) -> str | None:
         return None
     return (
         f"the API server drops the slices' sharedCounters and the devices' consumesCounters "
-        f"({gates.state('DRAPartitionableDevices')}): the scheduler allocates each MIG placement and the "
-        "whole GPU as independent devices, overlapping ones included (the driver cannot carve those)"
+        f"({gates.state('DRAPartitionableDevices')}): the driver finds that out when it starts and "
+        "publishes its GPUs whole, as without DynamicMIG, so no claim gets a MIG placement"
     )
+
+
+def as_published(pool: GpuPool, gates: FeatureGates) -> GpuPool:
+    """The pool as the driver publishes it on a cluster with `gates`: with DynamicMIG on a server that drops
+    shared counters (DRAPartitionableDevices off), as without the gate (the driver's `counter_layout` is
+    None there); otherwise as it is."""
+    if pool.partitionable and not gates.partitionable_devices:
+        return replace(pool, dynamic_mig=False)
+    return pool

@@ -10,12 +10,20 @@ NVIDIA's plugin publishes it with `--consumable-shares=memory` (its `consumable_
 request policy default = the whole memory, validRange {min: 1Mi, max: the memory, step: 1Mi}. Several
 claims then share one GPU, each consuming the memory it asks for (Kubernetes 1.36, DRAConsumableCapacity).
 The shape is core's (`vke_gpu_dra_core.consumable_shares`), the one the driver publishes.
+
+With the driver gate `DynamicMIG` (`GpuPool.dynamic_mig`) a MIG-capable GPU is published as the whole GPU
+and every MIG placement, each consuming its counters (`mig_devices`); a placement carries a static MIG
+device's capacities, `memorySlice<i>` included. With both gates every one of those devices, placements
+included, is also shared by memory as above, while still consuming its counters: the driver publishes
+each device with `consumable_shares.shared_entry` and then adds `consumesCounters`. A shared device
+charges its counters once, whatever number of shares it serves (the allocator).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.consumable_shares import (
@@ -26,6 +34,7 @@ from vke_gpu_dra_core.consumable_shares import (
     slice_device,
 )
 from vke_gpu_dra_core.device_model import AttributeValue, Device
+from vke_gpu_dra_core.discovery import normalize
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
 from vke_gpu_dra_core.mig_partitions import (
     MigCatalogError,
@@ -33,9 +42,19 @@ from vke_gpu_dra_core.mig_partitions import (
     builtin_mig_catalog,
     gpu_partitions,
 )
+from vke_gpu_dra_core.quantity import format_quantity
 
 #: The shape of consumable shares is core's; the planner's modules and tests read it from here too.
-__all__ = ["SHARE_STEP", "GpuPool", "Node", "RequestPolicy", "Sharing", "memory_shares", "slice_device"]
+__all__ = [
+    "SHARE_STEP",
+    "GpuPool",
+    "Node",
+    "RequestPolicy",
+    "Sharing",
+    "memory_shares",
+    "slice_device",
+    "slice_entries",
+]
 
 
 @dataclass(frozen=True)
@@ -133,20 +152,27 @@ def mig_placement_device(parent: Device, partition: Partition) -> Device:
             facts.ATTR_PROFILE: profile.name,
         }
     )
+    placement = partition.placement
+    if placement is None:
+        raise MigCatalogError(f"{partition.name}: a MIG placement without its memory slices")
     return Device(
         name=partition.name,
         device_type=facts.DEVICE_TYPE_MIG,
         uuid="",
         attributes=attributes,
-        capacity={
-            "multiprocessors": profile.multiprocessors,
-            "copyEngines": profile.copy_engines,
-            "decoders": profile.decoders,
-            "encoders": profile.encoders,
-            "jpegEngines": profile.jpeg_engines,
-            "ofaEngines": profile.ofa_engines,
-            facts.CAPACITY_MEMORY: profile.memory_bytes,
-        },
+        # the driver's capacities (a static MIG device's): the profile's engines and memory, and
+        # `memorySlice<i>` = 1 for each memory slice the placement holds
+        capacity=normalize.mig_capacity(
+            multiprocessors=profile.multiprocessors,
+            copy_engines=profile.copy_engines,
+            decoders=profile.decoders,
+            encoders=profile.encoders,
+            jpeg_engines=profile.jpeg_engines,
+            ofa_engines=profile.ofa_engines,
+            memory_mib=profile.memory_mib,
+            placement_start=placement.start,
+            placement_size=placement.size,
+        ),
         simulated=parent.simulated,
         extra={"parentUUID": parent.uuid},
     )
@@ -172,8 +198,27 @@ def mig_devices(gpus: tuple[Device, ...], product: str) -> tuple[tuple[Device, .
 def _node(pool: str, product: str, gpus: int, index: int, *, shares: bool = False, mig: bool = False) -> Node:
     name = f"{pool}-node-{index}"
     devices = tuple(SimulatedSource(gpus, product, name).discover().devices)
+    counters = None
     if mig and mig_capable(product):
         devices, counters = mig_devices(devices, product)
-        return Node(name, pool, devices, counters=counters)
+    # with both driver gates every device, the whole GPU and each placement, is also shared by memory
+    # while it consumes its counters (the driver's shared_entry, then the partition layout)
     sharing = tuple(memory_shares(d) for d in devices) if shares else ()
-    return Node(name, pool, devices, sharing=sharing)
+    return Node(name, pool, devices, sharing=sharing, counters=counters)
+
+
+def slice_entries(node: Node, *, shares_kept: bool, counters_kept: bool) -> list[dict[str, Any]]:
+    """The node's devices as the ResourceSlice entries the planner models, on a server that keeps (or
+    drops) `allowMultipleAllocations` and `requestPolicy` (DRAConsumableCapacity: `shares_kept`) and
+    `consumesCounters` (DRAPartitionableDevices: `counters_kept`): what the tests compare with what the
+    driver publishes."""
+    entries: list[dict[str, Any]] = []
+    for index, device in enumerate(node.devices):
+        entry = slice_device(device, node.sharing_of(index) if shares_kept else None)
+        if counters_kept and node.counters is not None and node.counters.consumes[index]:
+            by_set: dict[str, dict[str, Any]] = {}
+            for counter_set, counter, amount in node.counters.consumes[index]:
+                by_set.setdefault(counter_set, {})[counter] = {"value": format_quantity(amount)}
+            entry["consumesCounters"] = [{"counterSet": s, "counters": c} for s, c in by_set.items()]
+        entries.append(entry)
+    return entries

@@ -4,9 +4,9 @@ A pool's node publishes per MIG-capable GPU a counter set, the whole GPU and eve
 (`inventory.mig_devices`, from core's `mig_partitions`). How many one-device claims of a profile still
 fit is what kube-scheduler finds when it allocates them one after the other: placements in slice order,
 each taken while the counters it consumes are not exhausted (`allocator.NodeAllocator.counters_fit`).
-Without DRAPartitionableDevices (off by default in 1.34 and 1.35) the API server drops the counters, so
-every placement and the whole GPU are independent devices: the scheduler then allocates overlapping
-placements (`admission.counters_dropped` says so).
+Without DRAPartitionableDevices (off by default in 1.34 and 1.35) the API server drops the counters; the
+driver, which checks that when it starts, then publishes its GPUs whole, as without DynamicMIG
+(`admission.as_published`, `admission.counters_dropped` says so).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def claims_per_profile(
 def pool_profiles(pool: GpuPool, gates: FeatureGates) -> dict[str, dict[str, int]]:
     """Per profile of a partitioned pool: claims that fit one empty GPU, one node and the pool at maximum
     size (each profile alone); {} when the pool's GPUs are not partitioned."""
-    if not pool.partitionable or pool.gpus_per_node < 1:
-        return {}
+    if not pool.partitionable or not gates.partitionable_devices or pool.gpus_per_node < 1:
+        return {}  # no placements published: the driver publishes whole GPUs without shared counters
     node = pool.node(0)
     per_node = claims_per_profile(node, gates.partitionable_devices)
     return {

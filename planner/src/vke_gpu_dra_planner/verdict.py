@@ -20,12 +20,12 @@ the name, the nodes advertise none of it and the pods stay Pending (`Insufficien
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from vke_gpu_dra_core import facts
 
-from .admission import REFUSED, UNKNOWN, Admission, admit
+from .admission import REFUSED, UNKNOWN, Admission, admit, as_published
 from .claims import ClaimSpec, ClaimTemplate, DeviceClass, Request, SubRequest
 from .fit import FitResult, Planner, template_subject
 from .gates import FeatureGates, feature_gates, nearest_gates
@@ -263,6 +263,12 @@ def plan_model(
     With `templates_alone`, also every claim template alone on an empty pool (`StackPlan.templates`).
     """
     gates = gates or feature_gates(model.kubernetes_version, "the cluster's kubernetesVersion")
+    # the pools' devices as the driver publishes them on this cluster (DynamicMIG needs shared counters);
+    # the plan keeps the stack's own model, its pools as configured
+    stated, model = (
+        model,
+        replace(model, pools=[[as_published(p, gates) for p in variants] for variants in model.pools]),
+    )
     planner = Planner(
         model.classes,
         consumable_capacity=gates.consumable_capacity,
@@ -339,7 +345,7 @@ def plan_model(
         if templates_alone
         else []
     )
-    return StackPlan(gates, plans, admissions, violations, planner, used, model, templates, mig_left)
+    return StackPlan(gates, plans, admissions, violations, planner, used, stated, templates, mig_left)
 
 
 def _template_alone(
