@@ -404,3 +404,24 @@ def test_check_stack_counts_mig_placements_with_the_gate():
         assert (violations == []) is fits, violations
         # without the driver gate the GPU is published whole: no MIG device at all
         assert check_stack(resources, rows, kubernetes_version="1.36")
+
+
+def test_a_selector_on_a_placements_memory_slices_sees_the_capacities_the_driver_publishes():
+    """A placement publishes `memorySlice<i>` for each memory slice it holds (a static MIG device's
+    capacities): a 1g.10gb claim asking for slice 6 gets the placement starting there, one asking for
+    slice 7 (which no 1g.10gb placement holds on an A100 80GB) none."""
+    profile = f"{ATTRS}.{facts.ATTR_PROFILE} == '1g.10gb'"
+    selector = profile + " && 'memorySlice{}' in device.capacity['" + facts.DRIVER_NAME + "']"
+    objects = [
+        template(exactly("gpu", 1, selector.format(6), cls=MIG), name="six"),
+        deployment("six", 1, claim="six"),
+        template(exactly("gpu", 1, selector.format(7), cls=MIG), name="seven"),
+        deployment("seven", 1, claim="seven"),
+    ]
+    result = plan(mig_pool(A100), objects, GATES["1.37"])
+    assert {w.workload.name: (w.status, w.placed) for w in result.workloads} == {
+        "six": ("fits", 1),
+        "seven": ("pending", 0),
+    }
+    [placement] = [d for d in mig_pool(A100).node(0).devices if d.name.endswith("-1g10gb-19-6")]
+    assert placement.capacity["memorySlice6"] == 1 and "memorySlice5" not in placement.capacity
