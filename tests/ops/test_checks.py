@@ -6,6 +6,8 @@ import copy
 import json
 from typing import Any
 
+import kubernetes_validate
+import yaml
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_ops import procedure
 from vke_gpu_dra_ops.procedure import Settings, Snapshot, Status
@@ -231,6 +233,7 @@ def test_a_tainted_device_fails_with_its_xid_and_since() -> None:
     assert result.status is Status.FAIL
     assert result.found == "192.168.2.8: gpu-1 xid 79 since 2026-12-01T20:00:00Z (taint NoSchedule)"
     assert "DeviceTaintRule" in result.hint
+    _assert_prints_a_drain_rule_with_its_selector(result.hint)
     assert result.as_json()["details"] == [
         {
             "node": "192.168.2.8",
@@ -359,8 +362,8 @@ def test_a_dry_run_rule_is_reported_and_passes() -> None:
     assert result.status is Status.PASS
     assert result.found == (
         "none blocking; DeviceTaintRule try: example.com/drain=gpu-1 None on 192.168.2.8/gpu-0, "
-        "192.168.2.8/gpu-1; "
-        f"EvictionInProgress=False: 0 pods would be evicted ({V1})"
+        "192.168.2.8/gpu-1 (its deviceSelector names no driver: it taints the devices of every driver; "
+        f"name it); EvictionInProgress=False: 0 pods would be evicted ({V1})"
     )
 
 
@@ -377,10 +380,15 @@ def test_rules_that_select_none_of_the_drivers_devices_are_left_out() -> None:
 
 
 def test_a_rule_of_the_whole_pool_without_its_status_yet() -> None:
-    rule = taint_rule("node-maintenance", "NoSchedule", {"pool": fake_kube.NODE})
+    rule = taint_rule("node-maintenance", "NoSchedule", {"driver": facts.DRIVER_NAME, "pool": fake_kube.NODE})
     result = by_id(rules_snapshot(rule))["device-taint-rules"]
     assert result.status is Status.FAIL
     assert result.found.endswith("NoSchedule on 192.168.2.8/gpu-0, 192.168.2.8/gpu-1")
+    # the same rule without the driver: another driver's devices on the node are tainted too
+    broad = by_id(rules_snapshot(taint_rule("node-maintenance", "NoSchedule", {"pool": fake_kube.NODE})))
+    assert broad["device-taint-rules"].found.endswith(
+        "(its deviceSelector names no driver: it taints the devices of every driver; name it)"
+    )
 
 
 def test_134_class_and_cel_selectors_are_said_to_be_unevaluated() -> None:
@@ -399,3 +407,18 @@ def test_rules_not_read_pass_with_the_reason() -> None:
     )
     skipped = by_id(snapshot(api_resources=None, resource_slices=None))["device-taint-rules"]
     assert skipped.status is Status.SKIP
+
+
+def _assert_prints_a_drain_rule_with_its_selector(hint: str) -> None:
+    """The rule the hint prints is a valid 1.37 DeviceTaintRule whose deviceSelector names the driver, the
+    plugin's pool (its node) and the device: it selects that GPU on 1.37 and 1.38 alike."""
+    printed = hint.split("<<< '", 1)[1].split("'`", 1)[0]
+    rule = yaml.safe_load(printed)
+    kubernetes_validate.validate(rule, "1.37.0", strict=True)
+    assert rule["spec"]["deviceSelector"] == {
+        "driver": facts.DRIVER_NAME,
+        "pool": "192.168.2.8",
+        "device": "gpu-1",
+    }
+    assert rule["spec"]["taint"] == {"key": "example.com/drain", "value": "xid-79", "effect": "NoExecute"}
+    assert rule["metadata"]["name"] == "drain-192.168.2.8-gpu-1"

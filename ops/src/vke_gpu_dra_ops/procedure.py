@@ -468,6 +468,20 @@ def device_health_rows(slices: Sequence[JSON]) -> list[JSON]:
     return [rows[k] for k in sorted(rows)]
 
 
+def drain_rule(row: JSON) -> str:
+    """A DeviceTaintRule that drains the GPU of a device-health row, as one line of YAML: its
+    `deviceSelector` names the driver, the pool (the plugin names its pool after its node) and the device,
+    so it means the same on 1.37 and 1.38 (a rule without one selects no device, docs/health.md)."""
+    node, device = str(row["node"]), str(row["device"])
+    value = f"xid-{row['xid']}" if row["reason"] == "xid" and row["xid"] is not None else str(row["reason"])
+    name = f"drain-{node}-{device}".lower()
+    return (
+        f"{{apiVersion: resource.k8s.io/v1, kind: DeviceTaintRule, metadata: {{name: {name}}}, spec: "
+        f"{{deviceSelector: {{driver: {facts.DRIVER_NAME}, pool: {node}, device: {device}}}, "
+        f"taint: {{key: example.com/drain, value: {value}, effect: NoExecute}}}}}}"
+    )
+
+
 def _health_text(row: JSON) -> str:
     reason = f"xid {row['xid']}" if row["reason"] == "xid" and row["xid"] is not None else row["reason"]
     how = "left out of the slice" if row["effect"] == "left out" else f"taint {row['effect']}"
@@ -489,8 +503,9 @@ def check_device_health(snap: Snapshot, settings: Settings) -> StepResult:
             "these GPUs reported a fatal XID or stopped answering NVML: the scheduler does not give them "
             "to new pods until they recover (the plugin's recovery window, docs/health.md); check "
             "`nvidia-smi -q` on the node and the plugin's logs "
-            f"(`kubectl -n {settings.namespace} logs <plugin pod>`); to evict the pods still using them, "
-            "create a DeviceTaintRule with effect NoExecute",
+            f"(`kubectl -n {settings.namespace} logs <plugin pod>`); to evict the pods still using them "
+            "(Kubernetes 1.37 and later), create a DeviceTaintRule with effect NoExecute and an explicit "
+            f"deviceSelector, e.g. `kubectl apply -f - <<< '{drain_rule(blocking[0])}'`",
             details=tuple(rows),
         )
     found = "none" if not rows else "none unhealthy; " + _join([_health_text(r) for r in rows], limit=8)

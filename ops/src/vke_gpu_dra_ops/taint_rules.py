@@ -53,6 +53,8 @@ class RuleFinding:
     unevaluated: bool = False
     #: The EvictionInProgress condition: status ("True"/"False") and message; None when not set yet.
     eviction: tuple[str, str] | None = None
+    #: Its deviceSelector names no driver (`deviceSelector: {}` among them): it taints every driver's devices.
+    any_driver: bool = False
 
     @property
     def blocking(self) -> bool:
@@ -67,6 +69,8 @@ class RuleFinding:
         line = f"DeviceTaintRule {self.name}: {taint} {self.effect} on {shown}"
         if self.unevaluated:
             line += " (its device class and CEL selectors not evaluated)"
+        if self.any_driver:
+            line += " (its deviceSelector names no driver: it taints the devices of every driver; name it)"
         if self.eviction is not None:
             status, message = self.eviction
             line += f"; {EVICTION_CONDITION}={status}" + (f": {message}" if message else "")
@@ -122,6 +126,7 @@ def findings(
                 devices=tainted,
                 unevaluated=any(selector.get(k) for k in _UNEVALUATED),
                 eviction=_eviction(rule),
+                any_driver=selector.get("driver") is None,
             )
         )
     return sorted(found, key=lambda f: f.name)
