@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from vke_gpu_dra_core import facts, vke_releases
@@ -100,3 +101,11 @@ NOT_LISTED = (
 )
 def test_a_refused_value_is_told_what_to_write(value: str, forced: bool, allowed: str) -> None:
     assert vke_releases.problem(value, forced=forced) == allowed
+
+
+@pytest.mark.parametrize("doc", ["docs/environments.md", "docs/upgrading.md"])
+def test_the_docs_name_the_list_its_source_and_the_day_it_was_checked(doc: str) -> None:
+    """Updating `VKE_DOCS` is one line of code; this keeps the docs that describe the list in step."""
+    text = " ".join((Path(__file__).resolve().parents[2] / doc).read_text().split())
+    assert vke_releases.VKE_DOCS.source in text and f"checked {vke_releases.VKE_DOCS.checked}" in text
+    assert "cluster.forceKubernetesVersion" in text
