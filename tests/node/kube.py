@@ -26,10 +26,19 @@ NODE_IDENTITIES = 64
 #: 10.0.0.0/24): pods reach the API server there, on port 443, as in-cluster clients do.
 SERVICE_ADDRESS = "10.0.0.1"
 SERVICE_PORT = 443
-#: A real node's control plane also runs the DaemonSet controller (the chart's plugin pods) and publishes
-#: the API server's CA as ConfigMap kube-root-ca.crt in every namespace (what a service-account token
-#: volume mounts as ca.crt).
-NODE_CONTROLLERS = ",".join([CONTROLLERS, "daemonset-controller", "root-ca-certificate-publisher-controller"])
+#: A real node's control plane also runs the node lifecycle controller (it lifts the
+#: node.kubernetes.io/not-ready:NoSchedule taint a kubelet registers its Node with once the Node is
+#: Ready; a DaemonSet's pods and the sample do not tolerate it), the DaemonSet controller (the chart's
+#: plugin pods), and publishes the API server's CA as ConfigMap kube-root-ca.crt in every namespace
+#: (what a service-account token volume mounts as ca.crt).
+NODE_CONTROLLERS = ",".join(
+    [
+        CONTROLLERS,
+        "node-lifecycle-controller",
+        "daemonset-controller",
+        "root-ca-certificate-publisher-controller",
+    ]
+)
 
 
 @dataclass
