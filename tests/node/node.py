@@ -536,8 +536,11 @@ class Node:
         return self.run(argv, check=check, timeout=timeout)
 
     def import_image(self, image: Image, namespace: str = CRI_NAMESPACE) -> None:
-        """`ctr images import` of the image's archive (no registry), unpacked for overlayfs."""
-        self.ctr("-n", namespace, "images", "import", str(image.archive), timeout=120)
+        """`ctr images import` of the image's archive (no registry), unpacked for overlayfs, and named by
+        its digest too (`repository@sha256:...`, as a pull by digest names it): the CRI finds an image
+        referenced by digest only under such a name, and pulls otherwise."""
+        self.ctr("-n", namespace, "images", "import", str(image.archive), timeout=300)
+        self.ctr("-n", namespace, "images", "tag", "--force", image.name, image.by_digest)
 
     def start_kubelet(
         self,
