@@ -64,9 +64,16 @@ def spawn_plugin(
 
 
 def start_plugin(
-    node: Node, cluster: Cluster, source: list[str], env: dict[str, str] | None = None
+    node: Node,
+    cluster: Cluster,
+    source: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    in_node: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Our plugin process with the kubelet's folders and the device `source` arguments."""
+    """Our plugin process with the kubelet's folders and the device `source` arguments. `in_node`: in the
+    node's mount namespace (`nsenter -m`), so the mounts it makes (MPS's shm tmpfs) are the node's, as
+    a plugin container's with Bidirectional propagation, and go with the node."""
     paths = plugin_paths(node, cluster)
     args = [
         "--node-name", paths["node_name"], "--kubeconfig", paths["kubeconfig"],
@@ -74,7 +81,10 @@ def start_plugin(
         "--cdi-root", paths["cdi_root"], "--pod-resources-socket", paths["pod_resources_socket"],
         *source, "--healthcheck-port", "0", "--metrics-port", "0", "--log-format", "json",
     ]  # fmt: skip
-    return spawn_plugin(node, cluster, [sys.executable, "-m", "vke_gpu_dra", *args], env)
+    command = [sys.executable, "-m", "vke_gpu_dra", *args]
+    if in_node:
+        command = ["nsenter", "-t", str(node.pid1), "-m", "--", *command]
+    return spawn_plugin(node, cluster, command, env)
 
 
 def claim_pod(

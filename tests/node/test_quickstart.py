@@ -1,0 +1,379 @@
+"""NVIDIA's quickstart shapes on the real node: our manifests of them (`tests/node/quickstart/*.yaml`, after
+the shapes of NVIDIA's k8s-dra-driver-gpu demo/specs/quickstart) applied as they are, on the real kubelet
+of each release, containerd 2.1 with CDI and runc, and the real scheduler:
+
+* one pod with one GPU; two pods with one GPU each (NVIDIA's gpu-test1); two containers sharing one claim
+  (gpu-test2); two pods sharing one ResourceClaim (gpu-test3);
+* time-slicing (gpu-test6: a Deployment whose claims' GpuConfig asks for TimeSlicing, interval Long);
+* MPS with its control daemon (gpu-test-mps: two containers of one pod sharing an MPS claim).
+
+Each pod reaches Running, and each container sees exactly the devices of its claims: its GPUs' device
+nodes (and the control nodes), `nvidia-smi -L` from the driver root through the claim's CDI spec (the
+fake libnvidia-ml lists only the GPUs whose node the container has), and the environment the spec sets.
+Time-slicing and MPS show what the plugin told the GPUs (the fake nvidia-smi's record of compute mode
+and time-slice) and, for MPS, that the claim's control daemon ran on the node (its Deployment, pod and
+log) and that both containers reached it through the pipe directory the spec gives them. Deleting the
+namespace has the kubelet unprepare every claim, which sets the GPUs back.
+
+Only the workload is swapped: the manifests' image and command (ubuntu's bash running `nvidia-smi -L`)
+become the tier's probe image (busybox, and the loader and libc nvidia-smi needs) and the probe below,
+with `imagePullPolicy: Never` (no registry is reachable).
+
+The plugin runs as a process of the test with NVML as its device source (the fake driver root, its
+device nodes made with mknod) and the gates TimeSlicingSettings and MPSSupport, in the node's mount
+namespace (the MPS shm tmpfs it mounts is the node's); it stands for the chart's DaemonSet pod as in
+test_dra.py. The driver root holds what a real one has for MPS: a shell (busybox) for the daemon's
+`chroot /driver-root sh -c ...`, and an nvidia-cuda-mps-control whose daemon keeps a control pipe and a
+log as the real one does (`MPS_CONTROL`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from vke_gpu_dra_core import facts
+
+from tests.driver import fake_driver
+from tests.driver.fake_driver import FakeRoot
+from tests.integration.cluster import Cluster
+from tests.integration.controlplane import wait_until
+
+from . import images
+from .kube import RELEASES, NodePlane, get_or_none, is_running, kubelet_of
+from .node import FIGURES, Node, missing
+from .test_containerd_cdi import PRODUCT, UUIDS
+from .test_dra import gpu_node, output_of, plugin_log_count, start_plugin
+
+QUICKSTART = Path(__file__).with_name("quickstart")
+IMAGE = "vke-gpu-dra.local/node/quickstart:1"
+GATES = "TimeSlicingSettings=true,MPSSupport=true"
+#: The MPS pipe directory NVIDIA's spec gives a workload (CUDA_MPS_PIPE_DIRECTORY).
+MPS_PIPE = "/tmp/nvidia-mps"
+#: What each container prints ($0 is its name): its GPU device nodes, nvidia-smi's GPUs, the environment
+#: the CDI spec sets; with MPS, the daemon's control pipe, its /dev/shm and a line sent to the daemon
+#: through the pipe, as a CUDA client connects. Then it waits as NVIDIA's examples do.
+PROBE = r"""
+for dev in /dev/nvidia*; do [ -e "$dev" ] && echo "node $dev"; done
+nvidia-smi -L 2>&1 | sed 's/^/smi /'
+env | grep -E '^(NVIDIA_|DRA_|CUDA_)' | sort | sed 's/^/env /'
+if [ -n "$CUDA_MPS_PIPE_DIRECTORY" ]; then
+  [ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ] && echo "mps pipe $CUDA_MPS_PIPE_DIRECTORY/control"
+  ls /dev/shm | sed 's/^/shm /'
+  echo "client $0" | timeout 10 sh -c 'cat > "$CUDA_MPS_PIPE_DIRECTORY/control"' && echo "mps sent $0"
+fi
+echo done
+trap 'exit 0' TERM; sleep 9999 & wait
+"""
+#: The fake nvidia-cuda-mps-control of the driver root (the daemon runs it under chroot, with busybox).
+#: `-d` starts the control daemon: it makes its control pipe in the pipe directory, a file in /dev/shm
+#: (where the real daemon keeps the memory it shares with its clients) and logs to control.log in the log
+#: directory; it logs every line a client writes to the pipe. Without `-d`, each line of stdin is a
+#: command sent to the running daemon; no daemon is the real tool's error.
+MPS_CONTROL = r"""#!/bin/sh
+pipe="${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}"
+logs="${CUDA_MPS_LOG_DIRECTORY:-/var/log/nvidia-mps}"
+log() { echo "[$(date '+%Y-%m-%d %H:%M:%S') Control $$] $*" >> "$logs/control.log"; }
+if [ "$1" = "-d" ]; then
+  if [ -p "$pipe/control" ]; then echo "An instance of this daemon is already running" >&2; exit 1; fi
+  mkfifo "$pipe/control"
+  : > /dev/shm/cuda.shm.mps-control
+  log "Starting control daemon using socket $pipe/control"
+  serve() {
+    while [ -p "$pipe/control" ]; do while read -r line; do log "Cmd:$line"; done < "$pipe/control"; done
+  }
+  serve &
+  exit 0
+fi
+[ -p "$pipe/control" ] || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
+while read -r line; do echo "$line" > "$pipe/control"; done
+"""
+#: What the driver root offers the daemon's shell (busybox applets in its /bin, as a host's root has).
+ROOT_APPLETS = ("sh", "rm", "tail", "mkfifo", "date", "cat", "echo", "sleep", "mkdir")
+#: Applets of the probe image beyond the tier's (the MPS daemon's image runs chroot too).
+IMAGE_APPLETS = ("chroot", "timeout", "sort", "tail")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a quickstart manifest makes and how its GPUs are set while its pods run."""
+
+    pods: int
+    containers: int
+    claims: int
+    gpus: int
+    timeslice: str | None = "0"  # None: not set (MPS)
+    compute_mode: str = "DEFAULT"
+    mps: bool = False
+
+
+SHAPES = {
+    "one-pod-one-gpu": Shape(pods=1, containers=1, claims=1, gpus=1),
+    "two-pods-one-gpu-each": Shape(pods=2, containers=2, claims=2, gpus=2),
+    "two-containers-one-claim": Shape(pods=1, containers=2, claims=1, gpus=1),
+    "two-pods-one-claim": Shape(pods=2, containers=2, claims=1, gpus=1),
+    "time-slicing": Shape(pods=2, containers=2, claims=2, gpus=2, timeslice="3"),
+    "mps": Shape(pods=1, containers=2, claims=1, gpus=1, timeslice=None, compute_mode="EXCLUSIVE_PROCESS",
+                 mps=True),
+}  # fmt: skip
+
+
+@dataclass
+class GpuNode:
+    node: Node
+    cluster: Cluster
+    root: FakeRoot
+    smi_log: Path
+
+    def smi_calls(self) -> list[str]:
+        return self.smi_log.read_text().splitlines() if self.smi_log.exists() else []
+
+
+def nvml_settings(root: Path) -> dict[str, object]:
+    """The fake NVML's GPUs, listed where their device node is: in /dev (a container given its claim's
+    nodes) or in the driver root's dev/ (the plugin)."""
+    settings: dict[str, object] = {"device_count": len(UUIDS), "require_device_nodes": f"/dev,{root}/dev"}
+    for i, uuid in enumerate(UUIDS):
+        settings |= {f"gpu.{i}.name": PRODUCT, f"gpu.{i}.uuid": uuid, f"gpu.{i}.minor": i}
+    return settings
+
+
+def driver_root(node: Node) -> FakeRoot:
+    """The fake driver root, with a shell, /dev/null and the fake MPS control, as a host's root has."""
+    path = node.base / "driver" / "root"
+    root = fake_driver.build(path, gpus=len(UUIDS), nvml_config=nvml_settings(path))
+    fake_driver.mknod(root.local("/dev/null"), 1, 3)  # a shell's background jobs read it
+    root.local("/bin").mkdir()
+    shutil.copy2(images.BUSYBOX, root.local("/bin/busybox"))
+    for applet in ROOT_APPLETS:
+        os.symlink("busybox", root.local(f"/bin/{applet}"))
+    control = root.local("/usr/bin/nvidia-cuda-mps-control")
+    control.write_text(MPS_CONTROL)
+    control.chmod(0o755)
+    return root
+
+
+def manifests(shape: str) -> list[dict[str, Any]]:
+    """The shape's objects, every container running the probe in the tier's image."""
+    objects = [o for o in yaml.safe_load_all((QUICKSTART / f"{shape}.yaml").read_text()) if o]
+    for obj in objects:
+        spec = obj.get("spec", {})
+        pod_spec = spec.get("template", {}).get("spec") if obj["kind"] == "Deployment" else spec
+        for container in pod_spec.get("containers", []) if obj["kind"] in ("Pod", "Deployment") else []:
+            container |= {"image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c"]}
+            container["args"] = [PROBE, container["name"]]
+    return objects
+
+
+@pytest.fixture(scope="module")
+def node(plane: NodePlane) -> Iterator[Node]:
+    """A node of its own for each release's quickstart tests; nothing of it may be left afterwards."""
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    kubelet_of(plane.version)
+    running = Node().start()
+    try:
+        yield running
+    finally:
+        running.stop()
+    assert running.leftovers() == [], "the node left things behind"
+
+
+@pytest.fixture(scope="module")
+def gpus(node: Node, plane: NodePlane) -> Iterator[GpuNode]:
+    """The kubelet, the plugin on NVML with both sharing gates, the probe image imported."""
+    root = driver_root(node)
+    entries = [*images.busybox_entries(), *(images.Entry(f"/bin/{a}", link="busybox") for a in IMAGE_APPLETS)]
+    smi = root.local("/usr/bin/nvidia-smi")
+    node.import_image(images.build(node.base / "images" / "quickstart.tar", IMAGE, [
+        *entries, *images.host_libraries(smi)]))  # fmt: skip
+    smi_log = node.base / "driver" / "nvidia-smi.log"
+    source = ["--device-source", "nvml", "--nvidia-driver-root", str(root.path)]
+    env = {"FEATURE_GATES": GATES, "IMAGE_NAME": IMAGE, "FAKE_NVIDIA_SMI_LOG": str(smi_log)}
+
+    def plugin(on: Node, cluster: Cluster) -> Any:
+        return start_plugin(on, cluster, source, {**env, "NAMESPACE": cluster.namespace}, in_node=True)
+
+    with gpu_node(node, plane, source, plugin=plugin) as cluster:
+        yield GpuNode(node, cluster, root, smi_log)
+
+
+def pods_running(cluster: Cluster, namespace: str, count: int) -> list[dict[str, Any]]:
+    def running() -> list[dict[str, Any]]:
+        pods = cluster.api.items(f"/api/v1/namespaces/{namespace}/pods")
+        return pods if len(pods) == count and all(is_running(p) for p in pods) else []
+
+    found: list[dict[str, Any]] = wait_until(running, timeout=120)
+    if not found:
+        pods = cluster.api.items(f"/api/v1/namespaces/{namespace}/pods")
+        why = {p["metadata"]["name"]: cluster.why_pending(namespace, p["metadata"]["name"]) for p in pods}
+        raise AssertionError(f"{namespace}: {count} pods not Running: {why}")
+    return found
+
+
+def claims_of(cluster: Cluster, pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod's claims by their name in the pod: a claim of the namespace, or the one made from a
+    template (the pod's status names it)."""
+    made = {s["name"]: s.get("resourceClaimName") for s in pod["status"].get("resourceClaimStatuses") or []}
+    namespace = pod["metadata"]["namespace"]
+    claims = {}
+    for ref in pod["spec"]["resourceClaims"]:
+        name = ref.get("resourceClaimName") or made[ref["name"]]
+        path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+        claims[ref["name"]] = cluster.api.get(path)
+    return claims
+
+
+def minors_of(container: dict[str, Any], claims: dict[str, dict[str, Any]]) -> list[int]:
+    """The GPU minors allocated to the container's claims (their requests it names, or all)."""
+    minors = []
+    for ref in container["resources"]["claims"]:
+        for result in claims[ref["name"]]["status"]["allocation"]["devices"]["results"]:
+            assert result["driver"] == facts.DRIVER_NAME
+            if ref.get("request") in (None, result["request"]):
+                minors.append(int(result["device"].removeprefix("gpu-")))
+    return sorted(minors)
+
+
+def container_id(node: Node, pod: dict[str, Any], name: str) -> str:
+    labels = [f"io.kubernetes.pod.namespace={pod['metadata']['namespace']}",
+              f"io.kubernetes.pod.name={pod['metadata']['name']}"]  # fmt: skip
+    argv = ["ps", "--name", f"^{name}$", *(arg for label in labels for arg in ("--label", label)), "-q"]
+    [cid] = node.crictl(*argv).stdout.split()
+    return cid
+
+
+def sees_exactly(lines: list[str], minors: list[int], claim_uid: str, name: str) -> None:
+    """The container's probe output names exactly the GPUs `minors`, and the spec's environment."""
+    nodes = sorted(line for line in lines if line.startswith("node /dev/nvidia") and line[16:].isdigit())
+    assert nodes == sorted(f"node /dev/nvidia{m}" for m in minors), f"{name}: {lines}"
+    assert "node /dev/nvidiactl" in lines, f"{name}: {lines}"
+    smi = [line for line in lines if line.startswith("smi ")]
+    assert smi == [f"smi GPU {i}: {PRODUCT} (UUID: {UUIDS[m]})" for i, m in enumerate(minors)], (
+        f"{name}: {lines}"
+    )
+    assert "env NVIDIA_VISIBLE_DEVICES=void" in lines, f"{name}: {lines}"
+    # a claim answered from the node's base spec carries no claim UID; one with a spec of its own, its own
+    claim_env = [line for line in lines if line.startswith("env DRA_RESOURCE_CLAIM_UID=")]
+    assert claim_env in ([], [f"env DRA_RESOURCE_CLAIM_UID={claim_uid}"]), f"{name}: {lines}"
+
+
+def settings(calls: list[str], uuids: set[str]) -> dict[str, dict[str, str]]:
+    """The last compute mode and time-slice nvidia-smi was told for each GPU of `uuids`."""
+    state: dict[str, dict[str, str]] = {uuid: {} for uuid in uuids}
+    for call in calls:
+        uuid, what, value = call.split()
+        if uuid in state:
+            state[uuid][what] = value
+    return state
+
+
+def mps_daemon(gpu: GpuNode, claim_uid: str, uuid: str, names: list[str]) -> None:
+    """The claim's control daemon runs on the node: its Deployment Ready, its pod on this node, and its log
+    has the claim's settings and a line from each container through the pipe."""
+    cluster, node = gpu.cluster, gpu.node
+    deployments = cluster.api.items(f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments")
+    [daemon] = [
+        d for d in deployments if d["metadata"]["name"].startswith(f"mps-control-daemon-{claim_uid}-")
+    ]
+    assert daemon["status"].get("readyReplicas") == 1, daemon["status"]
+    [pod] = cluster.pods(f"app={daemon['metadata']['name']}")
+    assert pod["spec"]["nodeName"] == node.name and is_running(pod)
+    ident = daemon["metadata"]["name"].removeprefix("mps-control-daemon-")
+    log = node.base / "kubelet" / "plugins" / facts.DRIVER_NAME / "mps" / ident / "log" / "control.log"
+    expected = [
+        f"Starting control daemon using socket {MPS_PIPE}/control",
+        "Cmd:set_default_active_thread_percentage 50",
+        f"Cmd:set_default_device_pinned_mem_limit {uuid} 10240M",
+        *(f"Cmd:client {name}" for name in names),
+    ]
+
+    def logged() -> list[str]:
+        text = log.read_text() if log.exists() else ""
+        return [line for line in expected if line not in text]
+
+    assert wait_until(lambda: not logged(), timeout=30), f"{log}: lacks {logged()}"
+    daemon_out = node.crictl("logs", container_id(node, pod, "mps-control-daemon"))
+    assert "Cmd:set_default_active_thread_percentage 50" in daemon_out.stdout + daemon_out.stderr
+
+
+def teardown(gpu: GpuNode, namespace: str, claim_uids: set[str], unprepared: int, shape: Shape) -> None:
+    """Delete the namespace: the kubelet finishes its pods and has every claim unprepared."""
+    cluster, node = gpu.cluster, gpu.node
+    cluster.api.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    gone = wait_until(lambda: get_or_none(cluster.plane, f"/api/v1/namespaces/{namespace}") is None, 180)
+    assert gone, f"namespace {namespace} was not deleted:\n{node.logs()}"
+    assert plugin_log_count(node, "unprepared claim") == unprepared + shape.claims
+    specs = [p.name for p in node.cdi_dir.iterdir() if any(uid in p.name for uid in claim_uids)]
+    assert specs == [], "the claims' CDI specs stay"
+    if shape.mps:
+        deployments = f"/apis/apps/v1/namespaces/{cluster.namespace}/deployments"
+        daemons = [
+            d for d in cluster.api.items(deployments) if d["metadata"]["name"].startswith("mps-control")
+        ]
+        assert daemons == [], "the MPS control daemon stays"
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: GpuNode, shape: str) -> None:
+    expected = SHAPES[shape]
+    cluster, node = gpus.cluster, gpus.node
+    objects = manifests(shape)
+    [namespace] = [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"]
+    calls_before = len(gpus.smi_calls())
+    unprepared = plugin_log_count(node, "unprepared claim")
+    cluster.apply(objects[0])
+    account = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+    assert wait_until(lambda: get_or_none(cluster.plane, account), timeout=30), "no default service account"
+    for obj in objects[1:]:
+        cluster.apply(obj)
+    pods = pods_running(cluster, namespace, expected.pods)
+    seen: dict[str, list[int]] = {}
+    claim_uids: set[str] = set()
+    for pod in pods:
+        claims = claims_of(cluster, pod)
+        claim_uids |= {c["metadata"]["uid"] for c in claims.values()}
+        for container in pod["spec"]["containers"]:
+            name = f"{pod['metadata']['name']}/{container['name']}"
+            minors = minors_of(container, claims)
+            [claim] = [claims[ref["name"]] for ref in container["resources"]["claims"]]
+            lines = output_of(node, container_id(node, pod, container["name"]))
+            sees_exactly(lines, minors, claim["metadata"]["uid"], name)
+            if expected.mps:
+                assert f"env CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE}" in lines, lines
+                assert f"mps pipe {MPS_PIPE}/control" in lines and "shm cuda.shm.mps-control" in lines, lines
+                assert f"mps sent {container['name']}" in lines, lines
+            else:
+                assert not any(line.startswith("env CUDA_MPS_") for line in lines), lines
+            seen[name] = minors
+    assert len(seen) == expected.containers and len(claim_uids) == expected.claims
+    used = {m for minors in seen.values() for m in minors}
+    assert all(len(m) == 1 for m in seen.values()) and len(used) == expected.gpus, seen
+    uuids = {UUIDS[m] for m in used}
+    state = settings(gpus.smi_calls()[calls_before:], uuids)
+    for uuid in uuids:
+        assert state[uuid].get("compute-mode") == expected.compute_mode, state
+        assert state[uuid].get("timeslice") == expected.timeslice, state
+    if expected.mps:
+        [uid], [uuid] = claim_uids, uuids
+        mps_daemon(gpus, uid, uuid, sorted(c["name"] for c in pods[0]["spec"]["containers"]))
+    teardown(gpus, namespace, claim_uids, unprepared, expected)
+    after = settings(gpus.smi_calls()[calls_before:], uuids)
+    for uuid in uuids:  # the GPUs are given back as they were
+        assert after[uuid].get("compute-mode") == "DEFAULT", after
+        assert after[uuid].get("timeslice") in (None, "0"), after
+    FIGURES.append(
+        f"kubelet {RELEASES[cluster.plane.version]}: quickstart {shape}: {expected.pods} pod(s), "
+        f"{expected.containers} container(s), {expected.gpus} GPU(s) Running and torn down"
+    )
+
+
+def test_every_manifest_has_its_expectations() -> None:
+    assert sorted(p.stem for p in QUICKSTART.glob("*.yaml")) == sorted(SHAPES)
