@@ -29,7 +29,9 @@ import http.client
 import json
 import math
 import os
+import re
 import shlex
+import shutil
 import socket
 import ssl
 import statistics
@@ -55,6 +57,10 @@ from tools import toolchain
 #: What a pod runs: it ends at once on SIGTERM (a shell as PID 1 ignores it), so a deletion takes no grace.
 POD_SCRIPT = "trap 'exit 0' TERM\nsleep 3600 & wait"
 POD_TIMEOUT = 120.0
+#: The kubelet's log line when it could not prepare a pod's claims (before or in the plugin's call).
+PREPARE_FAILED = re.compile(
+    r'"Failed to prepare dynamic resources" err="(?P<err>(?:[^"\\]|\\.)*)" pod="(?P<pod>[^"]+)"'
+)
 #: Placeholders a `--plugin-args` template may use (test_dra.plugin_paths, and the simulated GPU count).
 PLACEHOLDERS = (
     "node_name", "kubeconfig", "kubelet_root", "plugin_data_dir", "registrar_dir", "cdi_root",
@@ -94,6 +100,8 @@ class Run:
     burst_floor: list[float] = field(default_factory=list)
     burst_floor_all: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)
+    #: Pods whose claims the kubelet failed to prepare at its first try, with its first error (kubelet.log).
+    failed_prepares: dict[str, str] = field(default_factory=dict)
 
 
 def percentile(samples: Sequence[float], pct: float) -> float:
@@ -245,6 +253,20 @@ def no_claims_left(cluster: Cluster) -> bool:
     return not cluster.api.items(f"/apis/resource.k8s.io/v1/namespaces/{cluster.namespace}/resourceclaims")
 
 
+def failed_prepares(kubelet_log: str) -> dict[str, str]:
+    """The pods the kubelet failed to prepare claims for (it tries again at its next pod sync, after
+    syncFrequency: a minute, give or take half), each with the first error, shortened."""
+    failed: dict[str, str] = {}
+    for line in kubelet_log.splitlines():
+        match = PREPARE_FAILED.search(line)
+        if match:
+            error = match.group("err").replace('\\"', '"')
+            why = error.rsplit(": ", 1)[-1] if "forbidden" in error else error
+            why = re.sub(r"node '[^']+'", "the node", why)
+            failed.setdefault(match.group("pod").rsplit("/", 1)[-1], why[:120])
+    return failed
+
+
 def measure(plane: NodePlane, plugin: PluginSpec, args: argparse.Namespace) -> Run:
     """The workload on a fresh node with `plugin`; the node must leave nothing behind."""
     run = Run()
@@ -269,6 +291,13 @@ def measure(plane: NodePlane, plugin: PluginSpec, args: argparse.Namespace) -> R
         print(node.logs(), file=sys.stderr)
         raise
     finally:
+        kubelet_log = node.logs_dir / "kubelet.log"
+        run.failed_prepares = failed_prepares(
+            kubelet_log.read_text(errors="replace") if kubelet_log.exists() else ""
+        )
+        if args.logs is not None:  # the node's logs (kubelet, containerd, plugin), before they go with it
+            slug = re.sub(r"[^a-z0-9.]+", "-", f"{plane.version}-{plugin.name}".lower()).strip("-")
+            shutil.copytree(node.logs_dir, args.logs / slug, dirs_exist_ok=True)
         node.stop()
     left = node.leftovers()
     if left:
@@ -285,6 +314,13 @@ def _p50_p99(samples: Sequence[float]) -> str:
     return f"{_ms(percentile(samples, 50))} / {_ms(percentile(samples, 99))}"
 
 
+def failures(failed: dict[str, str]) -> str:
+    if not failed:
+        return "none"
+    reasons = sorted(set(failed.values()))
+    return f"{len(failed)}: {', '.join(failed)} ({'; '.join(reasons)})"
+
+
 def figures(run: Run, args: argparse.Namespace) -> dict[str, str]:
     """One row per figure: its label and this run's value."""
     overhead = percentile(run.gpu, 50) - percentile(run.floor, 50)
@@ -297,6 +333,9 @@ def figures(run: Run, args: argparse.Namespace) -> dict[str, str]:
         f"{args.burst} GPU pods at once: per pod, p50 / p99": _p50_p99(run.burst_gpu),
         f"{args.burst} pods without claims at once: first create -> all Running": _ms(run.burst_floor_all),
         f"{args.burst} pods without claims at once: per pod, p50 / p99": _p50_p99(run.burst_floor),
+        "pods whose claims the kubelet failed to prepare at first (kubelet.log)": failures(
+            run.failed_prepares
+        ),
         "load average (1 min) before / after": f"{run.load[0]:.2f} / {run.load[1]:.2f}",
     }
 
@@ -318,14 +357,14 @@ def table(release: str, runs: dict[str, Run], args: argparse.Namespace) -> str:
 def as_json(run: Run) -> dict[str, Any]:
     def summary(samples: Sequence[float]) -> dict[str, Any]:
         return {"n": len(samples), "p50": percentile(samples, 50), "p99": percentile(samples, 99),
-                "mean": statistics.fmean(samples)}  # fmt: skip
+                "mean": statistics.fmean(samples), "samples": list(samples)}  # fmt: skip
 
     return {
         "floor": summary(run.floor), "gpu": summary(run.gpu), "gpu_bound": summary(run.gpu_bound),
         "overhead_p50": percentile(run.gpu, 50) - percentile(run.floor, 50),
         "burst_gpu": {**summary(run.burst_gpu), "all_running": run.burst_gpu_all},
         "burst_floor": {**summary(run.burst_floor), "all_running": run.burst_floor_all},
-        "load": list(run.load),
+        "load": list(run.load), "failed_prepares": run.failed_prepares,
     }  # fmt: skip
 
 
@@ -345,6 +384,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plugin-env", action="append", default=[], help="KEY=VALUE for it (a template)")
     parser.add_argument("--plugin-name", help="its column's title (default: the binary's name)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--logs", type=Path, help="keep each node's logs in a folder of this one")
     args = parser.parse_args(argv)
     for option in ("pods", "burst", "gpus"):
         if getattr(args, option) < 1:

@@ -33,7 +33,7 @@ def test_the_bench_prints_sane_figures_for_both_plugins(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.pod_startup", "--kubelet", "1.34", "--pods", str(PODS),
          "--burst", str(BURST), "--gpus", str(BURST), "--plugin", str(ENTRY_POINT), "--plugin-args", TEMPLATE,
-         "--plugin-name", "entry point", "--json", str(out)],
+         "--plugin-name", "entry point", "--json", str(out), "--logs", str(tmp_path / "logs")],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -45,18 +45,28 @@ def test_the_bench_prints_sane_figures_for_both_plugins(tmp_path: Path) -> None:
         "claim overhead: GPU p50 - floor p50", f"{BURST} GPU pods at once: first create -> all Running",
         f"{BURST} pods without claims at once: per pod, p50 / p99",
     )  # fmt: skip
+    assert any(
+        line.startswith("| pods whose claims the kubelet failed to prepare at first") for line in lines
+    )
     for row in rows:
         [line] = [line for line in lines if line.startswith(f"| {row}")]
         assert line.count(" ms") >= 2, line
     assert sum("nothing left behind" in line for line in lines) == 2
+    kept = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert kept == ["1.34-entry-point", "1.34-ours-vke-gpu-dra"]
+    assert all((tmp_path / "logs" / name / "kubelet.log").stat().st_size > 0 for name in kept)
+    assert all((tmp_path / "logs" / name / "plugin.log").stat().st_size > 0 for name in kept)
     figures = json.loads(out.read_text())["v1.34.4"]
     assert set(figures) == {"ours (vke_gpu_dra)", "entry point"}
     for run in figures.values():
         for kind in ("floor", "gpu", "gpu_bound"):
-            assert (
-                run[kind]["n"] == PODS and 0 < run[kind]["p50"] <= run[kind]["p99"] < pod_startup.POD_TIMEOUT
-            )
+            samples = run[kind]["samples"]
+            assert run[kind]["n"] == PODS == len(samples) and all(s > 0 for s in samples)
+            assert run[kind]["p50"] <= run[kind]["p99"] == max(samples) < pod_startup.POD_TIMEOUT
         assert run["gpu_bound"]["p99"] <= run["gpu"]["p99"], "bound before Running"
+        assert set(run["failed_prepares"]) <= {f"gpu-{i}" for i in range(PODS)} | {"warm-gpu"} | {
+            f"burst-gpu-{i}" for i in range(BURST)
+        }
         assert run["overhead_p50"] == pytest.approx(run["gpu"]["p50"] - run["floor"]["p50"])
         for kind in ("burst_gpu", "burst_floor"):
             assert run[kind]["n"] == BURST and 0 < run[kind]["p50"] <= run[kind]["p99"]
@@ -122,3 +132,28 @@ def test_a_template_is_filled_from_the_nodes_paths() -> None:
     assert other.name == ENTRY_POINT.name
     assert other.argv == (str(ENTRY_POINT.resolve()), "--cdi", "{cdi_root}", "-n", "{gpus}")
     assert other.env == (("A", "{node_name}"),)
+
+
+#: The kubelet 1.37.2's line when the Node authorizer had not yet linked a pod's claim to its node.
+KUBELET_LINE = (
+    'E1206 20:25:26.905911      88 kuberuntime_manager.go:1727] "Failed to prepare dynamic resources" '
+    'err="prepare dynamic resources: fetch ResourceClaim burst-gpu-1-gpu-wnmwh: '
+    'resourceclaims.resource.k8s.io \\"burst-gpu-1-gpu-wnmwh\\" is forbidden: '
+    'User \\"system:node:vke-node-28223-1\\" cannot get resource \\"resourceclaims\\" '
+    'in API group \\"resource.k8s.io\\" in the namespace \\"t1-node-dra\\": node: no '
+    'relationship found between node \'vke-node-28223-1\' and this object" pod="t1-node-dra/burst-gpu-1"'
+)
+
+
+def test_the_kubelets_failed_prepares_are_read_from_its_log() -> None:
+    other = KUBELET_LINE.replace("burst-gpu-1", "gpu-3").replace("vke-node-28223-1", "vke-node-1-2")
+    log = "\n".join(['I1206 kubelet.go:2760] "SyncLoop ADD"', KUBELET_LINE, KUBELET_LINE, other])
+    found = pod_startup.failed_prepares(log)
+    assert found == dict.fromkeys(
+        ["burst-gpu-1", "gpu-3"], "no relationship found between the node and this object"
+    )
+    assert (
+        pod_startup.failures(found)
+        == "2: burst-gpu-1, gpu-3 (no relationship found between the node and this object)"
+    )
+    assert pod_startup.failures({}) == "none"
