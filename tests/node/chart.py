@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -118,3 +119,13 @@ def output_until(node: Node, cid: str, last: str, timeout: float = 60.0) -> list
     found: list[str] = wait_until(lines, timeout=timeout)
     assert found, f"container {cid} printed no {last!r}:\n{node.crictl('logs', cid, check=False).stderr}"
     return found
+
+
+def kubelet_claims(node: Node) -> list[str]:
+    """The UIDs of the claims the kubelet holds prepared (its DRA checkpoint, `dra_manager_state` in its
+    root folder: what it would unprepare)."""
+    checkpoint = node.base / "kubelet" / "dra_manager_state"
+    if not checkpoint.exists():
+        return []
+    data = json.loads(json.loads(checkpoint.read_text())["Data"])
+    return [str(claim["ClaimUID"]) for claim in data.get("ClaimInfoStateList") or []]

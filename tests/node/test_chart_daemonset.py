@@ -27,7 +27,7 @@ from tests.driver import fake_driver
 from tests.integration.cluster import Cluster
 from tests.integration.controlplane import wait_until
 
-from .chart import GPUS, container_id, driver_image, driver_root, output_until, release
+from .chart import GPUS, container_id, driver_image, driver_root, kubelet_claims, output_until, release
 from .kube import RELEASES, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, get_or_none, kubelet_of, ready
 from .node import CDI_ROOT, FIGURES, KUBELET_ROOT, Node
 from .test_containerd_cdi import IMAGE, PRODUCT, probe_image
@@ -194,8 +194,10 @@ def test_the_charts_daemonset_runs_the_driver_and_the_sample_sees_exactly_its_gp
             [first] = sample_pods(cluster, node, 1)
             running = time.monotonic() - created
             given = sees_exactly(cluster, node, first, slices)
+            assert kubelet_claims(node) == [cluster.claim_of(first)["metadata"]["uid"]]
             delete_sample(cluster, [cluster.claim_of(first)["metadata"]["name"]])
             assert plugin_log(node, pod).count('"msg": "unprepared claim"') == 1
+            assert kubelet_claims(node) == [], "the kubelet's DRA checkpoint holds no claim"
             # its GPU is back: two pods, one GPU each, both GPUs in use
             cluster.apply(sample(cluster.namespace, replicas=2)[1])
             pods = sample_pods(cluster, node, 2)
