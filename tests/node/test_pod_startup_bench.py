@@ -1,4 +1,4 @@
-"""The pod start-up bench (`bench/pod_startup.py`) cannot rot: a few pods on the real kubelet 1.34, with
+"""The pod start-up bench (`bench/pod_startup/`) cannot rot: a few pods on the real kubelet 1.34, with
 our plugin and, side by side, our plugin's console entry point given as another plugin binary through an
 argument template. Its figures are checked for sense (counts, order, the overhead's sum), never for speed.
 Bad options are refused with one error naming them, without a node."""
