@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 from bench import pod_startup
@@ -157,3 +158,19 @@ def test_the_kubelets_failed_prepares_are_read_from_its_log() -> None:
         == "2: burst-gpu-1, gpu-3 (no relationship found between the node and this object)"
     )
     assert pod_startup.failures({}) == "none"
+
+
+def test_each_part_imports_only_the_parts_before_it() -> None:
+    """watch, runs, report, cli: as driver/BENCHMARKS.md lists them (lowest first)."""
+    bench = str(ROOT / "bench")
+    sys.path.insert(0, bench)
+    try:
+        graph = grimp.build_graph("pod_startup")
+    finally:
+        sys.path.remove(bench)
+    order = ("watch", "runs", "report", "cli")
+    assert {m.removeprefix("pod_startup.") for m in graph.modules} - {"pod_startup"} == {*order, "__main__"}
+    illegal = graph.find_illegal_dependencies_for_layers(
+        layers=["__main__", *reversed(order)], containers={"pod_startup"}
+    )
+    assert not illegal, sorted(f"{d.importer} -> {d.imported}" for d in illegal)
