@@ -31,11 +31,12 @@ def test_the_bench_prints_sane_figures_for_both_plugins(tmp_path: Path) -> None:
     if reason:
         pytest.skip(reason)
     out = tmp_path / "figures.json"
+    # about 60 s; a pod whose claims the kubelet failed to prepare at first waits 60-90 s more (BENCHMARKS.md)
     done = subprocess.run(
         [sys.executable, "-m", "bench.pod_startup", "--kubelet", "1.34", "--pods", str(PODS),
          "--burst", str(BURST), "--gpus", str(BURST), "--plugin", str(ENTRY_POINT), "--plugin-args", TEMPLATE,
          "--plugin-name", "entry point", "--json", str(out), "--logs", str(tmp_path / "logs")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
