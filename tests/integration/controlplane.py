@@ -335,7 +335,7 @@ class ControlPlane:
                  f"--service-account-key-file={pki / 'sa.key'}",
                  f"--service-account-signing-key-file={pki / 'sa.key'}",
                  "--service-cluster-ip-range=10.0.0.0/24",
-                 "--allow-privileged=true", *gates,
+                 "--allow-privileged=true", *gates, *self._apiserver_flags(),
                  # No kubernetes Endpoints for 127.0.0.1 (a loopback address there is refused).
                  "--endpoint-reconciler-type=none"],
             )  # fmt: skip
@@ -365,6 +365,10 @@ class ControlPlane:
 
     def _manager_flags(self) -> list[str]:
         """Further kube-controller-manager flags (a subclass's)."""
+        return []
+
+    def _apiserver_flags(self) -> list[str]:
+        """Further kube-apiserver flags (a subclass's)."""
         return []
 
     def _check_alive(self) -> None:
