@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ import pytest
 
 from tests.integration.controlplane import CONTROLLERS, ApiError, ControlPlane
 from tools import toolchain
+
+from .egress import EgressProxy, selector_config
 
 #: The image the tier's pods run (busybox), imported into the node's CRI namespace.
 BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
@@ -51,22 +55,69 @@ class NodePlane(ControlPlane):
     Its kube-controller-manager runs the DaemonSet controller and the root CA publisher besides the
     control-plane tier's controllers, and its API server's certificate also names the `kubernetes`
     Service's address, so a pod's in-cluster client (its projected service-account token and CA)
-    verifies it there."""
+    verifies it there.
+
+    The API server reaches the kubelets (logs, exec) through its egress selector: an HTTP CONNECT proxy of
+    this process (`egress.py`) carries each connection into the named node's network namespace, and the
+    API server authenticates there with a client certificate whose CA a kubelet started with
+    `client_ca=plane.kubelet_client_ca` trusts."""
 
     SERVING_NAMES = f"IP:127.0.0.1,IP:{SERVICE_ADDRESS},DNS:localhost,DNS:kubernetes.default.svc"
 
     controllers: str = NODE_CONTROLLERS
     node_prefix: str = "vke-node"
+    egress: EgressProxy | None = field(default=None, repr=False)
+
+    @property
+    def kubelet_client_ca(self) -> Path:
+        """The CA of the API server's client certificate for kubelets (a kubelet's x509 clientCAFile)."""
+        return self.root / "pki" / "kubelet-client-ca.crt"
 
     def _manager_flags(self) -> list[str]:
         return [f"--root-ca-file={self.ca_file}"]
 
+    def _apiserver_flags(self) -> list[str]:
+        pki = self.root / "pki"
+        return [
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--egress-selector-config-file={self.root / 'egress-selector.json'}",
+        ]
+
+    def _kubelet_client_pki(self) -> None:
+        """A CA, and the API server's client certificate for kubelets signed by it."""
+        pki = self.root / "pki"
+        ca_key, key, request = (
+            pki / "kubelet-client-ca.key",
+            pki / "apiserver-kubelet-client.key",
+            pki / "req.csr",
+        )
+        for argv in (
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", str(ca_key),
+             "-out", str(self.kubelet_client_ca), "-subj", "/CN=kubelet-client-ca"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(request),
+             "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client"],
+            ["x509", "-req", "-in", str(request), "-CA", str(self.kubelet_client_ca), "-CAkey", str(ca_key),
+             "-CAcreateserial", "-days", "2", "-out", str(pki / "apiserver-kubelet-client.crt")],
+        ):  # fmt: skip
+            subprocess.run(["openssl", *argv], check=True, capture_output=True, timeout=60)
+
     def _pki(self) -> None:
         super()._pki()
+        self._kubelet_client_pki()
+        socket_path = self.root / "egress.sock"
+        (self.root / "egress-selector.json").write_text(json.dumps(selector_config(socket_path)))
+        self.egress = EgressProxy(socket_path)
         with (self.root / "tokens.csv").open("a") as tokens:
             for n in range(1, NODE_IDENTITIES + 1):
                 name = f"{self.node_prefix}-{os.getpid()}-{n}"
                 tokens.write(f'{self._token(name)},system:node:{name},node-{n},"system:nodes"\n')
+
+    def stop(self, keep: bool = False) -> None:
+        super().stop(keep)
+        if self.egress is not None:
+            self.egress.close()
+            self.egress = None
 
     @staticmethod
     def _token(name: str) -> str:

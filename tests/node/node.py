@@ -83,6 +83,8 @@ KERNEL_TUNABLES = (
 _COUNTER = itertools.count(1)
 #: Figures the tier's tests measure, printed under its summary line.
 FIGURES: list[str] = []
+#: The nodes of this process whose kubelet runs, by name (where the API server's egress proxy connects).
+KUBELET_NODES: dict[str, Node] = {}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -178,10 +180,11 @@ def pause_image(archive: Path) -> Image:
     return images.build(archive, PAUSE_IMAGE, images.busybox_entries(), cmd=("/bin/sleep", "2147483647"))
 
 
-def kubelet_config(base: Path, name: str) -> str:
+def kubelet_config(base: Path, name: str, client_ca: Path | None = None) -> str:
     """The kubelet's configuration for a node without systemd on cgroup v1: no QoS cgroups, nothing
     enforced, cgroupfs; its API on the node's address, its health on the node's loopback; every
-    folder under `base`."""
+    folder under `base`. `client_ca`: its API accepts the clients whose certificates that CA signed (the
+    API server's, for logs and exec); without it, no client."""
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -205,6 +208,12 @@ def kubelet_config(base: Path, name: str) -> str:
         "imageGCHighThresholdPercent": 100,
         "evictionHard": {"memory.available": "1Mi"},
     }
+    if client_ca is not None:
+        config["authentication"] = {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(client_ca)},
+        }
     return json.dumps(config, indent=2)
 
 
@@ -249,8 +258,20 @@ class Forwarder:
 
 
 def _listen_in(pid1: int, address: str, port: int) -> socket.socket | BaseException:
-    """A listening socket made inside the network namespace of `pid1` (this thread enters it, makes the
-    socket, and comes back; a socket stays in the namespace it was made in)."""
+    """A listening socket made inside the network namespace of `pid1`."""
+
+    def listen() -> socket.socket:
+        listener = socket.socket()
+        listener.bind((address, port))
+        listener.listen(64)
+        return listener
+
+    return _made_in(pid1, listen)
+
+
+def _made_in(pid1: int, make: Callable[[], socket.socket]) -> socket.socket | BaseException:
+    """The socket `make` makes inside the network namespace of `pid1` (this thread enters it, makes the
+    socket, and comes back; a socket stays in the namespace it was made in), or the error."""
     libc = ctypes.CDLL(None, use_errno=True)
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     node = os.open(f"/proc/{pid1}/ns/net", os.O_RDONLY)
@@ -258,10 +279,7 @@ def _listen_in(pid1: int, address: str, port: int) -> socket.socket | BaseExcept
         if libc.setns(node, CLONE_NEWNET) != 0:
             return OSError(ctypes.get_errno(), "setns into the node's network namespace")
         try:
-            listener = socket.socket()
-            listener.bind((address, port))
-            listener.listen(64)
-            return listener
+            return make()
         finally:
             if libc.setns(own, CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), "setns back")  # the thread ends here anyway
@@ -404,6 +422,7 @@ class Node:
 
     def stop(self) -> None:
         """Stop everything (also after a failed start); idempotent."""
+        KUBELET_NODES.pop(self.name, None)
         for name in [n for n in self._procs if n != "containerd"]:
             _terminate(self._procs.pop(name), 10.0)
         if self._pid1 and "containerd" in self._procs and self._procs["containerd"].poll() is None:
@@ -551,12 +570,15 @@ class Node:
         labels: Mapping[str, str] | None = None,
         *,
         service: tuple[str, int] | None = None,
+        client_ca: Path | None = None,
     ) -> subprocess.Popen[bytes]:
         """The kubelet at `kubelet`, registering this node (its name, its address, the GPU pool's labels
         and `labels`) with the API server at `server` (https://127.0.0.1:<port> of the test's namespace,
         reached through a Forwarder) with the bearer `token`. `service`: the `kubernetes` Service's
         address and port, where the node's pods reach the API server as in-cluster clients (an address
-        of the node's own and a Forwarder, what kube-proxy's rules do on a real node)."""
+        of the node's own and a Forwarder, what kube-proxy's rules do on a real node). `client_ca`: the
+        CA of the API server's client certificate for kubelets (logs, exec through the API server, which
+        reaches the node through `connect`)."""
         port = int(server.rsplit(":", 1)[1])
         forwarder = Forwarder(self._pid1, port)
         self._forwarders.append(forwarder)
@@ -580,7 +602,7 @@ class Node:
             "current-context": "node",
         }
         (self.base / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig))
-        (self.base / "kubelet.yaml").write_text(kubelet_config(self.base, self.name))
+        (self.base / "kubelet.yaml").write_text(kubelet_config(self.base, self.name, client_ca))
         all_labels = {**GPU_POOL_LABELS, **(labels or {})}
         self._kubelet_argv = [
             str(kubelet), f"--config={self.base / 'kubelet.yaml'}",
@@ -591,7 +613,23 @@ class Node:
         ]  # fmt: skip
         proc = self.spawn("kubelet", self._kubelet_argv)
         self._procs["kubelet"] = proc
+        KUBELET_NODES[self.name] = self
         return proc
+
+    def connect(self, port: int) -> socket.socket:
+        """A connection to the node's address and `port`, made from inside its network namespace."""
+        made: list[socket.socket | BaseException] = []
+        maker = threading.Thread(
+            target=lambda: made.append(
+                _made_in(self._pid1, lambda: socket.create_connection((ADDRESS, port), 10))
+            )
+        )
+        maker.start()
+        maker.join()
+        if not isinstance(made[0], socket.socket):
+            raise NodeError(f"no connection to {ADDRESS}:{port} in node {self.name}: {made[0]}")
+        made[0].settimeout(None)
+        return made[0]
 
     def run_pod(
         self,

@@ -32,9 +32,10 @@ from .kube import RELEASES, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, get_or_non
 from .node import CDI_ROOT, FIGURES, KUBELET_ROOT, Node
 from .test_containerd_cdi import IMAGE, PRODUCT, probe_image
 
-#: What the sample's container prints: nvidia-smi's GPUs, the environment the CDI spec sets, its GPU nodes.
+#: What the sample's container prints: nvidia-smi's GPUs (as the program's own sample prints them), the
+#: environment the CDI spec sets, its GPU nodes.
 PROBE = r"""
-nvidia-smi -L 2>&1 | sed 's/^/smi /'
+nvidia-smi -L 2>&1
 env | grep -E '^(NVIDIA_|DRA_)' | sort | sed 's/^/env /'
 for dev in /dev/nvidia*; do [ -e "$dev" ] && echo "node $dev"; done
 echo done
@@ -103,9 +104,13 @@ def sees_exactly(cluster: Cluster, node: Node, pod: dict[str, Any], slices: dict
     uuid = slices[device]
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     lines = output_until(node, container_id(node, namespace, name, manifests.SAMPLE_CONTAINER), "done")
-    assert [line for line in lines if line.startswith("smi ")] == [f"smi GPU 0: {PRODUCT} (UUID: {uuid})"], (
-        lines
+    smi = f"GPU 0: {PRODUCT} (UUID: {uuid})"
+    assert [line for line in lines if not line.startswith(("env ", "node ", "done"))] == [smi], lines
+    # the same log through the API server (its egress proxy into the node, its client certificate)
+    log = cluster.api.text(
+        f"/api/v1/namespaces/{namespace}/pods/{name}/log?container={manifests.SAMPLE_CONTAINER}"
     )
+    assert smi in log.splitlines()
     minor = int(device.removeprefix("gpu-"))
     gpu_nodes = sorted(line for line in lines if line.startswith("node /dev/nvidia") and line[-1].isdigit())
     assert gpu_nodes == [f"node /dev/nvidia{minor}"], lines
@@ -149,6 +154,7 @@ def test_the_charts_daemonset_runs_the_driver_and_the_sample_sees_exactly_its_gp
         plane.ca_file,
         plane.node_token(node.name),
         service=(SERVICE_ADDRESS, SERVICE_PORT),
+        client_ca=plane.kubelet_client_ca,
     )
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
