@@ -280,3 +280,16 @@ def build(
                         tar.addfile(_tarinfo(member, tarfile.REGTYPE, 0o644, size), data)
         partial.replace(archive)
     return Image(name, digest_of(manifest_bytes), archive, config)
+
+
+def read_image(archive: Path) -> Image:
+    """The image an archive written by `build` holds (its name and manifest digest, from index.json)."""
+    try:
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("index.json")
+            if member is None:
+                raise KeyError("index.json")
+            [entry] = json.loads(member.read())["manifests"]
+    except (OSError, KeyError, ValueError, tarfile.TarError) as exc:
+        raise ImageError(f"{archive}: not an OCI image archive of one image ({exc})") from None
+    return Image(entry["annotations"]["io.containerd.image.name"], entry["digest"], archive)

@@ -1,10 +1,10 @@
 """From a clone to a deployed stack: what `scripts/up STACK` and `scripts/down STACK` run.
 
-    python3 tools/up.py up STACK --preflight   # the stack's name, then scripts/setup when the venvs
+    python3 -m tools.up up STACK --preflight   # the stack's name, then scripts/setup when the venvs
                                                # are missing or stale (system python, before .venv)
-    .venv/bin/python tools/up.py up STACK [--yes]
-    .venv/bin/python tools/up.py down STACK [--yes]
-    python3 tools/up.py stamp               # scripts/setup's last step: what it installed from
+    .venv/bin/python -m tools.up up STACK [--yes]
+    .venv/bin/python -m tools.up down STACK [--yes]
+    python3 -m tools.up stamp               # scripts/setup's last step: what it installed from
 
 `up` uses the Pulumi backend the CLI is logged in to (`pulumi whoami`), else logs in to the file
 backend ~/.pulumi-state (and says so in one line); installs the provider plugins the stack needs that
@@ -12,7 +12,10 @@ the CLI lacks, or names the command that installs one it cannot download; select
 it with the passphrase secrets provider; asks for the passphrase and for each key the stack still lacks
 to deploy (descriptions from the key table), or, without a terminal, lists them all in one error
 (exit 2); then `pulumi up --policy-pack policy`. A stack whose driver image is built into kind
-(`driver.image.build: kind:<cluster>`, the `local` stack) gets its cluster from scripts/kind-up first.
+(`driver.image.build: kind:<cluster>`, the `local` stack) gets its cluster from scripts/kind-up first;
+where no Docker answers, from a local node instead (tools/local_node.py: as root on Linux, a one-node
+cluster of the toolchain's containerd 2.1 and kubelet 1.37, the driver image built without a daemon), and
+`pulumi up` runs with a copy of the stack file aimed at it (`--config-file`). `down` stops that node too.
 `down` destroys the stack after a confirmation.
 
 The module's top level is the standard library only: `--preflight` and `stamp` run before .venv exists.
@@ -36,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tools import local_node
 
 #: The repository: scripts/up, scripts/down and scripts/setup run this from its root.
 ROOT = Path.cwd()
@@ -555,7 +560,10 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
     pulumi = Pulumi(root, environ, find_pulumi())
     stack_file = _stack_file(root, stack)
     cluster = kind_cluster(_stack_config(stack_file))
-    if cluster is not None:
+    node: NodeCluster | None = None
+    if cluster is not None and not local_node.docker_answers(environ):
+        node = local_node_cluster(stack, root, environ)
+    elif cluster is not None:
         say(f"stack {stack} deploys into the kind cluster {cluster}: scripts/kind-up")
         code = subprocess.call(
             [str(root / "scripts" / "kind-up")], env={**environ, "KIND_CLUSTER": cluster}, cwd=root
@@ -564,7 +572,8 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
             raise UpError(f"scripts/kind-up failed (exit {code})")
     url = use_backend(pulumi, Path(environ.get("HOME") or Path.home()))
     # Before anything is asked: a plugin the CLI cannot get would fail `pulumi up` in tracebacks.
-    ensure_plugins(pulumi, needed_plugins(_stack_config(stack_file), pulumi.env))
+    planned = node.config(stack, stack_file) if node else stack_file
+    ensure_plugins(pulumi, needed_plugins(_stack_config(planned), pulumi.env))
     exists = stack_exists(pulumi.check("stack", "ls", "--json"), stack)
     lacking = [p for p in [_passphrase(pulumi, stack_file, exists, url, term)] if p]
     if not lacking:
@@ -594,7 +603,51 @@ def up(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mappin
             EXIT_USAGE,
         )
     command = ["up", "--stack", stack, "--policy-pack", "policy", *(["--yes"] if yes else [])]
+    if node is not None:  # the stack file as `stack init` left it (its salt), aimed at the local node
+        path = node.write(stack, _stack_file(root, stack))
+        say(f"stack {stack} runs with {path}: Pulumi.{stack}.yaml aimed at the local node")
+        command += ["--config-file", str(path)]
     return pulumi.attach(*command)
+
+
+@dataclass(frozen=True)
+class NodeCluster:
+    """The local node a kind stack runs on where there is no Docker (tools/local_node.py)."""
+
+    served: local_node.LocalNode
+    state: Mapping[str, Any]
+    image: str
+
+    def config(self, stack: str, stack_file: Mapping[str, Any]) -> dict[str, Any]:
+        return json.loads(self.served.config_file(stack, stack_file, self.state, self.image).read_text())
+
+    def write(self, stack: str, stack_file: Mapping[str, Any]) -> Path:
+        return self.served.config_file(stack, stack_file, self.state, self.image)
+
+
+def local_node_cluster(stack: str, root: Path, environ: Mapping[str, str]) -> NodeCluster:
+    """No Docker here: the local node (started once, kept until scripts/down), and the driver image built
+    without a daemon and imported into it."""
+    reason = local_node.why_not(environ)
+    if reason is not None:
+        raise UpError(f"stack {stack} needs a cluster and no Docker answers here: {reason}")
+    served = local_node.LocalNode(local_node.folder(environ))
+    if served.state() is None:
+        tools = ",".join(local_node.TOOLS)
+        say(f"no Docker here: stack {stack} runs on a local node (containerd 2.1, kubelet 1.37)")
+        if subprocess.call([str(root / "scripts" / "toolchain"), "--only", tools], cwd=root) != 0:
+            raise UpError(f"scripts/toolchain --only {tools} failed")
+    from tools import driver_image  # noqa: PLC0415 (runs as root under .venv; not needed for --preflight)
+
+    try:
+        state = served.start(root)
+        say(f"the local node {state['node']} is up (kubeconfig {state['kubeconfig']})")
+        image = driver_image.build(revision="local")
+        reference = served.import_image(root, image.archive)
+    except (local_node.LocalNodeError, driver_image.ImageError, driver_image.RecipeError) as exc:
+        raise UpError(str(exc)) from None
+    say(f"the driver image {reference} is in the node's containerd")
+    return NodeCluster(served, state, reference)
 
 
 def check_confirmable(stack: str, yes: bool, term: Terminal | None) -> None:
@@ -622,9 +675,24 @@ def down(stack: str, yes: bool, root: Path, term: Terminal | None, environ: Mapp
         if answer.strip() != stack:
             say("not confirmed; nothing destroyed")
             return EXIT_FAILED
-    code = pulumi.attach("destroy", "--stack", stack, "--yes")
+    served = local_node.LocalNode(local_node.folder(environ))
+    copy = served.path / f"Pulumi.{stack}.yaml"
+    on_node = kind_cluster(_stack_config(_stack_file(root, stack))) is not None and copy.exists()
+    if on_node and served.state() is None:
+        raise UpError(
+            f"stack {stack} was deployed on the local node, which is not running (scripts/node --serve "
+            f"{served.path} would start a new, empty one): `pulumi stack rm {stack} --force` forgets its "
+            "resources"
+        )
+    code = pulumi.attach(
+        "destroy", "--stack", stack, "--yes", *(["--config-file", str(copy)] if on_node else [])
+    )
     cluster = kind_cluster(_stack_config(_stack_file(root, stack)))
-    if code == 0 and cluster is not None:
+    if code == 0 and on_node:
+        served.stop()
+        copy.unlink(missing_ok=True)
+        say(f"the local node is stopped and gone ({served.path})")
+    elif code == 0 and cluster is not None:
         say(f"the kind cluster stays; remove it with: kind delete cluster --name {cluster}")
     return code
 
@@ -637,7 +705,7 @@ DESCRIPTIONS = {
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="tools/up.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m tools.up", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("up", "down"):
         cmd = sub.add_parser(name, prog=f"scripts/{name}", description=DESCRIPTIONS[name])

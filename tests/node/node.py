@@ -349,19 +349,30 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 class Node:
     """One node: `start()`, then `ctr(...)`, `crictl(...)`, `spawn(...)`; `stop()` always."""
 
-    def __init__(self, name: str = "vke-node", tools: Tools | None = None) -> None:
+    def __init__(
+        self,
+        name: str = "vke-node",
+        tools: Tools | None = None,
+        *,
+        running: tuple[str, Path, int] | None = None,
+    ) -> None:
+        """A new node (`start()` starts it), or with `running` (its name, folder and PID 1) one another
+        process started and owns (`scripts/node --serve`), for commands inside it; never stopped here."""
         located = tools or Tools.locate()
         if located is None:
             raise NodeError(f"the toolchain's node binaries are not built: {HOW_TO_GET}")
         self.tools = located
-        self.name = f"{name}-{os.getpid()}-{next(_COUNTER)}"
-        self.base = Path(tempfile.mkdtemp(prefix="vkenode-", dir="/tmp"))
+        if running is None:
+            self.name = f"{name}-{os.getpid()}-{next(_COUNTER)}"
+            self.base = Path(tempfile.mkdtemp(prefix="vkenode-", dir="/tmp"))
+        else:
+            self.name, self.base = running[0], running[1]
         self.cdi_dir = self.base / "cdi"
         self.logs_dir = self.base / "logs"
         #: The node's boot id as a file (the kernel's is the machine's): a new one at each reboot().
         self.boot_id_file = self.base / "boot_id"
         self._init: subprocess.Popen[bytes] | None = None
-        self._pid1 = 0
+        self._pid1 = 0 if running is None else running[2]
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
         self._kubelet_argv: list[str] = []

@@ -141,7 +141,15 @@ mkdir -p .venv/bin policy/venv/bin
 printf '#!/bin/sh\\nexec {python} "$@"\\n' > .venv/bin/python
 cp .venv/bin/python policy/venv/bin/python
 chmod +x .venv/bin/python policy/venv/bin/python
-python3 tools/up.py stamp
+python3 -m tools.up stamp
+"""
+
+#: What scripts/up and scripts/down run of tools/ (python3 -m tools.up).
+UP_FILES = ("tools/up.py", "tools/local_node.py", "tools/toolchain.py")
+
+#: A Docker whose daemon answers (the kind path); FAKE_NO_DOCKER=1 makes it not answer.
+DOCKER = """#!/usr/bin/env bash
+[ -z "${{FAKE_NO_DOCKER:-}}" ] || {{ echo "Cannot connect to the Docker daemon" >&2; exit 1; }}
 """
 
 KIND_UP = """#!/usr/bin/env bash
@@ -169,7 +177,7 @@ class Project:
         root.mkdir()
         for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.local.yaml", "Pulumi.prod.yaml"):
             shutil.copy(ROOT / name, root / name)
-        for name in ("constraints.txt", "tools/up.py", "scripts/up", "scripts/down"):
+        for name in (*UP_FILES, "constraints.txt", "scripts/up", "scripts/down"):
             _write(root / name, (ROOT / name).read_text())
         python = sys.executable
         _write(root / "scripts" / "setup", SETUP.format(python=python))
@@ -182,6 +190,7 @@ class Project:
             plugins=json.dumps([list(p) for p in PLUGINS]),
         )
         _write(fake / "bin" / "pulumi", pulumi)
+        _write(fake / "bin" / "docker", DOCKER.format())
         home.mkdir()
         project = cls(root, fake, home)
         if set_up:
