@@ -15,14 +15,21 @@ and time-slice) and, for MPS, that the claim's control daemon ran on the node (i
 log) and that both containers reached it through the pipe directory the spec gives them. Deleting the
 namespace has the kubelet unprepare every claim, which sets the GPUs back.
 
-Only the workload is swapped: the manifests' image and command (ubuntu's bash running `nvidia-smi -L`)
-become the tier's probe image (busybox, and the loader and libc nvidia-smi needs) and the probe below,
-with `imagePullPolicy: Never` (no registry is reachable).
+Only the workload and its place are swapped: the manifests' image and command (ubuntu's bash running
+`nvidia-smi -L`) become the tier's probe image (busybox, and the loader and libc nvidia-smi needs) and the
+probe below, with `imagePullPolicy: Never` (no registry is reachable), and each pod gets a nodeSelector
+for the test's node (the tier's control plane keeps the Nodes of earlier tests, and the slices their
+plugins left: without it the scheduler places pods there, where no kubelet runs).
 
-The plugin runs as a process of the test with NVML as its device source (the fake driver root, its
-device nodes made with mknod) and the gates TimeSlicingSettings and MPSSupport, in the node's mount
-namespace (the MPS shm tmpfs it mounts is the node's); it stands for the chart's DaemonSet pod as in
-test_dra.py. The driver root holds what a real one has for MPS: a shell (busybox) for the daemon's
+The plugin runs two ways, each on a node of its own per release, NVML as its device source (the fake
+driver root, its device nodes made with mknod):
+
+* the chart's DaemonSet pod (`helm install` of driver/chart with the driver image built without Docker,
+  as test_chart_daemonset.py), gate TimeSlicingSettings: every shape but MPS (`CHART_MPS` says why);
+* a process of the test standing for that pod (as test_dra.py), gates TimeSlicingSettings and
+  MPSSupport, in the node's mount namespace, so the MPS shm tmpfs it mounts is the node's: every shape.
+
+The driver root holds what a real one has for MPS: a shell (busybox) and /dev/null for the daemon's
 `chroot /driver-root sh -c ...`, and an nvidia-cuda-mps-control whose daemon keeps a control pipe and a
 log as the real one does (`MPS_CONTROL`).
 """
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,14 +53,35 @@ from tests.integration.cluster import Cluster
 from tests.integration.controlplane import wait_until
 
 from . import images
-from .kube import RELEASES, NodePlane, get_or_none, is_running, kubelet_of
-from .node import FIGURES, Node, missing
+from .chart import DRIVER_ROOT_IN_PLUGIN, container_id, driver_image, nvml_settings, release
+from .kube import (
+    RELEASES,
+    SERVICE_ADDRESS,
+    SERVICE_PORT,
+    NodePlane,
+    get_or_none,
+    is_running,
+    kubelet_of,
+    ready,
+)
+from .node import FIGURES, KUBELET_ROOT, Node, missing
+from .test_chart_daemonset import DEVICE_CLASSES, plugin_log, plugin_pod
 from .test_containerd_cdi import PRODUCT, UUIDS
-from .test_dra import gpu_node, output_of, plugin_log_count, start_plugin
+from .test_dra import gpu_node, output_of, start_plugin
 
 QUICKSTART = Path(__file__).with_name("quickstart")
 IMAGE = "vke-gpu-dra.local/node/quickstart:1"
 GATES = "TimeSlicingSettings=true,MPSSupport=true"
+#: How the plugin runs: a process of the test in the node's mount namespace, or the chart's DaemonSet pod.
+PLUGINS = ("chart", "process")
+#: Why MPS runs with the plugin process only (measured with MPSSupport on in the chart's values).
+CHART_MPS = (
+    "MPS with the chart's DaemonSet: the control daemon's container (the plugin's image: the driver "
+    'image built without Docker) fails with runc\'s `exec: "chroot": executable file not found in '
+    "$PATH` (that image has no coreutils: no chroot, nor the cat of its startup probe); and the chart "
+    "mounts the plugin's data folder without Bidirectional propagation, so the shm tmpfs the plugin "
+    "mounts would stay in its container"
+)
 #: The MPS pipe directory NVIDIA's spec gives a workload (CUDA_MPS_PIPE_DIRECTORY).
 MPS_PIPE = "/tmp/nvidia-mps"
 #: What each container prints ($0 is its name): its GPU device nodes, nvidia-smi's GPUs, the environment
@@ -128,26 +156,27 @@ SHAPES = {
 class GpuNode:
     node: Node
     cluster: Cluster
-    root: FakeRoot
+    #: where the fake nvidia-smi records what it set (a path of this machine)
     smi_log: Path
+    #: the plugin's log so far
+    plugin_log: Callable[[], str]
+    #: "process" or "chart"
+    plugin: str
 
     def smi_calls(self) -> list[str]:
         return self.smi_log.read_text().splitlines() if self.smi_log.exists() else []
 
-
-def nvml_settings(root: Path) -> dict[str, object]:
-    """The fake NVML's GPUs, listed where their device node is: in /dev (a container given its claim's
-    nodes) or in the driver root's dev/ (the plugin)."""
-    settings: dict[str, object] = {"device_count": len(UUIDS), "require_device_nodes": f"/dev,{root}/dev"}
-    for i, uuid in enumerate(UUIDS):
-        settings |= {f"gpu.{i}.name": PRODUCT, f"gpu.{i}.uuid": uuid, f"gpu.{i}.minor": i}
-    return settings
+    def plugin_logged(self, message: str) -> int:
+        return self.plugin_log().count(f'"msg": "{message}"')
 
 
-def driver_root(node: Node) -> FakeRoot:
-    """The fake driver root, with a shell, /dev/null and the fake MPS control, as a host's root has."""
+def driver_root(node: Node, plugin_sees_it_at: str) -> FakeRoot:
+    """The fake driver root, with a shell, /dev/null and the fake MPS control, as a host's root has; the
+    fake NVML lists the GPUs whose node is in /dev (a container given its claim's nodes) or in the
+    driver root's dev/ where the plugin sees it."""
     path = node.base / "driver" / "root"
-    root = fake_driver.build(path, gpus=len(UUIDS), nvml_config=nvml_settings(path))
+    settings = nvml_settings() | {"require_device_nodes": f"/dev,{plugin_sees_it_at}/dev"}
+    root = fake_driver.build(path, gpus=len(UUIDS), nvml_config=settings)
     fake_driver.mknod(root.local("/dev/null"), 1, 3)  # a shell's background jobs read it
     root.local("/bin").mkdir()
     shutil.copy2(images.BUSYBOX, root.local("/bin/busybox"))
@@ -159,20 +188,30 @@ def driver_root(node: Node) -> FakeRoot:
     return root
 
 
-def manifests(shape: str) -> list[dict[str, Any]]:
-    """The shape's objects, every container running the probe in the tier's image."""
+def manifests(shape: str, node: str) -> list[dict[str, Any]]:
+    """The shape's objects, every container running the probe in the tier's image, every pod on `node`
+    (the tier's control plane keeps the Nodes of earlier tests, and slices their plugins left)."""
     objects = [o for o in yaml.safe_load_all((QUICKSTART / f"{shape}.yaml").read_text()) if o]
     for obj in objects:
         spec = obj.get("spec", {})
         pod_spec = spec.get("template", {}).get("spec") if obj["kind"] == "Deployment" else spec
-        for container in pod_spec.get("containers", []) if obj["kind"] in ("Pod", "Deployment") else []:
+        if obj["kind"] not in ("Pod", "Deployment"):
+            continue
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        for container in pod_spec["containers"]:
             container |= {"image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c"]}
             container["args"] = [PROBE, container["name"]]
     return objects
 
 
+@pytest.fixture(scope="module", params=PLUGINS)
+def plugin(request: pytest.FixtureRequest) -> str:
+    """How the plugin runs: a process of the test, or the chart's DaemonSet pod."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def node(plane: NodePlane) -> Iterator[Node]:
+def node(plane: NodePlane, plugin: str) -> Iterator[Node]:
     """A node of its own for each release's quickstart tests; nothing of it may be left afterwards."""
     reason = missing()
     if reason:
@@ -187,22 +226,61 @@ def node(plane: NodePlane) -> Iterator[Node]:
 
 
 @pytest.fixture(scope="module")
-def gpus(node: Node, plane: NodePlane) -> Iterator[GpuNode]:
-    """The kubelet, the plugin on NVML with both sharing gates, the probe image imported."""
-    root = driver_root(node)
+def gpus(node: Node, plane: NodePlane, plugin: str) -> Iterator[GpuNode]:
+    """The kubelet, the plugin on NVML with the sharing gates, the probe image imported."""
+    root = driver_root(
+        node, str(node.base / "driver" / "root") if plugin == "process" else DRIVER_ROOT_IN_PLUGIN
+    )
     entries = [*images.busybox_entries(), *(images.Entry(f"/bin/{a}", link="busybox") for a in IMAGE_APPLETS)]
     smi = root.local("/usr/bin/nvidia-smi")
     node.import_image(images.build(node.base / "images" / "quickstart.tar", IMAGE, [
         *entries, *images.host_libraries(smi)]))  # fmt: skip
+    if plugin == "chart":
+        yield from chart_plugin(node, plane, root)
+        return
     smi_log = node.base / "driver" / "nvidia-smi.log"
     source = ["--device-source", "nvml", "--nvidia-driver-root", str(root.path)]
     env = {"FEATURE_GATES": GATES, "IMAGE_NAME": IMAGE, "FAKE_NVIDIA_SMI_LOG": str(smi_log)}
 
-    def plugin(on: Node, cluster: Cluster) -> Any:
+    def process(on: Node, cluster: Cluster) -> Any:
         return start_plugin(on, cluster, source, {**env, "NAMESPACE": cluster.namespace}, in_node=True)
 
-    with gpu_node(node, plane, source, plugin=plugin) as cluster:
-        yield GpuNode(node, cluster, root, smi_log)
+    with gpu_node(node, plane, source, plugin=process) as cluster:
+        log = node.logs_dir / "plugin.log"
+        yield GpuNode(node, cluster, smi_log, lambda: log.read_text(errors="replace"), plugin)
+
+
+def chart_plugin(node: Node, plane: NodePlane, root: FakeRoot) -> Iterator[GpuNode]:
+    """The chart's DaemonSet runs the plugin (the driver image, built without Docker), as in
+    test_chart_daemonset.py, with the gate TimeSlicingSettings; the fake nvidia-smi records into the
+    plugin's data folder (the plugin container's environment names it)."""
+    image = driver_image()
+    node.import_image(image)
+    token = plane.node_token(node.name)
+    kubelet = kubelet_of(plane.version)
+    node.start_kubelet(kubelet, plane.server, plane.ca_file, token, service=(SERVICE_ADDRESS, SERVICE_PORT))
+    node_path = f"/api/v1/nodes/{node.name}"
+    assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
+    data = f"plugins/{facts.DRIVER_NAME}/nvidia-smi.log"
+    for name in DEVICE_CLASSES:  # the release owns them: drop those earlier tests made without helm
+        path = f"/apis/resource.k8s.io/v1/deviceclasses/{name}"
+        found = get_or_none(plane, path)
+        if found and "meta.helm.sh/release-name" not in (found["metadata"].get("annotations") or {}):
+            plane.admin().delete(path)
+    with Cluster.for_test(plane, "quickstart-chart") as cluster:
+        values = {
+            "image": {"repository": image.name.rsplit(":", 1)[0], "digest": image.digest},
+            "deviceSource": {"type": "nvml"},
+            "nvidiaDriverRoot": str(root.path),
+            "featureGates": {"TimeSlicingSettings": True},
+            "kubeletPlugin": {
+                "extraEnv": [{"name": "FAKE_NVIDIA_SMI_LOG", "value": f"{KUBELET_ROOT}/{data}"}]
+            },
+        }
+        with release(plane, node, cluster.namespace, values):
+            pod = plugin_pod(cluster, node)
+            assert wait_until(lambda: cluster.slices_of(node.name), timeout=60), plugin_log(node, pod)
+            yield GpuNode(node, cluster, node.base / "kubelet" / data, lambda: plugin_log(node, pod), "chart")
 
 
 def pods_running(cluster: Cluster, namespace: str, count: int) -> list[dict[str, Any]]:
@@ -240,14 +318,6 @@ def minors_of(container: dict[str, Any], claims: dict[str, dict[str, Any]]) -> l
             if ref.get("request") in (None, result["request"]):
                 minors.append(int(result["device"].removeprefix("gpu-")))
     return sorted(minors)
-
-
-def container_id(node: Node, pod: dict[str, Any], name: str) -> str:
-    labels = [f"io.kubernetes.pod.namespace={pod['metadata']['namespace']}",
-              f"io.kubernetes.pod.name={pod['metadata']['name']}"]  # fmt: skip
-    argv = ["ps", "--name", f"^{name}$", *(arg for label in labels for arg in ("--label", label)), "-q"]
-    [cid] = node.crictl(*argv).stdout.split()
-    return cid
 
 
 def sees_exactly(lines: list[str], minors: list[int], claim_uid: str, name: str) -> None:
@@ -300,7 +370,9 @@ def mps_daemon(gpu: GpuNode, claim_uid: str, uuid: str, names: list[str]) -> Non
         return [line for line in expected if line not in text]
 
     assert wait_until(lambda: not logged(), timeout=30), f"{log}: lacks {logged()}"
-    daemon_out = node.crictl("logs", container_id(node, pod, "mps-control-daemon"))
+    daemon_out = node.crictl(
+        "logs", container_id(node, cluster.namespace, pod["metadata"]["name"], "mps-control-daemon")
+    )
     assert "Cmd:set_default_active_thread_percentage 50" in daemon_out.stdout + daemon_out.stderr
 
 
@@ -310,7 +382,7 @@ def teardown(gpu: GpuNode, namespace: str, claim_uids: set[str], unprepared: int
     cluster.api.request("DELETE", f"/api/v1/namespaces/{namespace}")
     gone = wait_until(lambda: get_or_none(cluster.plane, f"/api/v1/namespaces/{namespace}") is None, 180)
     assert gone, f"namespace {namespace} was not deleted:\n{node.logs()}"
-    assert plugin_log_count(node, "unprepared claim") == unprepared + shape.claims
+    assert gpu.plugin_logged("unprepared claim") == unprepared + shape.claims
     specs = [p.name for p in node.cdi_dir.iterdir() if any(uid in p.name for uid in claim_uids)]
     assert specs == [], "the claims' CDI specs stay"
     if shape.mps:
@@ -324,11 +396,13 @@ def teardown(gpu: GpuNode, namespace: str, claim_uids: set[str], unprepared: int
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: GpuNode, shape: str) -> None:
     expected = SHAPES[shape]
+    if expected.mps and gpus.plugin == "chart":
+        pytest.skip(CHART_MPS)
     cluster, node = gpus.cluster, gpus.node
-    objects = manifests(shape)
+    objects = manifests(shape, node.name)
     [namespace] = [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"]
     calls_before = len(gpus.smi_calls())
-    unprepared = plugin_log_count(node, "unprepared claim")
+    unprepared = gpus.plugin_logged("unprepared claim")
     cluster.apply(objects[0])
     account = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
     assert wait_until(lambda: get_or_none(cluster.plane, account), timeout=30), "no default service account"
@@ -344,7 +418,7 @@ def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: 
             name = f"{pod['metadata']['name']}/{container['name']}"
             minors = minors_of(container, claims)
             [claim] = [claims[ref["name"]] for ref in container["resources"]["claims"]]
-            lines = output_of(node, container_id(node, pod, container["name"]))
+            lines = output_of(node, container_id(node, namespace, pod["metadata"]["name"], container["name"]))
             sees_exactly(lines, minors, claim["metadata"]["uid"], name)
             if expected.mps:
                 assert f"env CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE}" in lines, lines
@@ -370,8 +444,8 @@ def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: 
         assert after[uuid].get("compute-mode") == "DEFAULT", after
         assert after[uuid].get("timeslice") in (None, "0"), after
     FIGURES.append(
-        f"kubelet {RELEASES[cluster.plane.version]}: quickstart {shape}: {expected.pods} pod(s), "
-        f"{expected.containers} container(s), {expected.gpus} GPU(s) Running and torn down"
+        f"kubelet {RELEASES[cluster.plane.version]}, plugin {gpus.plugin}: quickstart {shape}: "
+        f"{expected.pods} pod(s), {expected.containers} container(s), {expected.gpus} GPU(s): Running"
     )
 
 

@@ -56,34 +56,31 @@ static int record(const char *gpu, const char *what, const char *value) {
     return 0;
 }
 
-static int set_compute_mode(const char *id, const char *mode) {
-    static const char *const modes[][2] = {
-        {"DEFAULT", "0"}, {"EXCLUSIVE_PROCESS", "2"}, {"PROHIBITED", "3"}};
-    const char *chosen = NULL;
-    for (unsigned m = 0; m < sizeof modes / sizeof modes[0]; m++)
-        if (!strcmp(mode, modes[m][0]) || !strcmp(mode, modes[m][1])) chosen = modes[m][0];
-    if (!chosen) return usage("Invalid compute mode value.");
+/* GPU <id> told `what` = `value` (recorded), with the real tool's line: "Set <label> to <value> for GPU ...". */
+static int apply(const char *id, const char *what, const char *label, const char *value) {
     char gpu[96];
     if (find_gpu(id, gpu, sizeof gpu)) {
         fprintf(stderr, "No devices were found\n");
         return 6;
     }
-    if (record(gpu, "compute-mode", chosen)) return 1;
-    printf("Set compute mode to %s for GPU %s.\nAll done.\n", chosen, gpu);
+    if (record(gpu, what, value)) return 1;
+    printf("Set %s to %s for GPU %s.\n", label, value, gpu);
     return 0;
+}
+
+static int set_compute_mode(const char *id, const char *mode) {
+    static const char *const modes[][2] = {
+        {"DEFAULT", "0"}, {"EXCLUSIVE_PROCESS", "2"}, {"PROHIBITED", "3"}};
+    for (unsigned m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        if (!strcmp(mode, modes[m][0]) || !strcmp(mode, modes[m][1]))
+            return apply(id, "compute-mode", "compute mode", modes[m][0]);
+    return usage("Invalid compute mode value.");
 }
 
 static int set_timeslice(const char *id, const char *value) {
     if (strlen(value) != 1 || value[0] < '0' || value[0] > '3')
         return usage("Invalid timeslice value: expected 0 (default), 1 (short), 2 (medium) or 3 (long).");
-    char gpu[96];
-    if (find_gpu(id, gpu, sizeof gpu)) {
-        fprintf(stderr, "No devices were found\n");
-        return 6;
-    }
-    if (record(gpu, "timeslice", value)) return 1;
-    printf("Set timeslice to %s for GPU %s\n", value, gpu);
-    return 0;
+    return apply(id, "timeslice", "timeslice", value);
 }
 
 static int list(void) {
