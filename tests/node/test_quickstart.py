@@ -212,7 +212,7 @@ def plugin(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def node(plane: NodePlane, plugin: str) -> Iterator[Node]:
-    """A node of its own for each release's quickstart tests; nothing of it may be left afterwards."""
+    """A node of its own per release and plugin; nothing of it may be left afterwards."""
     reason = missing()
     if reason:
         pytest.skip(reason)
