@@ -11,13 +11,14 @@ module knows how to follow (`FOLLOWED_RUNS`), so the two recipes cannot drift ap
 is an error naming it.
 
 * **Base layer, from Debian's packages** instead of the `python:<line>-slim-<release>` image: the Python of
-  that line and Debian release (`python3.X-minimal`, `libpython3.X-stdlib`), libstdc++ (grpcio), `mount` (the
-  plugin mounts the MPS tmpfs) and `dash` (a shell), with `netbase` and `tzdata` as the python image has
-  them, and every package they depend on, as apt resolves it against an empty system. The packages come
-  from the machine's own Debian sources through a private apt state in the cache (the machine's apt is not
-  touched); apt checks each against the signed release files. They are unpacked with `dpkg-deb -x` (no
-  maintainer scripts run) into a merged-/usr tree; the standard library is byte-compiled and
-  `ld.so.cache` written, as their maintainer scripts would; documentation is left out as Debian's slim
+  that line and Debian release (`python3.X-minimal`, `libpython3.X-stdlib`), libstdc++ (grpcio), `mount`
+  (the plugin mounts the MPS tmpfs), `dash` (a shell) and `coreutils` (the MPS control daemon's `chroot`,
+  the probes' `cat`, as Debian's required set has them in the python image), with `netbase` and `tzdata` as
+  the python image has them, and every package they depend on, as apt resolves it against an empty system.
+  The packages come from the machine's own Debian sources through a private apt state in the cache (the
+  machine's apt is not touched); apt checks each against the signed release files. They are unpacked with
+  `dpkg-deb -x` (no maintainer scripts run) into a merged-/usr tree; the standard library is byte-compiled
+  and `ld.so.cache` written, as their maintainer scripts would; documentation is left out as Debian's slim
   images leave it out (each package's copyright stays); `/var/lib/dpkg/status` lists the packages (image
   scanners read it).
 * **The wheels**, as the builder stage makes them: `pip wheel --no-build-isolation --constraint
@@ -75,6 +76,7 @@ DEBIAN_ROOTS = (
     "libstdc++6",
     "mount",
     "dash",
+    "coreutils",
     "netbase",
     "tzdata",
 )

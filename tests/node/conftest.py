@@ -7,13 +7,14 @@ run.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.controlplane import missing_assets
+from tests.integration.controlplane import ApiError, missing_assets
 from tests.tier import TierRecord
 from tools import toolchain
 
@@ -53,8 +54,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture
-def node() -> Iterator[Node]:
-    """A node of its own for the test; stopped afterwards, and nothing of it may be left on the host."""
+def node(request: pytest.FixtureRequest) -> Iterator[Node]:
+    """A node of its own for the test; stopped afterwards, and nothing of it may be left on the host. On
+    the tier's control plane (a test that also takes `plane`) its Node and ResourceSlices go too, as when a
+    real node is removed from a cluster: the scheduler of the next test sees no node without a kubelet."""
     reason = missing()
     if reason:
         pytest.skip(reason)
@@ -64,7 +67,17 @@ def node() -> Iterator[Node]:
         yield running
     finally:
         running.stop()
+        if "plane" in request.fixturenames:
+            forget(request.getfixturevalue("plane"), running.name)
     assert running.leftovers() == [], "the node left things behind"
+
+
+def forget(plane: NodePlane, name: str) -> None:
+    """Delete Node `name` and the ResourceSlices of its drivers from the control plane."""
+    api = plane.admin()
+    with contextlib.suppress(ApiError):
+        api.delete(f"/api/v1/nodes/{name}")
+    api.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D{name}")
 
 
 @pytest.fixture(scope="session", params=sorted(RELEASES))
