@@ -25,7 +25,6 @@ import pytest
 import yaml
 from vke_gpu_dra_core import facts
 
-from tests.engine.conftest import missing_tools
 from tests.engine.test_stack_lifecycle import _server_objects
 from tests.engine.workspace import ROOT, SAMPLE_NAMESPACE, Workspace
 from tests.integration.cluster import Cluster
@@ -39,16 +38,17 @@ from .test_chart_daemonset import PROBE, plugin_pod, sample_pods, sees_exactly
 from .test_containerd_cdi import IMAGE, probe_image
 
 STACK = "node"
+#: The engine tier's tools: the CLI with its language host, and the Kubernetes provider.
+ENGINE_TOOLS = ("pulumi", "pulumi-kubernetes")
 VKE_GPU_DRA = Path(sys.executable).with_name("vke-gpu-dra")
 
 
 @pytest.fixture
 def workspace() -> Iterator[Workspace]:
     """The engine tier's workspace: a copy of the project with its own file backend."""
-    reason = missing_tools()
-    if reason:
-        pytest.skip(reason)
-    tools = [toolchain.locate(name) for name in ("pulumi", "pulumi-kubernetes")]
+    tools = [toolchain.locate(name) for name in ENGINE_TOOLS]
+    if None in tools:
+        pytest.skip(f"the toolchain's {' and '.join(ENGINE_TOOLS)} are not built: scripts/toolchain")
     with tempfile.TemporaryDirectory(prefix="engine-") as root:
         yield Workspace.create(Path(root), [t for t in tools if t is not None])
 
