@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.engine.conftest import _tool_dirs
 from tests.engine.test_up_script import PASSPHRASE, script, user_env
 from tests.engine.workspace import ROOT, Workspace
 from tools import local_node, toolchain, up
 
 from .node import FIGURES
+from .test_engine_stack import ENGINE_TOOLS
 
 pytestmark = pytest.mark.node
 
@@ -40,7 +40,10 @@ def test_scripts_up_local_without_docker_runs_the_stack_on_a_local_node(tmp_path
     problem = up.setup_problem(ROOT)
     if problem:
         pytest.skip(f"the virtualenvs are not set up ({problem}): run scripts/setup")
-    ws = Workspace.create(tmp_path / "ws", _tool_dirs())
+    tools = [toolchain.locate(name) for name in ENGINE_TOOLS]
+    if None in tools:
+        pytest.skip(f"the toolchain's {' and '.join(ENGINE_TOOLS)} are not built: scripts/toolchain")
+    ws = Workspace.create(tmp_path / "ws", [t for t in tools if t is not None])
     served = tmp_path / "local-node"
     no_docker = tmp_path / "no-docker"
     no_docker.mkdir()
