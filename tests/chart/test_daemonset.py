@@ -317,10 +317,47 @@ def test_socket_and_state_paths_are_identical_on_host_and_in_container(
     assert env["PLUGIN_DATA_DIR"].endswith("/" + env["DRIVER_NAME"])
 
 
-def test_no_bidirectional_propagation(render: Any) -> None:
-    for values in ({}, SIMULATED):
-        for mount in plugin_container(render(values))["volumeMounts"]:
-            assert mount.get("mountPropagation", "None") in {"None", "HostToContainer"}, mount
+MPS = {"featureGates": {"MPSSupport": True}}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, SIMULATED, {"featureGates": {"TimeSlicingSettings": True}}, {**SIMULATED, **MPS}],
+    ids=["default", "simulated", "time-slicing", "simulated-mps"],
+)
+def test_no_bidirectional_propagation_without_mps_mounts(render: Any, values: dict[str, Any]) -> None:
+    """The plugin mounts nothing unless it runs MPS daemons for real GPUs (simulated GPUs get none)."""
+    for mount in plugin_container(render(values))["volumeMounts"]:
+        assert mount.get("mountPropagation", "None") in {"None", "HostToContainer"}, mount
+
+
+def test_mps_propagates_the_data_dir_both_ways_and_changes_nothing_else(render: Any) -> None:
+    """With MPSSupport the shm tmpfs the plugin mounts under its data dir reaches the host (where the daemon
+    pod and the workloads bind it): Bidirectional on that mount only, in a privileged container."""
+    default, mps = plugin_container(render({})), plugin_container(render(MPS))
+    data_dir = f"/var/lib/kubelet/plugins/{facts.DRIVER_NAME}"
+    assert mounts_by_name(mps)["plugin-data"] == {
+        "name": "plugin-data",
+        "mountPath": data_dir,
+        "mountPropagation": "Bidirectional",
+    }
+    assert mounts_by_name(default)["plugin-data"] == {"name": "plugin-data", "mountPath": data_dir}
+    others = {name: m for name, m in mounts_by_name(mps).items() if name != "plugin-data"}
+    assert others == {name: m for name, m in mounts_by_name(default).items() if name != "plugin-data"}
+    assert mps["securityContext"] == default["securityContext"]
+    assert mps["securityContext"]["privileged"] is True
+
+
+def test_mps_refuses_an_unprivileged_plugin(helm: Any, render: Any) -> None:
+    unprivileged = {"kubeletPlugin": {"containerSecurityContext": {"privileged": False}}}
+    error = helm.template_error({**MPS, **unprivileged})
+    key = "kubeletPlugin.containerSecurityContext.privileged=false"
+    assert f"{key} with featureGates.MPSSupport=true" in error
+    assert "Bidirectional" in error and "only to privileged containers" in error
+    # without MPS, or with simulated GPUs (no daemons, no mounts), the override stands
+    assert plugin_container(render(unprivileged))["securityContext"]["privileged"] is False
+    simulated = plugin_container(render({**SIMULATED, **MPS, **unprivileged}))
+    assert simulated["securityContext"]["privileged"] is False
 
 
 def test_nvml_mode_mounts_dev_and_driver_root(render: Any) -> None:

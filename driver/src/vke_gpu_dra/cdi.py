@@ -20,7 +20,9 @@ spec-level edit: `NVIDIA_VISIBLE_DEVICES` is `void` for the whole spec (as NVIDI
 NVIDIA runtime in legacy mode adds no GPU), a real GPU is its device nodes and a simulated one its
 `GPU_DEVICE_<n>=gpu-<n>` and `GPU_DEVICE_<n>_UUID=<uuid>`, names of their own so that a container
 given two devices of the claim has both. Two containers naming different requests of one claim
-each see only their own request's GPUs. A claim spec also sets `DRA_RESOURCE_CLAIM_UID`.
+each see only their own request's GPUs. A claim spec also sets `DRA_RESOURCE_CLAIM_UID`; a claim answered
+from the base spec has no spec of its own, so its containers get no `DRA_RESOURCE_CLAIM_UID` (NVIDIA's
+plugin sets it for no claim: its specs carry no claim UID).
 
 The specs are built from known parts, so they are not validated at every prepare: the tests check
 every spec they produce against the CDI 1.1.0 format rules (`vke_gpu_dra_testing.cdi_check`).
