@@ -17,6 +17,7 @@ from tests.integration.controlplane import CONTROLLERS, ApiError, ControlPlane
 from tools import toolchain
 
 from .egress import EgressProxy, selector_config
+from .node import KUBELET_NODES
 
 #: The image the tier's pods run (busybox), imported into the node's CRI namespace.
 BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
@@ -162,3 +163,16 @@ def get_or_none(plane: ControlPlane, path: str) -> Any:
         if exc.status == 404:
             return None
         raise
+
+
+def forget_stopped_nodes(plane: ControlPlane) -> list[str]:
+    """Delete the Nodes of `plane` whose kubelet no longer runs in this process (earlier tests' nodes, which
+    a session's control plane keeps), as an operator removes the Node of a machine that is gone: the
+    DaemonSet controller then wants no pod there, verify checks no node that is gone, and the garbage
+    collector deletes the ResourceSlices the Node owns. The names deleted."""
+    api = plane.admin()
+    gone = [n["metadata"]["name"] for n in api.items("/api/v1/nodes")]
+    gone = [name for name in gone if name not in KUBELET_NODES]
+    for name in gone:
+        api.request("DELETE", f"/api/v1/nodes/{name}")
+    return gone

@@ -28,7 +28,16 @@ from tests.integration.cluster import Cluster
 from tests.integration.controlplane import wait_until
 
 from .chart import GPUS, container_id, driver_image, driver_root, kubelet_claims, output_until, release
-from .kube import RELEASES, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, get_or_none, kubelet_of, ready
+from .kube import (
+    RELEASES,
+    SERVICE_ADDRESS,
+    SERVICE_PORT,
+    NodePlane,
+    forget_stopped_nodes,
+    get_or_none,
+    kubelet_of,
+    ready,
+)
 from .node import CDI_ROOT, FIGURES, KUBELET_ROOT, Node
 from .test_containerd_cdi import IMAGE, PRODUCT, probe_image
 
@@ -158,6 +167,7 @@ def test_the_charts_daemonset_runs_the_driver_and_the_sample_sees_exactly_its_gp
     )
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
+    forget_stopped_nodes(plane)
     service = plane.admin().get("/api/v1/namespaces/default/services/kubernetes")
     assert service["spec"]["clusterIP"] == SERVICE_ADDRESS, (
         "pods reach the API server at the Service's address"

@@ -32,7 +32,16 @@ from tests.integration.controlplane import wait_until
 from tools import toolchain
 
 from .chart import GPUS, driver_image, driver_root, kubelet_claims
-from .kube import RELEASES, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, get_or_none, kubelet_of, ready
+from .kube import (
+    RELEASES,
+    SERVICE_ADDRESS,
+    SERVICE_PORT,
+    NodePlane,
+    forget_stopped_nodes,
+    get_or_none,
+    kubelet_of,
+    ready,
+)
 from .node import FIGURES, Node
 from .test_chart_daemonset import PROBE, plugin_pod, sample_pods, sees_exactly
 from .test_containerd_cdi import IMAGE, probe_image
@@ -103,6 +112,7 @@ def test_pulumi_up_runs_the_mission_on_the_real_node_and_destroy_gives_every_gpu
     )
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
+    forget_stopped_nodes(plane)
     workspace.stack_file(STACK).write_text(
         yaml.safe_dump({"config": stack_config(workspace, plane, image.by_digest, root.path)})
     )
