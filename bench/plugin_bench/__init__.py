@@ -17,9 +17,9 @@ Run from the repository root: `python bench/driver_bench.py [--baseline REV] [--
 (a missed target is reported in the table, not as a failure).
 
 The parts, each importing only those listed before it: `settings` (paths, bounds, targets), `probes`
-(percentiles, memory, CPU time), `timed_fake` (the fake API server that remembers its watch events),
-`trees` (the current plugin or a commit's, in a worktree), `plugin` (one plugin process), `workloads`
-(what kubelet asks), `floor` (the floor and its trivial servicer), `fsyncs`, `figures` (one run's rows),
-`report` (the table over the runs), `runs` (one run, and the runs interleaved) and `cli` (the command
-line, `bench/driver_bench.py`).
+(percentiles, memory, CPU time), `timed_fake` (the fake API server that remembers its watch events), `trees`
+(the current plugin or a commit's, in a worktree), `plugin` (one plugin process), `workloads` (what kubelet
+asks), `floor` (the floor and its trivial servicer), `fsyncs`, `idle` (idle CPU beside a bare gRPC server),
+`figures` (one run's rows), `report` (the table over the runs), `runs` (one run, and the runs interleaved)
+and `cli` (the command line, `bench/driver_bench.py`).
 """

@@ -13,7 +13,7 @@ from .floor import serve_floor
 from .fsyncs import in_process_fsyncs
 from .report import summarize, table
 from .runs import measure_all
-from .settings import FLOOR_SAMPLES, HERE
+from .settings import FLOOR_SAMPLES, HERE, IDLE_SECONDS
 from .trees import (
     check_imports_from,
     compile_sources,
@@ -43,6 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--restores", type=int, default=5, help="ResourceSlice deletions timed (5)")
     p.add_argument("--gpus", type=int, default=8, help="simulated GPUs (8)")
+    p.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=IDLE_SECONDS,
+        help=f"seconds left alone for idle CPU ({IDLE_SECONDS:g}; 0: none)",
+    )
     p.add_argument("--floor-samples", type=int, default=FLOOR_SAMPLES, help="samples per floor part")
     p.add_argument("--floor-server", metavar="SOCKET", help=argparse.SUPPRESS)
     p.add_argument("--floor-work", nargs="+", metavar="URL PATH [DIR]", help=argparse.SUPPRESS)

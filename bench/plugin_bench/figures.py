@@ -8,12 +8,14 @@ from dataclasses import dataclass
 
 from .floor import Floor
 from .fsyncs import FsyncCount
+from .idle import Idle
 from .probes import percentile
 from .settings import (
     CPU_PER_CYCLE_MS,
     FIRST_SLICE_MS,
     FSYNCS_PER_CYCLE,
     GET_INFO_MS,
+    IDLE_X,
     OVERLAP_WALL_MS,
     PREPARE_P50_X,
     PREPARE_P99_X,
@@ -80,6 +82,7 @@ class Measured:
     restores: list[float]
     rss_start: float
     rss_samples: list[float]
+    idle: Idle | None = None
 
 
 MS = "{:.2f} ms"
@@ -174,9 +177,21 @@ def memory_figures(m: Measured, shape: tuple[int, int], memory_cycles: int) -> l
     return out
 
 
+def idle_figures(m: Measured) -> list[Figure]:
+    if m.idle is None:
+        return []
+    what = f"idle CPU, nothing to do ({m.idle.seconds:.0f} s)"
+    return [
+        Figure(f"{what}: a bare gRPC Python server beside it", m.idle.bare_ms_per_s, "{:.3f} ms/s"),
+        Figure(f"{what}: the plugin", m.idle.plugin_ms_per_s, "{:.3f} ms/s", floor_times(IDLE_X),
+               m.idle.bare_ms_per_s),
+    ]  # fmt: skip
+
+
 def figures(m: Measured, args: argparse.Namespace) -> list[Figure]:
     return [
         *lifecycle_figures(m, args.restores),
+        *idle_figures(m),
         *floor_figures(m),
         *prepare_figures(m),
         *overlap_figures(m, args.overlap, args.gpus),

@@ -16,6 +16,7 @@ from vke_gpu_dra_testing.plugin_env import NODE
 from .figures import Figure, Measured, figures
 from .floor import measure_floor
 from .fsyncs import count_fsyncs
+from .idle import measure_idle
 from .plugin import launch_plugin, wait_first_slice, wait_get_info
 from .probes import cpu_seconds, rss_mib
 from .timed_fake import TimedFake
@@ -33,6 +34,11 @@ def measure(args: argparse.Namespace, command: PluginCommand, root: Path, fake: 
         rss_start = rss_mib(run.proc.pid)
         run.kubelet = Kubelet(run.reg_socket)
         run.kubelet.register()
+        idle = (
+            measure_idle(root, run.proc.pid, args.idle_seconds, script=args.script)
+            if args.idle_seconds
+            else None
+        )
         gc.freeze()  # the bench's own full collections would stall the fake and the client
         query = claim_read_query(run.kubelet, fake, args.gpus)
         floor = measure_floor(root, fake, run.data_dir, query, args.floor_samples, script=args.script)
@@ -49,7 +55,7 @@ def measure(args: argparse.Namespace, command: PluginCommand, root: Path, fake: 
     if code != 0:
         raise RuntimeError(f"the plugin exited with {code}; see its log:\n{run.log_path.read_text()[-4000:]}")
     return Measured(floor, get_info_s, first_slice_s, cycles, cpu_s, fsyncs, overlap, restores, rss_start,
-                    rss_samples)  # fmt: skip
+                    rss_samples, idle)  # fmt: skip
 
 
 def measure_once(args: argparse.Namespace, command: PluginCommand) -> tuple[list[Figure], int]:

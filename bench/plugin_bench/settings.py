@@ -35,5 +35,9 @@ RESTORE_MS = 1000.0
 RSS_START_MIB = 50.0
 RSS_OVERLAP_MIB = 60.0
 RSS_GROWTH_MIB = 2.0
+#: Idle CPU, as a multiple of a bare gRPC Python server's beside it.
+IDLE_X = 1.2
+#: Seconds the plugin is left alone for the idle figure.
+IDLE_SECONDS = 10.0
 
 Ref = tuple[str, str, str]  # (namespace, name, uid) as kubelet sends a claim

@@ -14,8 +14,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 #: Lowest first, as driver/BENCHMARKS.md lists them.
-ORDER = ("settings", "probes", "timed_fake", "trees", "plugin", "workloads", "floor", "fsyncs", "figures",
-         "report", "runs", "cli")  # fmt: skip
+ORDER = ("settings", "probes", "timed_fake", "trees", "plugin", "workloads", "floor", "fsyncs", "idle",
+         "figures", "report", "runs", "cli")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

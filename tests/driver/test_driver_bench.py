@@ -16,10 +16,12 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "driver_bench.py"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("dra-gpu-kubelet-plugin")
 TINY = ["--cycles", "20", "--overlap", "2x2", "--overlap-rounds", "1", "--memory-cycles", "0",
-        "--restores", "1", "--floor-samples", "10"]  # fmt: skip
+        "--restores", "1", "--floor-samples", "10", "--idle-seconds", "1"]  # fmt: skip
 ROWS = (
     "process start -> registration answers GetInfo",
     "process start -> first ResourceSlice in the API server",
+    "idle CPU, nothing to do (1 s): a bare gRPC Python server beside it",
+    "idle CPU, nothing to do (1 s): the plugin",
     "ResourceSlice deleted -> restored (1 deletions), max",
     "floor: gRPC round trip, unix socket, trivial servicer, p50",
     "floor: GET of a claim from the fake, as the plugin reads it, p50",
