@@ -20,8 +20,6 @@ TINY = ["--cycles", "20", "--overlap", "2x2", "--overlap-rounds", "1", "--memory
 ROWS = (
     "process start -> registration answers GetInfo",
     "process start -> first ResourceSlice in the API server",
-    "idle CPU, nothing to do (1 s): a bare gRPC Python server beside it",
-    "idle CPU, nothing to do (1 s): the plugin",
     "ResourceSlice deleted -> restored (1 deletions), max",
     "floor: gRPC round trip, unix socket, trivial servicer, p50",
     "floor: GET of a claim from the fake, as the plugin reads it, p50",
@@ -38,6 +36,8 @@ ROWS = (
     "4 overlapping prepares (2 calls x 2 claims, exclusive, distinct GPUs; 1 rounds): failed claims",
     "RSS after start",
     "RSS after 4 overlapping prepares (max over the rounds)",
+    "idle CPU, nothing to do (1 s): a bare gRPC Python server beside it",
+    "idle CPU, nothing to do (1 s): the plugin",
 )
 needs_plugin = pytest.mark.skipif(
     not CONSOLE_SCRIPT.exists(), reason="console script not installed in this environment"
