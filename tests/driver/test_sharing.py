@@ -220,6 +220,8 @@ def test_nvidias_mps_example_starts_a_daemon_pinned_to_the_node(env, kube, fake_
     container = pod["containers"][0]
     assert container["image"] == "registry.example.com/plugin:1"
     assert container["command"] == ["chroot", "/driver-root", "sh", "-c"]
+    # the plugin's image defaults to a non-root user, and chroot fails without root (exit 125)
+    assert container["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
     script = container["args"][0]
     assert "nvidia-cuda-mps-control -d" in script
     assert "echo set_default_active_thread_percentage 50 | nvidia-cuda-mps-control" in script

@@ -65,7 +65,8 @@ def mps_deployment(
     limits: Mapping[str, str],
     gates: FeatureGates,
 ) -> dict[str, Any]:
-    """The control-daemon Deployment, shaped as NVIDIA's templates/mps-control-daemon.tmpl.yaml."""
+    """The control-daemon Deployment, shaped as NVIDIA's templates/mps-control-daemon.tmpl.yaml, its
+    container run as root (NVIDIA's image has no other user; ours defaults to 65532)."""
     name = daemon_name(ident)
     dirs = mps_dirs(plugin_data_dir, ident)
     lines = ["set -e", "rm -f /var/log/nvidia-mps/startup.log", "", "nvidia-cuda-mps-control -d"]
@@ -100,7 +101,9 @@ def mps_deployment(
                         {
                             "name": "mps-control-daemon",
                             "image": image,
-                            "securityContext": {"privileged": True},
+                            # root, as NVIDIA's image runs: the plugin's image defaults to a non-root
+                            # user, and chroot needs CAP_SYS_CHROOT, which privileged gives only to root
+                            "securityContext": {"privileged": True, "runAsUser": 0, "runAsGroup": 0},
                             "command": ["chroot", CONTAINER_DRIVER_ROOT, "sh", "-c"],
                             "args": ["\n".join(lines)],
                             "startupProbe": {
