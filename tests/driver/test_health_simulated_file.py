@@ -71,3 +71,45 @@ def test_an_xid_held_in_the_file_stays_one_problem_with_a_short_window(tmp_path:
     now[0] += window
     watcher.poll()
     assert [(c.after.name, c.after.problems) for c in monitor.changes[1:]] == [("gpu-0", ())]
+
+
+def test_the_file_is_read_only_when_it_changed_or_a_device_is_recovering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest (no file, or the same file, every device healthy) a poll reads nothing; a changed file is
+    read, and so is an unchanged one while a recovery window runs."""
+    path = tmp_path / "simulated-health"
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args: object, **kwargs: object) -> str:
+        reads.append(self)
+        return read_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    monitor = Recorder()
+    now = [100.0]
+    watcher = SimulatedHealthFile(
+        path, ["gpu-0"], cast(HealthMonitor, monitor), recovery_window=30, ignored_xids=frozenset(),
+        clock=lambda: now[0],
+    )  # fmt: skip
+    for _ in range(3):
+        watcher.poll()
+    assert len(reads) == 1  # the first poll looks; no file since, nothing to do
+    path.write_text("gpu-0 xid 79\n")
+    watcher.poll()
+    assert len(reads) == 2 and watcher.tracker.health("gpu-0").status == "unhealthy"
+    path.unlink()
+    watcher.poll()
+    watcher.poll()  # the window runs: read each time
+    assert len(reads) == 4 and watcher.tracker.health("gpu-0").status == "unhealthy"
+    now[0] += 31
+    watcher.poll()
+    assert watcher.tracker.health("gpu-0").status == "healthy"
+    settled = len(reads)
+    watcher.poll()
+    watcher.poll()
+    assert len(reads) == settled
+    path.write_text("gpu-0 lost\n")
+    watcher.poll()
+    assert len(reads) == settled + 1 and watcher.tracker.health("gpu-0").status == "unhealthy"

@@ -8,12 +8,15 @@ one line per device, `#` starts a comment:
     gpu-2 unmonitored   # its events cannot be watched (informational)
 
 A line holds while it is in the file; once removed, the device recovers after the recovery window,
-as a real GPU does. The file is read every `interval` seconds; a malformed line is logged and skipped.
+as a real GPU does. The file is looked at every `interval` seconds and read when it changed (its inode,
+size or modification time) or while a device is unhealthy (its recovery window runs); a malformed line is
+logged and skipped.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -74,6 +77,7 @@ class SimulatedHealthFile:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reported: list[str] = []
+        self._read: tuple[int, int, int] | bool | None = False  # the file as last read; False: never
 
     def start(self) -> None:
         log.info(
@@ -94,7 +98,11 @@ class SimulatedHealthFile:
             self._stop.wait(self._interval)
 
     def poll(self) -> None:
-        """Read the file once and apply what it says."""
+        """Read the file once and apply what it says; nothing to do while it is as it was last read and
+        every device is healthy (no recovery window runs)."""
+        seen = _identity(self.path)
+        if seen is not True and seen == self._read and not any(h.problems for h in self.tracker.all()):
+            return
         try:
             text = self.path.read_text()
         except FileNotFoundError:
@@ -105,6 +113,7 @@ class SimulatedHealthFile:
                 extra={"fields": {"path": str(self.path), "error": str(err)}},
             )
             return
+        self._read = seen
         found, problems = parse(text, self._devices)
         if problems != self._reported:
             for problem in problems:
@@ -129,3 +138,15 @@ class SimulatedHealthFile:
             else:
                 changes += self.tracker.monitored(device)
         self._monitor.apply(changes)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | bool | None:
+    """The file's inode, size and modification time; None when it is not there; True when it cannot be
+    looked at (then it is read, and the error said)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return True
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
