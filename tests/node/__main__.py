@@ -113,8 +113,9 @@ def _cluster(node: Node, minor: str, kubelet: Path, assets: Path, *, serve: Path
     try:
         token = plane.node_token(node.name)
         node.start_kubelet(
-            kubelet, plane.server, plane.ca_file, token, service=(SERVICE_ADDRESS, SERVICE_PORT)
-        )
+            kubelet, plane.server, plane.ca_file, token, service=(SERVICE_ADDRESS, SERVICE_PORT),
+            client_ca=plane.kubelet_client_ca,
+        )  # fmt: skip
         path = f"/api/v1/nodes/{node.name}"
         registered = wait_until(lambda: plane.admin().exists(path), timeout=90)
         print(f"  kubelet:   {'registered' if registered else 'NOT registered'} with {plane.server}")
