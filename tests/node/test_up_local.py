@@ -3,7 +3,8 @@ HOME, no Pulumi login) as root brings up a local node (containerd 2.1 and the ku
 in namespaces of its own), builds the driver image without a daemon, imports it by digest and runs the
 `local` stack on that cluster with the real Pulumi CLI and Kubernetes provider: the chart's DaemonSet runs
 the image on the real kubelet, its slice is published, and the sample Deployment's pod runs with its GPU.
-The tracked stack file gets only its salt. `scripts/down local --yes` destroys the stack and stops the node,
+The sample's log is read through the API server and `vke-gpu-dra verify` passes. The tracked stack file
+gets only its salt. `scripts/down local --yes` destroys the stack and stops the node,
 leaving nothing behind.
 """
 
@@ -78,6 +79,21 @@ def test_scripts_up_local_without_docker_runs_the_stack_on_a_local_node(tmp_path
         assert pods and all(p["status"]["phase"] == "Running" for p in pods), pods
         claims = kubectl(kubeconfig, "get", "resourceclaims", "-A")["items"]
         assert claims and all(c["status"]["allocation"]["devices"]["results"] for c in claims)
+        # what the README has a user run next: the sample's log through the API server, and verify
+        [sample] = pods
+        log = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "kubectl"), "--kubeconfig", kubeconfig, "logs", "-n",
+             sample["metadata"]["namespace"], sample["metadata"]["name"]],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert log.returncode == 0 and "GPU_DEVICE_" in log.stdout, log.stdout + log.stderr
+        verify = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "vke-gpu-dra"), "verify", "--kubeconfig", kubeconfig,
+             "--timeout", "60", "-o", "json"],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        report = json.loads(verify.stdout or "{}")
+        assert verify.returncode == 0 and report.get("result") == "pass", verify.stdout + verify.stderr
         # the repository's stack file: its salt, nothing of the node
         now = yaml.safe_load((ws.project / "Pulumi.local.yaml").read_text())
         assert {k: v for k, v in now.items() if k != "encryptionsalt"} == yaml.safe_load(tracked)
