@@ -65,6 +65,8 @@ ROOT = toolchain.ROOT
 DOCKERFILE = ROOT / "driver" / "Dockerfile"
 #: Changes whenever the way the image is put together here changes: part of the cache key.
 RECIPE = "1"
+#: Archives kept in the cache, newest first (a test may build two revisions of the same code).
+KEEP = 3
 #: The repository of images built here (never pushed; `localhost` marks it as local, as for kind).
 REPOSITORY = "localhost/vke-gpu-dra/dra-gpu-kubelet-plugin"
 #: pip, run from its wheel inside the image (the python image's own pip is removed by the recipe anyway).
@@ -567,10 +569,10 @@ def build(
                 settings=settings(recipe, revision, source_url),
             )
         record.write_text(json.dumps({"name": image.name, "digest": image.digest, "config": image.config}))
-        for stale in cache.glob("driver-*.tar"):
-            if stale != archive:
-                stale.unlink(missing_ok=True)
-                stale.with_suffix(".json").unlink(missing_ok=True)
+        older = sorted(cache.glob("driver-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in [p for p in older if p != archive][KEEP - 1 :]:
+            stale.unlink(missing_ok=True)
+            stale.with_suffix(".json").unlink(missing_ok=True)
         return image
 
 
