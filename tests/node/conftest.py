@@ -7,18 +7,17 @@ run.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.controlplane import ApiError, missing_assets
+from tests.integration.controlplane import missing_assets
 from tests.tier import TierRecord
 from tools import toolchain
 
-from .kube import RELEASES, NodePlane, kubelet_of
+from .kube import RELEASES, NodePlane, forget_stopped_nodes, kubelet_of
 from .node import FIGURES, Node, missing
 
 TIER = TierRecord("node tier (tests/node)")
@@ -56,8 +55,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture
 def node(request: pytest.FixtureRequest) -> Iterator[Node]:
     """A node of its own for the test; stopped afterwards, and nothing of it may be left on the host. On
-    the tier's control plane (a test that also takes `plane`) its Node and ResourceSlices go too, as when a
-    real node is removed from a cluster: the scheduler of the next test sees no node without a kubelet."""
+    the tier's control plane (a test that also takes `plane`) the Nodes whose kubelet no longer runs go too
+    (`forget_stopped_nodes`; their ResourceSlices with them), as an operator removes a machine that is
+    gone: the scheduler of the next test sees no node without a kubelet."""
     reason = missing()
     if reason:
         pytest.skip(reason)
@@ -68,16 +68,8 @@ def node(request: pytest.FixtureRequest) -> Iterator[Node]:
     finally:
         running.stop()
         if "plane" in request.fixturenames:
-            forget(request.getfixturevalue("plane"), running.name)
+            forget_stopped_nodes(request.getfixturevalue("plane"))
     assert running.leftovers() == [], "the node left things behind"
-
-
-def forget(plane: NodePlane, name: str) -> None:
-    """Delete Node `name` and the ResourceSlices of its drivers from the control plane."""
-    api = plane.admin()
-    with contextlib.suppress(ApiError):
-        api.delete(f"/api/v1/nodes/{name}")
-    api.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D{name}")
 
 
 @pytest.fixture(scope="session", params=sorted(RELEASES))
