@@ -12,8 +12,9 @@ nodes (and the control nodes), `nvidia-smi -L` from the driver root through the 
 fake libnvidia-ml lists only the GPUs whose node the container has), and the environment the spec sets.
 Time-slicing and MPS show what the plugin told the GPUs (the fake nvidia-smi's record of compute mode
 and time-slice) and, for MPS, that the claim's control daemon ran on the node (its Deployment, pod and
-log) and that both containers reached it through the pipe directory the spec gives them. Deleting the
-namespace has the kubelet unprepare every claim, which sets the GPUs back.
+log), that the shm tmpfs the plugin mounted is the node's, and that both containers reached it through
+the pipe directory the spec gives them. Deleting the namespace has the kubelet unprepare every claim,
+which sets the GPUs back.
 
 Only the workload and its place are swapped: the manifests' image and command (ubuntu's bash running
 `nvidia-smi -L`) become the tier's probe image (busybox, and the loader and libc nvidia-smi needs) and the
@@ -25,9 +26,14 @@ The plugin runs two ways, each on a node of its own per release, NVML as its dev
 driver root, its device nodes made with mknod):
 
 * the chart's DaemonSet pod (`helm install` of driver/chart with the driver image built without Docker,
-  as test_chart_daemonset.py), gate TimeSlicingSettings: every shape but MPS (`CHART_MPS` says why);
-* a process of the test standing for that pod (as test_dra.py), gates TimeSlicingSettings and
-  MPSSupport, in the node's mount namespace, so the MPS shm tmpfs it mounts is the node's: every shape.
+  as test_chart_daemonset.py), gates TimeSlicingSettings and MPSSupport: with MPSSupport the chart mounts
+  the plugin's data folder with Bidirectional propagation, so the MPS shm tmpfs the plugin mounts there
+  reaches the node, where the control daemon's pod and the workload bind it; the daemon runs the driver
+  image's `chroot`, and its startup probe that image's `cat`;
+* a process of the test standing for that pod (as test_dra.py), the same gates, in the node's mount
+  namespace, so the MPS shm tmpfs it mounts is the node's.
+
+Every shape runs both ways.
 
 The driver root holds what a real one has for MPS: a shell (busybox) and /dev/null for the daemon's
 `chroot /driver-root sh -c ...`, and an nvidia-cuda-mps-control whose daemon keeps a control pipe and a
@@ -74,14 +80,6 @@ IMAGE = "vke-gpu-dra.local/node/quickstart:1"
 GATES = "TimeSlicingSettings=true,MPSSupport=true"
 #: How the plugin runs: a process of the test in the node's mount namespace, or the chart's DaemonSet pod.
 PLUGINS = ("chart", "process")
-#: Why MPS runs with the plugin process only (measured with MPSSupport on in the chart's values).
-CHART_MPS = (
-    "MPS with the chart's DaemonSet: the control daemon's container (the plugin's image: the driver "
-    'image built without Docker) fails with runc\'s `exec: "chroot": executable file not found in '
-    "$PATH` (that image has no coreutils: no chroot, nor the cat of its startup probe); and the chart "
-    "mounts the plugin's data folder without Bidirectional propagation, so the shm tmpfs the plugin "
-    "mounts would stay in its container"
-)
 #: The MPS pipe directory NVIDIA's spec gives a workload (CUDA_MPS_PIPE_DIRECTORY).
 MPS_PIPE = "/tmp/nvidia-mps"
 #: What each container prints ($0 is its name): its GPU device nodes, nvidia-smi's GPUs, the environment
@@ -102,7 +100,9 @@ trap 'exit 0' TERM; sleep 9999 & wait
 #: The fake nvidia-cuda-mps-control of the driver root (the daemon runs it under chroot, with busybox).
 #: `-d` starts the control daemon: it makes its control pipe in the pipe directory, a file in /dev/shm
 #: (where the real daemon keeps the memory it shares with its clients) and logs to control.log in the log
-#: directory; it logs every line a client writes to the pipe. Without `-d`, each line of stdin is a
+#: directory; it logs every line a client writes to the pipe (holding the pipe open for writing as well: a
+#: reader that reopened it after each client's EOF could close it just after the next client wrote a line,
+#: and the kernel drops what a pipe holds when its last reader closes). Without `-d`, each line of stdin is a
 #: command sent to the running daemon; no daemon is the real tool's error.
 MPS_CONTROL = r"""#!/bin/sh
 pipe="${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}"
@@ -114,7 +114,8 @@ if [ "$1" = "-d" ]; then
   : > /dev/shm/cuda.shm.mps-control
   log "Starting control daemon using socket $pipe/control"
   serve() {
-    while [ -p "$pipe/control" ]; do while read -r line; do log "Cmd:$line"; done < "$pipe/control"; done
+    exec 3<> "$pipe/control"  # open for writing too: never an EOF, so no line is dropped between two clients
+    while read -r line <&3; do log "Cmd:$line"; done
   }
   serve &
   exit 0
@@ -252,8 +253,8 @@ def gpus(node: Node, plane: NodePlane, plugin: str) -> Iterator[GpuNode]:
 
 def chart_plugin(node: Node, plane: NodePlane, root: FakeRoot) -> Iterator[GpuNode]:
     """The chart's DaemonSet runs the plugin (the driver image, built without Docker), as in
-    test_chart_daemonset.py, with the gate TimeSlicingSettings; the fake nvidia-smi records into the
-    plugin's data folder (the plugin container's environment names it)."""
+    test_chart_daemonset.py, with the gates TimeSlicingSettings and MPSSupport; the fake nvidia-smi records
+    into the plugin's data folder (the plugin container's environment names it)."""
     image = driver_image()
     node.import_image(image)
     token = plane.node_token(node.name)
@@ -272,7 +273,7 @@ def chart_plugin(node: Node, plane: NodePlane, root: FakeRoot) -> Iterator[GpuNo
             "image": {"repository": image.name.rsplit(":", 1)[0], "digest": image.digest},
             "deviceSource": {"type": "nvml"},
             "nvidiaDriverRoot": str(root.path),
-            "featureGates": {"TimeSlicingSettings": True},
+            "featureGates": {gate.split("=")[0]: True for gate in GATES.split(",")},
             "kubeletPlugin": {
                 "extraEnv": [{"name": "FAKE_NVIDIA_SMI_LOG", "value": f"{KUBELET_ROOT}/{data}"}]
             },
@@ -345,6 +346,15 @@ def settings(calls: list[str], uuids: set[str]) -> dict[str, dict[str, str]]:
     return state
 
 
+def node_mounts(node: Node) -> dict[str, str]:
+    """The node's mount points (in its mount namespace) and their filesystem types."""
+    mounts = {}
+    for line in Path(f"/proc/{node.pid1}/mountinfo").read_text().splitlines():
+        fields, _, rest = line.partition(" - ")
+        mounts[fields.split()[4]] = rest.split()[0]
+    return mounts
+
+
 def mps_daemon(gpu: GpuNode, claim_uid: str, uuid: str, names: list[str]) -> None:
     """The claim's control daemon runs on the node: its Deployment Ready, its pod on this node, and its log
     has the claim's settings and a line from each container through the pipe."""
@@ -357,7 +367,13 @@ def mps_daemon(gpu: GpuNode, claim_uid: str, uuid: str, names: list[str]) -> Non
     [pod] = cluster.pods(f"app={daemon['metadata']['name']}")
     assert pod["spec"]["nodeName"] == node.name and is_running(pod)
     ident = daemon["metadata"]["name"].removeprefix("mps-control-daemon-")
-    log = node.base / "kubelet" / "plugins" / facts.DRIVER_NAME / "mps" / ident / "log" / "control.log"
+    mps_root = node.base / "kubelet" / "plugins" / facts.DRIVER_NAME / "mps" / ident
+    # the shm tmpfs the plugin mounted is the node's (through the chart: Bidirectional from its container),
+    # under the kubelet's root as the node sees it, or the folder of this machine bound there
+    shm = [str(mps_root / "shm"), f"{KUBELET_ROOT}/plugins/{facts.DRIVER_NAME}/mps/{ident}/shm"]
+    mounts = node_mounts(node)
+    assert "tmpfs" in (mounts.get(shm[0]), mounts.get(shm[1])), {p: mounts[p] for p in mounts if "/mps/" in p}
+    log = mps_root / "log" / "control.log"
     expected = [
         f"Starting control daemon using socket {MPS_PIPE}/control",
         "Cmd:set_default_active_thread_percentage 50",
@@ -396,8 +412,6 @@ def teardown(gpu: GpuNode, namespace: str, claim_uids: set[str], unprepared: int
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: GpuNode, shape: str) -> None:
     expected = SHAPES[shape]
-    if expected.mps and gpus.plugin == "chart":
-        pytest.skip(CHART_MPS)
     cluster, node = gpus.cluster, gpus.node
     objects = manifests(shape, node.name)
     [namespace] = [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"]
