@@ -139,7 +139,7 @@ class Recipe:
         return re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), self.args.get(m.group(1), "")), text)
 
 
-def _instructions(text: str) -> Iterator[tuple[str, str]]:
+def instructions(text: str) -> Iterator[tuple[str, str]]:
     """(instruction, arguments) of a Dockerfile: comments dropped, continuation lines joined."""
     pending = ""
     for raw in text.splitlines():
@@ -206,7 +206,7 @@ def read_recipe(dockerfile: Path = DOCKERFILE) -> Recipe:
     args: dict[str, str] = {}
     stages: dict[str, _Stage] = {}
     stage = _Stage()
-    for keyword, arguments in _instructions(text):
+    for keyword, arguments in instructions(text):
         if keyword == "ARG":
             name, _, default = arguments.partition("=")
             if default or name not in args:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.chart.chartlib import REPO_ROOT, chart_metadata, default_values
+from tools.driver_image import instructions
 
 DRIVER_DIR = REPO_ROOT / "driver"
 
@@ -36,26 +37,11 @@ class Dockerfile:
 
 
 def parse_dockerfile(path: Path) -> Dockerfile:
-    """Instructions with continuation lines joined and comments dropped, split into stages."""
-    logical: list[str] = []
-    pending = ""
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        logical.append(pending + line)
-        pending = ""
-    assert not pending, "dangling line continuation"
+    """Instructions with continuation lines joined and comments dropped (as the daemonless build reads
+    them, `tools.driver_image.instructions`), split into stages."""
     global_args: dict[str, str] = {}
     stages: list[Stage] = []
-    for line in logical:
-        keyword, _, rest = line.partition(" ")
-        keyword = keyword.upper()
+    for keyword, rest in instructions(path.read_text()):
         if keyword == "FROM":
             words = rest.split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from vke_gpu_dra_core import facts
 
 from tests.chart.chartlib import find_helm
 from tests.driver import fake_driver
@@ -30,6 +31,7 @@ from tests.integration.controlplane import ControlPlane, wait_until
 from tools import driver_image as driver_image_tool
 
 from .images import Image
+from .kube import get_or_none
 from .node import Node
 from .test_containerd_cdi import PRODUCT, UUIDS
 
@@ -76,10 +78,22 @@ def helm(plane: ControlPlane, home: Path, *args: str, timeout: float = 180.0) ->
     return done.stdout
 
 
+def drop_unowned_device_classes(plane: ControlPlane) -> None:
+    """Delete the DeviceClasses of the chart that no helm release owns (earlier tests of the control plane
+    apply them as shared objects, `Cluster.install_chart`): a helm release, or the program's, installs only
+    what it owns."""
+    for spec in facts.DEVICE_CLASSES:
+        path = f"/apis/resource.k8s.io/v1/deviceclasses/{spec.name}"
+        found = get_or_none(plane, path)
+        if found and "meta.helm.sh/release-name" not in (found["metadata"].get("annotations") or {}):
+            plane.admin().delete(path)
+
+
 @contextmanager
 def release(plane: ControlPlane, node: Node, namespace: str, values: dict[str, Any]) -> Iterator[str]:
-    """`helm install` of driver/chart as release `driver` into `namespace` with `values`; uninstalled
-    afterwards (waiting for its objects to go)."""
+    """`helm install` of driver/chart as release `driver` into `namespace` with `values` (after
+    `drop_unowned_device_classes`); uninstalled afterwards (waiting for its objects to go)."""
+    drop_unowned_device_classes(plane)
     home = node.base / "helm"
     home.mkdir(exist_ok=True)
     values_file = home / "values.yaml"

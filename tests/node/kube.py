@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.controlplane import CONTROLLERS, ApiError, ControlPlane
+from tests.integration.controlplane import CONTROLLERS, ApiError, ControlPlane, wait_until
 from tools import toolchain
 
 from .egress import EgressProxy, selector_config
-from .node import KUBELET_NODES
+from .node import KUBELET_NODES, Node
 
 #: The image the tier's pods run (busybox), imported into the node's CRI namespace.
 BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
@@ -176,3 +176,16 @@ def forget_stopped_nodes(plane: ControlPlane) -> list[str]:
     for name in gone:
         api.request("DELETE", f"/api/v1/nodes/{name}")
     return gone
+
+
+def join(node: Node, plane: NodePlane) -> None:
+    """The node's kubelet, of the plane's release, joins it as the chart's pods need it: pods reach the
+    API server at the `kubernetes` Service's address, and the API server reaches the kubelet (logs, exec)
+    through its egress proxy. Once the Node is Ready, the Nodes of kubelets that stopped are forgotten."""
+    node.start_kubelet(
+        kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name),
+        service=(SERVICE_ADDRESS, SERVICE_PORT), client_ca=plane.kubelet_client_ca,
+    )  # fmt: skip
+    path = f"/api/v1/nodes/{node.name}"
+    assert wait_until(lambda: (n := get_or_none(plane, path)) and ready(n), timeout=90), node.logs()
+    forget_stopped_nodes(plane)

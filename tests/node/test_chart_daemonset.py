@@ -31,12 +31,10 @@ from .chart import GPUS, container_id, driver_image, driver_root, kubelet_claims
 from .kube import (
     RELEASES,
     SERVICE_ADDRESS,
-    SERVICE_PORT,
     NodePlane,
-    forget_stopped_nodes,
     get_or_none,
+    join,
     kubelet_of,
-    ready,
 )
 from .node import CDI_ROOT, FIGURES, KUBELET_ROOT, Node
 from .test_containerd_cdi import IMAGE, PRODUCT, probe_image
@@ -151,23 +149,13 @@ def delete_sample(cluster: Cluster, claims: list[str]) -> None:
 def test_the_charts_daemonset_runs_the_driver_and_the_sample_sees_exactly_its_gpu(
     node: Node, plane: NodePlane
 ) -> None:
-    kubelet = kubelet_of(plane.version)
+    kubelet_of(plane.version)  # skips (one line) before anything is built where it is not there
     image = driver_image()
     host_before = {path: Path(path).exists() for path in (KUBELET_ROOT, CDI_ROOT)}
     node.import_image(image)
     root = driver_root(node)
     node.import_image(probe_image(node.base / "images" / "probe.tar", root.local("/usr/bin/nvidia-smi")))
-    node.start_kubelet(
-        kubelet,
-        plane.server,
-        plane.ca_file,
-        plane.node_token(node.name),
-        service=(SERVICE_ADDRESS, SERVICE_PORT),
-        client_ca=plane.kubelet_client_ca,
-    )
-    node_path = f"/api/v1/nodes/{node.name}"
-    assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
-    forget_stopped_nodes(plane)
+    join(node, plane)
     service = plane.admin().get("/api/v1/namespaces/default/services/kubernetes")
     assert service["spec"]["clusterIP"] == SERVICE_ADDRESS, (
         "pods reach the API server at the Service's address"

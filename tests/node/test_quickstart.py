@@ -62,16 +62,14 @@ from . import images
 from .chart import DRIVER_ROOT_IN_PLUGIN, container_id, driver_image, nvml_settings, release
 from .kube import (
     RELEASES,
-    SERVICE_ADDRESS,
-    SERVICE_PORT,
     NodePlane,
     get_or_none,
     is_running,
+    join,
     kubelet_of,
-    ready,
 )
 from .node import FIGURES, KUBELET_ROOT, Node, missing
-from .test_chart_daemonset import DEVICE_CLASSES, plugin_log, plugin_pod
+from .test_chart_daemonset import plugin_log, plugin_pod
 from .test_containerd_cdi import PRODUCT, UUIDS
 from .test_dra import gpu_node, output_of, start_plugin
 
@@ -257,17 +255,8 @@ def chart_plugin(node: Node, plane: NodePlane, root: FakeRoot) -> Iterator[GpuNo
     into the plugin's data folder (the plugin container's environment names it)."""
     image = driver_image()
     node.import_image(image)
-    token = plane.node_token(node.name)
-    kubelet = kubelet_of(plane.version)
-    node.start_kubelet(kubelet, plane.server, plane.ca_file, token, service=(SERVICE_ADDRESS, SERVICE_PORT))
-    node_path = f"/api/v1/nodes/{node.name}"
-    assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
+    join(node, plane)
     data = f"plugins/{facts.DRIVER_NAME}/nvidia-smi.log"
-    for name in DEVICE_CLASSES:  # the release owns them: drop those earlier tests made without helm
-        path = f"/apis/resource.k8s.io/v1/deviceclasses/{name}"
-        found = get_or_none(plane, path)
-        if found and "meta.helm.sh/release-name" not in (found["metadata"].get("annotations") or {}):
-            plane.admin().delete(path)
     with Cluster.for_test(plane, "quickstart-chart") as cluster:
         values = {
             "image": {"repository": image.name.rsplit(":", 1)[0], "digest": image.digest},

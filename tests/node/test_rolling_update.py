@@ -16,7 +16,7 @@ from tests.integration.controlplane import wait_until
 from tools import driver_image as driver_image_tool
 
 from .chart import CHART, container_id, driver_image, driver_root, helm, release
-from .kube import RELEASES, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, get_or_none, kubelet_of, ready
+from .kube import RELEASES, NodePlane, get_or_none, join, kubelet_of
 from .node import FIGURES, Node
 from .test_chart_daemonset import PLUGIN_LABEL, plugin_log, plugin_pod, sample, sample_pods
 from .test_containerd_cdi import probe_image
@@ -34,7 +34,7 @@ def ready_plugins(cluster: Cluster) -> list[dict[str, Any]]:
 def test_a_rolling_update_keeps_gpu_pods_and_the_new_plugin_serves_the_next_claim(
     node: Node, plane: NodePlane
 ) -> None:
-    kubelet = kubelet_of(plane.version)
+    kubelet_of(plane.version)  # skips (one line) before anything is built where it is not there
     first = driver_image()
     second = driver_image_tool.build(revision="rolling-update")  # the same code, another digest
     assert second.digest != first.digest
@@ -42,12 +42,7 @@ def test_a_rolling_update_keeps_gpu_pods_and_the_new_plugin_serves_the_next_clai
         node.import_image(image)
     root = driver_root(node)
     node.import_image(probe_image(node.base / "images" / "probe.tar", root.local("/usr/bin/nvidia-smi")))
-    node.start_kubelet(
-        kubelet, plane.server, plane.ca_file, plane.node_token(node.name),
-        service=(SERVICE_ADDRESS, SERVICE_PORT), client_ca=plane.kubelet_client_ca,
-    )  # fmt: skip
-    node_path = f"/api/v1/nodes/{node.name}"
-    assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
+    join(node, plane)
     with Cluster.for_test(plane, "rolling-update") as cluster:
         namespace = cluster.namespace
 
