@@ -260,15 +260,7 @@ def test_a_shared_gpu_that_consumes_counters_charges_them_once() -> None:
 def gated_134(node: Node) -> NodeAllocator:
     """The planner's allocator for a 1.34 cluster whose operator turned DRAConsumableCapacity on."""
     gates = with_overrides(GATES["1.34"], "DRAConsumableCapacity=true")
-    return NodeAllocator(
-        node,
-        default_classes(),
-        SelectorCache(),
-        consumable_capacity=gates.consumable_capacity,
-        partitionable_devices=gates.partitionable_devices,
-        distinct_attribute=gates.distinct_attribute,
-        rules=gates.allocator,
-    )
+    return NodeAllocator.for_gates(node, default_classes(), SelectorCache(), gates)
 
 
 def test_distinct_attribute_on_gated_134_never_takes_one_shared_gpu_twice() -> None:

@@ -94,15 +94,7 @@ def publish(cluster: Cluster, node_name: str, entries: list[dict[str, Any]]) -> 
 def gated_134(node: Node) -> NodeAllocator:
     """The planner's allocator for 1.34 with DRAConsumableCapacity turned on."""
     gates = with_overrides(GATES["1.34"], "DRAConsumableCapacity=true")
-    return NodeAllocator(
-        node,
-        default_classes(),
-        SelectorCache(),
-        consumable_capacity=gates.consumable_capacity,
-        partitionable_devices=gates.partitionable_devices,
-        distinct_attribute=gates.distinct_attribute,
-        rules=gates.allocator,
-    )
+    return NodeAllocator.for_gates(node, default_classes(), SelectorCache(), gates)
 
 
 def publish_shared_gpus(cluster: Cluster, gpus: int) -> None:
@@ -313,15 +305,7 @@ def planned_in_order(node: Node, version: str, claim: dict[str, Any], pods: int)
     """The planner's allocator for `version` (its default gates) on `node`: for each of `pods` pods (one
     claim from `claim` each, in creation order) the `shares` it consumes, or None when it gets no device."""
     gates = GATES[version]
-    alloc = NodeAllocator(
-        node,
-        default_classes(),
-        SelectorCache(),
-        consumable_capacity=gates.consumable_capacity,
-        partitionable_devices=gates.partitionable_devices,
-        distinct_attribute=gates.distinct_attribute,
-        rules=gates.allocator,
-    )
+    alloc = NodeAllocator.for_gates(node, default_classes(), SelectorCache(), gates)
     spec = parse_claim_template(claim).spec
     out: list[str | None] = []
     for _ in range(pods):

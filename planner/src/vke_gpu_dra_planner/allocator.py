@@ -65,6 +65,7 @@ from .gates import (
     GATES,
     NEWEST_VERSION,
     AllocatorRules,
+    FeatureGates,
 )
 from .inventory import Node
 from .selection import DeviceView, SelectorCache
@@ -239,6 +240,21 @@ class NodeAllocator:
         #: (class, request selectors, device index) -> selectable; keyed by content, not by position,
         #: because later calls allocate other claims (the scheduler decides this afresh per Allocate)
         self._selectable: dict[tuple[str, tuple[str, ...], int], bool] = {}
+
+    @classmethod
+    def for_gates(
+        cls, node: Node, classes: Mapping[str, DeviceClass], cache: SelectorCache, gates: FeatureGates
+    ) -> NodeAllocator:
+        """The allocator of a cluster with `gates` (its release's, or an operator's overrides)."""
+        return cls(
+            node,
+            classes,
+            cache,
+            consumable_capacity=gates.consumable_capacity,
+            partitionable_devices=gates.partitionable_devices,
+            distinct_attribute=gates.distinct_attribute,
+            rules=gates.allocator,
+        )
 
     def shared(self, index: int) -> bool:
         """Whether the device takes several allocations (the API server keeps that only with the gate)."""
