@@ -129,6 +129,15 @@ class Recipe:
         return " ".join(["-s", "-w", *stamps])
 
 
+def exec_name(package: str) -> str:
+    """The file `go build -o DIR/` writes a main package to: its last path element, or the one before a
+    major-version element (cmd/go's DefaultExecName)."""
+    parts = package.rstrip("/").split("/")
+    if len(parts) > 1 and re.fullmatch(r"v([2-9]|[1-9][0-9]+)", parts[-1]):
+        return parts[-2]
+    return parts[-1]
+
+
 def _major_minor(version: str) -> tuple[str, str]:
     match = re.match(r"v(\d+)\.(\d+)\.", version)
     return (match.group(1), match.group(2)) if match else ("", "")
@@ -172,6 +181,15 @@ def load_recipe(folder: Path) -> Recipe:
     binaries = _table(data, "binaries", where)
     if not binaries:
         raise ToolchainError(f"{where}: [binaries] names no binary")
+    by_file: dict[str, list[str]] = {}
+    for package in binaries.values():
+        by_file.setdefault(exec_name(package), []).append(package)
+    clash = sorted(packages for packages in by_file.values() if len(packages) > 1)
+    if clash:
+        raise ToolchainError(
+            f"{where}: [binaries] {' and '.join(clash[0])} are built by one go command, which would write "
+            f"both to {exec_name(clash[0][0])}: a package may appear once and no two may end in the same name"
+        )
     release = data.get("release", "")
     if not isinstance(release, str):
         raise ToolchainError(f"{where}: release must be a string such as v4.25.0")
@@ -389,18 +407,24 @@ def build(recipe: Recipe, staging: Path) -> None:
         if own:  # this repository's own Go code (a main of the wrapper) is vetted before it is built
             _run(["go", "vet", *own], cwd=work, env=recipe.env())
         tags = ["-tags", ",".join(recipe.tags)] if recipe.tags else []
+        # One go command for all the binaries: the package graph is loaded once and the links run side by
+        # side; each binary is the same as built alone.
+        out = Path(scratch) / "bin"
+        out.mkdir()
+        packages = sorted(recipe.binaries.values())
+        argv = ["go", "build", *tags, "-ldflags", ldflags, "-o", f"{out}{os.sep}", *packages]
+        try:
+            _run(argv, cwd=work, env=recipe.env())
+        except ToolchainError as exc:
+            if not recipe.cgo:
+                raise
+            needs = " ".join(["gcc", *recipe.debian])
+            raise ToolchainError(
+                f"{exc}\n{recipe.name} is built with cgo: it needs a C compiler and the headers of its "
+                f"Debian packages (apt-get install {needs})"
+            ) from None
         for name, package in sorted(recipe.binaries.items()):
-            argv = ["go", "build", *tags, "-ldflags", ldflags, "-o", str(staging / name), package]
-            try:
-                _run(argv, cwd=work, env=recipe.env())
-            except ToolchainError as exc:
-                if not recipe.cgo:
-                    raise
-                needs = " ".join(["gcc", *recipe.debian])
-                raise ToolchainError(
-                    f"{exc}\n{recipe.name} is built with cgo: it needs a C compiler and the headers of its "
-                    f"Debian packages (apt-get install {needs})"
-                ) from None
+            shutil.move(out / exec_name(package), staging / name)
         for name, spec in sorted(recipe.files.items()):
             shutil.copyfile(module_file(spec, work, recipe.env()), staging / name)
             (staging / name).chmod(0o755)

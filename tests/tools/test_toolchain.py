@@ -51,6 +51,14 @@ def wrapper(tmp_path: Path, name: str = "tool", build_toml: str = BUILD_TOML) ->
     return folder
 
 
+def write_outputs(argv: list[str]) -> None:
+    """What `go build -o DIR/ PACKAGES` leaves: one file per package (for the fakes of `_run`)."""
+    if argv[:2] == ["go", "build"]:
+        at = argv.index("-o")
+        for package in argv[at + 2 :]:
+            (Path(argv[at + 1]) / toolchain.exec_name(package)).write_text(package, encoding="utf-8")
+
+
 def test_the_version_is_the_one_go_mod_requires() -> None:
     assert toolchain.module_version(GO_MOD, "example.com/tool/v2") == "v2.3.4"
     assert toolchain.module_version(GO_MOD, "k8s.io/kubernetes") == "v1.37.2"
@@ -119,9 +127,11 @@ def test_a_cgo_tool_is_built_with_cgo_and_its_tags(tmp_path: Path, monkeypatch: 
 
     def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
         calls.append((list(argv), (env or toolchain.go_env())["CGO_ENABLED"]))
+        write_outputs(argv)
         return ""
 
     monkeypatch.setattr(toolchain, "_run", run)
+    (tmp_path / "out").mkdir()
     toolchain.build(recipe, tmp_path / "out")
     toolchain.build(plain, tmp_path / "out")
     (cgo_argv, cgo_on), (plain_argv, plain_on) = calls
@@ -176,9 +186,11 @@ def test_a_tool_that_names_its_go_release_alone_builds_with_it(
     def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
         toolchain_env = (env or toolchain.go_env())["GOTOOLCHAIN"]
         calls.append((argv[1], toolchain_env))
+        write_outputs(argv)
         return "go1.27.3\n" if argv[1:] == ["env", "GOVERSION"] else ""
 
     monkeypatch.setattr(toolchain, "_run", run)
+    (tmp_path / "out").mkdir()
     toolchain.build(newer, tmp_path / "out")
     toolchain.build(plain, tmp_path / "out")
     assert calls == [("build", "go1.27.3"), ("build", "local")]
@@ -442,3 +454,57 @@ def test_the_wrappers_own_go_code_is_gofmt_clean() -> None:
         ["gofmt", "-l", str(toolchain.WRAPPERS)], capture_output=True, text=True, check=True
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("package", "file"),
+    [
+        ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+        ("./cmd/pulumi-language-python", "pulumi-language-python"),
+        ("github.com/pulumi/pulumi/pkg/v3/cmd/pulumi", "pulumi"),
+        ("example.com/tool/v2", "tool"),
+        ("example.com/tool/v12", "tool"),
+        ("example.com/v1", "v1"),
+        ("example.com/tool/v0", "v0"),
+        ("tool", "tool"),
+    ],
+)
+def test_the_file_a_package_is_built_to_is_the_go_commands(package: str, file: str) -> None:
+    assert toolchain.exec_name(package) == file
+
+
+def test_all_binaries_come_from_one_go_command_and_get_their_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toml = (
+        'module = "example.com/tool/v2"\n[binaries]\n'
+        'tool = "example.com/tool/v2"\nhelper-renamed = "./cmd/helper"\n'
+    )
+    recipe = toolchain.load_recipe(wrapper(tmp_path, build_toml=toml))
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+        calls.append(list(argv))
+        if argv[1] == "vet":
+            return ""
+        assert argv[argv.index("-o") + 1].endswith(os.sep), "-o names a folder"
+        write_outputs(argv)
+        return ""
+
+    monkeypatch.setattr(toolchain, "_run", run)
+    staging = tmp_path / "out"
+    staging.mkdir()
+    toolchain.build(recipe, staging)
+    vet, argv = calls
+    assert vet == ["go", "vet", "./cmd/helper"], "the wrapper's own Go code is vetted first"
+    assert argv[-2:] == ["./cmd/helper", "example.com/tool/v2"]
+    assert (staging / "tool").read_text() == "example.com/tool/v2"
+    assert (staging / "helper-renamed").read_text() == "./cmd/helper"
+
+
+def test_two_binaries_the_go_command_would_write_to_one_file_are_one_error(tmp_path: Path) -> None:
+    toml = (
+        'module = "example.com/tool/v2"\n[binaries]\na = "example.com/x/tool"\nb = "example.com/y/tool/v3"\n'
+    )
+    with pytest.raises(ToolchainError, match=r"example.com/x/tool and example.com/y/tool/v3 .* to tool"):
+        toolchain.load_recipe(wrapper(tmp_path, build_toml=toml))
