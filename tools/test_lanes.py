@@ -6,10 +6,11 @@
     .venv/bin/python -m tools.test_lanes --list   the lanes and their pytest arguments
 
 The node tier (tests/node) spends most of its time waiting on kubelets, containerd and pods, so its two
-kubelet releases run as two lanes of their own beside the rest of the suite (the unit tests and the
-control-plane and engine tiers): on a 2-core machine the suite takes about as long as its longest lane
-instead of the sum of all three (docs/testing.md, "Lanes"). Each lane is one pytest process with its own
-control planes and nodes; only the first keeps pytest's cache (`--lf`), so no two write it at once.
+kubelet releases run as two lanes of their own, beside the engine tier's lane and the rest of the suite
+(the unit tests and the control-plane tier): on a 2-core machine the suite takes about as long as its
+longest lane instead of the sum of all four (docs/testing.md, "Lanes"). Each lane is one pytest process
+with its own control planes and nodes; only the first keeps pytest's cache (`--lf`), so no two write it
+at once.
 
 The other lanes' output follows the first's, each under a line naming it. A lane that exits 5 (it
 collected no tests) does not fail the run unless every lane did; the exit status is then 5, else the first
@@ -45,9 +46,10 @@ class Lane:
 
 #: The node tier's parametrised tests carry their kubelet release in their ids ([1.34], [1.34-chart-mps]);
 #: the tier's other tests (the images, the bench's options, scripts/node, scripts/up local) run on 1.37 or
-#: need no kubelet, and go with the 1.37 lane.
+#: need no kubelet, and go with the 1.37 lane. The engine tier (the Pulumi CLI) has a lane of its own.
 LANES = (
-    Lane("suite", ("--ignore=tests/node",)),
+    Lane("suite", ("--ignore=tests/node", "--ignore=tests/engine")),
+    Lane("engine", ("tests/engine", "-p", "no:cacheprovider")),
     Lane("node 1.34", ("tests/node", "-k", "1.34", "-p", "no:cacheprovider")),
     Lane("node 1.37", ("tests/node", "-k", "not 1.34", "-p", "no:cacheprovider")),
 )

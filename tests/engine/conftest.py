@@ -87,15 +87,22 @@ def workspace() -> Iterator[Workspace]:
 ENGINE_CONTROLLERS = f"{CONTROLLERS},daemonset-controller"
 
 
+#: The releases a stack aimed at an existing cluster is brought up on: VKE's, and the next one.
+VKE, NEXT = "1.34", "1.38"
+
+
 @pytest.fixture(scope="session")
-def plane() -> Iterator[ControlPlane]:
-    """Kubernetes 1.34 (VKE's release) from the toolchain, for the stacks aimed at an existing cluster."""
-    assets = toolchain.kube_assets("1.34")
-    reason = missing_assets("1.34", assets)
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A control plane from the toolchain for the stacks aimed at an existing cluster: Kubernetes 1.34
+    (VKE's release), or the release a test names (`@pytest.mark.parametrize("plane", [...],
+    indirect=True)`); one per release and run."""
+    minor = str(getattr(request, "param", VKE))
+    assets = toolchain.kube_assets(minor)
+    reason = missing_assets(minor, assets)
     if reason:
         pytest.skip(reason)
     assert assets is not None
-    control_plane = ControlPlane(assets, "1.34", controllers=ENGINE_CONTROLLERS).start()
+    control_plane = ControlPlane(assets, minor, controllers=ENGINE_CONTROLLERS).start()
     try:
         yield control_plane
     finally:

@@ -1,6 +1,7 @@
 """`pulumi up`, `refresh`, an update and `destroy` of a stack aimed at an existing cluster: the real
-Kubernetes 1.34 API server, scheduler and controllers of the toolchain (VKE's release), one GPU node whose
-kubelet the node agent plays (`kubelet.py`), a prebuilt driver image and no Docker.
+API server, scheduler and controllers of the toolchain, Kubernetes 1.34 (VKE's release) and 1.38 (the
+next, where the DynamicResourceAllocation gate is gone and device taints are locked on), one GPU node
+whose kubelet the node agent plays (`kubelet.py`), a prebuilt driver image and no Docker.
 
 The real Kubernetes provider installs the chart's Helm release (and waits for its DaemonSet, whose pod
 the agent runs as the plugin process, publishing simulated GPUs), the DeviceClasses and the sample (and
@@ -15,12 +16,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 
 from tests.integration.controlplane import ApiError, ControlPlane
 
-from .conftest import timed
+from .conftest import NEXT, VKE, timed
 from .kubelet import NodeAgent, wait_for
 from .workspace import SAMPLE_NAMESPACE, Workspace
 
@@ -53,17 +55,19 @@ def _server_objects(api: Any) -> dict[str, list[str]]:
     }
 
 
+@pytest.mark.parametrize("plane", [VKE, NEXT], indirect=True)
 def test_up_refresh_update_destroy_on_a_real_api_server(
     workspace: Workspace, plane: ControlPlane, gpu_node: tuple[str, NodeAgent]
 ) -> None:
     node, agent = gpu_node
     api = plane.admin()
+    assert api.get("/version")["minor"] == str(plane.release[1]), "the release the test names"
     workspace.aim_at(plane, STACK)
     workspace.stack_init(STACK)
 
     run, events = workspace.up(STACK, check=False)
     assert run.returncode == 0, f"{events.errors()}\n{run.stderr[-3000:]}\n{agent.report()}"
-    timed("up (existing cluster: Helm release, DeviceClasses, sample)", run.seconds)
+    timed(f"{plane.version}: up (existing cluster: Helm release, DeviceClasses, sample)", run.seconds)
 
     # What the real provider created, and the pod the scheduler and the plugin made run.
     objects = _server_objects(api)
@@ -85,7 +89,7 @@ def test_up_refresh_update_destroy_on_a_real_api_server(
     # Refresh: the state matches the server.
     refresh = workspace.pulumi("refresh", "--stack", STACK, "--yes", "--expect-no-changes", "--json")
     assert refresh.events().result == "succeeded"
-    timed("refresh", refresh.seconds)
+    timed(f"{plane.version}: refresh", refresh.seconds)
 
     # A config change is an update of exactly what it changes.
     workspace.config_set(STACK, {"sample.image": "busybox:1.36"})
@@ -95,7 +99,7 @@ def test_up_refresh_update_destroy_on_a_real_api_server(
     assert preview.one(pt.DEPLOYMENT).diffs, preview.one(pt.DEPLOYMENT)
     run, events = workspace.up(STACK)
     assert [s.name for s in events.steps if s.op == "update"] == ["sample-deployment"]
-    timed("update (the sample's image)", run.seconds)
+    timed(f"{plane.version}: update (the sample's image)", run.seconds)
     wait_for(lambda: len(api.items(f"/api/v1/namespaces/{SAMPLE_NAMESPACE}/pods")) == 1, timeout=60)
 
     # Another namespace for the sample replaces its namespace and what lives in it, new ones first.
@@ -113,7 +117,7 @@ def test_up_refresh_update_destroy_on_a_real_api_server(
 
     # Destroy: nothing of the stack is left on the server.
     destroy = workspace.pulumi("destroy", "--stack", STACK, "--yes", "--json", timeout=600)
-    timed("destroy", destroy.seconds)
+    timed(f"{plane.version}: destroy", destroy.seconds)
     assert destroy.events().result == "succeeded"
     left = _server_objects(api)
     assert {kind: names for kind, names in left.items() if names} == {}, agent.report()

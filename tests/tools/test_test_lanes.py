@@ -144,8 +144,11 @@ def node_tests(*args: str) -> set[str]:
 
 
 def test_the_default_lanes_run_each_test_once() -> None:
-    suite_lane, *node_lanes = test_lanes.LANES
-    assert suite_lane.args[0] == "--ignore=tests/node"
+    suite_lane, engine_lane, *node_lanes = test_lanes.LANES
+    tier_folders = {lane.args[0] for lane in test_lanes.LANES[1:]}
+    assert tier_folders == {"tests/engine", "tests/node"}
+    assert {a.removeprefix("--ignore=") for a in suite_lane.args if a.startswith("--ignore=")} == tier_folders
+    assert "-k" not in engine_lane.args, "the engine lane runs its whole folder"
     assert all(lane.args[0] == "tests/node" for lane in node_lanes)
     every = node_tests("tests/node")
     chosen = [node_tests(*lane.args) for lane in node_lanes]
