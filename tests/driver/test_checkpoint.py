@@ -1,11 +1,15 @@
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 from vke_gpu_dra import checkpoint as cp
 from vke_gpu_dra import journal
 from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.partitions.records import MigDevices
+from vke_gpu_dra.sharing.records import MpsRecord, SharingRecord
+from vke_gpu_dra.state import RECORD_TYPES, checkpoint_store
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import PreparedDevice
 from vke_gpu_dra_testing.plugin_env import CORRUPTIONS
@@ -238,7 +242,7 @@ def test_a_file_unchanged_since_this_store_wrote_it_is_not_parsed_again_and_anot
 ):
     decoded = []
     real_decode = cp.decode
-    monkeypatch.setattr(cp, "decode", lambda data: decoded.append(1) or real_decode(data))
+    monkeypatch.setattr(cp, "decode", lambda data, types: decoded.append(1) or real_decode(data, types))
     ours, other = CheckpointStore(tmp_path), CheckpointStore(tmp_path)  # two plugin processes
     entry = ClaimEntry("uid-1", "default", "c", ClaimState.PREPARE_COMPLETED)
     ours.save({"uid-1": entry})
@@ -461,3 +465,61 @@ def test_after_a_reset_bytes_of_the_earlier_epoch_are_never_read_as_a_record(tmp
     for _ in range(3):
         assert store.load().entries == {"x": entry("x")}
     assert sizes and max(sizes) <= journal.RECORD.size + journal.TAIL_READ
+
+
+#: A checkpoint the release before records by step name wrote (its own encoder, unchanged bytes): claims
+#: with MPS, time-slicing, created and placed MIG devices, and none of them.
+PREVIOUS_RELEASE = Path(__file__).parent / "fixtures" / "checkpoint-v1-before-step-records.json"
+
+
+def test_a_checkpoint_of_the_previous_release_reads_into_step_records_and_writes_back_the_same_bytes(
+    tmp_path: Path,
+) -> None:
+    written = PREVIOUS_RELEASE.read_bytes()
+    (tmp_path / cp.CHECKPOINT_FILE).write_bytes(written)
+    result = checkpoint_store(tmp_path).load()
+    assert result.problem is None and result.lost is None
+    entries = result.entries
+    assert SharingRecord.of(entries["uid-mps"]).mps == (MpsRecord("mps-abc", ("gpu-0",)),)
+    assert SharingRecord.of(entries["uid-ts"]).timeslice == {"gpu-1": 3}
+    assert MigDevices.of(entries["uid-mig"]).uuids() == {"gpu-2-mig-1g10gb-19-0": "MIG-2-7"}
+    assert [r.device for r in MigDevices.of(entries["uid-started"])] == ["gpu-3-mig-1g10gb-19-1"]
+    assert dict(entries["uid-plain"].records) == {}
+    assert {uid: set(e.records) for uid, e in entries.items() if e.records} == {
+        "uid-mps": {"sharing"},
+        "uid-ts": {"sharing"},
+        "uid-mig": {"partitions"},
+        "uid-started": {"partitions"},
+    }
+    # The guard sees what each record holds, as it did.
+    assert entries["uid-started"].held_devices() == {"gpu-3-mig-1g10gb-19-1"}
+    # Written back unchanged: the previous release, rolled back to, reads this release's file.
+    assert cp.encode(entries) == written
+    checkpoint_store(tmp_path).save(entries)
+    assert cp.decode((tmp_path / cp.CHECKPOINT_FILE).read_bytes(), RECORD_TYPES) == entries
+
+
+def test_a_record_no_step_keeps_is_one_error_naming_the_field_and_the_steps(tmp_path: Path) -> None:
+    document = json.loads(PREVIOUS_RELEASE.read_bytes())
+    document["claims"][0]["quotas"] = {"x": 1}
+    payload = {"version": document["version"], "claims": document["claims"]}
+    document["checksum"] = cp._checksum(payload)
+    with pytest.raises(
+        CheckpointError, match=r"claims\[0\] must have exactly the fields .*\(partitions, sharing\).*quotas"
+    ):
+        cp.decode(json.dumps(document).encode(), RECORD_TYPES)
+    # A store given no step's records (the engine alone) reads no record at all.
+    with pytest.raises(CheckpointError, match=r"records of this plugin's steps \(none\)"):
+        cp.decode(PREVIOUS_RELEASE.read_bytes())
+
+
+def test_empty_records_are_left_out_of_the_entry() -> None:
+    entry = ClaimEntry(
+        "u",
+        "ns",
+        "c",
+        ClaimState.PREPARE_STARTED,
+        records={"sharing": SharingRecord(), "partitions": MigDevices()},
+    )
+    assert dict(entry.records) == {} and entry == ClaimEntry("u", "ns", "c", ClaimState.PREPARE_STARTED)
+    assert set(entry.to_json()) == {"uid", "namespace", "name", "state", "devices"}

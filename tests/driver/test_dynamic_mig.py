@@ -14,15 +14,16 @@ import pytest
 from vke_gpu_dra import cluster_features
 from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.cdi import claim_spec_path
-from vke_gpu_dra.checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.checkpoint import ClaimEntry, ClaimState
 from vke_gpu_dra.config import PluginConfigError, parse_config
 from vke_gpu_dra.ghosts import find_holders
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.partitions.backends import SIMULATED_STATE_FILE
 from vke_gpu_dra.partitions.publish import partitioned_gpu, slice_layout
-from vke_gpu_dra.partitions.records import MigRecord
+from vke_gpu_dra.partitions.records import MigDevices, MigRecord
 from vke_gpu_dra.partitions.setup import counter_layout
 from vke_gpu_dra.plugin import Plugin
+from vke_gpu_dra.state import RECORD_TYPES, checkpoint_store
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimRef, Device
 from vke_gpu_dra_core.featuregates import conflicts
@@ -320,8 +321,8 @@ def test_two_mig_devices_of_one_gpu_in_one_claim_are_two_cdi_devices(node: Node)
         "uid-1-gpu-0-mig-1g10gb-19-0": gpu0[0]["uuid"],
         "uid-1-gpu-0-mig-2g20gb-14-2": gpu0[1]["uuid"],
     }
-    (entry,) = CheckpointStore(node.data).load().entries.values()
-    assert [(r.device, r.uuid) for r in entry.partitions] == [
+    (entry,) = checkpoint_store(node.data).load().entries.values()
+    assert [(r.device, r.uuid) for r in MigDevices.of(entry)] == [
         ("gpu-0-mig-1g10gb-19-0", gpu0[0]["uuid"]),
         ("gpu-0-mig-2g20gb-14-2", gpu0[1]["uuid"]),
     ]
@@ -382,8 +383,8 @@ def test_a_reboot_creates_the_prepared_mig_devices_again(node: Node) -> None:
     assert [(i["profileId"], i["start"]) for i in gpu0] == [(19, 5)]
     after = _uuids(node.spec("uid-1"))
     assert after == {"uid-1-gpu-0-mig-1g10gb-19-5": gpu0[0]["uuid"]} and after != before
-    (entry,) = CheckpointStore(node.data).load().entries.values()
-    assert entry.partitions[0].uuid == gpu0[0]["uuid"]
+    (entry,) = checkpoint_store(node.data).load().entries.values()
+    assert MigDevices.of(entry).records[0].uuid == gpu0[0]["uuid"]
 
 
 def test_a_product_without_mig_profiles_is_published_whole(
@@ -432,18 +433,20 @@ def test_the_checkpoint_keeps_mig_records_and_names_a_bad_field() -> None:
     created = MigRecord(
         "gpu-0-mig-3g40gb-9-4", "GPU-x", 0, 9, 4, 4, 2, 0, "MIG-y", ("/dev/nvidia-caps/nvidia-cap21",)
     )
-    entry = ClaimEntry("u", "ns", "c", ClaimState.PREPARE_STARTED, partitions=(placed, created))
-    assert decode(encode({"u": entry})) == {"u": entry}
+    entry = ClaimEntry(
+        "u", "ns", "c", ClaimState.PREPARE_STARTED, records={"partitions": MigDevices((placed, created))}
+    )
+    assert decode(encode({"u": entry}), RECORD_TYPES) == {"u": entry}
     assert "partitions" not in ClaimEntry("u", "ns", "c", ClaimState.PREPARE_STARTED).to_json()
     bad = entry.to_json()
     bad["partitions"][0]["profileId"] = "19"
     with pytest.raises(
         ValueError, match=r"claims\[0\]\.partitions\[0\]\.profileId: '19'; allowed: a whole number"
     ):
-        ClaimEntry.from_json(bad, "claims[0]")
+        ClaimEntry.from_json(bad, "claims[0]", RECORD_TYPES)
     bad["partitions"][0] = {"device": "d"}
     with pytest.raises(CheckpointError, match="missing field"):
-        ClaimEntry.from_json(bad, "claims[0]")
+        ClaimEntry.from_json(bad, "claims[0]", RECORD_TYPES)
 
 
 # ------------------------------------------------------------------------------ the held-devices guard
@@ -488,7 +491,7 @@ def test_the_guard_refuses_a_gpu_while_a_live_claim_holds_one_of_its_placements_
     assert "device(s) gpu-1 are prepared on this node for claim default/c2" in part
     assert "with gpu-1-mig-1g10gb-19-0 asked for here" in part
     assert [(i["profileId"], i["start"]) for gpu in node.instances().values() for i in gpu] == [(19, 0)]
-    entries = CheckpointStore(node.data).load().entries
+    entries = checkpoint_store(node.data).load().entries
     assert set(entries) == {"uid-1", "uid-2"}
 
 
@@ -501,7 +504,7 @@ def test_the_guard_cleans_a_ghost_placement_before_preparing_its_gpu(node: Node)
     node.api.add_claim(claim("whole", "uid-2", "gpu-0"))
     assert node.kubelet.prepare([("default", "whole", "uid-2")])["uid-2"]["error"] == ""
     assert [i for gpu in node.instances().values() for i in gpu] == []  # the ghost's MIG device went
-    assert set(CheckpointStore(node.data).load().entries) == {"uid-2"}
+    assert set(checkpoint_store(node.data).load().entries) == {"uid-2"}
 
 
 def test_a_started_entry_holds_its_recorded_placements_and_admin_access_allows_the_overlap(
@@ -515,7 +518,7 @@ def test_a_started_entry_holds_its_recorded_placements_and_admin_access_allows_t
         "default",
         "old",
         ClaimState.PREPARE_STARTED,
-        partitions=(MigRecord("gpu-0-mig-1g10gb-19-0", "GPU-x", 0, 19, 0, 1),),
+        records={"partitions": MigDevices((MigRecord("gpu-0-mig-1g10gb-19-0", "GPU-x", 0, 19, 0, 1),))},
     )
     new = ClaimRef("default", "new", "new")
     wanted = allocated_devices(

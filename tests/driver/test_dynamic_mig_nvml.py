@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 from vke_gpu_dra.cdi import claim_spec_path
-from vke_gpu_dra.checkpoint import CheckpointStore, ClaimState
+from vke_gpu_dra.checkpoint import ClaimState
 from vke_gpu_dra.discovery.mig_lifecycle import MigLifecycle
 from vke_gpu_dra.discovery.nvml import NvmlSource
+from vke_gpu_dra.partitions.records import MigDevices
 from vke_gpu_dra.partitions.setup import nvml_dynamic_mig_at
+from vke_gpu_dra.state import checkpoint_store
 
 from tests.driver.fake_nvml import mig_settings, write_config
 from tests.driver.mig_state import claim_of, open_state, ref
@@ -99,9 +101,9 @@ def test_prepare_creates_and_unprepare_destroys_in_nvmls_order(
     assert first[0] == second[0] == "/dev/nvidia1"
     assert len(first) == len(second) == 3 and set(first[1:]).isdisjoint(second[1:])
     assert all(p.startswith("/dev/nvidia-caps/nvidia-cap") for p in first[1:] + second[1:])
-    (entry,) = CheckpointStore(tmp_path / "node" / "data").load().entries.values()
+    (entry,) = checkpoint_store(tmp_path / "node" / "data").load().entries.values()
     assert entry.state is ClaimState.PREPARE_COMPLETED
-    assert sorted(r.uuid for r in entry.partitions) == sorted(i.uuid for i in created)  # type: ignore[type-var]
+    assert sorted(r.uuid for r in MigDevices.of(entry)) == sorted(i.uuid for i in created)  # type: ignore[type-var]
     ctypes.CDLL(str(fake_lib)).fakeNvmlMigClearCallLog()
     state.unprepare(ref("u1"))
     assert changes(fake_lib) == [
@@ -111,7 +113,7 @@ def test_prepare_creates_and_unprepare_destroys_in_nvmls_order(
         "nvmlGpuInstanceDestroy",
     ]
     assert instances(fake_lib, GPU1) == ([], [])
-    assert CheckpointStore(tmp_path / "node" / "data").load().entries == {}
+    assert checkpoint_store(tmp_path / "node" / "data").load().entries == {}
 
 
 def test_a_gpu_with_mig_mode_off_is_published_whole(
@@ -172,7 +174,7 @@ def test_kill_9_in_a_create_or_destroy_leaves_nothing_a_restart_does_not_clean(
     # the restart: no GPU instance without compute instance, every instance owned by a checkpoint entry
     state, _ = open_state(root, fake_lib)
     entries = state.entries()
-    owned = [(r.parent_uuid, r.profile_id, r.start) for e in entries.values() for r in e.partitions]
+    owned = [(r.parent_uuid, r.profile_id, r.start) for e in entries.values() for r in MigDevices.of(e)]
     created, empty = instances(fake_lib, GPU1)
     assert empty == []
     assert all((GPU1, i.profile_id, i.placement.start) in owned for i in created)
@@ -207,7 +209,7 @@ def test_a_reboot_creates_the_prepared_mig_devices_again(configure, fake_lib: Pa
     (after,) = instances(fake_lib, GPU0)[0]
     assert (after.profile_id, after.placement.start) == (14, 4)
     (entry,) = state.entries().values()
-    record = entry.partitions[0]
+    record = MigDevices.of(entry).records[0]
     assert (record.uuid, record.gi_id, record.ci_id) == (after.uuid, after.gi_id, after.ci_id)
     spec = yaml.safe_load(claim_spec_path(root / "cdi", "u1").read_text())
     (device,) = spec["devices"]

@@ -12,6 +12,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import BOOT_ID_FILE, CheckpointStore, ClaimState
 from vke_gpu_dra.sharing.manager import SharingManager
+from vke_gpu_dra.sharing.records import SharingRecord
 from vke_gpu_dra.sharing.runners import NvidiaSmi
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
@@ -164,7 +165,9 @@ def test_a_claim_that_cannot_be_restored_answers_its_next_prepare_with_the_reaso
         f"nvidia-smi -i {U0} -c DEFAULT failed (exit 4)"
     )
     entries = after.entries()
-    assert entries["a"].state is ClaimState.PREPARE_STARTED and entries["a"].sharing.timeslice == {"gpu-0": 3}
+    assert entries["a"].state is ClaimState.PREPARE_STARTED and SharingRecord.of(entries["a"]).timeslice == {
+        "gpu-0": 3
+    }
     assert entries["b"].state is ClaimState.PREPARE_COMPLETED
     assert cdi.list_claim_specs(node.cdi_root) == {} and cdi.base_spec_path(node.cdi_root).exists()
     # the others are unaffected: b answers at once

@@ -4,6 +4,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import ClaimState
 from vke_gpu_dra.sharing.manager import SharingManager
+from vke_gpu_dra.sharing.records import SharingRecord
 from vke_gpu_dra.sharing.runners import Mounter, NvidiaSmi, default_shm_size
 from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
@@ -139,7 +140,7 @@ def test_failed_undo_keeps_the_entry_for_a_retry(env):
     env[0].fail_on("--set-timeslice 0")
     with pytest.raises(ClaimError, match="claim default/c: cannot undo GPU sharing: nvidia-smi"):
         state.unprepare(ref())
-    assert state.entries()["uid-1"].sharing.timeslice == {"gpu-0": 3}
+    assert SharingRecord.of(state.entries()["uid-1"]).timeslice == {"gpu-0": 3}
     env[0].fail_on("")
     state.unprepare(ref())
     assert state.entries() == {}
@@ -307,7 +308,7 @@ def test_daemon_not_ready_by_the_deadline_stays_and_the_retry_finds_it(env, kube
     first_uid = daemon["metadata"]["uid"]
     entry = state.entries()["uid-1"]
     assert entry.state is ClaimState.PREPARE_STARTED
-    assert [(m.daemon_id, m.devices) for m in entry.sharing.mps] == [
+    assert [(m.daemon_id, m.devices) for m in SharingRecord.of(entry).mps] == [
         (key[1].removeprefix("mps-control-daemon-"), ("gpu-0",))
     ]
     assert cdi.list_claim_specs(env[1]) == {}

@@ -8,8 +8,9 @@ lifecycle (`Phases`, implemented by `lifecycle.ClaimLifecycle`):
 
 1. the checkpoint is read once;
 2. each claim on its own: a completed prepare answers, a new one is admitted, an unprepare is done;
-3. the checkpoint is written once, if an entry was removed or a claim about to change the node was
-   admitted (`ClaimWork.durable_start`); the unprepares answer;
+3. the checkpoint is written once, if an entry was removed or restored anew (a completed claim whose
+   restore changed a step's record) or a claim about to change the node was admitted
+   (`ClaimWork.durable_start`); the unprepares and the restored claims answer;
 4. the admitted claims are set up, in parallel when there are several;
 5. the checkpoint is written once with their PrepareCompleted entries (and without the entries of
    those rolled back), and they answer.
@@ -38,7 +39,6 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
 from .checkpoint import ClaimEntry
 from .nodelock import LockTimeout, NodeLock
-from .partitions.records import MigRecord
 from .steps import ClaimWork, Node
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,9 @@ class Op:
     done: threading.Event = field(default_factory=threading.Event)
     answered: bool = False  # its result (or error) is final
     result: list[PreparedDevice] | None = None
-    partitions: tuple[MigRecord, ...] = ()  # a prepared claim's MIG devices (dynamic MIG), as answered
+    entry: ClaimEntry | None = None  # a prepare's PrepareCompleted entry, as answered
     error: BaseException | None = None
-    changed: bool = False  # its checkpoint entry was removed (unprepare)
+    changed: bool = False  # its checkpoint entry changed: removed (unprepare) or restored anew (prepare)
     work: ClaimWork | None = None  # a prepare admitted, to be set up
     rolled_back: bool = False  # a failed prepare whose changes were undone: its entry goes
     tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
@@ -214,6 +214,8 @@ class BatchRunner:
             for op in open_ops(batch):
                 if op.kind == "unprepare":
                     op.answer(None)
+                elif op.changed:  # a completed claim whose restore changed its entry
+                    op.answer(op.result)
             started = open_ops(started)
             self._set_up_all(started, node)  # 4.
             rolled_back = [op for op in started if op.rolled_back]

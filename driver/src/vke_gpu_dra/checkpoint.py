@@ -5,8 +5,14 @@ Format (JSON, version 1):
     {"format": "vke-gpu-dra-checkpoint", "version": 1, "checksum": "sha256:<hex>",
      "claims": [{"uid", "namespace", "name", "state": "PrepareStarted"|"PrepareCompleted",
                  "devices": [PreparedDevice JSON, ...],
-                 "sharing": {"timeslice": {device: 0-3}, "mps": [{"daemonId", "devices"}]}  (optional),
-                 "partitions": [MigRecord JSON, ...]  (optional: dynamic MIG devices)}, ...]}
+                 <step name>: <that step's record>, ...}, ...]}
+
+A claim's entry keeps, besides its devices, the record of each step of the claim lifecycle that changed
+something for it, under the step's name and only when not empty (`Record`): today "sharing" (time-slice
+and MPS daemons: {"timeslice": {device: 0-3}, "mps": [{"daemonId", "devices"}]}) and "partitions" (the
+dynamic MIG devices: [MigRecord JSON, ...]). The store reads the records of the steps it is given
+(`CheckpointStore(records=...)`, from the steps' `record` types); a field that is no step's record makes
+the entry invalid, as any unknown field does.
 
 The checksum covers the canonical JSON (sorted keys, no spaces) of `{"claims": ..., "version": ...}`.
 NVIDIA's `checkpoint.json` in the same directory is never written, so a rollback to NVIDIA's plugin
@@ -44,17 +50,17 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, Protocol
 
 from vke_gpu_dra_core.device_model import PreparedDevice
 
 from .bootid import DEFAULT_BOOT_ID_PATH, BootIdError, read_boot_id
 from .fsutil import atomic_write, fsync_dir, remove_durably
 from .journal import Journal, JournalError
-from .partitions.records import MigRecord
-from .sharing.records import SharingRecord
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +77,8 @@ __all__ = [
     "ClaimEntry",
     "ClaimState",
     "LoadResult",
+    "Record",
+    "RecordType",
     "read_boot_id",
 ]
 
@@ -92,6 +100,37 @@ class ClaimState(enum.StrEnum):
     PREPARE_COMPLETED = "PrepareCompleted"
 
 
+class Record(Protocol):
+    """What one step of the claim lifecycle changed for a claim, kept in the claim's entry under the step's
+    name. An empty record (false) is not written."""
+
+    def __bool__(self) -> bool: ...
+
+    def to_json(self) -> Any: ...
+
+    def held_devices(self) -> AbstractSet[str]:
+        """The devices (by name) the record holds besides the entry's own: the held-devices guard keeps
+        them from other claims until the entry goes."""
+        ...
+
+
+class RecordType(Protocol):
+    """A step's record type: reads its JSON (ValueError naming `where` and what is allowed)."""
+
+    def from_json(self, data: Any, where: str) -> Record: ...
+
+
+#: No step's records: an engine-only store (a file with a record in it is invalid).
+NO_RECORDS: Final[Mapping[str, RecordType]] = MappingProxyType({})
+#: The entry's own fields; every other field of its JSON is a step's record.
+_BASE_FIELDS: Final = frozenset({"uid", "namespace", "name", "state", "devices"})
+
+
+def _records(records: Mapping[str, Record]) -> Mapping[str, Record]:
+    """The records worth keeping (not empty), by step name, in name order; read-only."""
+    return MappingProxyType({name: records[name] for name in sorted(records) if records[name]})
+
+
 @dataclass(frozen=True)
 class ClaimEntry:
     uid: str
@@ -99,11 +138,24 @@ class ClaimEntry:
     name: str
     state: ClaimState
     devices: tuple[PreparedDevice, ...] = ()
-    #: What the claim changed on the node's GPUs (time-slice, MPS daemons); written only when non-empty,
-    #: so files of claims without sharing keep the original shape.
-    sharing: SharingRecord = field(default_factory=SharingRecord)
-    #: The claim's dynamic MIG devices (placements, then ids once created); written only when non-empty.
-    partitions: tuple[MigRecord, ...] = ()
+    #: Each step's record of what it changed for the claim, by step name (empty ones are left out, so
+    #: files of claims no step changed anything for keep the original shape).
+    records: Mapping[str, Record] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "records", _records(self.records))
+
+    def record(self, step: str) -> Record | None:
+        """The record step `step` keeps for the claim (None: it changed nothing)."""
+        return self.records.get(step)
+
+    def held_devices(self) -> set[str]:
+        """The devices the entry holds: those it was prepared with and those its records hold (the
+        settings a claim changed, the MIG placements a started prepare may have created)."""
+        held = {d.device_name for d in self.devices}
+        for record in self.records.values():
+            held |= record.held_devices()
+        return held
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -113,18 +165,21 @@ class ClaimEntry:
             "state": self.state.value,
             "devices": [d.to_json() for d in self.devices],
         }
-        if self.sharing:
-            data["sharing"] = self.sharing.to_json()
-        if self.partitions:
-            data["partitions"] = [p.to_json() for p in self.partitions]
+        for step, record in self.records.items():
+            data[step] = record.to_json()
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> ClaimEntry:
+    def from_json(cls, data: Any, where: str, types: Mapping[str, RecordType] = NO_RECORDS) -> ClaimEntry:
+        """Read an entry whose records are those of `types` (step name -> record type)."""
         if not isinstance(data, Mapping):
             raise CheckpointError(f"{where} must be an object, got {type(data).__name__}")
-        base = {"uid", "namespace", "name", "state", "devices"}
-        _exact_fields(data, base | ({"sharing", "partitions"} & set(data)), where)
+        unknown = sorted(set(data) - _BASE_FIELDS - set(types))
+        if unknown or not set(data) >= _BASE_FIELDS:
+            raise CheckpointError(
+                f"{where} must have exactly the fields {sorted(_BASE_FIELDS)} and the records of this "
+                f"plugin's steps ({', '.join(sorted(types)) or 'none'}), has {sorted(data)}"
+            )
         for key in ("uid", "namespace", "name"):
             if not isinstance(data[key], str):
                 raise CheckpointError(f"{where}.{key} must be a string, got {data[key]!r}")
@@ -145,23 +200,13 @@ class ClaimEntry:
                 devices.append(PreparedDevice.from_json(raw))
             except ValueError as exc:
                 raise CheckpointError(f"{where}.devices[{i}]: {exc}") from None
-        sharing = SharingRecord()
-        if "sharing" in data:
+        records: dict[str, Record] = {}
+        for step in sorted(set(data) - _BASE_FIELDS):
             try:
-                sharing = SharingRecord.from_json(data["sharing"])
+                records[step] = types[step].from_json(data[step], f"{where}.{step}")
             except ValueError as exc:
-                raise CheckpointError(f"{where}.{exc}") from None
-        partitions = _partitions(data.get("partitions", []), f"{where}.partitions")
-        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices), sharing, partitions)
-
-
-def _partitions(raw: Any, where: str) -> tuple[MigRecord, ...]:
-    if not isinstance(raw, list):
-        raise CheckpointError(f"{where} must be a list, got {raw!r}")
-    try:
-        return tuple(MigRecord.from_json(p, f"{where}[{i}]") for i, p in enumerate(raw))
-    except ValueError as exc:
-        raise CheckpointError(str(exc)) from None
+                raise CheckpointError(str(exc)) from None
+        return cls(data["uid"], data["namespace"], data["name"], state, tuple(devices), records)
 
 
 class CheckpointError(ValueError):
@@ -203,8 +248,9 @@ def encode(entries: Mapping[str, ClaimEntry]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
-def decode(data: bytes) -> dict[str, ClaimEntry]:
-    """Parse a checkpoint; raises CheckpointError naming what is wrong."""
+def decode(data: bytes, types: Mapping[str, RecordType] = NO_RECORDS) -> dict[str, ClaimEntry]:
+    """Parse a checkpoint whose entries keep the records of `types`; raises CheckpointError naming what
+    is wrong."""
     document = _json_object(data, "top level")
     if document.get("format") != FORMAT:
         raise CheckpointError(f"format must be {FORMAT!r}, got {document.get('format')!r}")
@@ -219,7 +265,7 @@ def decode(data: bytes) -> dict[str, ClaimEntry]:
         raise CheckpointError(f"claims must be a list, got {type(claims).__name__}")
     entries: dict[str, ClaimEntry] = {}
     for i, raw in enumerate(claims):
-        entry = ClaimEntry.from_json(raw, f"claims[{i}]")
+        entry = ClaimEntry.from_json(raw, f"claims[{i}]", types)
         if entry.uid in entries:
             raise CheckpointError(f"claims[{i}]: duplicate uid {entry.uid}")
         entries[entry.uid] = entry
@@ -236,7 +282,9 @@ def encode_changes(before: Mapping[str, ClaimEntry], after: Mapping[str, ClaimEn
     return json.dumps({"set": changed, "del": removed}, separators=(",", ":")).encode()
 
 
-def apply_changes(entries: dict[str, ClaimEntry], payload: bytes, where: str) -> None:
+def apply_changes(
+    entries: dict[str, ClaimEntry], payload: bytes, where: str, types: Mapping[str, RecordType] = NO_RECORDS
+) -> None:
     """Apply one journal record to `entries`; CheckpointError naming what is wrong (nothing applied)."""
     change = _json_object(payload, where)
     _exact_fields(change, {"set", "del"}, where)
@@ -245,7 +293,7 @@ def apply_changes(entries: dict[str, ClaimEntry], payload: bytes, where: str) ->
         raise CheckpointError(f"{where}.del must be a list of claim uids, got {removed!r}")
     if not isinstance(changed, list):
         raise CheckpointError(f"{where}.set must be a list, got {type(changed).__name__}")
-    parsed = [ClaimEntry.from_json(raw, f"{where}.set[{i}]") for i, raw in enumerate(changed)]
+    parsed = [ClaimEntry.from_json(raw, f"{where}.set[{i}]", types) for i, raw in enumerate(changed)]
     for uid in removed:
         entries.pop(uid, None)
     for entry in parsed:
@@ -276,8 +324,17 @@ class CheckpointStore:
     """Reads the checkpoint; writes changes to its journal, and rewrites the file atomically when the
     journal has no room (`journal=False`: every write rewrites the file, the layout before the journal)."""
 
-    def __init__(self, directory: Path, file_name: str = CHECKPOINT_FILE, *, journal: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        file_name: str = CHECKPOINT_FILE,
+        *,
+        journal: bool = True,
+        records: Mapping[str, RecordType] = NO_RECORDS,
+    ) -> None:
+        """`records`: the record type of each step that keeps one, by step name (`steps.record_types`)."""
         self.path = directory / file_name
+        self.records = MappingProxyType(dict(records))
         self._path = str(self.path)
         self.boot_id_path = directory / BOOT_ID_FILE
         self.backup_path = directory / BACKUP_FILE
@@ -340,7 +397,7 @@ class CheckpointStore:
         words, why claims may be missing, where a corrupt file was moved)."""
         if data is not None:
             try:
-                return decode(data), [], [], None
+                return decode(data, self.records), [], [], None
             except CheckpointError as exc:
                 moved = self._move_aside(self.path)
                 found = f"checkpoint {self.path} is corrupt ({exc}); moved it to {moved.name}"
@@ -366,7 +423,7 @@ class CheckpointStore:
         except OSError as exc:
             return None, f"cannot be read ({exc})"
         try:
-            return decode(data), ""
+            return decode(data, self.records), ""
         except CheckpointError as exc:
             return None, f"is corrupt too ({exc})"
 
@@ -387,7 +444,7 @@ class CheckpointStore:
             records = self._journal.read()
             damage = records.damage if records is not None else None
             for i, payload in enumerate(records.payloads if records is not None else ()):
-                apply_changes(entries, payload, f"record {i}")
+                apply_changes(entries, payload, f"record {i}", self.records)
         except (JournalError, CheckpointError) as exc:
             damage = str(exc)
         if damage is None:

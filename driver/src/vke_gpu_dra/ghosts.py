@@ -37,7 +37,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.objects import lookup
 
 from .checkpoint import ClaimEntry, ClaimState
-from .sharing.plan import check_conflicts, plan_for
+from .sharing.plan import check_conflicts, plan_for, sharing_of
 from .takeover import NvidiaClaim, NvidiaClaimState
 from .takeover.adoption import device_names
 
@@ -185,13 +185,10 @@ class Holder:
 
 
 def held_devices(entry: ClaimEntry) -> set[str]:
-    """The devices an entry holds: those it was prepared with, those whose settings it changed and the
-    dynamic MIG placements it recorded (a started prepare may have created their MIG devices)."""
-    return (
-        {d.device_name for d in entry.devices}
-        | entry.sharing.device_names()
-        | {r.device for r in entry.partitions}
-    )
+    """The devices an entry holds: those it was prepared with and those its steps' records hold (the
+    devices whose settings it changed, the dynamic MIG placements it recorded: a started prepare may have
+    created their MIG devices)."""
+    return entry.held_devices()
 
 
 def no_overlap(device_name: str) -> AbstractSet[str]:
@@ -282,7 +279,7 @@ def find_holders(
             conflict = "; ".join(shares)
         if overlap and not blocked and not crossing:
             try:
-                check_conflicts(plan, [other.sharing], f"{ref.namespace}/{ref.name}")
+                check_conflicts(plan, [sharing_of(other)], f"{ref.namespace}/{ref.name}")
             except ClaimError as exc:
                 conflict, blocked = str(exc), overlap
         if blocked or crossing:

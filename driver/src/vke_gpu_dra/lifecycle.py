@@ -7,9 +7,10 @@ work of each feature; this module only orders them and keeps the checkpoint's en
 * admit (a new prepare): a completed claim answers from its entry, after getting back what it lost
   (`restore`); a new one goes through every step's `admit` (until one decides it) and gets its
   PrepareStarted entry, holding its devices, so a claim admitted after it in the same batch meets them;
-* set up: every step's `set_up` in order. On failure a claim with GPU sharing is rolled back (cleaned;
-  its entry goes) when the undo works; otherwise its PrepareStarted entry stays for unprepare to clean.
-  An MPS daemon that is only slow to become Ready is never rolled back;
+* set up: every step's `set_up` in order. On failure a claim with a record of a step that asks for it
+  (`Step.roll_back_failed`: GPU sharing) is rolled back (cleaned; its entry goes) when the undo works;
+  otherwise its PrepareStarted entry stays for unprepare to clean. A set-up still under way
+  (`ClaimPending`: an MPS daemon only slow to become Ready) is never rolled back;
 * complete: the PrepareCompleted entries of the claims set up;
 * clean (kubelet's unprepare and the cleanup of a ghost alike): every step's `clean` in the reverse
   order, then the entry goes; a failed undo keeps the entry, so the retry undoes it again;
@@ -39,8 +40,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, Prepared
 from . import cdi
 from .batch import Op
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
-from .sharing.manager import MpsDaemonPending
-from .steps import ClaimWork, Node, Step, held_by_steps
+from .steps import ClaimPending, ClaimWork, Node, Step, held_by_steps
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,15 @@ class ClaimLifecycle:
         ref = op.ref
         entry = node.entries.get(ref.uid)
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-            entry = self.restore(ref, entry, node)
-            op.partitions = entry.partitions
-            op.answer(list(entry.devices))
+            restored = self.restore(ref, entry, node)
+            op.entry = restored
             self.answered_at[ref.uid] = time.monotonic()
+            if restored == entry:
+                op.answer(list(entry.devices))
+                return
+            # A step's record changed (MIG devices created again): answered once the entry is written.
+            node.entries[ref.uid] = restored
+            op.changed, op.result = True, list(restored.devices)
             return
         if self.lost is not None and entry is None:
             raise RecoveryPending(ref, self.lost)
@@ -226,10 +231,10 @@ class ClaimLifecycle:
         try:
             for step in self.steps:
                 step.set_up(work, node)
-        except MpsDaemonPending:
-            raise  # the daemon stays with the entry that records it; kubelet's retry waits for it again
+        except ClaimPending:
+            raise  # what is under way stays with the entry that records it; kubelet's retry waits again
         except ClaimError:
-            if work.plan:
+            if any(step.roll_back_failed and work.records.get(step.name) for step in self.steps):
                 op.rolled_back = self._roll_back(work, node)
             raise
 
@@ -239,8 +244,7 @@ class ClaimLifecycle:
             if op.rolled_back:
                 node.entries.pop(op.ref.uid, None)
             elif not op.answered and op.work is not None:
-                node.entries[op.ref.uid] = op.work.entry(ClaimState.PREPARE_COMPLETED)
-                op.partitions = op.work.partitions
+                node.entries[op.ref.uid] = op.entry = op.work.entry(ClaimState.PREPARE_COMPLETED)
                 self.answered_at[op.ref.uid] = now
 
     def _roll_back(self, work: ClaimWork, node: Node) -> bool:
@@ -298,10 +302,10 @@ class ClaimLifecycle:
             {},
             deadline if deadline is not None else time.monotonic() + ROLLBACK_SECONDS,
             devices=[node.devices[n] for n in names],
-            partitions=entry.partitions,
+            records=dict(entry.records),
             prepared=list(entry.devices),
             restoring=entry,
         )
         for step in self.steps:
             step.restore(work, node, deadline)
-        return entry if work.partitions == entry.partitions else replace(entry, partitions=work.partitions)
+        return replace(entry, records=work.records) if work.records_changed else entry

@@ -40,6 +40,7 @@ from .ghosts import DevicesHeld, Holder
 from .lifecycle import ClaimLifecycle, RecoveryPending
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock
 from .reboot import RebootRestore
+from .steps import record_types
 from .steps.allocation import AllocationStep
 from .steps.cdi import CdiStep
 from .steps.metadata import MetadataStep
@@ -56,11 +57,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_LOCK_WAIT_SECONDS",
+    "RECORD_TYPES",
     "DeviceState",
     "HolderCheck",
     "PreparedClaim",
     "RebootRestore",
     "StateLockTimeout",
+    "checkpoint_store",
     "default_steps",
 ]
 
@@ -91,11 +94,11 @@ class HolderCheck(Protocol):
 
 @dataclass(frozen=True)
 class PreparedClaim:
-    """What a prepare answered: the devices, and the UUID of each MIG device created for the claim (by
-    the allocated placement device's name)."""
+    """What a prepare answered: the devices, and the UUID of each device a step created for the claim (by
+    the allocated device's name: a dynamic MIG device's), for the claim's status (`Step.device_uuids`)."""
 
     devices: list[PreparedDevice]
-    mig_uuids: dict[str, str]
+    device_uuids: dict[str, str]
 
 
 class Recovery(Protocol):
@@ -107,6 +110,17 @@ class Recovery(Protocol):
 
 class StateLockTimeout(Exception):
     """The node lock stayed held by another call or process (start-up and inspection only)."""
+
+
+#: The record types of the steps `default_steps` gives, by step name: what this plugin's checkpoint holds.
+RECORD_TYPES: Final = record_types(
+    (TakeoverStep, AllocationStep, PartitionStep, SharingStep, MetadataStep, CdiStep)
+)
+
+
+def checkpoint_store(plugin_data_dir: Path) -> CheckpointStore:
+    """The checkpoint in `plugin_data_dir` as this plugin reads and writes it (its steps' records)."""
+    return CheckpointStore(plugin_data_dir, records=RECORD_TYPES)
 
 
 def default_steps(
@@ -170,7 +184,6 @@ class DeviceState:
         self._cdi_root = cdi_root
         self._sharing = sharing_manager
         plugin_data_dir.mkdir(parents=True, exist_ok=True)
-        self._store = CheckpointStore(plugin_data_dir)
         self._lock = NodeLock(plugin_data_dir / LOCK_FILE)
         self._takeover = TakeoverStep(takeover) if takeover is not None else None
         steps = default_steps(
@@ -184,6 +197,10 @@ class DeviceState:
             driver_edits=driver_edits,
             dev_root=dev_root,
         )
+        unread = sorted(record_types(steps).keys() - RECORD_TYPES.keys())
+        if unread:  # pragma: no cover  (a step added to default_steps but not to RECORD_TYPES)
+            raise ValueError(f"the records of step(s) {', '.join(unread)} are not in RECORD_TYPES")
+        self._store = checkpoint_store(plugin_data_dir)
         self._lifecycle = ClaimLifecycle(
             driver_name=driver_name,
             pool_name=pool_name,
@@ -232,7 +249,7 @@ class DeviceState:
     def prepare_claim(
         self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
     ) -> PreparedClaim:
-        """`prepare`, with the UUIDs of the MIG devices created for the claim (dynamic MIG)."""
+        """`prepare`, with the UUIDs of the devices the steps created for the claim (dynamic MIG)."""
         at = self._deadline(deadline)
         tolerated: frozenset[str] = frozenset()
         recovery_tried = False
@@ -253,8 +270,11 @@ class DeviceState:
                     raise ClaimError(f"{pending}; recovering them failed: {why}") from None
                 continue
             assert op.result is not None
-            mig_uuids = {r.device: r.uuid for r in op.partitions if r.uuid is not None}
-            return PreparedClaim(op.result, mig_uuids)
+            uuids: dict[str, str] = {}
+            if op.entry is not None:
+                for step in self._lifecycle.steps:
+                    uuids.update(step.device_uuids(op.entry))
+            return PreparedClaim(op.result, uuids)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def clean_ghost(

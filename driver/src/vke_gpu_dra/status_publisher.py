@@ -80,7 +80,7 @@ class _Prepared:
     ref: ClaimRef
     claim: Mapping[str, Any]
     devices: tuple[PreparedDevice, ...]
-    mig_uuids: Mapping[str, str]
+    device_uuids: Mapping[str, str]
     at: datetime
     #: time.monotonic() from which it may be written.
     due: float = 0.0
@@ -157,12 +157,14 @@ class ClaimStatusPublisher:
         claim: Mapping[str, Any],
         devices: Sequence[PreparedDevice],
         *,
-        mig_uuids: Mapping[str, str] | None = None,
+        device_uuids: Mapping[str, str] | None = None,
     ) -> None:
-        """Queue `Ready` entries for the devices a prepare of `claim` (API JSON) answered; `mig_uuids`:
-        device name -> the UUID of the MIG device prepare created for it (dynamic MIG)."""
+        """Queue `Ready` entries for the devices a prepare of `claim` (API JSON) answered; `device_uuids`:
+        device name -> the UUID of the device prepare created for it (a dynamic MIG device)."""
         due = time.monotonic() + self._settle
-        self._queue(ref.uid, _Prepared(ref, claim, tuple(devices), dict(mig_uuids or {}), self._clock(), due))
+        self._queue(
+            ref.uid, _Prepared(ref, claim, tuple(devices), dict(device_uuids or {}), self._clock(), due)
+        )
 
     def unprepared(self, ref: ClaimRef) -> None:
         """Queue the removal of the claim's entries; a prepare of it not written yet is cancelled instead
@@ -336,7 +338,7 @@ class ClaimStatusPublisher:
             if device is not None:
                 key = (dev.device_name, dev.share_id)
                 known[key] = device_facts(
-                    device, sharing=strategies.get(key), mig_uuid=write.mig_uuids.get(dev.device_name)
+                    device, sharing=strategies.get(key), mig_uuid=write.device_uuids.get(dev.device_name)
                 )
         return status_entries(
             self._driver, write.devices, known, at=write.at, generation=generation_of(write.claim)
@@ -391,7 +393,7 @@ class StatusReporting:
         self, ref: ClaimRef, claim: Mapping[str, Any], *, deadline: float | None = None
     ) -> list[PreparedDevice]:
         prepared = self._state.prepare_claim(ref, claim, deadline=deadline)
-        self._publisher.prepared(ref, claim, prepared.devices, mig_uuids=prepared.mig_uuids)
+        self._publisher.prepared(ref, claim, prepared.devices, device_uuids=prepared.device_uuids)
         return prepared.devices
 
     def unprepare(self, ref: ClaimRef, *, deadline: float | None = None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from vke_gpu_dra import checkpoint
 from vke_gpu_dra.config import Config, parse_config
+from vke_gpu_dra.state import checkpoint_store
 from vke_gpu_dra_core import facts
 
 NODE = "node-a"
@@ -32,7 +33,7 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 def checkpoint_document(data_dir: Path) -> dict[str, Any]:
     """The plugin's checkpoint in `data_dir` as any reader sees it (the file with its journal's records
     applied), in the file's JSON shape."""
-    return dict(json.loads(checkpoint.encode(checkpoint.CheckpointStore(data_dir).load().entries)))
+    return dict(json.loads(checkpoint.encode(checkpoint_store(data_dir).load().entries)))
 
 
 def free_port() -> int:

@@ -8,9 +8,15 @@ UUID are filled in by the create and written with the PrepareCompleted entry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ..checkpoint import ClaimEntry
+
+#: The dynamic MIG step's name: the key of its record (`MigDevices`) in a claim's entry.
+STEP: Final = "partitions"
 
 _FIELDS: Final = {"device", "parentUUID", "parentMinor", "profileId", "start", "size"}
 _OPTIONAL: Final = {"giId", "ciId", "uuid", "capsNodes"}
@@ -92,3 +98,39 @@ class MigRecord:
             uuid=text("uuid") if created else None,
             caps_nodes=tuple(caps),
         )
+
+
+@dataclass(frozen=True)
+class MigDevices:
+    """The dynamic MIG step's record of a claim: its MIG devices, in the order of its devices."""
+
+    records: tuple[MigRecord, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.records)
+
+    def __iter__(self) -> Iterator[MigRecord]:
+        return iter(self.records)
+
+    def held_devices(self) -> set[str]:
+        """The placements: a started prepare may have created their MIG devices."""
+        return {r.device for r in self.records}
+
+    def uuids(self) -> dict[str, str]:
+        """The UUID of each MIG device created, by its placement device's name."""
+        return {r.device: r.uuid for r in self.records if r.uuid is not None}
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [r.to_json() for r in self.records]
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = STEP) -> MigDevices:
+        if not isinstance(data, list):
+            raise ValueError(f"{where} must be a list, got {data!r}")
+        return cls(tuple(MigRecord.from_json(p, f"{where}[{i}]") for i, p in enumerate(data)))
+
+    @classmethod
+    def of(cls, entry: ClaimEntry) -> MigDevices:
+        """The record `entry` keeps (an empty one when no MIG device was made for the claim)."""
+        record = entry.record(STEP)
+        return record if isinstance(record, MigDevices) else cls()

@@ -33,6 +33,7 @@ from vke_gpu_dra_core.featuregates import FeatureGates
 
 from ..kubeapi import KubeError
 from ..opaque_config import OpaqueConfigError, mps_limits
+from ..steps import ClaimPending
 from .mps import daemon_id, daemon_name, daemon_ready, mps_cdi_edits, mps_deployment, mps_dirs
 from .plan import MpsGroup, OtherClaim, Plan, devices_in_use
 from .records import SharingRecord
@@ -52,7 +53,7 @@ class DeploymentAPI(Protocol):
     def delete_deployment(self, namespace: str, name: str) -> None: ...
 
 
-class MpsDaemonPending(ClaimError):
+class MpsDaemonPending(ClaimPending):
     """The claim's MPS control daemon exists but was not Ready by the deadline (or its readiness could
     not be read): the daemon stays, so the claim's next prepare waits for it instead of starting from
     nothing."""

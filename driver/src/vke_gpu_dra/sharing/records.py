@@ -1,10 +1,17 @@
-"""What a claim changed on this node's GPUs, as its checkpoint entry keeps it (pure data and JSON)."""
+"""What a claim changed on this node's GPUs, as its checkpoint entry keeps it (pure data and JSON): the
+sharing step's record, under the step's name (`STEP`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ..checkpoint import ClaimEntry
+
+#: The sharing step's name: the key of its record in a claim's entry.
+STEP: Final = "sharing"
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,16 @@ class SharingRecord:
         """Every device (by name) whose setting this record changed."""
         return {*self.timeslice, *(name for m in self.mps for name in m.devices)}
 
+    def held_devices(self) -> set[str]:
+        """A claim holds the devices whose settings it changed until its entry goes."""
+        return self.device_names()
+
+    @classmethod
+    def of(cls, entry: ClaimEntry) -> SharingRecord:
+        """The record `entry` keeps (an empty one when the claim changed no GPU's settings)."""
+        record = entry.record(STEP)
+        return record if isinstance(record, SharingRecord) else cls()
+
     def to_json(self) -> dict[str, Any]:
         return {
             "timeslice": dict(sorted(self.timeslice.items())),
@@ -37,14 +54,14 @@ class SharingRecord:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> SharingRecord:
+    def from_json(cls, data: Any, where: str = STEP) -> SharingRecord:
         if not isinstance(data, Mapping) or set(data) - {"timeslice", "mps"}:
-            raise ValueError(f"sharing must be an object with timeslice and mps, got {data!r}")
+            raise ValueError(f"{where} must be an object with timeslice and mps, got {data!r}")
         ts = data.get("timeslice", {})
         if not isinstance(ts, Mapping) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in ts.items()
         ):
-            raise ValueError(f"sharing.timeslice must map device names to integers, got {ts!r}")
+            raise ValueError(f"{where}.timeslice must map device names to integers, got {ts!r}")
         mps = []
         for raw in data.get("mps", []):
             if not (
@@ -53,6 +70,6 @@ class SharingRecord:
                 and isinstance(raw.get("devices"), list)
                 and all(isinstance(d, str) for d in raw["devices"])
             ):
-                raise ValueError(f"sharing.mps entries need daemonId and devices, got {raw!r}")
+                raise ValueError(f"{where}.mps entries need daemonId and devices, got {raw!r}")
             mps.append(MpsRecord(raw["daemonId"], tuple(raw["devices"])))
         return cls(dict(ts), tuple(mps))

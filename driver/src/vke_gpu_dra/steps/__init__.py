@@ -22,6 +22,13 @@ metadata, CDI):
 
 Every hook has a no-op default: a step implements the phases it takes part in. A new feature is a new
 step, not more methods on the state. Steps never see each other: what they pass on is in `ClaimWork`.
+
+A step that changes something for a claim outside the checkpoint declares its record type (`record`):
+its record goes into `ClaimWork.records` under the step's `name` at admit, and into the claim's entry
+from there (the checkpoint reads it back with `record_types`). What it needs between admit and set-up
+it keeps in `ClaimWork.plans` under its name. A step whose claims are rolled back when their set-up
+fails says so (`roll_back_failed`); a set-up still under way (`ClaimPending`) is never rolled back. A
+step that adds to a prepared claim's status gives it through `device_uuids`.
 """
 
 from __future__ import annotations
@@ -29,14 +36,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from vke_gpu_dra_core.device_model import ClaimRef, Device, PreparedDevice
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
-from ..checkpoint import ClaimEntry, ClaimState
-from ..partitions.records import MigRecord
-from ..sharing.plan import Plan
-from ..sharing.records import SharingRecord
+from ..checkpoint import ClaimEntry, ClaimState, Record, RecordType
 
 if TYPE_CHECKING:
     from ..allocation import AllocatedDevice
@@ -75,10 +79,11 @@ class ClaimWork:
     allocated: list[AllocatedDevice] = field(default_factory=list)
     #: The claim's devices, each once (a MIG placement as its created MIG device once set up).
     devices: list[Device] = field(default_factory=list)
-    #: GPU sharing (time-slice, MPS) the claim asks; recorded before anything is changed.
-    plan: Plan | None = None
-    #: Dynamic MIG placements, then the devices created for them.
-    partitions: tuple[MigRecord, ...] = ()
+    #: Each step's record of what it changes for the claim, by step name: written with the claim's
+    #: PrepareStarted entry before anything is changed, and updated by the step as it goes.
+    records: dict[str, Record] = field(default_factory=dict)
+    #: What a step keeps between its admit and its set-up, by step name (not written anywhere).
+    plans: dict[str, Any] = field(default_factory=dict)
     #: Per-device CDI edits of the claim's own (MPS pipe and shm, NVIDIA's MPS edits of an adopted claim).
     edits: Edits = field(default_factory=dict)
     #: The claim needs a CDI spec of its own (its devices carry edits of their own); else its CDI ids
@@ -97,27 +102,37 @@ class ClaimWork:
     def durable_start(self) -> bool:
         """Something outside the checkpoint changes before the claim is complete: its PrepareStarted
         entry must be on disk first, so that a crash in between leaves what unprepare cleans."""
-        return self.own_spec or bool(self.plan) or bool(self.partitions)
+        return self.own_spec or any(self.records.values())
+
+    @property
+    def records_changed(self) -> bool:
+        """A restore changed a step's record (MIG devices created again with new ids)."""
+        kept = {name: record for name, record in self.records.items() if record}
+        return self.restoring is not None and kept != dict(self.restoring.records)
 
     def entry(self, state: ClaimState) -> ClaimEntry:
         """The claim's checkpoint entry in `state`, holding its devices (so the held-devices guard of a
-        claim admitted after it in the same batch sees them)."""
+        claim admitted after it in the same batch sees them) and the steps' records."""
         return ClaimEntry(
-            self.ref.uid,
-            self.ref.namespace,
-            self.ref.name,
-            state,
-            tuple(self.prepared),
-            self.plan.record if self.plan is not None else SharingRecord(),
-            self.partitions,
+            self.ref.uid, self.ref.namespace, self.ref.name, state, tuple(self.prepared), self.records
         )
+
+
+class ClaimPending(ClaimError):
+    """A set-up under way that the claim's next prepare waits for again (an MPS daemon not Ready yet): the
+    claim keeps its PrepareStarted entry and what it records, and is not rolled back."""
 
 
 class Step:
     """One feature's part in the claim lifecycle (see the module docstring); every hook is optional."""
 
-    #: The step's name in logs and errors.
+    #: The step's name in logs and errors, and the key of its record in a claim's entry.
     name = "step"
+    #: The type of the record the step keeps in a claim's entry (None: it keeps none).
+    record: ClassVar[RecordType | None] = None
+    #: A claim with a record of this step is rolled back (cleaned, its entry removed) when its set-up
+    #: fails; other failed claims keep their PrepareStarted entry for unprepare to clean.
+    roll_back_failed: bool = False
 
     def start(self, node: Node) -> None:
         """Start-up, before the checkpoint is read."""
@@ -150,6 +165,23 @@ class Step:
     def overlapping(self, device_name: str) -> AbstractSet[str]:
         """The devices that share a GPU's memory with `device_name` (dynamic MIG)."""
         return frozenset()
+
+    def device_uuids(self, entry: ClaimEntry) -> Mapping[str, str]:
+        """For a prepared claim's status: the UUID of each device this step created for the claim, by
+        the allocated device's name."""
+        return {}
+
+
+def record_types(steps: Iterable[Step | type[Step]]) -> dict[str, RecordType]:
+    """The record type of each step (or step class) that keeps one, by step name: what the checkpoint
+    reads."""
+    found: dict[str, RecordType] = {}
+    for step in steps:
+        if step.record is not None:
+            if step.name in found:
+                raise ValueError(f"two steps keep a record under the name {step.name!r}")
+            found[step.name] = step.record
+    return found
 
 
 def held_by_steps(steps: Iterable[Step], node: Node) -> dict[str, ClaimEntry]:

@@ -126,7 +126,7 @@ class CdiStep(Step):
             self._ensure_base(work, work.devices)
             return
         missing = not cdi.claim_spec_path(self.cdi_root, entry.uid).exists()
-        if missing or work.partitions != entry.partitions:  # new MIG UUIDs: a new spec
+        if missing or work.records_changed:  # a step's record changed (new MIG UUIDs): a new spec
             if missing:
                 log.warning("CDI spec of prepared claim %s was missing; writing it again", work.ref)
             self._write_claim_spec(work.ref, work.devices, work.edits, entry.devices)

@@ -24,7 +24,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device
 
 from ..checkpoint import ClaimEntry
 from ..partitions.errors import PartitionError
-from ..partitions.records import MigRecord
+from ..partitions.records import STEP, MigDevices, MigRecord
 from . import ClaimWork, Node, Step
 
 if TYPE_CHECKING:
@@ -35,62 +35,76 @@ class PartitionStep(Step):
     """`manager` None: dynamic MIG is off on this node; a claim recorded with MIG devices fails to clean
     or restore (its entry stays) instead of leaving them behind unnoticed."""
 
-    name = "dynamic MIG"
+    name = STEP
+    record = MigDevices
 
     def __init__(self, manager: PartitionManager | None) -> None:
         self.manager = manager
 
     def loaded(self, node: Node) -> None:
         if self.manager is not None:
-            self.manager.clean_up(r for e in node.entries.values() for r in e.partitions)
+            self.manager.clean_up(r for e in node.entries.values() for r in MigDevices.of(e))
 
     def admit(self, work: ClaimWork, node: Node) -> None:
         manager = self.manager
         if manager is None:
             return
-        work.partitions = tuple(manager.record(d.name) for d in work.devices if manager.is_placement(d.name))
-        if work.partitions:
+        placements = tuple(manager.record(d.name) for d in work.devices if manager.is_placement(d.name))
+        if placements:
+            work.records[self.name] = MigDevices(placements)
             work.own_spec = True  # the created MIG devices exist for this claim only
 
     def set_up(self, work: ClaimWork, node: Node) -> None:
-        if not work.partitions:
+        placements = self._of(work)
+        if not placements:
             return
         manager = self._manager(work.ref)
         created: list[MigRecord] = []
         try:
-            for record in work.partitions:
+            for record in placements:
                 created.append(manager.create(record))
         except PartitionError as exc:
             with contextlib.suppress(PartitionError):
                 self._destroy(manager, tuple(created))
             raise ClaimError(f"claim {work.label}: {exc}") from None
-        work.partitions = tuple(created)
+        work.records[self.name] = MigDevices(tuple(created))
         work.devices = claim_devices(work.ref, [d.name for d in work.devices], created, node.devices, manager)
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
-        if entry is None or not entry.partitions:
+        placements = MigDevices() if entry is None else MigDevices.of(entry)
+        if not placements:
             return
         try:
-            self._destroy(self._manager(ref), entry.partitions)
+            self._destroy(self._manager(ref), placements.records)
         except PartitionError as exc:
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
 
     def restore(self, work: ClaimWork, node: Node, deadline: float | None) -> None:
-        if not work.partitions:
+        placements = self._of(work)
+        if not placements:
             return
         manager = self._manager(work.ref)
         if deadline is not None:  # a reboot removed them: created again, with new ids
             try:
-                work.partitions = tuple(
-                    manager.create(replace(r, gi_id=None, ci_id=None, uuid=None)) for r in work.partitions
+                placements = MigDevices(
+                    tuple(manager.create(replace(r, gi_id=None, ci_id=None, uuid=None)) for r in placements)
                 )
             except PartitionError as exc:
                 raise ClaimError(f"claim {work.label}: {exc}") from None
+            work.records[self.name] = placements
         names = [d.name for d in work.devices]
-        work.devices = claim_devices(work.ref, names, work.partitions, node.devices, manager)
+        work.devices = claim_devices(work.ref, names, placements.records, node.devices, manager)
 
     def overlapping(self, device_name: str) -> AbstractSet[str]:
         return frozenset() if self.manager is None else self.manager.overlapping(device_name)
+
+    def device_uuids(self, entry: ClaimEntry) -> Mapping[str, str]:
+        """The UUID of each MIG device created for the claim, by its placement device's name."""
+        return MigDevices.of(entry).uuids()
+
+    def _of(self, work: ClaimWork) -> MigDevices:
+        record = work.records.get(self.name)
+        return record if isinstance(record, MigDevices) else MigDevices()
 
     def _manager(self, ref: ClaimRef) -> PartitionManager:
         if self.manager is None:

@@ -21,7 +21,8 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
 from ..checkpoint import ClaimEntry
 from ..sharing.manager import CdiEdits, MpsDaemonPending
-from ..sharing.plan import plan_claim
+from ..sharing.plan import Plan, plan_claim
+from ..sharing.records import STEP, SharingRecord
 from . import ClaimWork, Node, Step
 
 if TYPE_CHECKING:
@@ -33,23 +34,27 @@ log = logging.getLogger(__name__)
 class SharingStep(Step):
     """`manager` None: no sharing on this node; a claim asking for it is refused at admit."""
 
-    name = "sharing"
+    name = STEP
+    record = SharingRecord
+    roll_back_failed = True  # a GPU's settings are not left half-changed by a failed prepare
 
     def __init__(self, manager: SharingManager | None) -> None:
         self.manager = manager
 
     def admit(self, work: ClaimWork, node: Node) -> None:
-        work.plan = plan_claim(work.ref, work.allocated, node.others(work.ref.uid))
-        if work.plan:
+        plan = plan_claim(work.ref, work.allocated, node.others(work.ref.uid))
+        if plan:
             self._manager(work.ref)  # a node without sharing refuses it before anything is written
-        if work.plan.mps:
+        work.plans[self.name], work.records[self.name] = plan, plan.record
+        if plan.mps:
             work.own_spec = True  # its devices get the daemon's pipe and shm
 
     def set_up(self, work: ClaimWork, node: Node) -> None:
-        if not work.plan:
+        plan = work.plans.get(self.name)
+        if not isinstance(plan, Plan) or not plan:
             return
         try:
-            edits = self._manager(work.ref).prepare(work.ref, work.plan, work.deadline)
+            edits = self._manager(work.ref).prepare(work.ref, plan, work.deadline)
         except MpsDaemonPending:
             log.info(
                 "MPS control daemon not ready yet: it stays for kubelet's retry",
@@ -59,20 +64,22 @@ class SharingStep(Step):
         self._add_edits(work, edits)
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
-        if entry is None or not entry.sharing:
+        record = SharingRecord() if entry is None else SharingRecord.of(entry)
+        if not record:
             return
         self._manager(ref).unprepare(
-            ref, entry.sharing, devices=node.devices, others=node.others(ref.uid), deadline=deadline
+            ref, record, devices=node.devices, others=node.others(ref.uid), deadline=deadline
         )
 
     def restore(self, work: ClaimWork, node: Node, deadline: float | None) -> None:
         entry = work.restoring
-        if entry is None or not entry.sharing:
+        record = SharingRecord() if entry is None else SharingRecord.of(entry)
+        if not record:
             return
         manager = self._manager(work.ref)
         if deadline is not None:
-            manager.reapply_after_reboot(work.ref, entry.sharing, devices=node.devices, deadline=deadline)
-        self._add_edits(work, manager.restore(entry.sharing))
+            manager.reapply_after_reboot(work.ref, record, devices=node.devices, deadline=deadline)
+        self._add_edits(work, manager.restore(record))
 
     @staticmethod
     def _add_edits(work: ClaimWork, edits: CdiEdits) -> None:

@@ -17,7 +17,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
 from ..checkpoint import ClaimEntry
 from ..ghosts import adopted_entry
-from ..sharing.plan import Plan, devices_in_use
+from ..sharing.plan import devices_in_use
 from ..takeover import AdoptionError, CleanupError, NvidiaClaimState, Takeover
 from . import ClaimWork, Node, Step
 
@@ -44,7 +44,6 @@ class TakeoverStep(Step):
             answer = self.takeover.answer(claim, pool_name=node.pool_name, devices=node.devices)
         except AdoptionError as exc:
             raise ClaimError(f"claim {work.label}: {exc}") from None
-        work.plan = Plan(ref.uid)  # no sharing of this plugin's own
         work.devices, work.prepared = answer.devices, answer.prepared
         work.edits.update(answer.extra_edits)
         work.own_spec = work.decided = True
