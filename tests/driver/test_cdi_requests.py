@@ -25,6 +25,7 @@ import pytest
 import yaml
 from vke_gpu_dra import cdi
 from vke_gpu_dra.checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.userspace.edits import ENV_VISIBLE_DEVICES
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
@@ -154,7 +155,7 @@ def test_gpu_test5_gives_each_container_one_gpu_of_its_own_request(
         ids = container_cdi_device_ids(container, prepared)
         assert len(ids) == 1, (container["name"], ids)
         env = cdi_check.container_env(cdi_check.inject(specs, ids))
-        assert env[cdi.ENV_VISIBLE_DEVICES] == "void"
+        assert env[ENV_VISIBLE_DEVICES] == "void"
         seen[container["name"]] = seen_gpus(env)
     assert seen == {
         "ts-ctr0": {uuids["gpu-0"]},
@@ -193,7 +194,7 @@ def test_real_gpus_split_by_device_nodes_and_never_by_the_environment() -> None:
     for request, node in (("a", "/dev/nvidia0"), ("b", "/dev/nvidia3")):
         edits = cdi_check.inject([spec], [ids[request]])
         assert cdi_check.container_device_nodes(edits) == [cdi.CONTROL_NODE, node]
-        assert cdi_check.container_env(edits)[cdi.ENV_VISIBLE_DEVICES] == "void"
+        assert cdi_check.container_env(edits)[ENV_VISIBLE_DEVICES] == "void"
     both = cdi_check.inject([spec], [ids["a"], ids["b"]])
     assert cdi_check.container_device_nodes(both) == [cdi.CONTROL_NODE, "/dev/nvidia0", "/dev/nvidia3"]
 
@@ -295,7 +296,7 @@ def test_a_spec_of_the_previous_version_keeps_its_ids_and_is_removed_on_unprepar
         assert [d["cdi_device_ids"] for d in answer["devices"]] == [list(d.cdi_device_ids) for d in devices]
         assert cdi_check.load_and_validate(path) == previous
         env = cdi_check.container_env(cdi_check.inject([previous], list(devices[0].cdi_device_ids)))
-        assert env[cdi.ENV_VISIBLE_DEVICES] == f"{uuids['gpu-0']},{uuids['gpu-1']}"  # the previous layout
+        assert env[ENV_VISIBLE_DEVICES] == f"{uuids['gpu-0']},{uuids['gpu-1']}"  # the previous layout
 
         assert kubelet.unprepare([(namespace, name, CLAIM_UID)]) == {CLAIM_UID: ""}
         assert not path.exists()
@@ -305,5 +306,5 @@ def test_a_spec_of_the_previous_version_keeps_its_ids_and_is_removed_on_unprepar
         env = cdi_check.container_env(
             cdi_check.inject(node_specs(short_tmp / "cdi"), answer["devices"][0]["cdi_device_ids"])
         )
-        assert (env[cdi.ENV_VISIBLE_DEVICES], seen_gpus(env)) == ("void", {uuids["gpu-0"]})
+        assert (env[ENV_VISIBLE_DEVICES], seen_gpus(env)) == ("void", {uuids["gpu-0"]})
         assert kubelet.unprepare([(namespace, name, CLAIM_UID)]) == {CLAIM_UID: ""}

@@ -16,7 +16,7 @@ import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.allocation import allocated_devices
 from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
-from vke_gpu_dra.ghosts import Reason, find_holders, held_error, judge, pod_claims, shares_overlap
+from vke_gpu_dra.ghosts import Reason, find_holders, held_error, judge, shares_overlap
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra.kubelet.pod_resources import PodResourcesClient
 from vke_gpu_dra.metrics import Metrics
@@ -24,7 +24,7 @@ from vke_gpu_dra.plugin import Plugin
 from vke_gpu_dra.reconcile import Reconciler
 from vke_gpu_dra.sharing.mps import daemon_id
 from vke_gpu_dra.state import DeviceState
-from vke_gpu_dra.takeover.node_claims import NodeClaimLookup
+from vke_gpu_dra.takeover.node_claims import NodeClaimLookup, pod_claims
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource

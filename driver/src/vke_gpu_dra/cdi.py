@@ -40,6 +40,7 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 
 from .fsutil import atomic_write, remove_durably
+from .userspace.edits import ENV_VISIBLE_DEVICES_VOID
 
 if TYPE_CHECKING:
     from .userspace import DriverEdits
@@ -56,9 +57,6 @@ BASE_SPEC_NAME: Final = f"{facts.CDI_VENDOR}-{facts.CDI_CLASS_BASE}_node.json"
 CONTROL_NODE: Final = "/dev/nvidiactl"
 OPTIONAL_CONTROL_NODES: Final = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
-ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
-#: The claim-wide value: no GPU through NVIDIA_VISIBLE_DEVICES; each device's own edits give it.
-ENV_VISIBLE_DEVICES_VOID: Final = f"{ENV_VISIBLE_DEVICES}=void"
 ENV_CLAIM_UID: Final = "DRA_RESOURCE_CLAIM_UID"
 ENV_GPU_DEVICE_PREFIX: Final = "GPU_DEVICE_"
 ENV_GPU_DEVICE_UUID_SUFFIX: Final = "_UUID"

@@ -100,39 +100,6 @@ def adopted_entry(claim: NvidiaClaim, *, driver_name: str, pool_name: str) -> Cl
     return ClaimEntry(claim.uid, claim.namespace, claim.name, state, devices)
 
 
-@dataclass(frozen=True)
-class PodClaims:
-    """The claims the pods of this node reference, by namespace/name (`pod_claims`)."""
-
-    names: frozenset[tuple[str, str]]
-    #: Pods naming a claim template whose generated claim their status does not name yet: a claim of
-    #: theirs may exist unseen, so no claim can be proven unreferenced while there is one.
-    unresolved: tuple[str, ...] = ()
-
-
-def pod_claims(pods: Iterable[Mapping[str, Any]]) -> PodClaims:
-    """The claims `pods` reference: `spec.resourceClaims[].resourceClaimName` (a claim named in the
-    pod) and `status.resourceClaimStatuses[].resourceClaimName` (the claim generated from a template),
-    each in the pod's namespace; a template reference without its status entry is `unresolved`."""
-    names: set[tuple[str, str]] = set()
-    unresolved: list[str] = []
-    for pod in pods:
-        namespace = str(lookup(pod, "metadata", "namespace") or "")
-        generated: dict[str, str] = {}
-        for status in lookup(pod, "status", "resourceClaimStatuses") or ():
-            if isinstance(status, Mapping):  # an empty resourceClaimName: none was needed
-                generated[str(status.get("name", ""))] = str(status.get("resourceClaimName") or "")
-        for ref in lookup(pod, "spec", "resourceClaims") or ():
-            if not isinstance(ref, Mapping):
-                continue
-            if ref.get("resourceClaimName"):
-                names.add((namespace, str(ref["resourceClaimName"])))
-            elif ref.get("resourceClaimTemplateName") and str(ref.get("name", "")) not in generated:
-                unresolved.append(f"{namespace}/{lookup(pod, 'metadata', 'name')}")
-        names.update((namespace, claim) for claim in generated.values() if claim)
-    return PodClaims(frozenset(names), tuple(sorted(set(unresolved))))
-
-
 def _our_results(claim: Mapping[str, Any], driver_name: str, pool_name: str) -> list[Mapping[str, Any]]:
     """The allocation results of `driver_name` in pool `pool_name` ([] when the claim is not allocated)."""
     allocation = lookup(claim, "status", "allocation")

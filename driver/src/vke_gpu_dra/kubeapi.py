@@ -341,3 +341,12 @@ def _error_from(status: int, reason: str, data: bytes | None) -> KubeError:
         except (ValueError, AttributeError):
             message = data[:500].decode(errors="replace")
     return KubeError(status, reason, message)
+
+
+def failure_kind(err: KubeError) -> str:
+    """The `reason` label of a failed read."""
+    if err.timed_out:
+        return "timeout"
+    if err.unreachable:
+        return "unreachable"
+    return {401: "unauthorized", 403: "forbidden"}.get(err.status, "api-error")

@@ -116,3 +116,8 @@ class NodeLock:
                 return fd
             fcntl.flock(fd, fcntl.LOCK_UN)
             self._reopen()  # the file was replaced (or removed) meanwhile: lock the one that is there now
+
+
+class StateLockTimeout(Exception):
+    """The node lock stayed held by another call or process past the wait of a start-up or an
+    inspection of the device state (a kubelet call answers its claims' errors instead)."""

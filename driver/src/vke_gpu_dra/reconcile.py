@@ -67,10 +67,10 @@ from .ghosts import (
     judge,
     label,
 )
-from .kubeapi import ClaimSource, KubeError
+from .kubeapi import ClaimSource, KubeError, failure_kind
 from .metrics import Metrics
+from .nodelock import StateLockTimeout
 from .reconcile_interval import DEFAULT_INTERVAL_SECONDS
-from .state import StateLockTimeout
 from .takeover.node_claims import ClaimLookup, Undecided
 
 log = logging.getLogger(__name__)
@@ -99,15 +99,6 @@ class GhostState(Protocol):
     ) -> bool: ...
 
     def name_adopted(self, uid: str, namespace: str, name: str) -> None: ...
-
-
-def failure_kind(err: KubeError) -> str:
-    """The `reason` label of a failed read."""
-    if err.timed_out:
-        return "timeout"
-    if err.unreachable:
-        return "unreachable"
-    return {401: "unauthorized", 403: "forbidden"}.get(err.status, "api-error")
 
 
 @dataclass

@@ -36,7 +36,7 @@ from vke_gpu_dra_core.objects import lookup
 
 from .checkpoint import ClaimEntry, ClaimState
 from .kubeapi import ClaimSource, KubeError
-from .state import StateLockTimeout
+from .nodelock import StateLockTimeout
 from .takeover.node_claims import ClaimLookup
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from .batch import BatchRunner, Op
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from .ghosts import DevicesHeld, Holder
 from .lifecycle import ClaimLifecycle, RecoveryPending
-from .nodelock import LOCK_FILE, LockTimeout, NodeLock
+from .nodelock import LOCK_FILE, LockTimeout, NodeLock, StateLockTimeout
 from .reboot import RebootRestore
 from .steps import record_types
 from .steps.allocation import AllocationStep
@@ -106,10 +106,6 @@ class Recovery(Protocol):
     (time.monotonic()), through `DeviceState.recover_lost`; None when done, else why not yet."""
 
     def __call__(self, deadline: float) -> str | None: ...
-
-
-class StateLockTimeout(Exception):
-    """The node lock stayed held by another call or process (start-up and inspection only)."""
 
 
 #: The record types of the steps `default_steps` gives, by step name: what this plugin's checkpoint holds.

@@ -45,10 +45,9 @@ from .claim_status import (
     sharing_strategies,
     status_entries,
 )
-from .kubeapi import KubeError
+from .kubeapi import KubeError, failure_kind
 from .kubelet.dra_service import ClaimPreparer
 from .metrics import Metrics
-from .reconcile import failure_kind
 
 if TYPE_CHECKING:
     from .state import PreparedClaim

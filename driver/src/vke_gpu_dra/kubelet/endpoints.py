@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from .dra_service import ClaimPreparer, DRAServicer, add_dra_servicer
 from .registration import RegistrationServicer, RegistrationStatus, add_registration_servicer
@@ -27,11 +27,27 @@ if TYPE_CHECKING:
     import grpc
     from vke_gpu_dra_core.device_model import Device
 
-    from ..config import Config
     from ..metrics import Metrics
     from .claim_fetch import ClaimReader
 
 log = logging.getLogger(__name__)
+
+
+class EndpointSettings(Protocol):
+    """What the endpoints take from the plugin's configuration (`config.Config` has it)."""
+
+    @property
+    def driver_name(self) -> str: ...
+
+    @property
+    def node_name(self) -> str: ...
+
+    @property
+    def dra_socket(self) -> Path: ...
+
+    @property
+    def registration_socket(self) -> Path: ...
+
 
 #: Worker threads of the DRA socket: concurrent Prepare/Unprepare calls plus health streams.
 DRA_WORKERS: Final = 32
@@ -91,8 +107,8 @@ class KubeletEndpoints:
         return servicer is not None and servicer.info_asked.wait(timeout)
 
     @classmethod
-    def of(cls, config: Config) -> KubeletEndpoints:
-        """The endpoints the plugin's configuration names."""
+    def of(cls, config: EndpointSettings) -> KubeletEndpoints:
+        """The endpoints the plugin's configuration (`config.Config`) names."""
         return cls(
             driver_name=config.driver_name,
             node_name=config.node_name,

@@ -13,7 +13,7 @@ Node-local first, the API server only as a fallback:
    uses one, or the gate is off there) is not complete: nothing is called unreferenced from it.
 2. The pods bound to this node through the API server (`list` on pods, `spec.nodeName` only; a
    cluster-wide grant the chart renders only when asked, `takeover.listPods`), and only while 1 gives
-   no complete view: the claims their specs and statuses name (`ghosts.pod_claims`). Without the
+   no complete view: the claims their specs and statuses name (`pod_claims`). Without the
    grant the answer is 403: the view stays incomplete (kind `forbidden`), which is not an API failure
    to count, since the default chart grants nothing on pods.
 
@@ -32,11 +32,44 @@ from vke_gpu_dra_core import dra_gates
 from vke_gpu_dra_core.objects import lookup
 from vke_gpu_dra_core.versions import MajorMinor, parse_major_minor
 
-from ..ghosts import pod_claims
 from ..kubeapi import KubeError
 from ..kubelet.pod_resources import ClaimUse, PodResourcesError, PodResourcesView
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PodClaims:
+    """The claims the pods of this node reference, by namespace/name (`pod_claims`)."""
+
+    names: frozenset[tuple[str, str]]
+    #: Pods naming a claim template whose generated claim their status does not name yet: a claim of
+    #: theirs may exist unseen, so no claim can be proven unreferenced while there is one.
+    unresolved: tuple[str, ...] = ()
+
+
+def pod_claims(pods: Iterable[Mapping[str, Any]]) -> PodClaims:
+    """The claims `pods` reference: `spec.resourceClaims[].resourceClaimName` (a claim named in the
+    pod) and `status.resourceClaimStatuses[].resourceClaimName` (the claim generated from a template),
+    each in the pod's namespace; a template reference without its status entry is `unresolved`."""
+    names: set[tuple[str, str]] = set()
+    unresolved: list[str] = []
+    for pod in pods:
+        namespace = str(lookup(pod, "metadata", "namespace") or "")
+        generated: dict[str, str] = {}
+        for status in lookup(pod, "status", "resourceClaimStatuses") or ():
+            if isinstance(status, Mapping):  # an empty resourceClaimName: none was needed
+                generated[str(status.get("name", ""))] = str(status.get("resourceClaimName") or "")
+        for ref in lookup(pod, "spec", "resourceClaims") or ():
+            if not isinstance(ref, Mapping):
+                continue
+            if ref.get("resourceClaimName"):
+                names.add((namespace, str(ref["resourceClaimName"])))
+            elif ref.get("resourceClaimTemplateName") and str(ref.get("name", "")) not in generated:
+                unresolved.append(f"{namespace}/{lookup(pod, 'metadata', 'name')}")
+        names.update((namespace, claim) for claim in generated.values() if claim)
+    return PodClaims(frozenset(names), tuple(sorted(set(unresolved))))
+
 
 #: Where a view came from (the `sources` of NodeClaims).
 POD_RESOURCES = "pod-resources"

@@ -19,9 +19,12 @@ from typing import Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 
-from ..cdi import ENV_VISIBLE_DEVICES_VOID
 from .devnodes import CONTROL_NODES, drm_nodes, existing_nodes
 from .discover import HOOK_BINARY, DriverRoot, UserSpace
+
+ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+#: The claim-wide value: no GPU through NVIDIA_VISIBLE_DEVICES; each device's own edits give it.
+ENV_VISIBLE_DEVICES_VOID: Final = f"{ENV_VISIBLE_DEVICES}=void"
 
 MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_MOUNT_OPTIONS: Final = ("nosuid", "nodev", "rbind", "rprivate", "noexec")
