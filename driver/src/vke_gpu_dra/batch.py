@@ -66,8 +66,8 @@ class Op:
     tolerated: frozenset[str] = frozenset()  # a prepare's holders checked live whose overlap is allowed
     expect: ClaimEntry | None = None  # a ghost cleanup: done only while the entry is still this one
     judged_at: float = 0.0  # ... and no prepare of the claim answered since (time.monotonic())
-    adopted: bool = False  # a ghost cleanup of a claim adopted from NVIDIA, known only to the ledger
-    released: bool = False  # ... whose NVIDIA leftovers it released
+    step_claim: bool = False  # a ghost cleanup of a claim only the steps know (`Step.holders`)
+    step_claim_cleaned: bool = False  # ... which the steps cleaned
 
     @property
     def label(self) -> str:

@@ -264,11 +264,11 @@ class ClaimLifecycle:
         changed (or went, or its claim was prepared) since the read that judged it."""
         uid = op.ref.uid
         if op.expect is not None:
-            current = self.known_only_to_steps(node.entries) if op.adopted else node.entries
+            current = self.known_only_to_steps(node.entries) if op.step_claim else node.entries
             if self.answered_at.get(uid, -1.0) >= op.judged_at or current.get(uid) != op.expect:
                 return
         self.answered_at.pop(uid, None)
-        op.released = op.adopted  # an adopted ghost: released below, or an error
+        op.step_claim_cleaned = op.step_claim  # cleaned below by the steps that know it, or an error
         op.changed = self.clean(op.ref, node, op.deadline) or op.changed
 
     def clean(self, ref: ClaimRef, node: Node, deadline: float) -> bool:

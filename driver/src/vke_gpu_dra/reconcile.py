@@ -18,8 +18,8 @@ seconds (`Reconciler`, one background thread):
 * a read that fails (timeout, unreachable, 401/403, any other API error) keeps the entry and cleans
   nothing; it is counted, and logged once while the same claims keep failing;
 * claims adopted from NVIDIA's plugin and not released, that kubelet has not prepared here again
-  (`DeviceState.adopted_entries`: known only to the takeover's ledger), are checked the same way and
-  a ghost is released through the same unprepare (`clean_ghost(..., adopted=True)`: NVIDIA's claim
+  (`DeviceState.step_claims`: known only to the takeover's ledger), are checked the same way and
+  a ghost is released through the same unprepare (`clean_ghost(..., step_claim=True)`: NVIDIA's claim
   spec, MPS daemon, compute mode and time-slice undone). NVIDIA 25.8.1 records no namespace/name of a
   claim (25.12's V2 form does); kubelet's next prepare of such a claim names it, and so does
   `_look_up_unnamed`: while one is unnamed, each round asks which claims the pods of this node use
@@ -87,7 +87,7 @@ class GhostState(Protocol):
 
     def entries(self) -> dict[str, ClaimEntry]: ...
 
-    def adopted_entries(self) -> dict[str, ClaimEntry]: ...
+    def step_claims(self) -> dict[str, ClaimEntry]: ...
 
     def clean_ghost(
         self,
@@ -95,10 +95,10 @@ class GhostState(Protocol):
         *,
         judged_at: float | None = None,
         deadline: float | None = None,
-        adopted: bool = False,
+        step_claim: bool = False,
     ) -> bool: ...
 
-    def name_adopted(self, uid: str, namespace: str, name: str) -> None: ...
+    def name_step_claim(self, uid: str, namespace: str, name: str) -> None: ...
 
 
 @dataclass
@@ -206,7 +206,7 @@ class Reconciler:
         result = RoundResult()
         try:
             entries = list(self._state.entries().values())
-            adopted = list(self._state.adopted_entries().values())
+            adopted = list(self._state.step_claims().values())
         except StateLockTimeout as err:
             log.warning("claim reconciliation skipped a round", extra={"fields": {"error": str(err)}})
             self._finish_round()
@@ -281,7 +281,9 @@ class Reconciler:
         """Clean one ghost as an unprepare; False when its entry changed or the claim was prepared since
         `judged_at` (left alone)."""
         try:
-            cleaned = self._state.clean_ghost(entry, judged_at=judged_at, deadline=deadline, adopted=adopted)
+            cleaned = self._state.clean_ghost(
+                entry, judged_at=judged_at, deadline=deadline, step_claim=adopted
+            )
         except ClaimError as err:
             self._metrics.claim_reconcile_failures.labels(reason="cleanup").inc()
             log.warning(
@@ -352,7 +354,7 @@ class Reconciler:
         """Record in the takeover's ledger the names found for unnamed adopted claims."""
         for uid, entry in found.items():
             try:
-                self._state.name_adopted(uid, entry.namespace, entry.name)
+                self._state.name_step_claim(uid, entry.namespace, entry.name)
             except StateLockTimeout as exc:  # recorded by the next round (or kubelet's prepare)
                 log.warning("cannot record an adopted claim's name", extra={"fields": {"error": str(exc)}})
             result.named_by_pods[uid] = label(entry)

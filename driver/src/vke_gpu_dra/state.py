@@ -279,35 +279,42 @@ class DeviceState:
         *,
         judged_at: float | None = None,
         deadline: float | None = None,
-        adopted: bool = False,
+        step_claim: bool = False,
     ) -> bool:
-        """Clean a ghost's entry exactly as an unprepare would (NVIDIA's leftovers of an adopted claim
-        and the sharing undone, CDI spec and entry removed), only if the checkpoint still holds `entry`
-        as it was judged and no prepare of the claim answered since `judged_at` (time.monotonic() of the
-        read that judged it; None: now); True when it did.
-        `adopted`: `entry` is an adopted claim known only to the takeover's ledger (`adopted_entries`):
-        released only while it still is (not released, no checkpoint entry of ours).
+        """Clean a ghost's entry exactly as an unprepare would (every step's clean: NVIDIA's leftovers of
+        an adopted claim and the sharing undone, CDI spec and entry removed), only if the checkpoint still
+        holds `entry` as it was judged and no prepare of the claim answered since `judged_at`
+        (time.monotonic() of the read that judged it; None: now); True when it did.
+        `step_claim`: `entry` is a claim only the steps know (`step_claims`: adopted from NVIDIA's plugin),
+        cleaned only while it still is (no checkpoint entry of ours).
         Raises ClaimError when the undo fails (the entry stays, as for an unprepare)."""
         ref = ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
         at = time.monotonic() if judged_at is None else judged_at
         op = self._runner.submit(
-            Op("unprepare", ref, None, self._deadline(deadline), expect=entry, judged_at=at, adopted=adopted)
+            Op(
+                "unprepare",
+                ref,
+                None,
+                self._deadline(deadline),
+                expect=entry,
+                judged_at=at,
+                step_claim=step_claim,
+            )
         )
-        return op.changed or op.released
+        return op.changed or op.step_claim_cleaned
 
-    def adopted_entries(self) -> dict[str, ClaimEntry]:
-        """Claims adopted from NVIDIA's plugin, not released, that kubelet has not prepared here again
-        (no checkpoint entry of ours), as entries (`ghosts.adopted_entry`), read under the node lock."""
-        with self._locked_or_fail("reading the takeover ledger"):
+    def step_claims(self) -> dict[str, ClaimEntry]:
+        """The claims only the steps know, holding devices (`Step.holders`: adopted from NVIDIA's plugin,
+        not released, not prepared here again), as entries, read under the node lock."""
+        with self._locked_or_fail("reading the claims the steps know"):
             return self._lifecycle.known_only_to_steps(self._lifecycle.read())
 
-    def name_adopted(self, uid: str, namespace: str, name: str) -> None:
-        """Record the namespace/name reconciliation found for adopted claim `uid` (NVIDIA 25.8.1 records
-        none; `reconcile` finds it through the pods of this node), as kubelet's prepare would."""
-        if self._takeover is None:
-            return
-        with self._locked_or_fail("naming a claim adopted from NVIDIA's plugin"):
-            self._takeover.name_claim(uid, namespace, name)
+    def name_step_claim(self, uid: str, namespace: str, name: str) -> None:
+        """Give the steps the namespace/name reconciliation found for claim `uid`, which only they know
+        (NVIDIA 25.8.1 records none; `reconcile` finds it through the pods of this node)."""
+        with self._locked_or_fail("naming a claim the steps know"):
+            for step in self._lifecycle.steps:
+                step.name_claim(uid, namespace, name)
 
     @property
     def lost(self) -> str | None:

@@ -162,6 +162,9 @@ class Step:
         """Claims known only to this step that hold devices, as entries, by UID."""
         return {}
 
+    def name_claim(self, uid: str, namespace: str, name: str) -> None:
+        """Reconciliation found the namespace/name of claim `uid`, which only this step knows (`holders`)."""
+
     def overlapping(self, device_name: str) -> AbstractSet[str]:
         """The devices that share a GPU's memory with `device_name` (dynamic MIG)."""
         return frozenset()

@@ -66,7 +66,8 @@ class TakeoverStep(Step):
         }
 
     def name_claim(self, uid: str, namespace: str, name: str) -> None:
-        """Record the namespace/name reconciliation found for adopted claim `uid`."""
+        """Record the namespace/name reconciliation found for adopted claim `uid` (NVIDIA 25.8.1 records
+        none), as kubelet's prepare would."""
         self.takeover.name(uid, namespace, name)
 
     def unreleased_uids(self) -> set[str]:
