@@ -465,6 +465,30 @@ def test_a_socket_path_of_the_longest_length_binds_and_serves(short_tmp: Path) -
         server.stop(0).wait()
 
 
+def test_one_server_serves_several_sockets_made_in_order(short_tmp: Path) -> None:
+    """The plugin's one server for kubelet: each socket answers, and the first path is bound first (the DRA
+    socket exists before kubelet sees the registration socket)."""
+    first, second = short_tmp / "dra.sock", short_tmp / "reg.sock"
+    server = unix_server(first, second, max_workers=2, name="t")
+    assert first.stat().st_ctime_ns <= second.stat().st_ctime_ns
+    add_registration_servicer(
+        server,
+        RegistrationServicer(driver_name=facts.DRIVER_NAME, dra_endpoint=first, status=RegistrationStatus()),
+    )
+    server.start()
+    try:
+        for path in (first, second):
+            kubelet = Kubelet(path)
+            try:
+                assert kubelet.register(accept=False).name == facts.DRIVER_NAME
+            finally:
+                kubelet.close()
+    finally:
+        server.stop(0).wait()
+    with pytest.raises(SocketError, match="at least one unix socket path"):
+        unix_server(max_workers=1, name="t")
+
+
 def test_stale_socket_is_replaced(short_tmp: Path) -> None:
     path = short_tmp / "a" / "dra.sock"
     first = unix_server(path, max_workers=1, name="t")

@@ -177,8 +177,7 @@ def test_health_follows_the_sockets(plugin: Plugin, kubelet: Kubelet) -> None:
     with pytest.raises(grpc.RpcError) as err:
         health(plugin.health_port, "readiness")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert plugin.endpoints._reg is not None
-    plugin.endpoints._reg.stop(0).wait()  # registration socket gone: no longer serving
+    plugin.endpoints.registration_socket.unlink()  # registration socket gone: no longer serving
     assert health(plugin.health_port, "liveness") == health_pb2.HealthCheckResponse.NOT_SERVING
 
 

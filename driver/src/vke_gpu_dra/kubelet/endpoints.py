@@ -49,16 +49,18 @@ class EndpointSettings(Protocol):
     def registration_socket(self) -> Path: ...
 
 
-#: Worker threads of the DRA socket: concurrent Prepare/Unprepare calls plus health streams.
+#: Worker threads for the DRA socket's calls: concurrent Prepare/Unprepare calls plus health streams.
 DRA_WORKERS: Final = 32
-#: Worker threads of the registration socket (GetInfo, NotifyRegistrationStatus).
+#: Worker threads for the registration socket's calls (GetInfo, NotifyRegistrationStatus), on top.
 REGISTRATION_WORKERS: Final = 4
 #: How long the start waits for kubelet's GetInfo before loading the rest of the plugin (`wait_for_info`).
 INFO_WAIT_SECONDS: Final = 0.05
 
 
 class KubeletEndpoints:
-    """The plugin's two sockets for kubelet, with the start gate in front of the DRA calls."""
+    """The plugin's two sockets for kubelet, with the start gate in front of the DRA calls. One gRPC server
+    listens on both (one completion queue and one polling thread at rest, instead of two); kubelet dials
+    the registration socket for registration and the DRA socket it names for the rest."""
 
     def __init__(
         self, *, driver_name: str, node_name: str, dra_socket: Path, registration_socket: Path
@@ -70,24 +72,26 @@ class KubeletEndpoints:
         self.registration = RegistrationStatus()
         self.health_board = DeviceHealthBoard(node_name)
         self.dra_servicer = DRAServicer(gate=self.gate)
-        self._dra: grpc.Server | None = None
-        self._reg: grpc.Server | None = None
+        self._server: grpc.Server | None = None
         self._registration_servicer: RegistrationServicer | None = None
 
     def start(self) -> None:
-        """Serve the DRA socket, then the registration socket (kubelet registers the plugin at once)."""
-        self._dra = unix_server(self.dra_socket, max_workers=DRA_WORKERS, name="dra")
-        add_dra_servicer(self._dra, self.dra_servicer)
-        add_resource_health_servicer(self._dra, ResourceHealthServicer(self.health_board))
-        self._dra.start()
-        self._reg = unix_server(
-            self.registration_socket, max_workers=REGISTRATION_WORKERS, name="registration"
+        """Serve both sockets, the DRA socket's file made before the registration socket's (kubelet
+        registers the plugin as soon as that one appears, and dials the DRA socket then)."""
+        server = unix_server(
+            self.dra_socket,
+            self.registration_socket,
+            max_workers=DRA_WORKERS + REGISTRATION_WORKERS,
+            name="kubelet",
         )
+        add_dra_servicer(server, self.dra_servicer)
+        add_resource_health_servicer(server, ResourceHealthServicer(self.health_board))
         self._registration_servicer = RegistrationServicer(
             driver_name=self.driver_name, dra_endpoint=self.dra_socket, status=self.registration
         )
-        add_registration_servicer(self._reg, self._registration_servicer)
-        self._reg.start()
+        add_registration_servicer(server, self._registration_servicer)
+        server.start()
+        self._server = server
         log.info(
             "registration served",
             extra={
@@ -118,7 +122,7 @@ class KubeletEndpoints:
 
     @property
     def started(self) -> bool:
-        return self._reg is not None
+        return self._server is not None
 
     def open(
         self, *, claims: ClaimReader, state: ClaimPreparer, metrics: Metrics, devices: Sequence[Device]
@@ -133,13 +137,12 @@ class KubeletEndpoints:
         self.gate.fail(why)
 
     def stop(self, grace: float) -> None:
-        """The registration socket first (kubelet stops calling), then the DRA socket after `grace` seconds
-        for the calls in flight; both socket files are removed."""
-        if self._reg is not None:
-            self._reg.stop(grace).wait()
+        """The registration socket's file first (kubelet's plugin watcher deregisters the plugin and no
+        one can dial it again), then the server after `grace` seconds for the calls in flight; both
+        socket files are removed."""
         remove_socket(self.registration_socket)
         self.health_board.close()  # ends resource-health streams
-        if self._dra is not None:
-            self._dra.stop(grace).wait()
+        if self._server is not None:
+            self._server.stop(grace).wait()
         remove_socket(self.dra_socket)
         self.dra_servicer.close()  # its claim-reader pool, once no call can use it

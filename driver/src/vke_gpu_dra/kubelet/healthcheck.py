@@ -21,6 +21,9 @@ from ._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 log = logging.getLogger(__name__)
 
 KNOWN_SERVICES = ("", "liveness")
+#: Each probe dials the socket's path anew: a connection made earlier (gRPC shares them between channels
+#: by default) would still answer after the socket file is gone, and kubelet could no longer dial it.
+_FRESH_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 class PluginHealthServicer(health_pb2_grpc.HealthServicer):
@@ -32,12 +35,12 @@ class PluginHealthServicer(health_pb2_grpc.HealthServicer):
     def probe(self) -> str:
         """Empty string when both sockets answer, else what failed."""
         try:
-            with grpc.insecure_channel(f"unix:{self._reg}") as channel:
+            with grpc.insecure_channel(f"unix:{self._reg}", options=_FRESH_CONNECTION) as channel:
                 reg_grpc.RegistrationStub(channel).GetInfo(reg_pb2.InfoRequest(), timeout=self._timeout)
         except grpc.RpcError as err:
             return f"registration socket {self._reg}: {err.code().name}"
         try:
-            with grpc.insecure_channel(f"unix:{self._dra}") as channel:
+            with grpc.insecure_channel(f"unix:{self._dra}", options=_FRESH_CONNECTION) as channel:
                 dra_grpc.DRAPluginStub(channel).NodePrepareResources(
                     dra_pb2.NodePrepareResourcesRequest(), timeout=self._timeout
                 )

@@ -50,19 +50,24 @@ def remove_socket(path: Path) -> None:
             path.unlink()
 
 
-def unix_server(path: Path, *, max_workers: int, name: str) -> grpc.Server:
-    """A gRPC server with a thread pool, bound (not started) to the unix socket at `path`."""
-    prepare_socket_path(path)
+def unix_server(*paths: Path, max_workers: int, name: str) -> grpc.Server:
+    """A gRPC server with a thread pool, bound (not started) to the unix socket at each of `paths`, in
+    order: one server (one completion queue and polling thread) for several sockets."""
+    if not paths:
+        raise SocketError("a gRPC server needs at least one unix socket path")
+    for path in paths:
+        prepare_socket_path(path)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name),
         options=[("grpc.so_reuseport", 0)],
     )
-    # `unix:<path>`, not `unix://<path>`: gRPC counts the `//` against the path limit, so a path of
-    # 106 or 107 bytes would not bind.
-    try:
-        port = server.add_insecure_port(f"unix:{path}")
-    except RuntimeError as err:  # what grpcio raises when it cannot bind
-        raise SocketError(f"cannot bind gRPC server to unix socket {path}: {err}") from None
-    if port == 0:
-        raise SocketError(f"cannot bind gRPC server to unix socket {path}")
+    for path in paths:
+        # `unix:<path>`, not `unix://<path>`: gRPC counts the `//` against the path limit, so a path of
+        # 106 or 107 bytes would not bind.
+        try:
+            port = server.add_insecure_port(f"unix:{path}")
+        except RuntimeError as err:  # what grpcio raises when it cannot bind
+            raise SocketError(f"cannot bind gRPC server to unix socket {path}: {err}") from None
+        if port == 0:
+            raise SocketError(f"cannot bind gRPC server to unix socket {path}")
     return server
