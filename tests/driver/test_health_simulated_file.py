@@ -1,15 +1,20 @@
-"""The simulated health file read once: a file that cannot be read changes nothing and is logged."""
+"""The simulated health file: read once, a file that cannot be read changes nothing and is logged; watched,
+it is asleep at rest and looked at when the file changes (inotify), on a timer only while a recovery window
+runs or where inotify cannot be had."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import pytest
+from vke_gpu_dra.health import file_events
 from vke_gpu_dra.health.monitor import HealthMonitor
 from vke_gpu_dra.health.policy import Change
-from vke_gpu_dra.health.simulated import SimulatedHealthFile
+from vke_gpu_dra.health.simulated import FILE_NAME, SimulatedHealthFile
 
 
 class Recorder:
@@ -113,3 +118,67 @@ def test_the_file_is_read_only_when_it_changed_or_a_device_is_recovering(
     path.write_text("gpu-0 lost\n")
     watcher.poll()
     assert len(reads) == settled + 1 and watcher.tracker.health("gpu-0").status == "unhealthy"
+
+
+class Counting(SimulatedHealthFile):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.polls = 0
+
+    def poll(self) -> None:
+        self.polls += 1
+        super().poll()
+
+
+def counting(tmp_path: Path) -> Counting:
+    return Counting(
+        tmp_path / FILE_NAME,
+        ["gpu-0"],
+        cast(HealthMonitor, Recorder()),
+        recovery_window=0.2,
+        ignored_xids=frozenset(),
+        interval=0.01,
+    )
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_the_simulated_health_file_sleeps_at_rest_and_wakes_when_written(tmp_path: Path) -> None:
+    watcher = counting(tmp_path)
+    watcher.start()
+    try:
+        wait_until(lambda: watcher.polls >= 1)
+        time.sleep(0.3)  # thirty intervals: a timer would have looked about thirty times
+        assert watcher.polls == 1
+        (tmp_path / FILE_NAME).write_text("gpu-0 lost\n")
+        wait_until(lambda: watcher.tracker.health("gpu-0").problems)
+        # While a device is unhealthy its recovery window runs: it is looked at on the timer again.
+        before = watcher.polls
+        wait_until(lambda: watcher.polls >= before + 5)
+        (tmp_path / FILE_NAME).write_text("")
+        wait_until(lambda: not watcher.tracker.health("gpu-0").problems)
+        time.sleep(0.05)
+        at_rest = watcher.polls
+        time.sleep(0.3)
+        assert watcher.polls == at_rest, "healthy again: asleep until the file changes"
+    finally:
+        watcher.stop()
+
+
+def test_without_inotify_the_file_is_looked_at_on_the_timer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_events, "_libc", lambda: None)
+    watcher = counting(tmp_path)
+    watcher.start()
+    try:
+        wait_until(lambda: watcher.polls >= 5)
+        (tmp_path / FILE_NAME).write_text("gpu-0 xid 79\n")
+        wait_until(lambda: watcher.tracker.health("gpu-0").problems)
+    finally:
+        watcher.stop()

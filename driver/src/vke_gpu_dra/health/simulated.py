@@ -8,9 +8,10 @@ one line per device, `#` starts a comment:
     gpu-2 unmonitored   # its events cannot be watched (informational)
 
 A line holds while it is in the file; once removed, the device recovers after the recovery window,
-as a real GPU does. The file is looked at every `interval` seconds and read when it changed (its inode,
-size or modification time) or while a device is unhealthy (its recovery window runs); a malformed line is
-logged and skipped.
+as a real GPU does. The file is looked at when inotify says it changed (`file_events`), and every
+`interval` seconds while a device is unhealthy (its recovery window runs); at rest the thread sleeps. Where
+inotify cannot be had it is looked at every `interval` seconds. It is read when it changed (its inode,
+size or modification time) or while a recovery window runs; a malformed line is logged and skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
+from .file_events import FileEvents
 from .monitor import HealthMonitor
 from .policy import Change, HealthTracker
 
@@ -78,24 +80,38 @@ class SimulatedHealthFile:
         self._thread: threading.Thread | None = None
         self._reported: list[str] = []
         self._read: tuple[int, int, int] | bool | None = False  # the file as last read; False: never
+        self._events: FileEvents | None = None
 
     def start(self) -> None:
         log.info(
             "simulated devices: write problems into the health file",
             extra={"fields": {"path": str(self.path)}},
         )
+        self._events = FileEvents.open(self.path.parent, self.path.name)
         self._thread = threading.Thread(target=self._run, name="simulated-health", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        events = self._events
+        if events is not None:
+            events.wake()
         if self._thread is not None:
             self._thread.join(timeout)
+        if events is not None and (self._thread is None or not self._thread.is_alive()):
+            events.close()
+            self._events = None
 
     def _run(self) -> None:
+        events = self._events
         while not self._stop.is_set():
             self.poll()
-            self._stop.wait(self._interval)
+            if events is None or events.ended:
+                self._stop.wait(self._interval)
+            elif any(h.problems for h in self.tracker.all()):
+                events.wait(self._interval)  # a recovery window runs
+            else:
+                events.wait(None)  # at rest until the file changes
 
     def poll(self) -> None:
         """Read the file once and apply what it says; nothing to do while it is as it was last read and
