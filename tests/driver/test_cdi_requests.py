@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.claims.checkpoint import CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra.userspace.edits import ENV_VISIBLE_DEVICES
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device, PreparedDevice

@@ -4,9 +4,9 @@ import re
 from pathlib import Path
 
 import pytest
-from vke_gpu_dra import checkpoint as cp
-from vke_gpu_dra import journal
-from vke_gpu_dra.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.claims import checkpoint as cp
+from vke_gpu_dra.claims import journal
+from vke_gpu_dra.claims.checkpoint import CheckpointError, CheckpointStore, ClaimEntry, ClaimState
 from vke_gpu_dra.partitions.records import MigDevices
 from vke_gpu_dra.sharing.records import MpsRecord, SharingRecord
 from vke_gpu_dra.state import RECORD_TYPES, checkpoint_store

@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vke_gpu_dra import cdi, reboot
-from vke_gpu_dra import device_metadata as dm
+from vke_gpu_dra import cdi
+from vke_gpu_dra import metadata as dm
 from vke_gpu_dra.allocation import allocated_devices
-from vke_gpu_dra.batch import BatchRunner, Op
-from vke_gpu_dra.checkpoint import CheckpointStore, ClaimState
-from vke_gpu_dra.lifecycle import ClaimLifecycle
+from vke_gpu_dra.claims import reboot
+from vke_gpu_dra.claims.batch import BatchRunner, Op
+from vke_gpu_dra.claims.checkpoint import CheckpointStore, ClaimState
+from vke_gpu_dra.claims.lifecycle import ClaimLifecycle
+from vke_gpu_dra.claims.step import ClaimWork, Node
+from vke_gpu_dra.metadata.step import MetadataStep
 from vke_gpu_dra.nodelock import LOCK_FILE, NodeLock
 from vke_gpu_dra.state import default_steps
-from vke_gpu_dra.steps import ClaimWork, Node
-from vke_gpu_dra.steps.metadata import MetadataStep
 from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from vke_gpu_dra import cluster_features
 from vke_gpu_dra.allocation import allocated_devices
+from vke_gpu_dra.allocation.guard import find_holders
 from vke_gpu_dra.cdi import claim_spec_path
-from vke_gpu_dra.checkpoint import ClaimEntry, ClaimState
+from vke_gpu_dra.claims.checkpoint import ClaimEntry, ClaimState
 from vke_gpu_dra.config import PluginConfigError, parse_config
-from vke_gpu_dra.ghosts import find_holders
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.partitions.backends import SIMULATED_STATE_FILE
 from vke_gpu_dra.partitions.publish import partitioned_gpu, slice_layout
@@ -427,7 +427,7 @@ def test_the_docs_show_the_sample_claim_template() -> None:
 
 
 def test_the_checkpoint_keeps_mig_records_and_names_a_bad_field() -> None:
-    from vke_gpu_dra.checkpoint import CheckpointError, ClaimEntry, ClaimState, decode, encode
+    from vke_gpu_dra.claims.checkpoint import CheckpointError, ClaimEntry, ClaimState, decode, encode
 
     placed = MigRecord("gpu-0-mig-1g10gb-19-3", "GPU-x", 0, 19, 3, 1)
     created = MigRecord(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from vke_gpu_dra.cdi import claim_spec_path
-from vke_gpu_dra.checkpoint import ClaimState
+from vke_gpu_dra.claims.checkpoint import ClaimState
 from vke_gpu_dra.discovery.mig_lifecycle import MigLifecycle
 from vke_gpu_dra.discovery.nvml import NvmlSource
 from vke_gpu_dra.partitions.records import MigDevices

@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, read_boot_id
+from vke_gpu_dra.claims.checkpoint import CHECKPOINT_FILE, CheckpointStore, read_boot_id
 from vke_gpu_dra.config import parse_config
 from vke_gpu_dra.kubeapi import KubeAPI, load_api_client
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.plugin import Plugin, StartupError
-from vke_gpu_dra.steps.sharing import SharingStep
+from vke_gpu_dra.sharing.step import SharingStep
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.kubeconfig import KubeconfigError
 from vke_gpu_dra_testing.fake_apiserver import FakeAPIServer

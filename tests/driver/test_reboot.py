@@ -10,7 +10,7 @@ import time
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import BOOT_ID_FILE, CheckpointStore, ClaimState
+from vke_gpu_dra.claims.checkpoint import BOOT_ID_FILE, CheckpointStore, ClaimState
 from vke_gpu_dra.sharing.manager import SharingManager
 from vke_gpu_dra.sharing.records import SharingRecord
 from vke_gpu_dra.sharing.runners import NvidiaSmi

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from vke_gpu_dra import cdi
 from vke_gpu_dra.allocation import allocated_devices
-from vke_gpu_dra.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
-from vke_gpu_dra.ghosts import Reason, find_holders, held_error, judge, shares_overlap
+from vke_gpu_dra.allocation.guard import find_holders, held_error, shares_overlap
+from vke_gpu_dra.claims.checkpoint import CHECKPOINT_FILE, CheckpointStore, ClaimEntry, ClaimState
+from vke_gpu_dra.ghosts import Reason, judge
 from vke_gpu_dra.kubeapi import KubeAPI
 from vke_gpu_dra.kubelet.pod_resources import PodResourcesClient
 from vke_gpu_dra.metrics import Metrics

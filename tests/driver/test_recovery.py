@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from vke_gpu_dra.api_errors import KubeError
-from vke_gpu_dra.checkpoint import ClaimEntry, ClaimState
+from vke_gpu_dra.claims.checkpoint import ClaimEntry, ClaimState
 from vke_gpu_dra.recovery import LostClaimsRecovery, recovered_entry
 from vke_gpu_dra.takeover.node_claims import NodeClaims, Undecided
 from vke_gpu_dra_core import facts

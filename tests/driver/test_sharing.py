@@ -2,7 +2,7 @@
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import ClaimState
+from vke_gpu_dra.claims.checkpoint import ClaimState
 from vke_gpu_dra.sharing.manager import SharingManager
 from vke_gpu_dra.sharing.records import SharingRecord
 from vke_gpu_dra.sharing.runners import Mounter, NvidiaSmi, default_shm_size

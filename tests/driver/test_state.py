@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import BACKUP_FILE, CHECKPOINT_FILE, JOURNAL_FILE, ClaimEntry, ClaimState
+from vke_gpu_dra.allocation import step as allocation_step
+from vke_gpu_dra.claims.checkpoint import BACKUP_FILE, CHECKPOINT_FILE, JOURNAL_FILE, ClaimEntry, ClaimState
 from vke_gpu_dra.nodelock import LOCK_FILE
 from vke_gpu_dra.state import DeviceState, StateLockTimeout
-from vke_gpu_dra.steps import allocation as allocation_step
 from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vke_gpu_dra import reboot
-from vke_gpu_dra.batch import BatchRunner, Op
-from vke_gpu_dra.checkpoint import CheckpointStore, ClaimEntry, ClaimState, encode
-from vke_gpu_dra.lifecycle import ClaimLifecycle
+from vke_gpu_dra.allocation.step import AllocationStep
+from vke_gpu_dra.cdi.step import CdiStep
+from vke_gpu_dra.claims import reboot
+from vke_gpu_dra.claims.batch import BatchRunner, Op
+from vke_gpu_dra.claims.checkpoint import CheckpointStore, ClaimEntry, ClaimState, encode
+from vke_gpu_dra.claims.lifecycle import ClaimLifecycle
+from vke_gpu_dra.claims.step import ClaimPending, ClaimWork, Node, Step, record_types
 from vke_gpu_dra.nodelock import LOCK_FILE, NodeLock
-from vke_gpu_dra.steps import ClaimPending, ClaimWork, Node, Step, record_types
-from vke_gpu_dra.steps.allocation import AllocationStep
-from vke_gpu_dra.steps.cdi import CdiStep
 from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource

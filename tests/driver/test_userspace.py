@@ -9,7 +9,7 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 from vke_gpu_dra import cdi
-from vke_gpu_dra.checkpoint import ClaimState
+from vke_gpu_dra.claims.checkpoint import ClaimState
 from vke_gpu_dra.discovery.nvml import find_library
 from vke_gpu_dra.metrics import Metrics
 from vke_gpu_dra.state import DeviceState

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from vke_gpu_dra.checkpoint import BACKUP_FILE, CHECKPOINT_FILE, LOST_FILE
+from vke_gpu_dra.claims.checkpoint import BACKUP_FILE, CHECKPOINT_FILE, LOST_FILE
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_testing.fake_pod_resources import FakePodResources, UsedClaim
 from vke_gpu_dra_testing.kubelet_client import Kubelet

@@ -38,7 +38,7 @@ from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_core.discovery import DeviceSource, DiscoveryError
 
 from . import __version__, cluster_features, userspace
-from .checkpoint import BootIdError, read_boot_id
+from .claims.checkpoint import BootIdError, read_boot_id
 from .cluster_features import NONE_KEPT, ClusterFeatures
 from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS

@@ -57,16 +57,9 @@ from typing import Any, Final, Protocol
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 from vke_gpu_dra_core.objects import lookup
 
-from .checkpoint import ClaimEntry
-from .ghosts import (
-    Holder,
-    Reason,
-    admin_access_devices,
-    checkable,
-    held_error,
-    judge,
-    label,
-)
+from .allocation.guard import Holder, admin_access_devices, held_error
+from .claims.checkpoint import ClaimEntry
+from .ghosts import Reason, checkable, judge, label
 from .kubeapi import ClaimSource, KubeError, failure_kind
 from .metrics import Metrics
 from .nodelock import StateLockTimeout

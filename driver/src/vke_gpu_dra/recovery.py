@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from vke_gpu_dra_core.device_model import PreparedDevice
 from vke_gpu_dra_core.objects import lookup
 
-from .checkpoint import ClaimEntry, ClaimState
+from .claims.checkpoint import ClaimEntry, ClaimState
 from .kubeapi import ClaimSource, KubeError
 from .nodelock import StateLockTimeout
 from .takeover.node_claims import ClaimLookup

@@ -2,20 +2,21 @@
 
 `DeviceState` puts three parts together (driver/docs/claim-lifecycle.md):
 
-* the batch runner (`batch`): the node lock, batching of calls that arrive together, deadlines, and the
-  one place where what a step raises becomes the answer of the calls it was for;
-* the claim lifecycle (`lifecycle`, with `reboot` for the start): admit, set up, complete, clean and
-  restore a claim, keeping the checkpoint's entries;
-* the steps (`steps`), one feature each, which the lifecycle calls in order through one small interface:
-  takeover of NVIDIA's claims, allocation (with the held-devices guard), dynamic MIG, GPU sharing, device
-  metadata and CDI (with the driver's user-space).
+* the batch runner (`claims.batch`): the node lock, batching of calls that arrive together, deadlines,
+  and the one place where what a step raises becomes the answer of the calls it was for;
+* the claim lifecycle (`claims.lifecycle`, with `claims.reboot` for the start): admit, set up, complete,
+  clean and restore a claim, keeping the checkpoint's entries;
+* the steps (`claims.step.Step`, each in its feature's package), one feature each, which the lifecycle
+  calls in order through one small interface: takeover of NVIDIA's claims, allocation (with the
+  held-devices guard), dynamic MIG, GPU sharing, device metadata and CDI (with the driver's user-space).
 
 Stateless between calls: no prepared claim is kept in memory, so a claim prepared by one process is
 known to the other at its next call (the other pod of a seamless upgrade).
 
-Ghosts and held devices (see `ghosts` and `reconcile`): `clean_ghost` removes the entry of a claim the
-API server no longer has for this node as an unprepare, through the same batches and clean-up, only
-while the entry is still the one judged and no prepare of the claim answered since it was judged. A
+Ghosts and held devices (see `ghosts`, `allocation.guard` and `reconcile`): `clean_ghost` removes the
+entry of a claim the API server no longer has for this node as an unprepare, through the same batches and
+clean-up, only while the entry is still the one judged and no prepare of the claim answered since it was
+judged. A
 prepare whose devices another claim's entry holds meets `DevicesHeld` at admit; `prepare` then has
 `holder_check` (the reconciler) check those claims at once, outside the lock, and tries again.
 """
@@ -33,25 +34,25 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
 
-from . import reboot
-from .batch import BatchRunner, Op
-from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
-from .ghosts import DevicesHeld, Holder
-from .lifecycle import ClaimLifecycle, RecoveryPending
+from .allocation.guard import DevicesHeld, Holder
+from .allocation.step import AllocationStep
+from .cdi.step import CdiStep
+from .claims import reboot
+from .claims.batch import BatchRunner, Op
+from .claims.checkpoint import CheckpointStore, ClaimEntry, ClaimState
+from .claims.lifecycle import ClaimLifecycle, RecoveryPending
+from .claims.reboot import RebootRestore
+from .claims.step import record_types
+from .metadata.step import MetadataStep
 from .nodelock import LOCK_FILE, LockTimeout, NodeLock, StateLockTimeout
-from .reboot import RebootRestore
-from .steps import record_types
-from .steps.allocation import AllocationStep
-from .steps.cdi import CdiStep
-from .steps.metadata import MetadataStep
-from .steps.partitions import PartitionStep
-from .steps.sharing import SharingStep
-from .steps.takeover import TakeoverStep
+from .partitions.step import PartitionStep
+from .sharing.step import SharingStep
+from .takeover.step import TakeoverStep
 
 if TYPE_CHECKING:
+    from .claims.step import Step
     from .partitions.manager import PartitionManager
     from .sharing.manager import SharingManager
-    from .steps import Step
     from .takeover import Takeover
     from .userspace import DriverEdits
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vke_gpu_dra import checkpoint
+from vke_gpu_dra.claims import checkpoint
 from vke_gpu_dra.config import Config, parse_config
 from vke_gpu_dra.state import checkpoint_store
 from vke_gpu_dra_core import facts

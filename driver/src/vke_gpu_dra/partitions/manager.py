@@ -12,7 +12,7 @@ the create, kubelet's retry) is taken as the claim's; a GPU instance there witho
 is destroyed first. `destroy` of an instance already gone is a success.
 
 `overlapping` says which devices of a GPU share its memory slices (the whole GPU and each of its
-placements; two placements with a slice in common): the held-devices guard (`ghosts.find_holders`)
+placements; two placements with a slice in common): the held-devices guard (`allocation.guard.find_holders`)
 refuses to prepare one while another is prepared, as the counters keep the scheduler from allocating
 both.
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ..checkpoint import ClaimEntry
+    from ..claims.checkpoint import ClaimEntry
 
 #: The dynamic MIG step's name: the key of its record (`MigDevices`) in a claim's entry.
 STEP: Final = "partitions"

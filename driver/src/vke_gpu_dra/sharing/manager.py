@@ -31,9 +31,9 @@ from typing import Any, Final, Protocol
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device
 from vke_gpu_dra_core.featuregates import FeatureGates
 
+from ..claims.step import ClaimPending
 from ..kubeapi import KubeError
 from ..opaque_config import OpaqueConfigError, mps_limits
-from ..steps import ClaimPending
 from .mps import daemon_id, daemon_name, daemon_ready, mps_cdi_edits, mps_deployment, mps_dirs
 from .plan import MpsGroup, OtherClaim, Plan, devices_in_use
 from .records import SharingRecord

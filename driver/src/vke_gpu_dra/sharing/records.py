@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ..checkpoint import ClaimEntry
+    from ..claims.checkpoint import ClaimEntry
 
 #: The sharing step's name: the key of its record in a claim's entry.
 STEP: Final = "sharing"

@@ -58,8 +58,8 @@ from typing import Any, Final, Protocol
 
 from vke_gpu_dra_core.device_model import PreparedDevice
 
-from .bootid import DEFAULT_BOOT_ID_PATH, BootIdError, read_boot_id
-from .fsutil import atomic_write, fsync_dir, remove_durably
+from ..bootid import DEFAULT_BOOT_ID_PATH, BootIdError, read_boot_id
+from ..fsutil import atomic_write, fsync_dir, remove_durably
 from .journal import Journal, JournalError
 
 log = logging.getLogger(__name__)
@@ -332,7 +332,7 @@ class CheckpointStore:
         journal: bool = True,
         records: Mapping[str, RecordType] = NO_RECORDS,
     ) -> None:
-        """`records`: the record type of each step that keeps one, by step name (`steps.record_types`)."""
+        """`records`: the record type of each step that keeps one, by step name (`step.record_types`)."""
         self.path = directory / file_name
         self.records = MappingProxyType(dict(records))
         self._path = str(self.path)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from .fsutil import atomic_write
+from ..fsutil import atomic_write
 
 #: The journal's size; a change that does not fit makes the store rewrite the snapshot instead.
 SIZE: Final = 1 << 20

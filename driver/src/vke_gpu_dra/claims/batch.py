@@ -37,9 +37,9 @@ from typing import Any, Final, Literal, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
+from ..nodelock import LockTimeout, NodeLock
 from .checkpoint import ClaimEntry
-from .nodelock import LockTimeout, NodeLock
-from .steps import ClaimWork, Node
+from .step import ClaimWork, Node
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Step: the claim's devices on this node, and the held-devices guard (`ghosts.find_holders`).
+"""Step: the claim's devices on this node, and the held-devices guard (`guard.find_holders`).
 
 Admit reads the claim's allocation results for this driver and pool (`allocation.allocated_devices`)
 and refuses, with `DevicesHeld`, devices that other claims hold where the overlap is not allowed:
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from vke_gpu_dra_core.featuregates import FeatureGates
 
-from ..allocation import allocated_devices
-from ..ghosts import DevicesHeld, admin_access_devices, find_holders
-from . import ClaimWork, Node, Step, held_by_steps, overlaps_of
+from ..claims.step import ClaimWork, Node, Step, held_by_steps, overlaps_of
+from . import allocated_devices
+from .guard import DevicesHeld, admin_access_devices, find_holders
 
 
 class AllocationStep(Step):

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
-from ..checkpoint import ClaimEntry, ClaimState, Record, RecordType
+from .checkpoint import ClaimEntry, ClaimState, Record, RecordType
 
 if TYPE_CHECKING:
     from ..allocation import AllocatedDevice

@@ -1,5 +1,5 @@
-"""Step: device metadata for containers (KEP-5304, feature gate DeviceMetadata; `device_metadata` builds
-the files and paths).
+"""Step: device metadata for containers (KEP-5304, feature gate DeviceMetadata; the package's own module
+builds the files and paths).
 
 * start: temp files of interrupted writes of metadata files are removed; once the checkpoint is read,
   the directories of claims it does not have;
@@ -30,10 +30,10 @@ from typing import Any
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from .. import cdi
-from .. import device_metadata as dm
-from ..checkpoint import ClaimEntry
+from .. import metadata as dm
+from ..claims.checkpoint import ClaimEntry
+from ..claims.step import ClaimWork, Node, Step
 from ..fsutil import atomic_write, fsync_dir, remove_temp_leftovers
-from . import ClaimWork, Node, Step
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
-from ..checkpoint import ClaimEntry
-from ..sharing.manager import CdiEdits, MpsDaemonPending
-from ..sharing.plan import Plan, plan_claim
-from ..sharing.records import STEP, SharingRecord
-from . import ClaimWork, Node, Step
+from ..claims.checkpoint import ClaimEntry
+from ..claims.step import ClaimWork, Node, Step
+from .manager import CdiEdits, MpsDaemonPending
+from .plan import Plan, plan_claim
+from .records import STEP, SharingRecord
 
 if TYPE_CHECKING:
-    from ..sharing.manager import SharingManager
+    from .manager import SharingManager
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any, Final
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import Device
 
-from .fsutil import atomic_write, remove_durably
-from .userspace.edits import ENV_VISIBLE_DEVICES_VOID
+from ..fsutil import atomic_write, remove_durably
+from ..userspace.edits import ENV_VISIBLE_DEVICES_VOID
 
 if TYPE_CHECKING:
-    from .userspace import DriverEdits
+    from ..userspace import DriverEdits
 
 CLAIM_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_CLAIM}"
 BASE_KIND: Final = f"{facts.CDI_VENDOR}/{facts.CDI_CLASS_BASE}"

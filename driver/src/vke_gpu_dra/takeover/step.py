@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
+from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 
-from ..checkpoint import ClaimEntry
-from ..ghosts import adopted_entry
+from ..claims.checkpoint import ClaimEntry, ClaimState
+from ..claims.step import ClaimWork, Node, Step
 from ..sharing.plan import devices_in_use
-from ..takeover import AdoptionError, CleanupError, NvidiaClaimState, Takeover
-from . import ClaimWork, Node, Step
+from . import AdoptionError, CleanupError, NvidiaClaim, NvidiaClaimState, Takeover
+from .adoption import device_names
 
 
 class TakeoverStep(Step):
@@ -72,3 +72,27 @@ class TakeoverStep(Step):
 
     def unreleased_uids(self) -> set[str]:
         return set(self.takeover.unreleased())
+
+
+def adopted_entry(claim: NvidiaClaim, *, driver_name: str, pool_name: str) -> ClaimEntry:
+    """An adopted claim (not released) as a checkpoint entry: its namespace/name ("" when NVIDIA's file
+    and kubelet named none), and the devices NVIDIA prepared (allocated, for one it only started)."""
+    requests: dict[str, tuple[str, ...]] = {}
+    for group in claim.groups:
+        for d in group.devices:
+            requests[d.device_name] = requests.get(d.device_name, ()) + d.requests
+    for a in claim.allocated:
+        if a.driver == driver_name:
+            requests.setdefault(a.device, (a.request,))
+    devices = tuple(
+        PreparedDevice(
+            request_names=requests.get(n, ()), pool_name=pool_name, device_name=n, cdi_device_ids=()
+        )
+        for n in device_names(claim, driver_name)
+    )
+    state = (
+        ClaimState.PREPARE_COMPLETED
+        if claim.state is NvidiaClaimState.PREPARE_COMPLETED
+        else ClaimState.PREPARE_STARTED
+    )
+    return ClaimEntry(claim.uid, claim.namespace, claim.name, state, devices)

@@ -10,7 +10,7 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device
 from vke_gpu_dra_core.featuregates import FeatureGates
 from vke_gpu_dra_core.objects import lookup
 
-from .opaque_config import (
+from ..opaque_config import (
     NO_SHARING,
     DeviceConfig,
     OpaqueConfigError,
@@ -128,3 +128,18 @@ def _one_result(
     except OpaqueConfigError as exc:
         raise ClaimError(f"claim {label}: {exc}") from None
     return AllocatedDevice(request, device, config, sharing, share_id)
+
+
+def results_of(claim: Mapping[str, Any], driver_name: str, pool_name: str) -> list[Mapping[str, Any]]:
+    """The allocation results of `driver_name` in pool `pool_name` ([] when the claim is not allocated)."""
+    allocation = lookup(claim, "status", "allocation")
+    if not isinstance(allocation, Mapping):
+        return []
+    results = lookup(allocation, "devices", "results")
+    if not isinstance(results, list):
+        return []
+    return [
+        r
+        for r in results
+        if isinstance(r, Mapping) and r.get("driver") == driver_name and r.get("pool") == pool_name
+    ]

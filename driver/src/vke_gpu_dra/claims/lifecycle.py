@@ -1,8 +1,8 @@
 """The claim lifecycle: admit, set up, clean and restore a claim, each phase calling the steps in order.
 
-The steps (`steps`: takeover, allocation, dynamic MIG, sharing, device metadata, CDI, as `DeviceState`
-gives them) do the
-work of each feature; this module only orders them and keeps the checkpoint's entries:
+The steps (`step.Step`, one per feature package: takeover, allocation, dynamic MIG, sharing, device
+metadata, CDI, as `DeviceState` gives them) do the work of each feature; this module only orders them and
+keeps the checkpoint's entries:
 
 * admit (a new prepare): a completed claim answers from its entry, after getting back what it lost
   (`restore`); a new one goes through every step's `admit` (until one decides it) and gets its
@@ -37,10 +37,10 @@ from typing import Final
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
-from . import cdi
+from .. import cdi
 from .batch import Op
 from .checkpoint import CheckpointStore, ClaimEntry, ClaimState
-from .steps import ClaimPending, ClaimWork, Node, Step, held_by_steps
+from .step import ClaimPending, ClaimWork, Node, Step, held_by_steps
 
 log = logging.getLogger(__name__)
 

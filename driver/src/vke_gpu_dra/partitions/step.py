@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device
 
-from ..checkpoint import ClaimEntry
-from ..partitions.errors import PartitionError
-from ..partitions.records import STEP, MigDevices, MigRecord
-from . import ClaimWork, Node, Step
+from ..claims.checkpoint import ClaimEntry
+from ..claims.step import ClaimWork, Node, Step
+from .errors import PartitionError
+from .records import STEP, MigDevices, MigRecord
 
 if TYPE_CHECKING:
-    from ..partitions.manager import PartitionManager
+    from .manager import PartitionManager
 
 
 class PartitionStep(Step):

@@ -27,7 +27,8 @@ from typing import Final
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
-from . import cdi
+from .. import cdi
+from ..fsutil import remove_temp_leftovers
 from .checkpoint import (
     BACKUP_FILE,
     BOOT_ID_FILE,
@@ -37,9 +38,8 @@ from .checkpoint import (
     ClaimEntry,
     ClaimState,
 )
-from .fsutil import remove_temp_leftovers
 from .lifecycle import ClaimLifecycle
-from .steps import Node
+from .step import Node
 
 log = logging.getLogger(__name__)
 

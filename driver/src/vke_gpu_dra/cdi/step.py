@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
 from .. import cdi
-from ..checkpoint import ClaimEntry, ClaimState
-from . import ClaimWork, Node, Step
+from ..claims.checkpoint import ClaimEntry, ClaimState
+from ..claims.step import ClaimWork, Node, Step
 
 if TYPE_CHECKING:
     from ..userspace import DriverEdits
