@@ -20,7 +20,7 @@ from vke_gpu_dra.state import DeviceState
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimRef
 
-from tests.driver.claims import claim, result
+from tests.driver.claim_objects import claim, result
 
 POOL = "node-a"
 

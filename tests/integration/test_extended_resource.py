@@ -5,10 +5,10 @@ as core's `DeviceClassSpec.manifest(extended_resource=True)`). On 1.37 (KEP-5004
 the real kube-scheduler makes a ResourceClaim for the pod on a node that does not advertise
 nvidia.com/gpu itself, allocates one of the plugin's simulated GPUs, binds the pod, and the claim prepares
 through the kubelet-like client with the driver's CDI ids; the claim has the shape
-tests/driver/test_extended_resource_claim.py models. 1.38 does the same. On 1.34 (the gate alpha, off) the
-same manifests: the server drops the field and the pod stays Pending. On 1.37 and 1.38 alike a NoExecute
-DeviceTaintRule on the GPU evicts such a pod (the real v1.37.2 and v1.38.0-beta.0 device-taint eviction
-controllers both do).
+tests/driver/allocation/test_extended_resource_claim.py models. 1.38 does the same. On 1.34 (the gate alpha,
+off) the same manifests: the server drops the field and the pod stays Pending. On 1.37 and 1.38 alike a
+NoExecute DeviceTaintRule on the GPU evicts such a pod (the real v1.37.2 and v1.38.0-beta.0 device-taint
+eviction controllers both do).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of the driver: allocation results, consumable shares, extended resources, opaque configs."""

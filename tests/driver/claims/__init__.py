@@ -1,0 +1,2 @@
+"""Tests of the driver: the claim engine: checkpoint and journal, the Step contract, the state, reboots, lost
+claims."""

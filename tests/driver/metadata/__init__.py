@@ -1,0 +1,1 @@
+"""Tests of the driver: device metadata (KEP-5304)."""

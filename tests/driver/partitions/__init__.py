@@ -1,0 +1,1 @@
+"""Tests of the driver: dynamic MIG, simulated and over the fake NVML."""

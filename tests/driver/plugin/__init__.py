@@ -1,0 +1,1 @@
+"""Tests of the driver: the plugin process: wiring, command line, feature gates, shutdown."""

@@ -1,0 +1,1 @@
+"""Tests of the driver: time-slicing and MPS, the fake nvidia-smi."""

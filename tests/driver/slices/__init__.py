@@ -1,0 +1,1 @@
+"""Tests of the driver: ResourceSlice planning and publishing."""

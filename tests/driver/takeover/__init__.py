@@ -1,0 +1,1 @@
+"""Tests of the driver: taking a node over from NVIDIA's plugin."""
