@@ -18,7 +18,7 @@ from tests.tier import TierRecord
 from tools import toolchain
 
 from .kube import RELEASES, NodePlane, forget_stopped_nodes, kubelet_of
-from .node import FIGURES, Node, missing
+from .node import FIGURES, Node, missing, remove_shared_cgroups
 
 TIER = TierRecord("node tier (tests/node)")
 HERE = Path(__file__).resolve().parent
@@ -45,6 +45,14 @@ def _node_logs(item: pytest.Item) -> list[tuple[str, str]]:
     pytest_runtest_protocol,
     pytest_runtest_makereport,
 ) = TIER.hooks(in_tier=in_tier, missing=missing, marker=pytest.mark.node, on_failure=_node_logs)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nodes of lanes running side by side leave the CRI's shared /k8s.io cgroups to whichever stops last
+    (`Node.leftovers`); once this run's nodes are gone, the empty ones go (if other lanes' nodes still
+    run, the last of them does it)."""
+    if TIER.ran:
+        remove_shared_cgroups()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
