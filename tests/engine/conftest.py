@@ -24,25 +24,13 @@ from tests.tier import TierRecord
 from tools import toolchain
 
 from .kubelet import NodeAgent
-from .workspace import Workspace
+from .workspace import Workspace, missing_tools, tool_dirs
 
-#: The toolchain's tools this tier runs: the CLI with its language host, and the Kubernetes provider.
-TOOLS = ("pulumi", "pulumi-kubernetes")
 #: "what: seconds" lines the tests recorded, printed with the tier's summary.
 TIMINGS: list[str] = []
 
 
 TIER = TierRecord("engine tier (tests/engine)")
-
-
-def missing_tools() -> str | None:
-    missing = [name for name in TOOLS if toolchain.locate(name) is None]
-    if missing:
-        return (
-            f"the toolchain's {', '.join(missing)} not built: build them with scripts/toolchain "
-            "(Go 1.26 and the Go module proxy; docs/testing.md)"
-        )
-    return None
 
 
 def in_tier(item: pytest.Item) -> bool:
@@ -65,19 +53,12 @@ def timed(what: str, seconds: float) -> None:
     TIMINGS.append(f"{what}: {seconds:.1f}s")
 
 
-def _tool_dirs() -> list[Path]:
-    dirs = [toolchain.locate(name) for name in TOOLS]
-    if any(d is None for d in dirs):
-        pytest.skip(missing_tools() or "")
-    return [d for d in dirs if d is not None]
-
-
 @pytest.fixture
 def workspace() -> Iterator[Workspace]:
     """A fresh copy of the project with its own backend; removed afterwards (ENGINE_KEEP=1 keeps it)."""
     root = Path(tempfile.mkdtemp(prefix="engine-"))
     try:
-        yield Workspace.create(root, _tool_dirs())
+        yield Workspace.create(root, tool_dirs())
     finally:
         if not os.environ.get("ENGINE_KEEP"):
             shutil.rmtree(root, ignore_errors=True)

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.integration.controlplane import ControlPlane
+from tools import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The test virtualenv's bin folder (vke-gpu-dra, the plugin).
@@ -135,6 +137,30 @@ class Events:
 
     def errors(self) -> list[str]:
         return [message for severity, message in self.diagnostics if severity == "error"]
+
+
+#: The toolchain's tools the engine tier (and the node tier's stacks) run: the CLI with its language host,
+#: and the Kubernetes provider.
+TOOLS = ("pulumi", "pulumi-kubernetes")
+
+
+def missing_tools() -> str | None:
+    """Why the tier's tools cannot run here (one line), or None when they are built."""
+    missing = [name for name in TOOLS if toolchain.locate(name) is None]
+    if missing:
+        return (
+            f"the toolchain's {', '.join(missing)} not built: build them with scripts/toolchain "
+            "(Go 1.26 and the Go module proxy; docs/testing.md)"
+        )
+    return None
+
+
+def tool_dirs() -> list[Path]:
+    """The folders of the tier's tools; skips the test, saying how to build them, where one is missing."""
+    dirs = [toolchain.locate(name) for name in TOOLS]
+    if any(d is None for d in dirs):
+        pytest.skip(missing_tools() or "")
+    return [d for d in dirs if d is not None]
 
 
 def _diffs(meta: dict[str, Any]) -> tuple[str, ...]:

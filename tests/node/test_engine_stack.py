@@ -27,10 +27,9 @@ from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.objects import lookup
 
 from tests.engine.test_stack_lifecycle import _server_objects
-from tests.engine.workspace import ROOT, SAMPLE_NAMESPACE, Workspace
+from tests.engine.workspace import ROOT, SAMPLE_NAMESPACE, Workspace, tool_dirs
 from tests.integration.cluster import Cluster
 from tests.integration.controlplane import wait_until
-from tools import toolchain
 
 from .chart import GPUS, driver_image, driver_root, drop_unowned_device_classes, kubelet_claims
 from .kube import (
@@ -44,19 +43,15 @@ from .test_chart_daemonset import PROBE, plugin_pod, sample_pods, sees_exactly
 from .test_containerd_cdi import IMAGE, probe_image
 
 STACK = "node"
-#: The engine tier's tools: the CLI with its language host, and the Kubernetes provider.
-ENGINE_TOOLS = ("pulumi", "pulumi-kubernetes")
 VKE_GPU_DRA = Path(sys.executable).with_name("vke-gpu-dra")
 
 
 @pytest.fixture
 def workspace() -> Iterator[Workspace]:
     """The engine tier's workspace: a copy of the project with its own file backend."""
-    tools = [toolchain.locate(name) for name in ENGINE_TOOLS]
-    if None in tools:
-        pytest.skip(f"the toolchain's {' and '.join(ENGINE_TOOLS)} are not built: scripts/toolchain")
+    tools = tool_dirs()
     with tempfile.TemporaryDirectory(prefix="engine-") as root:
-        yield Workspace.create(Path(root), [t for t in tools if t is not None])
+        yield Workspace.create(Path(root), tools)
 
 
 def stack_config(ws: Workspace, plane: NodePlane, image: str, driver_root: Path) -> dict[str, Any]:

@@ -20,11 +20,10 @@ import pytest
 import yaml
 
 from tests.engine.test_up_script import PASSPHRASE, script, user_env
-from tests.engine.workspace import ROOT, Workspace
+from tests.engine.workspace import ROOT, Workspace, tool_dirs
 from tools import local_node, toolchain, up
 
 from .node import FIGURES
-from .test_engine_stack import ENGINE_TOOLS
 
 pytestmark = pytest.mark.node
 
@@ -41,10 +40,7 @@ def test_scripts_up_local_without_docker_runs_the_stack_on_a_local_node(tmp_path
     problem = up.setup_problem(ROOT)
     if problem:
         pytest.skip(f"the virtualenvs are not set up ({problem}): run scripts/setup")
-    tools = [toolchain.locate(name) for name in ENGINE_TOOLS]
-    if None in tools:
-        pytest.skip(f"the toolchain's {' and '.join(ENGINE_TOOLS)} are not built: scripts/toolchain")
-    ws = Workspace.create(tmp_path / "ws", [t for t in tools if t is not None])
+    ws = Workspace.create(tmp_path / "ws", tool_dirs())
     served = tmp_path / "local-node"
     no_docker = tmp_path / "no-docker"
     no_docker.mkdir()
