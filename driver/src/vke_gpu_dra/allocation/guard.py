@@ -28,7 +28,8 @@ from vke_gpu_dra_core.device_model import ClaimError, ClaimRef
 
 from ..claims.checkpoint import ClaimEntry
 from ..ghosts import checkable, label
-from ..sharing.plan import check_conflicts, plan_for, sharing_of
+from ..sharing.plan import check_conflicts, plan_for
+from ..sharing.records import SharingRecord
 from . import results_of
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def find_holders(
             conflict = "; ".join(shares)
         if overlap and not blocked and not crossing:
             try:
-                check_conflicts(plan, [sharing_of(other)], f"{ref.namespace}/{ref.name}")
+                check_conflicts(plan, [SharingRecord.of(other)], f"{ref.namespace}/{ref.name}")
             except ClaimError as exc:
                 conflict, blocked = str(exc), overlap
         if blocked or crossing:

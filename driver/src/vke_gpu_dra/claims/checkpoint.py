@@ -76,6 +76,7 @@ __all__ = [
     "CheckpointStore",
     "ClaimEntry",
     "ClaimState",
+    "HoldsRecords",
     "LoadResult",
     "Record",
     "RecordType",
@@ -112,6 +113,12 @@ class Record(Protocol):
         """The devices (by name) the record holds besides the entry's own: the held-devices guard keeps
         them from other claims until the entry goes."""
         ...
+
+
+class HoldsRecords(Protocol):
+    """A claim's entry (`ClaimEntry`) or a claim being prepared (`step.ClaimWork`): each step's record."""
+
+    def record(self, step: str) -> Record | None: ...
 
 
 class RecordType(Protocol):

@@ -104,6 +104,10 @@ class ClaimWork:
         entry must be on disk first, so that a crash in between leaves what unprepare cleans."""
         return self.own_spec or any(self.records.values())
 
+    def record(self, step: str) -> Record | None:
+        """The record step `step` keeps for the claim so far (None: none)."""
+        return self.records.get(step)
+
     @property
     def records_changed(self) -> bool:
         """A restore changed a step's record (MIG devices created again with new ids)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ..claims.checkpoint import ClaimEntry
+    from ..claims.checkpoint import HoldsRecords
 
 #: The dynamic MIG step's name: the key of its record (`MigDevices`) in a claim's entry.
 STEP: Final = "partitions"
@@ -130,7 +130,7 @@ class MigDevices:
         return cls(tuple(MigRecord.from_json(p, f"{where}[{i}]") for i, p in enumerate(data)))
 
     @classmethod
-    def of(cls, entry: ClaimEntry) -> MigDevices:
-        """The record `entry` keeps (an empty one when no MIG device was made for the claim)."""
-        record = entry.record(STEP)
+    def of(cls, claim: HoldsRecords | None) -> MigDevices:
+        """The record `claim` keeps (an empty one when no MIG device was made for it, or for no claim)."""
+        record = None if claim is None else claim.record(STEP)
         return record if isinstance(record, MigDevices) else cls()

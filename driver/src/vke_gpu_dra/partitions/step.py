@@ -55,7 +55,7 @@ class PartitionStep(Step):
             work.own_spec = True  # the created MIG devices exist for this claim only
 
     def set_up(self, work: ClaimWork, node: Node) -> None:
-        placements = self._of(work)
+        placements = MigDevices.of(work)
         if not placements:
             return
         manager = self._manager(work.ref)
@@ -71,7 +71,7 @@ class PartitionStep(Step):
         work.devices = claim_devices(work.ref, [d.name for d in work.devices], created, node.devices, manager)
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
-        placements = MigDevices() if entry is None else MigDevices.of(entry)
+        placements = MigDevices.of(entry)
         if not placements:
             return
         try:
@@ -80,7 +80,7 @@ class PartitionStep(Step):
             raise ClaimError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
 
     def restore(self, work: ClaimWork, node: Node, deadline: float | None) -> None:
-        placements = self._of(work)
+        placements = MigDevices.of(work)
         if not placements:
             return
         manager = self._manager(work.ref)
@@ -101,10 +101,6 @@ class PartitionStep(Step):
     def device_uuids(self, entry: ClaimEntry) -> Mapping[str, str]:
         """The UUID of each MIG device created for the claim, by its placement device's name."""
         return MigDevices.of(entry).uuids()
-
-    def _of(self, work: ClaimWork) -> MigDevices:
-        record = work.records.get(self.name)
-        return record if isinstance(record, MigDevices) else MigDevices()
 
     def _manager(self, ref: ClaimRef) -> PartitionManager:
         if self.manager is None:

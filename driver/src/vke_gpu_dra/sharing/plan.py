@@ -8,23 +8,21 @@ from typing import TYPE_CHECKING, Protocol
 
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, Device, PreparedDevice
 
+from ..claims.checkpoint import HoldsRecords
 from ..opaque_config import MpsSettings
 from .mps import daemon_id
-from .records import STEP, MpsRecord, SharingRecord
+from .records import MpsRecord, SharingRecord
 
 if TYPE_CHECKING:
     from ..allocation import AllocatedDevice
 
 
-class OtherClaim(Protocol):
-    """Another claim prepared on this node, as its checkpoint entry holds it."""
+class OtherClaim(HoldsRecords, Protocol):
+    """Another claim prepared on this node, as its checkpoint entry holds it (its sharing record:
+    `SharingRecord.of`)."""
 
     @property
     def devices(self) -> Sequence[PreparedDevice]: ...
-
-    def record(self, step: str) -> object | None:
-        """The record a step keeps for the claim (the sharing step's: `SharingRecord.of`)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -72,17 +70,11 @@ class Plan:
         )
 
 
-def sharing_of(claim: OtherClaim) -> SharingRecord:
-    """What `claim` changed on the node's GPUs (an empty record when nothing)."""
-    record = claim.record(STEP)
-    return record if isinstance(record, SharingRecord) else SharingRecord()
-
-
 def plan_claim(ref: ClaimRef, allocated: Sequence[AllocatedDevice], others: Iterable[OtherClaim]) -> Plan:
     """The plan of a claim's devices; ClaimError when it conflicts with another prepared claim."""
     plan = plan_for(ref.uid, allocated)
     if plan:
-        check_conflicts(plan, [sharing_of(o) for o in others], f"{ref.namespace}/{ref.name}")
+        check_conflicts(plan, [SharingRecord.of(o) for o in others], f"{ref.namespace}/{ref.name}")
     return plan
 
 
@@ -135,5 +127,5 @@ def devices_in_use(others: Iterable[OtherClaim]) -> set[str]:
     used: set[str] = set()
     for other in others:
         used.update(d.device_name for d in other.devices)
-        used.update(sharing_of(other).device_names())
+        used.update(SharingRecord.of(other).device_names())
     return used

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ..claims.checkpoint import ClaimEntry
+    from ..claims.checkpoint import HoldsRecords
 
 #: The sharing step's name: the key of its record in a claim's entry.
 STEP: Final = "sharing"
@@ -42,9 +42,9 @@ class SharingRecord:
         return self.device_names()
 
     @classmethod
-    def of(cls, entry: ClaimEntry) -> SharingRecord:
-        """The record `entry` keeps (an empty one when the claim changed no GPU's settings)."""
-        record = entry.record(STEP)
+    def of(cls, claim: HoldsRecords | None) -> SharingRecord:
+        """The record `claim` keeps (an empty one when it changed no GPU's settings, or for no claim)."""
+        record = None if claim is None else claim.record(STEP)
         return record if isinstance(record, SharingRecord) else cls()
 
     def to_json(self) -> dict[str, Any]:

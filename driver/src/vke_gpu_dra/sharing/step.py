@@ -64,7 +64,7 @@ class SharingStep(Step):
         self._add_edits(work, edits)
 
     def clean(self, ref: ClaimRef, entry: ClaimEntry | None, node: Node, deadline: float) -> None:
-        record = SharingRecord() if entry is None else SharingRecord.of(entry)
+        record = SharingRecord.of(entry)
         if not record:
             return
         self._manager(ref).unprepare(
@@ -72,8 +72,7 @@ class SharingStep(Step):
         )
 
     def restore(self, work: ClaimWork, node: Node, deadline: float | None) -> None:
-        entry = work.restoring
-        record = SharingRecord() if entry is None else SharingRecord.of(entry)
+        record = SharingRecord.of(work.restoring)
         if not record:
             return
         manager = self._manager(work.ref)
