@@ -86,6 +86,8 @@ FIGURES: list[str] = []
 #: The nodes of this process whose kubelet runs, by name (where the API server's egress proxy connects).
 KUBELET_NODES: dict[str, Node] = {}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Where each node's folder is made (short, for unix socket paths), and its name's start.
+NODES_DIR, NODE_PREFIX = "/tmp", "vkenode-"
 
 
 class NodeError(RuntimeError):
@@ -364,7 +366,7 @@ class Node:
         self.tools = located
         if running is None:
             self.name = f"{name}-{os.getpid()}-{next(_COUNTER)}"
-            self.base = Path(tempfile.mkdtemp(prefix="vkenode-", dir="/tmp"))
+            self.base = Path(tempfile.mkdtemp(prefix=NODE_PREFIX, dir=NODES_DIR))
         else:
             self.name, self.base = running[0], running[1]
         self.cdi_dir = self.base / "cdi"
@@ -481,7 +483,7 @@ class Node:
 
     def _others_running(self) -> bool:
         """Another node runs beside this one (its folder is there): the shared /k8s.io is left to it."""
-        return any(p != self.base and p.is_dir() for p in self.base.parent.glob("vkenode-*"))
+        return any(folder != self.base for folder in running_nodes())
 
     def _remove_cgroups(self) -> None:
         others = self._others_running()
@@ -794,11 +796,16 @@ class Node:
         self.stop()
 
 
+def running_nodes() -> list[Path]:
+    """The folders of the nodes running on this host (a node's folder goes when it stops)."""
+    return [folder for folder in Path(NODES_DIR).glob(f"{NODE_PREFIX}*") if folder.is_dir()]
+
+
 def remove_shared_cgroups(wait: float = 60.0) -> None:
     """At the end of a run: the CRI's shared /k8s.io cgroups, once no node runs (nodes of other lanes are
     waited for up to `wait` seconds, then left to remove them) and no pod's cgroup is in them."""
     deadline = time.monotonic() + wait
-    while any(p.is_dir() for p in Path("/tmp").glob("vkenode-*")):
+    while running_nodes():
         if time.monotonic() > deadline:
             return
         time.sleep(0.5)
