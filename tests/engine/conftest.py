@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import Cluster
-from tests.integration.controlplane import CONTROLLERS, ControlPlane, missing_assets
+from tests.integration.controlplane import CONTROLLERS, VKE, ControlPlane, missing_assets
 from tests.tier import TierRecord
 from tools import toolchain
 
@@ -66,10 +66,6 @@ def workspace() -> Iterator[Workspace]:
 
 #: The plane's controllers: the tier's, plus the DaemonSet controller (the chart's plugin pods).
 ENGINE_CONTROLLERS = f"{CONTROLLERS},daemonset-controller"
-
-
-#: The releases a stack aimed at an existing cluster is brought up on: VKE's, and the next one.
-VKE, NEXT = "1.34", "1.38"
 
 
 @pytest.fixture(scope="session")

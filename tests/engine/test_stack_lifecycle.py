@@ -20,9 +20,9 @@ import pytest
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core import pulumi_types as pt
 
-from tests.integration.controlplane import ApiError, ControlPlane
+from tests.integration.controlplane import NEXT, VKE, ApiError, ControlPlane
 
-from .conftest import NEXT, VKE, timed
+from .conftest import timed
 from .kubelet import NodeAgent, wait_for
 from .workspace import SAMPLE_NAMESPACE, Workspace
 

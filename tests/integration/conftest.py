@@ -21,10 +21,8 @@ from tests.tier import TierRecord
 from tools import toolchain
 
 from .cluster import FIGURES, Cluster
-from .controlplane import ControlPlane, missing_assets
+from .controlplane import NEWEST, NEXT, VKE, ControlPlane, missing_assets
 
-#: The releases the tier runs: the newest, VKE's and the next.
-NEWEST, VKE, NEXT = "1.37", "1.34", "1.38"
 #: VKE's release with DRAConsumableCapacity (alpha there) turned on, as an operator may: where the planner's
 #: 1.34 model with the gate is checked against the real v1.34.4 scheduler.
 VKE_CAPACITY = "1.34+DRAConsumableCapacity"

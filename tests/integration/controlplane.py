@@ -31,6 +31,8 @@ from vke_gpu_dra_core import dra_gates
 
 #: The binaries a control plane needs in its folder.
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+#: The releases the tiers run: the newest, VKE's and the next.
+NEWEST, VKE, NEXT = "1.37", "1.34", "1.38"
 #: What to do when they are missing (one line: the tier's skip reason).
 HOW_TO_GET = (
     "build them with scripts/toolchain (Go 1.26, and Go 1.27.3 for 1.38, from the Go module proxy; "
