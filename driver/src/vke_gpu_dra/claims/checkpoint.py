@@ -147,7 +147,7 @@ class ClaimEntry:
     devices: tuple[PreparedDevice, ...] = ()
     #: Each step's record of what it changed for the claim, by step name (empty ones are left out, so
     #: files of claims no step changed anything for keep the original shape).
-    records: Mapping[str, Record] = field(default_factory=lambda: MappingProxyType({}))
+    records: Mapping[str, Record] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "records", _records(self.records))
