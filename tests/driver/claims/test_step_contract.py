@@ -19,6 +19,9 @@ from vke_gpu_dra.claims.checkpoint import CheckpointStore, ClaimEntry, ClaimStat
 from vke_gpu_dra.claims.lifecycle import ClaimLifecycle
 from vke_gpu_dra.claims.step import ClaimPending, ClaimWork, Node, Step, record_types
 from vke_gpu_dra.nodelock import LOCK_FILE, NodeLock
+from vke_gpu_dra.partitions.records import MigDevices
+from vke_gpu_dra.sharing.records import SharingRecord
+from vke_gpu_dra.state import RECORD_TYPES, default_steps
 from vke_gpu_dra_core import facts, featuregates
 from vke_gpu_dra_core.device_model import ClaimError, ClaimRef, PreparedDevice
 from vke_gpu_dra_core.discovery.simulated import SimulatedSource
@@ -331,3 +334,13 @@ def test_a_record_a_restore_changes_is_written_and_answered(keeping: LifecycleNo
     assert op.entry is not None and op.entry.record("keeping") == Changed(("gpu-1",), 1)
     assert keeping.store.load().entries["uid-1"].record("keeping") == Changed(("gpu-1",), 1)
     assert keeping.keeping.device_uuids(op.entry) == {"gpu-1": "UUID-gpu-1-1"}
+
+
+def test_the_plugins_checkpoint_reads_every_record_its_steps_keep(tmp_path: Path) -> None:
+    steps = default_steps(
+        devices=DEVICES,
+        cdi_root=tmp_path / "cdi",
+        plugin_data_dir=tmp_path,
+        gates=featuregates.FeatureGates(),
+    )
+    assert record_types(steps) == RECORD_TYPES == {"partitions": MigDevices, "sharing": SharingRecord}
