@@ -48,9 +48,9 @@ def _node_logs(item: pytest.Item) -> list[tuple[str, str]]:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Nodes of lanes running side by side leave the CRI's shared /k8s.io cgroups to whichever stops last
-    (`Node.leftovers`); once this run's nodes are gone, the empty ones go (if other lanes' nodes still
-    run, the last of them does it)."""
+    """The CRI's shared /k8s.io cgroups are the run's, not a node's (`Node.leftovers` counts only a pod's
+    cgroup left in them): once this run's nodes are gone, the empty ones go (if other lanes' nodes still
+    run, the last lane to end does it)."""
     if TIER.ran:
         remove_shared_cgroups()
 

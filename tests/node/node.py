@@ -524,14 +524,16 @@ class Node:
                 found.append(f"process {proc.name}: {cmdline.strip()}")
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
         found += [f"mount: {line}" for line in mounts if base in line]
-        # The CRI's /k8s.io is shared by the nodes running side by side (scripts/test's lanes): it counts once
-        # no node's pods are in it and no other node runs (another node's containerd makes it again, empty
-        # for a moment, before its next pod's cgroup); .ci/run checks it once every lane has ended.
-        others = self._others_running()
+        # The CRI's /k8s.io is shared by the nodes running side by side (scripts/test's lanes), and another
+        # lane's containerd makes it again, empty, whenever it starts: the empty folder is the run's to remove
+        # (`remove_shared_cgroups`) and .ci/run checks it once every lane has ended. What is a node's leftover
+        # is a pod's cgroup still in it once no other node runs (whose pods it could be).
+        # (pods listed before asking, so a node starting after the question cannot have made them)
         cgroups = self.cgroup_dirs()
-        found += [
-            f"cgroup: {p}" for p in cgroups if p.name != CRI_NAMESPACE or not (_subfolders(p) or others)
-        ]
+        found += [f"cgroup: {c}" for c in cgroups if c.name != CRI_NAMESPACE]
+        pods = [pod for c in cgroups if c.name == CRI_NAMESPACE for pod in _subfolders(c)]
+        if not self._others_running():
+            found += [f"cgroup: {pod}" for pod in pods]
         if self.base.exists():
             found.append(f"folder: {self.base}")
         return found

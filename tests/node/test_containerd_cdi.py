@@ -25,6 +25,7 @@ from vke_gpu_dra_testing import cdi_check
 from tests.driver import fake_driver
 
 from . import images
+from . import node as node_module
 from .node import CDI_ROOT, KUBELET_ROOT, Node
 
 UID = "5a6b7c8d-1111-4222-8333-944455556666"
@@ -241,3 +242,28 @@ def test_a_stopped_node_leaves_nothing_behind(node: Node) -> None:
     node.stop()
     assert node.leftovers() == []
     assert not os.path.exists(node.base)
+
+
+def test_a_node_counts_a_pod_cgroup_left_in_the_shared_cri_folder_not_the_folder_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lanes run nodes side by side, and each one's containerd makes the CRI's /k8s.io again, empty: that
+    folder is the run's to remove. A pod's cgroup left in it is a node's leftover once no other node runs."""
+    cgroups, nodes = tmp_path / "cgroup", tmp_path / "nodes"
+    nodes.mkdir()
+    monkeypatch.setattr(node_module, "CGROUP_ROOT", cgroups)
+    monkeypatch.setattr(node_module, "NODES_DIR", str(nodes))
+    stopped = Node(tools=object())  # type: ignore[arg-type]  # never started: only its bookkeeping
+    stopped.base.rmdir()
+    shared = [cgroups / h / "k8s.io" for h in ("cpu", "memory")]
+    for folder in shared:
+        folder.mkdir(parents=True)
+    assert stopped.leftovers() == []
+
+    (shared[1] / "a1b2").mkdir()
+    (cgroups / "cpu" / stopped.name).mkdir()
+    own = f"cgroup: {cgroups / 'cpu' / stopped.name}"
+    assert stopped.leftovers() == [own, f"cgroup: {shared[1] / 'a1b2'}"]
+
+    (nodes / f"{node_module.NODE_PREFIX}other").mkdir()  # another lane's node: the pod may be its own
+    assert stopped.leftovers() == [own]
