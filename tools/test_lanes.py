@@ -5,10 +5,10 @@
                                                   lane's; exit 0 when all pass
     .venv/bin/python -m tools.test_lanes --list   the lanes and their pytest arguments
 
-The node tier (tests/node) spends most of its time waiting on kubelets, containerd and pods, so its two
-kubelet releases run as two lanes of their own, beside the engine tier's lane and the rest of the suite
-(the unit tests and the control-plane tier): on a 2-core machine the suite takes about as long as its
-longest lane instead of the sum of all four (docs/testing.md, "Lanes"). Each lane is one pytest process
+The node tier (tests/node) spends most of its time waiting on kubelets, containerd and pods, so each of
+its control planes' releases runs as a lane of its own, beside the engine tier's lane and the rest of the
+suite (the unit tests and the control-plane tier): on a 2-core machine the suite takes about as long as
+its longest lane instead of the sum of all five (docs/testing.md, "Lanes"). Each lane is one pytest process
 with its own control planes and nodes; only the first keeps pytest's cache (`--lf`), so no two write it
 at once.
 
@@ -44,14 +44,16 @@ class Lane:
     args: tuple[str, ...]
 
 
-#: The node tier's parametrised tests carry their kubelet release in their ids ([1.34], [1.34-chart-mps]);
-#: the tier's other tests (the images, the bench's options, scripts/node, scripts/up local) run on 1.37 or
-#: need no kubelet, and go with the 1.37 lane. The engine tier (the Pulumi CLI) has a lane of its own.
+#: The node tier's parametrised tests carry their control plane's release in their ids ([1.34],
+#: [1.38-chart-mps]); the tier's other tests (the images, the bench's options, scripts/node, scripts/up
+#: local) run on 1.37 or need no kubelet, and go with the 1.37 lane. The engine tier (the Pulumi CLI) has a
+#: lane of its own.
 LANES = (
     Lane("suite", ("--ignore=tests/node", "--ignore=tests/engine")),
     Lane("engine", ("tests/engine", "-p", "no:cacheprovider")),
     Lane("node 1.34", ("tests/node", "-k", "1.34", "-p", "no:cacheprovider")),
-    Lane("node 1.37", ("tests/node", "-k", "not 1.34", "-p", "no:cacheprovider")),
+    Lane("node 1.37", ("tests/node", "-k", "not 1.34 and not 1.38", "-p", "no:cacheprovider")),
+    Lane("node 1.38", ("tests/node", "-k", "1.38", "-p", "no:cacheprovider")),
 )
 
 

@@ -4,6 +4,9 @@ nothing behind.
 
     scripts/node                    containerd 2.1 (CDI on) and runc in a node of its own
     scripts/node --kubelet 1.34     and the kubelet 1.34.4 on a 1.34 control plane (or 1.37)
+    scripts/node --kubelet 1.37 --control-plane 1.38
+                                    the kubelet on a newer control plane, as while a cluster's control
+                                    plane is upgraded before its nodes (up to three minors newer)
     scripts/node --once             start, print, stop (a check that it works here)
     scripts/node --serve DIR        a one-node cluster (kubelet 1.37 unless --kubelet says) until SIGTERM:
                                     DIR/state.json says where it is, DIR/kubeconfig reaches it (what
@@ -29,7 +32,7 @@ from tools import toolchain
 from tools.oci_image import ImageError, read_image
 
 from . import images
-from .kube import BUSYBOX, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, ready
+from .kube import BUSYBOX, RELEASES, SERVICE_ADDRESS, SERVICE_PORT, NodePlane, ready
 from .node import ADDRESS, Node, NodeError, missing
 
 #: The kubelet a served cluster runs unless --kubelet says otherwise.
@@ -42,8 +45,11 @@ STOP_POLL_SECONDS = 0.1
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/node", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubelet", choices=sorted(RELEASES), help="run the kubelet of this release")
     parser.add_argument(
-        "--kubelet", choices=sorted(toolchain.KUBERNETES), help="run the kubelet of this release"
+        "--control-plane",
+        choices=sorted(toolchain.KUBERNETES),
+        help="on a control plane of this release (default: the kubelet's; up to three minors newer)",
     )
     parser.add_argument("--once", action="store_true", help="stop as soon as it is up")
     parser.add_argument(
@@ -55,11 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return import_image(args.serve, args.import_image)
     if args.serve is not None and args.kubelet is None:
         args.kubelet = SERVE_DEFAULT
+    skew = _skew(args.kubelet, args.control_plane)
+    if skew:
+        parser.error(skew)
+    args.control_plane = args.control_plane or args.kubelet
     reason = missing()
     if reason:
         print(f"scripts/node: {reason}", file=sys.stderr)
         return 1
-    found = _kubelet(args.kubelet) if args.kubelet else None
+    found = _binaries(args.kubelet, args.control_plane) if args.kubelet else None
     if isinstance(found, str):
         print(f"scripts/node: {found}", file=sys.stderr)
         return 1
@@ -80,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  crictl:    {node.tools.crictl / 'crictl'} --config {node.base / 'crictl.yaml'} (inside it)")
         print(f"  CDI specs: {node.cdi_dir}")
         if found is not None:
-            plane = _cluster(node, args.kubelet, *found, serve=args.serve)
+            plane = _cluster(node, args.control_plane, args.kubelet, *found, serve=args.serve)
         if not args.once:
             print("Ctrl-C stops it", flush=True)
             while not stopping:
@@ -96,18 +106,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if left else 0
 
 
-def _kubelet(minor: str) -> tuple[Path, Path] | str:
-    """The toolchain's kubelet of `minor` and its control plane's binaries, or why not."""
-    folder, assets = toolchain.locate(toolchain.KUBERNETES[minor]), toolchain.kube_assets(minor)
-    reason = missing_assets(minor, assets)
+def _skew(kubelet: str | None, control_plane: str | None) -> str:
+    """Why a kubelet cannot join a control plane of that release ("" when it can): Kubernetes' version skew
+    policy lets a kubelet be up to three minors older than its API server, never newer."""
+    if control_plane is None:
+        return ""
+    if kubelet is None:
+        return f"--control-plane {control_plane} needs --kubelet (or --serve): the node's kubelet joins it"
+    older = int(control_plane.split(".")[1]) - int(kubelet.split(".")[1])
+    if 0 <= older <= 3:
+        return ""
+    return (
+        f"--control-plane {control_plane} with --kubelet {kubelet}: a kubelet may be up to three minors "
+        "older than its control plane, never newer"
+    )
+
+
+def _binaries(kubelet: str, control_plane: str) -> tuple[Path, Path] | str:
+    """The toolchain's kubelet of `kubelet` and the control-plane binaries of `control_plane`, or why not."""
+    folder, assets = toolchain.locate(toolchain.KUBERNETES[kubelet]), toolchain.kube_assets(control_plane)
+    reason = missing_assets(control_plane, assets)
     if folder is None or not (folder / "kubelet").exists() or reason or assets is None:
-        return f"{reason or 'no kubelet'}: scripts/toolchain --only etcd,{toolchain.KUBERNETES[minor]}"
+        names = sorted({toolchain.KUBERNETES[kubelet], toolchain.KUBERNETES[control_plane]})
+        return f"{reason or 'no kubelet'}: scripts/toolchain --only etcd,{','.join(names)}"
     return folder / "kubelet", assets
 
 
-def _cluster(node: Node, minor: str, kubelet: Path, assets: Path, *, serve: Path | None) -> NodePlane:
-    """A control plane of `minor`, and the node's kubelet registered with it (pods reach the API server at
-    the `kubernetes` Service's address); served: the state written once the node is Ready."""
+def _cluster(
+    node: Node, minor: str, kubelet_minor: str, kubelet: Path, assets: Path, *, serve: Path | None
+) -> NodePlane:
+    """A control plane of `minor`, and the node's kubelet (of `kubelet_minor`) registered with it (pods
+    reach the API server at the `kubernetes` Service's address); served: the state written once the node
+    is Ready."""
     plane = NodePlane(assets, minor)
     plane.start()
     try:
@@ -125,7 +155,7 @@ def _cluster(node: Node, minor: str, kubelet: Path, assets: Path, *, serve: Path
                 raise NodeError(f"node {node.name} did not become Ready:\n{node.logs()}")
             busybox = images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries())
             node.import_image(busybox)
-            write_state(serve, node, plane)
+            write_state(serve, node, plane, kubelet_minor)
             print(f"  served:    {serve / STATE}, kubeconfig {serve / 'kubeconfig'}", flush=True)
     except BaseException:
         plane.stop()
@@ -133,7 +163,7 @@ def _cluster(node: Node, minor: str, kubelet: Path, assets: Path, *, serve: Path
     return plane
 
 
-def write_state(folder: Path, node: Node, plane: NodePlane) -> None:
+def write_state(folder: Path, node: Node, plane: NodePlane, kubelet: str) -> None:
     """DIR/kubeconfig (the cluster's administrator, context `vke-gpu-dra-node`) and DIR/state.json, the
     latter last and atomically: once it is there, the cluster is up and its node Ready."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -142,8 +172,8 @@ def write_state(folder: Path, node: Node, plane: NodePlane) -> None:
     kubeconfig.write_text(text)
     state = {
         "pid": os.getpid(), "node": node.name, "folder": str(node.base), "pid1": node.pid1,
-        "kubelet": plane.version, "server": plane.server, "kubeconfig": str(kubeconfig), "context": CONTEXT,
-        "sample_image": BUSYBOX,
+        "kubelet": kubelet, "controlPlane": plane.version, "server": plane.server,
+        "kubeconfig": str(kubeconfig), "context": CONTEXT, "sample_image": BUSYBOX,
     }  # fmt: skip
     partial = folder / f".{STATE}.partial"
     partial.write_text(json.dumps(state, indent=2) + "\n")

@@ -17,7 +17,7 @@ from tests.integration.controlplane import missing_assets
 from tests.tier import TierRecord
 from tools import toolchain
 
-from .kube import RELEASES, NodePlane, forget_stopped_nodes, kubelet_of
+from .kube import PLANES, NodePlane, forget_stopped_nodes, kubelet_of
 from .node import FIGURES, Node, missing, remove_shared_cgroups
 
 TIER = TierRecord("node tier (tests/node)")
@@ -80,12 +80,12 @@ def node(request: pytest.FixtureRequest) -> Iterator[Node]:
     assert running.leftovers() == [], "the node left things behind"
 
 
-@pytest.fixture(scope="session", params=sorted(RELEASES))
+@pytest.fixture(scope="session", params=sorted(PLANES))
 def plane(request: pytest.FixtureRequest) -> Iterator[NodePlane]:
-    """A control plane of each release the kubelet tests run (the control-plane tier's, knowing this
-    process's nodes' kubelets), one at a time."""
+    """A control plane of each release the node tier runs (the control-plane tier's, knowing this
+    process's nodes' kubelets; its nodes run the kubelet PLANES names), one at a time."""
     minor = str(request.param)
-    kubelet_of(minor)  # skips before a control plane is started for nothing
+    kubelet_of(PLANES[minor])  # skips before a control plane is started for nothing
     assets = toolchain.kube_assets(minor)
     reason = missing_assets(minor, assets)
     if reason:

@@ -23,6 +23,11 @@ from .node import KUBELET_NODES, Node
 BUSYBOX = "vke-gpu-dra.local/node/busybox:1"
 #: The kubelet releases the tier runs, by minor.
 RELEASES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
+#: The control planes the tier runs, by minor, each with the minor of the kubelet its nodes run: their own,
+#: but for 1.38, whose kubelet needs a module the Go module proxy does not serve (toolchain/unavailable.toml):
+#: its nodes run kubelet 1.37, one minor older, as a cluster's do while its control plane is upgraded first
+#: (a kubelet may be up to three minors older than its API server).
+PLANES = {"1.34": "1.34", "1.37": "1.37", "1.38": "1.37"}
 
 
 #: Node identities a NodePlane knows in advance: the first nodes of the process that started it.
@@ -68,6 +73,18 @@ class NodePlane(ControlPlane):
     controllers: str = NODE_CONTROLLERS
     node_prefix: str = "vke-node"
     egress: EgressProxy | None = field(default=None, repr=False)
+
+    @property
+    def kubelet(self) -> str:
+        """The minor of the kubelet this control plane's nodes run (PLANES)."""
+        return PLANES[self.version]
+
+    @property
+    def label(self) -> str:
+        """The node's releases as the tier's figures name them: its kubelet, and the control plane where
+        that is another release."""
+        skew = f" on control plane {self.version}" if self.kubelet != self.version else ""
+        return f"kubelet {RELEASES[self.kubelet]}{skew}"
 
     @property
     def kubelet_client_ca(self) -> Path:
@@ -179,11 +196,12 @@ def forget_stopped_nodes(plane: ControlPlane) -> list[str]:
 
 
 def join(node: Node, plane: NodePlane) -> None:
-    """The node's kubelet, of the plane's release, joins it as the chart's pods need it: pods reach the
-    API server at the `kubernetes` Service's address, and the API server reaches the kubelet (logs, exec)
-    through its egress proxy. Once the Node is Ready, the Nodes of kubelets that stopped are forgotten."""
+    """The node's kubelet, of the release `plane.kubelet` names, joins it as the chart's pods need it: pods
+    reach the API server at the `kubernetes` Service's address, and the API server reaches the kubelet
+    (logs, exec) through its egress proxy. Once the Node is Ready, the Nodes of kubelets that stopped are
+    forgotten."""
     node.start_kubelet(
-        kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name),
+        kubelet_of(plane.kubelet), plane.server, plane.ca_file, plane.node_token(node.name),
         service=(SERVICE_ADDRESS, SERVICE_PORT), client_ca=plane.kubelet_client_ca,
     )  # fmt: skip
     path = f"/api/v1/nodes/{node.name}"

@@ -29,7 +29,6 @@ from tests.integration.controlplane import wait_until
 
 from .chart import GPUS, container_id, driver_image, driver_root, kubelet_claims, output_until, release
 from .kube import (
-    RELEASES,
     SERVICE_ADDRESS,
     NodePlane,
     get_or_none,
@@ -149,7 +148,7 @@ def delete_sample(cluster: Cluster, claims: list[str]) -> None:
 def test_the_charts_daemonset_runs_the_driver_and_the_sample_sees_exactly_its_gpu(
     node: Node, plane: NodePlane
 ) -> None:
-    kubelet_of(plane.version)  # skips (one line) before anything is built where it is not there
+    kubelet_of(plane.kubelet)  # skips (one line) before anything is built where it is not there
     image = driver_image()
     host_before = {path: Path(path).exists() for path in (KUBELET_ROOT, CDI_ROOT)}
     node.import_image(image)
@@ -213,6 +212,6 @@ def test_the_charts_daemonset_runs_the_driver_and_the_sample_sees_exactly_its_gp
         assert wait_until(lambda: not cluster.pods(PLUGIN_LABEL), timeout=60), "the plugin's pod stayed"
     assert {path: Path(path).exists() for path in host_before} == host_before, "the host's folders untouched"
     FIGURES.append(
-        f"kubelet {RELEASES[plane.version]}: the chart's plugin pod Ready {up:.0f}s after helm install; "
+        f"{plane.label}: the chart's plugin pod Ready {up:.0f}s after helm install; "
         f"the sample Running {running:.0f}s after its Deployment"
     )

@@ -29,7 +29,7 @@ from tests.integration.cluster import Cluster
 from tests.integration.controlplane import ADMIN_TOKEN, wait_until
 
 from . import images
-from .kube import BUSYBOX, RELEASES, NodePlane, get_or_none, is_running, kubelet_of, ready, when
+from .kube import BUSYBOX, NodePlane, get_or_none, is_running, kubelet_of, ready, when
 from .node import FIGURES, Node
 from .test_containerd_cdi import IMAGE, PROBE, PRODUCT, UUIDS, probe_image
 
@@ -127,7 +127,7 @@ def gpu_node(
     `env`) registered with the kubelet and its slice published, and a one-GPU claim template `one-gpu`.
     `plugin` starts another plugin binary instead of ours (its registration is seen in the kubelet's log
     only)."""
-    node.start_kubelet(kubelet_of(plane.version), plane.server, plane.ca_file, plane.node_token(node.name))
+    node.start_kubelet(kubelet_of(plane.kubelet), plane.server, plane.ca_file, plane.node_token(node.name))
     node_path = f"/api/v1/nodes/{node.name}"
     assert wait_until(lambda: (n := get_or_none(plane, node_path)) and ready(n), timeout=90), node.logs()
     with Cluster.for_test(plane, "node-dra") as cluster:
@@ -217,7 +217,7 @@ SIMULATED_PROBE = (
 
 def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: NodePlane) -> None:
     """Simulated GPUs: each device's CDI edits are its environment."""
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
     pod = claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE)
     result, seen = run_claim_pod(
@@ -228,16 +228,14 @@ def test_the_real_kubelet_prepares_a_claim_with_our_plugin(node: Node, plane: No
         f"GPU_DEVICE_{index}={result['device']}"
     ], f"exactly the allocated GPU: {seen}"
     assert "NVIDIA_VISIBLE_DEVICES=void" in seen
-    FIGURES.append(
-        f"kubelet {RELEASES[plane.version]}: a DRA pod of our plugin (simulated GPUs) Running and torn down"
-    )
+    FIGURES.append(f"{plane.label}: a DRA pod of our plugin (simulated GPUs) Running and torn down")
 
 
 def test_with_nvml_the_container_gets_its_gpus_device_nodes(node: Node, plane: NodePlane) -> None:
     """The fake NVIDIA driver (the fake libnvidia-ml the plugin loads from the driver root, its device
     nodes made with mknod): the claim's CDI edits give the container the allocated GPU's device node, the
     control nodes and the driver's files, nothing of the other GPU."""
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     fake = fake_driver.build(node.base / "driver" / "root", gpus=GPUS)
     config = node.base / "driver" / "fake-nvml.conf"
     lines = [f"device_count={GPUS}"]
@@ -257,7 +255,7 @@ def test_with_nvml_the_container_gets_its_gpus_device_nodes(node: Node, plane: N
     assert "env NVIDIA_VISIBLE_DEVICES=void" in seen
     # nvidia-smi and libnvidia-ml from the driver root, through the claim's mounts
     assert any(line.startswith(f"smi GPU 0: {PRODUCT} (UUID: ") for line in seen), seen
-    FIGURES.append(f"kubelet {RELEASES[plane.version]}: a DRA pod of our plugin (NVML, device nodes) Running")
+    FIGURES.append(f"{plane.label}: a DRA pod of our plugin (NVML, device nodes) Running")
 
 
 def plugin_log_count(node: Node, message: str) -> int:
@@ -268,7 +266,7 @@ def test_a_kubelet_restart_keeps_the_pod_and_its_prepared_claim(node: Node, plan
     """The kubelet stops and starts again while the GPU pod runs: the container goes on (same id, no
     restart), and the claim stays prepared: the kubelet's checkpoint knows it, so the plugin is not
     asked to prepare it a second time. Deleting the pod then unprepares it once."""
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
 
     def restart(cluster: Cluster, cid: str) -> None:
@@ -305,7 +303,7 @@ def test_a_kubelet_restart_keeps_the_pod_and_its_prepared_claim(node: Node, plan
 def test_a_containerd_restart_keeps_the_pod_and_its_prepared_claim(node: Node, plane: NodePlane) -> None:
     """containerd stops and starts again while the GPU pod runs: the container goes on under its shim,
     the kubelet reconnects, and nothing is prepared again."""
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
 
     def restart(cluster: Cluster, cid: str) -> None:
@@ -335,7 +333,7 @@ def test_a_deleted_pods_gpu_serves_the_next_pod(node: Node, plane: NodePlane) ->
     """Two GPUs, three one-GPU pods: the third waits until the first is deleted; the kubelet has the plugin
     unprepare the first pod's claim, the scheduler gives its GPU to the third pod, and the kubelet has
     it prepared for that pod."""
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
     source = ["--device-source", "simulated", "--simulated-gpus", str(GPUS)]
     with gpu_node(node, plane, source) as cluster:

@@ -33,7 +33,6 @@ from tests.integration.controlplane import wait_until
 
 from .chart import GPUS, driver_image, driver_root, drop_unowned_device_classes, kubelet_claims
 from .kube import (
-    RELEASES,
     NodePlane,
     join,
     kubelet_of,
@@ -89,7 +88,7 @@ def verify(kubeconfig: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
 def test_pulumi_up_runs_the_mission_on_the_real_node_and_destroy_gives_every_gpu_back(
     node: Node, plane: NodePlane, workspace: Workspace
 ) -> None:
-    kubelet_of(plane.version)  # skips (one line) before anything is built where it is not there
+    kubelet_of(plane.kubelet)  # skips (one line) before anything is built where it is not there
     image = driver_image()
     node.import_image(image)
     root = driver_root(node)
@@ -141,6 +140,6 @@ def test_pulumi_up_runs_the_mission_on_the_real_node_and_destroy_gives_every_gpu
     ]
     assert on_node == []
     FIGURES.append(
-        f"kubelet {RELEASES[plane.version]}: pulumi up {run.seconds:.0f}s (chart, classes, sample Running "
+        f"{plane.label}: pulumi up {run.seconds:.0f}s (chart, classes, sample Running "
         f"with its GPU), verify passed {len(passed)} steps, destroy {destroy.seconds:.0f}s"
     )

@@ -19,7 +19,7 @@ from tests.integration.cluster import Cluster
 from tests.integration.controlplane import wait_until
 
 from . import images
-from .kube import BUSYBOX, RELEASES, NodePlane, kubelet_of
+from .kube import BUSYBOX, NodePlane, kubelet_of
 from .node import FIGURES, Node
 from .test_containerd_cdi import PRODUCT, UUIDS
 from .test_dra import GPUS, claim_pod, run_claim_pod
@@ -46,7 +46,7 @@ def _health_of(pod: dict[str, Any], device: str) -> list[dict[str, Any]]:
 
 
 def test_an_xid_taints_the_gpu_and_the_kubelet_shows_its_health(node: Node, plane: NodePlane) -> None:
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     fake = fake_driver.build(node.base / "driver" / "root", gpus=GPUS)
     events = node.base / "driver" / "nvml-events"
     events.touch()
@@ -83,7 +83,7 @@ def test_an_xid_taints_the_gpu_and_the_kubelet_shows_its_health(node: Node, plan
             assert gone, f"{device} is still published without taints support:\n{node.logs()}"
             assert _device_entry(cluster, node.name, other), "the healthy GPU stays published"
         assert "taints" not in _device_entry(cluster, node.name, other)
-        if plane.version >= "1.36":
+        if plane.kubelet >= "1.36":
             health = wait_until(
                 lambda: [h for h in _health_of(cluster.api.get(path), device) if h["health"] == "Unhealthy"],
                 timeout=60,
@@ -99,7 +99,7 @@ def test_an_xid_taints_the_gpu_and_the_kubelet_shows_its_health(node: Node, plan
     source = ["--device-source", "nvml", "--nvidia-driver-root", str(fake.path)]
     pod = claim_pod("one-gpu", node.name, BUSYBOX, "echo done")
     run_claim_pod(node, plane, source, pod, env={"FAKE_NVML_CONFIG": str(config)}, during=xid)
-    if plane.version >= "1.36":
+    if plane.kubelet >= "1.36":
         assert [h["health"] for h in seen["before"]] in ([], ["Healthy"]), seen["before"]
         assert any(f"{XID}" in h.get("message", "") for h in seen["after"]), seen["after"]
-    FIGURES.append(f"kubelet {RELEASES[plane.version]}: an XID on the GPU a running pod holds was reported")
+    FIGURES.append(f"{plane.label}: an XID on the GPU a running pod holds was reported")

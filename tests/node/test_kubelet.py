@@ -22,7 +22,7 @@ from .node import ADDRESS, FIGURES, GPU_POOL_LABELS, KERNEL_TUNABLES, Node
 
 
 def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: NodePlane) -> None:
-    kubelet = kubelet_of(plane.version)
+    kubelet = kubelet_of(plane.kubelet)
     image = images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries())
     node.import_image(image)
     tunables = {name: (Path("/proc/sys") / name).read_text() for name in KERNEL_TUNABLES}
@@ -35,7 +35,7 @@ def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: NodePl
     labels = registered["metadata"]["labels"]
     assert {k: labels.get(k) for k in GPU_POOL_LABELS} == GPU_POOL_LABELS
     info = registered["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == RELEASES[plane.version]
+    assert info["kubeletVersion"] == RELEASES[plane.kubelet]
     assert info["containerRuntimeVersion"] == "containerd://2.1.9"  # as a real node reports it
     assert {"type": "InternalIP", "address": ADDRESS} in registered["status"]["addresses"]
     # Ready once the CRI reports its network (the node's CNI bridge) ready
@@ -84,4 +84,4 @@ def test_the_kubelet_registers_the_node_and_runs_a_pod(node: Node, plane: NodePl
         admin.request("DELETE", f"{pods}/sleeper")
     gone = wait_until(lambda: get_or_none(plane, f"{pods}/sleeper") is None, timeout=60)
     assert gone, "the kubelet did not finish the pod's deletion"
-    FIGURES.append(f"kubelet {RELEASES[plane.version]}: Node Ready {registered_in:.1f}s after its start")
+    FIGURES.append(f"{plane.label}: Node Ready {registered_in:.1f}s after its start")

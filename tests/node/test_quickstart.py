@@ -61,7 +61,6 @@ from tests.integration.controlplane import wait_until
 from . import images
 from .chart import DRIVER_ROOT_IN_PLUGIN, container_id, driver_image, nvml_settings, release
 from .kube import (
-    RELEASES,
     NodePlane,
     get_or_none,
     is_running,
@@ -215,7 +214,7 @@ def node(plane: NodePlane, plugin: str) -> Iterator[Node]:
     reason = missing()
     if reason:
         pytest.skip(reason)
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     running = Node().start()
     try:
         yield running
@@ -399,7 +398,9 @@ def teardown(gpu: GpuNode, namespace: str, claim_uids: set[str], unprepared: int
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: GpuNode, shape: str) -> None:
+def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(
+    gpus: GpuNode, shape: str, plane: NodePlane
+) -> None:
     expected = SHAPES[shape]
     cluster, node = gpus.cluster, gpus.node
     objects = manifests(shape, node.name)
@@ -447,7 +448,7 @@ def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(gpus: 
         assert after[uuid].get("compute-mode") == "DEFAULT", after
         assert after[uuid].get("timeslice") in (None, "0"), after
     FIGURES.append(
-        f"kubelet {RELEASES[cluster.plane.version]}, plugin {gpus.plugin}: quickstart {shape}: "
+        f"{plane.label}, plugin {gpus.plugin}: quickstart {shape}: "
         f"{expected.pods} pod(s), {expected.containers} container(s), {expected.gpus} GPU(s): Running"
     )
 

@@ -14,13 +14,13 @@ from tests.integration.cluster import Cluster
 from tests.integration.controlplane import wait_until
 
 from . import images
-from .kube import BUSYBOX, RELEASES, NodePlane, is_running, kubelet_of, when
+from .kube import BUSYBOX, NodePlane, is_running, kubelet_of, when
 from .node import FIGURES, Node
 from .test_dra import GPUS, SIMULATED_PROBE, claim_pod, output_of, run_claim_pod, start_plugin
 
 
 def test_after_a_reboot_the_pod_comes_back_with_its_gpu(node: Node, plane: NodePlane) -> None:
-    kubelet_of(plane.version)
+    kubelet_of(plane.kubelet)
     node.import_image(images.build(node.base / "images" / "busybox.tar", BUSYBOX, images.busybox_entries()))
     source = ["--device-source", "simulated", "--simulated-gpus", str(GPUS)]
     source += ["--boot-id-path", str(node.boot_id_file)]
@@ -60,4 +60,4 @@ def test_after_a_reboot_the_pod_comes_back_with_its_gpu(node: Node, plane: NodeP
 
     pod = claim_pod("one-gpu", node.name, BUSYBOX, SIMULATED_PROBE)
     run_claim_pod(node, plane, source, pod, during=reboot)
-    FIGURES.append(f"kubelet {RELEASES[plane.version]}: a GPU pod came back with its GPU after a reboot")
+    FIGURES.append(f"{plane.label}: a GPU pod came back with its GPU after a reboot")

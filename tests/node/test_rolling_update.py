@@ -16,7 +16,7 @@ from tests.integration.controlplane import wait_until
 from tools import driver_image as driver_image_tool
 
 from .chart import CHART, container_id, driver_image, driver_root, helm, release
-from .kube import RELEASES, NodePlane, get_or_none, join, kubelet_of
+from .kube import NodePlane, get_or_none, join, kubelet_of
 from .node import FIGURES, Node
 from .test_chart_daemonset import PLUGIN_LABEL, plugin_log, plugin_pod, sample, sample_pods
 from .test_containerd_cdi import probe_image
@@ -34,7 +34,7 @@ def ready_plugins(cluster: Cluster) -> list[dict[str, Any]]:
 def test_a_rolling_update_keeps_gpu_pods_and_the_new_plugin_serves_the_next_claim(
     node: Node, plane: NodePlane
 ) -> None:
-    kubelet_of(plane.version)  # skips (one line) before anything is built where it is not there
+    kubelet_of(plane.kubelet)  # skips (one line) before anything is built where it is not there
     first = driver_image()
     second = driver_image_tool.build(revision="rolling-update")  # the same code, another digest
     assert second.digest != first.digest
@@ -93,6 +93,4 @@ def test_a_rolling_update_keeps_gpu_pods_and_the_new_plugin_serves_the_next_clai
                 cluster.claim_of(p)["status"]["allocation"]["devices"]["results"][0]["device"] for p in pods
             }
             assert len(claims) == 2, "each pod its own GPU"
-    FIGURES.append(
-        f"kubelet {RELEASES[plane.version]}: a rolling update of the plugin left a GPU pod running"
-    )
+    FIGURES.append(f"{plane.label}: a rolling update of the plugin left a GPU pod running")

@@ -63,3 +63,42 @@ def test_an_unknown_release_is_refused() -> None:
     )
     assert done.returncode == 2
     assert "invalid choice: '1.99'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kubelet", "1.38"], "invalid choice: '1.38'"),  # no kubelet 1.38 is built (unavailable.toml)
+        (["--control-plane", "1.38"], "--control-plane 1.38 needs --kubelet (or --serve)"),
+        (["--kubelet", "1.37", "--control-plane", "1.34"], "up to three minors older than its control plane"),
+    ],
+    ids=["no-such-kubelet", "control-plane-alone", "kubelet-newer"],  # no release in an id: the 1.37 lane
+)
+def test_a_kubelet_that_cannot_join_the_control_plane_asked_for_is_refused(
+    args: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "node"), *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stdout == "", "nothing was started"
+
+
+@pytest.mark.parametrize("control_plane", ["1.38"])  # its id puts it in the 1.38 lane
+def test_a_kubelet_joins_a_newer_control_plane(control_plane: str) -> None:
+    """kubelet 1.37 on a 1.38 control plane, as while a cluster's control plane is upgraded first."""
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "node"), "--kubelet", "1.37", "--control-plane", control_plane, "--once"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.strip().startswith("kubelet:   registered with https://127.0.0.1:") for line in lines), (
+        lines
+    )
+    assert lines[-1].endswith("stopped, nothing left behind")
