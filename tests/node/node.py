@@ -378,7 +378,10 @@ class Node:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
         self._kubelet_argv: list[str] = []
-        self._pid_namespace = ""
+        #: The node's PID namespace, held open from its start to the leftover check after its stop: a freed
+        #: namespace's inode number is soon another's (another lane's node or pod), so only a namespace held
+        #: open identifies the node's own processes.
+        self._pid_namespace = -1
         self.started_in = 0.0
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -421,7 +424,13 @@ class Node:
         if len(children) != 1:
             raise NodeError(f"unshare {self._init.pid} has children {children}, expected the node's PID 1")
         self._pid1 = int(children[0])
-        self._pid_namespace = os.readlink(f"/proc/{self._pid1}/ns/pid")
+        self._let_go_of_namespace()
+        self._pid_namespace = os.open(f"/proc/{self._pid1}/ns/pid", os.O_RDONLY)
+
+    def _let_go_of_namespace(self) -> None:
+        if self._pid_namespace >= 0:
+            os.close(self._pid_namespace)
+            self._pid_namespace = -1
 
     def _wait_for(self, predicate: Callable[[], object], what: str, timeout: float = STARTUP_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
@@ -511,17 +520,21 @@ class Node:
         """What the node left on the host: processes, mounts, cgroups, its folder (empty when stopped)."""
         found: list[str] = []
         base = str(self.base)
+        held = os.fstat(self._pid_namespace) if self._pid_namespace >= 0 else None
+        own = (held.st_dev, held.st_ino) if held else None
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                namespace = os.readlink(proc / "ns" / "pid")
+                namespace = os.stat(proc / "ns" / "pid")
             except OSError:
                 continue
             # its own: a process of its PID namespace, or one naming its folder (another node's are not)
-            if base in cmdline or namespace == self._pid_namespace:
+            if base in cmdline or (namespace.st_dev, namespace.st_ino) == own:
                 found.append(f"process {proc.name}: {cmdline.strip()}")
+        if not self._pid1:  # stopped: the check after the stop is the last that needs the namespace
+            self._let_go_of_namespace()
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
         found += [f"mount: {line}" for line in mounts if base in line]
         # The CRI's /k8s.io is shared by the nodes running side by side (scripts/test's lanes), and another

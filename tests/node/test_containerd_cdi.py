@@ -23,6 +23,7 @@ from vke_gpu_dra_core.device_model import Device
 from vke_gpu_dra_testing import cdi_check
 
 from tests.driver import fake_driver
+from tests.integration.controlplane import wait_until
 
 from . import images
 from . import node as node_module
@@ -238,8 +239,10 @@ def test_an_image_name_without_a_tag_is_refused(tmp_path: Path) -> None:
 
 def test_a_stopped_node_leaves_nothing_behind(node: Node) -> None:
     node.ctr("-n", "default", "version")
-    assert node.leftovers() != [], "a running node is seen"
+    sleeper = node.spawn("sleeper", ["sleep", "3600"])  # names nothing of the node: seen by its PID namespace
+    assert wait_until(lambda: any(p.endswith(": sleep 3600") for p in node.leftovers()), timeout=10)
     node.stop()
+    assert sleeper.wait(timeout=10) is not None
     assert node.leftovers() == []
     assert not os.path.exists(node.base)
 
