@@ -15,15 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.node
 
 
-def test_once_starts_and_stops_leaving_nothing() -> None:
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "node"), "--once"],
+def scripts_node(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / "scripts" / "node"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
+
+
+def test_once_starts_and_stops_leaving_nothing() -> None:
+    done = scripts_node("--once")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("node vke-node-") and "address 192.0.2.10" in lines[0]
@@ -54,13 +58,7 @@ def test_ctrl_c_stops_it() -> None:
 
 
 def test_an_unknown_release_is_refused() -> None:
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "node"), "--kubelet", "1.99"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = scripts_node("--kubelet", "1.99")
     assert done.returncode == 2
     assert "invalid choice: '1.99'" in done.stderr
 
@@ -77,9 +75,7 @@ def test_an_unknown_release_is_refused() -> None:
 def test_a_kubelet_that_cannot_join_the_control_plane_asked_for_is_refused(
     args: list[str], message: str
 ) -> None:
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "node"), *args], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+    done = scripts_node(*args)
     assert done.returncode == 2
     assert message in done.stderr
     assert done.stdout == "", "nothing was started"
@@ -88,14 +84,7 @@ def test_a_kubelet_that_cannot_join_the_control_plane_asked_for_is_refused(
 @pytest.mark.parametrize("control_plane", ["1.38"])  # its id puts it in the 1.38 lane
 def test_a_kubelet_joins_a_newer_control_plane(control_plane: str) -> None:
     """kubelet 1.37 on a 1.38 control plane, as while a cluster's control plane is upgraded first."""
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "node"), "--kubelet", "1.37", "--control-plane", control_plane, "--once"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = scripts_node("--kubelet", "1.37", "--control-plane", control_plane, "--once", timeout=240)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert any(line.strip().startswith("kubelet:   registered with https://127.0.0.1:") for line in lines), (
