@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(config: Config, endpoints: KubeletEndpoints, signals: StopSignals) -> int:
     """The rest of the plugin, loaded and started behind the served endpoints."""
+    from .kubelet.endpoints import FAILED_START_GRACE  # noqa: PLC0415  (loaded with the endpoints)
+
     try:
         from vke_gpu_dra_core.discovery import DiscoveryError  # noqa: PLC0415
 
@@ -65,7 +67,7 @@ def _run(config: Config, endpoints: KubeletEndpoints, signals: StopSignals) -> i
         plugin = Plugin(config, endpoints=endpoints)
     except BaseException as err:
         endpoints.fail(str(err) or type(err).__name__)
-        endpoints.stop(grace=0)
+        endpoints.stop(grace=FAILED_START_GRACE)
         raise
     try:
         return plugin.run(signals)

@@ -44,7 +44,7 @@ from .config import Config
 from .health.policy import DEFAULT_IGNORED_XIDS
 from .health.setup import HealthWatching
 from .kubeapi import KubeAPI
-from .kubelet.endpoints import KubeletEndpoints
+from .kubelet.endpoints import FAILED_START_GRACE, KubeletEndpoints
 from .kubelet.healthcheck import PluginHealthServicer, start_health_server
 from .kubelet.pod_resources import PodResourcesClient
 from .kubelet.registration import (
@@ -160,7 +160,7 @@ class Plugin:
             self._start()
         except Exception as err:
             self.endpoints.fail(str(err) or type(err).__name__)  # calls waiting for the start answer now
-            self.stop(grace=0)
+            self.stop(grace=FAILED_START_GRACE)
             raise
 
     def _start(self) -> None:

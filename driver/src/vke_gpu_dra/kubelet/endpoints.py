@@ -23,6 +23,11 @@ from .resource_health import DeviceHealthBoard, ResourceHealthServicer, add_reso
 from .sockets import remove_socket, unix_server
 from .start_gate import StartGate
 
+#: The stop after a failed start (`fail`) gives the calls waiting at the gate this long to send the failure
+#: they answer. They answer at once, and gRPC ends the stop as soon as they have, so it bounds the exit
+#: rather than delaying it; with no grace the server would cancel them before their answer is sent.
+FAILED_START_GRACE: Final = 5.0
+
 if TYPE_CHECKING:
     import grpc
     from vke_gpu_dra_core.device_model import Device
@@ -133,7 +138,7 @@ class KubeletEndpoints:
         self.gate.open()
 
     def fail(self, why: str) -> None:
-        """The start failed: calls waiting at the gate answer `why`."""
+        """The start failed: calls waiting at the gate answer `why` (stop with FAILED_START_GRACE)."""
         self.gate.fail(why)
 
     def stop(self, grace: float) -> None:
