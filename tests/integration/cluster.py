@@ -228,9 +228,19 @@ class Cluster:
             "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{name}", {"gracePeriodSeconds": 0}
         )
 
-    def allocated_claim(self, name: str, node: str, requests: list[JSON], results: list[JSON]) -> JSON:
-        """A ResourceClaim of `requests` in the test's namespace, its allocation (`results` on `node`)
-        written by the admin as the scheduler would; the stored claim."""
+    def allocated_claim(
+        self,
+        name: str,
+        node: str,
+        requests: list[JSON],
+        results: list[JSON],
+        *,
+        config: list[JSON] | None = None,
+        compact: bool = False,
+    ) -> JSON:
+        """A ResourceClaim of `requests` in the test's namespace, its allocation (`results` on `node`, and
+        `config` when given) written by the admin as the scheduler would, `compact` as Go clients send it;
+        the stored claim."""
         created = self.apply(
             {
                 "apiVersion": "resource.k8s.io/v1",
@@ -241,9 +251,10 @@ class Cluster:
         )
         on_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
         selector = {"nodeSelectorTerms": [on_node]}
-        created["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}
+        devices: JSON = {"results": results, **({"config": config} if config else {})}
+        created["status"] = {"allocation": {"devices": devices, "nodeSelector": selector}}
         path = f"/apis/resource.k8s.io/v1/namespaces/{self.namespace}/resourceclaims/{name}/status"
-        return dict(self.api.replace(path, created))
+        return dict(self.api.request("PUT", path, created, compact=compact))
 
     def claim_of(self, pod: JSON) -> JSON:
         """The ResourceClaim the pod's only claim status names (from a template, or the claim the scheduler

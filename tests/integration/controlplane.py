@@ -101,9 +101,18 @@ class Client:
         self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
 
     def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        compact: bool = False,
     ) -> Any:
-        data = None if body is None else json.dumps(body).encode()
+        """`compact`: the body without whitespace, as kubectl and Go clients send it (the API server keeps
+        the bytes of an opaque field, such as a claim's device config parameters, as they came)."""
+        separators = (",", ":") if compact else None
+        data = None if body is None else json.dumps(body, separators=separators).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Accept", "application/json")

@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 from vke_gpu_dra.claim_status import DATA_GPU_UUID, FIELD_MANAGER, apply_body, status_entries
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
+from vke_gpu_dra.metrics import Metrics
+from vke_gpu_dra.status_publisher import ClaimStatusPublisher, allocation_rewritten
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimRef, PreparedDevice
+from vke_gpu_dra_core.featuregates import FeatureGates
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 
 from .cluster import Cluster
@@ -225,3 +228,58 @@ def test_another_drivers_entry_cannot_be_changed(each_cluster: Cluster, plugin_a
     path = f"{CLAIMS.format(namespace=each_cluster.namespace)}/{ref.name}"
     [kept] = each_cluster.api.get(path)["status"]["devices"]
     assert kept["data"] == {"mac": "02:00:00:00:00:01"}
+
+
+#: A claim's device config as a Go client sends its struct (fields in declaration order, not sorted).
+TIME_SLICING = {
+    "kind": "GpuConfig",
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "sharing": {"strategy": "TimeSlicing"},
+}
+
+
+def test_a_claim_whose_device_config_apply_would_rewrite_gets_its_entries_by_json_patch(
+    each_cluster: Cluster, plugin_api: dict[str, Any]
+) -> None:
+    """Server-side apply serialises the stored opaque config again (compact, sorted keys): where the stored
+    bytes differ (a Go client sends a struct's fields in declaration order), the allocation reads as
+    changed and the apply is refused, on every release. The publisher then writes the same entries as a
+    JSON patch, which keeps the stored bytes, and removes them the same way at unprepare."""
+    api: KubeAPI = plugin_api["api"]
+    own = plugin_api["own"]
+    config = [{"source": "FromClaim", "opaque": {"driver": facts.DRIVER_NAME, "parameters": TIME_SLICING}}]
+    requests = [{"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name}}]
+    results = [{"request": "gpu", "driver": facts.DRIVER_NAME, "pool": own, "device": "gpu-0"}]
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    claim = each_cluster.allocated_claim(name, own, requests, results, config=config, compact=True)
+    ref, ours = entries_for(claim, own)
+    with pytest.raises(KubeError) as refused:
+        apply(api, ref, ours)
+    assert allocation_rewritten(refused.value), refused.value
+
+    metrics = Metrics()
+    publisher = ClaimStatusPublisher(
+        api, driver_name=facts.DRIVER_NAME, pool_name=own, devices=[], gates=FeatureGates(), metrics=metrics,
+        settle=0.0,
+    )  # fmt: skip
+    path = f"{CLAIMS.format(namespace=ref.namespace)}/{ref.name}"
+    publisher.start()
+    try:
+        publisher.prepared(ref, claim, [PreparedDevice(("gpu",), own, "gpu-0", ())])
+        assert publisher.wait_idle(30)
+        stored = each_cluster.api.get(path)
+        assert stored["status"]["allocation"] == claim["status"]["allocation"]
+        [entry] = our_entries(stored)
+        assert (entry["pool"], entry["device"], entry["conditions"][0]["status"]) == (own, "gpu-0", "True")
+        assert written(metrics, "success") == 1
+        publisher.unprepared(ref)
+        assert publisher.wait_idle(30)
+        assert our_entries(each_cluster.api.get(path)) == []
+        assert written(metrics, "success") == 2
+    finally:
+        publisher.stop()
+
+
+def written(metrics: Metrics, result: str) -> float:
+    value = metrics.registry.get_sample_value("vke_gpu_dra_claim_status_writes_total", {"result": result})
+    return value or 0.0

@@ -41,6 +41,7 @@ SLICE_API_VERSION = "resource.k8s.io/v1"
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 #: Content type of a server-side apply (JSON is YAML).
 APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 #: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
 #: controller's two threads all fit, so no request finds the pool full.
 POOL_SIZE = 64
@@ -149,7 +150,7 @@ class KubeAPI:
         path: str,
         *,
         query: list[tuple[str, str]] | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | list[dict[str, Any]] | None = None,
         timeout: Any = REQUEST_TIMEOUT,
         content_type: str = "application/json",
         stream: bool = False,
@@ -217,6 +218,20 @@ class KubeAPI:
             body=body,
             timeout=_within(timeout),
             content_type=APPLY_PATCH,
+        )
+
+    def patch_claim_status(
+        self, namespace: str, name: str, ops: list[dict[str, Any]], *, field_manager: str, timeout: float
+    ) -> dict[str, Any]:
+        """A JSON patch (RFC 6902) of the claim's `status` subresource as `field_manager`, one attempt
+        within `timeout` seconds; the stored claim."""
+        return self._json(
+            "PATCH",
+            f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}/status",
+            query=[("fieldManager", field_manager)],
+            body=ops,
+            timeout=_within(timeout),
+            content_type=JSON_PATCH,
         )
 
     def list_node_pods(self, node_name: str, timeout: float | None = None) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ from .claim_status import (
     DeviceFacts,
     apply_body,
     device_facts,
+    devices_patch,
     generation_of,
     kept_entries,
     sharing_strategies,
@@ -67,10 +68,19 @@ MAX_WRITTEN: Final = 65536
 
 
 class StatusWriter(Protocol):
-    """The API call the publisher makes (`kubeapi.KubeAPI.apply_claim_status`)."""
+    """The API calls the publisher makes (`kubeapi.KubeAPI`): the apply, and the read and JSON patch it
+    falls back to where the server refuses the apply (`allocation_rewritten`)."""
 
     def apply_claim_status(
         self, namespace: str, name: str, body: dict[str, Any], *, field_manager: str, timeout: float
+    ) -> dict[str, Any]: ...
+
+    def get_resource_claim(
+        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
+    ) -> dict[str, Any] | None: ...
+
+    def patch_claim_status(
+        self, namespace: str, name: str, ops: list[dict[str, Any]], *, field_manager: str, timeout: float
     ) -> dict[str, Any]: ...
 
 
@@ -278,15 +288,29 @@ class ClaimStatusPublisher:
         if self._stopping:
             timeout = max(0.001, min(timeout, self._drain_until - time.monotonic()))
         try:
-            stored = self._api.apply_claim_status(
-                ref.namespace,
-                ref.name,
-                apply_body(ref, entries),
-                field_manager=FIELD_MANAGER,
-                timeout=timeout,
-            )
+            stored: dict[str, Any] | None
+            try:
+                applied = self._api.apply_claim_status(
+                    ref.namespace,
+                    ref.name,
+                    apply_body(ref, entries),
+                    field_manager=FIELD_MANAGER,
+                    timeout=timeout,
+                )
+            except KubeError as err:
+                if not allocation_rewritten(err):
+                    raise
+                stored = self._patch(ref, entries, timeout)
+            else:
+                stored = applied
+                if not entries and kept_entries(applied, self._driver, self._pool):
+                    # entries an earlier JSON patch wrote: that operation, not the apply, owns them
+                    stored = self._patch(ref, entries, timeout)
         except KubeError as err:
             self._failed(ref, err)
+            return
+        if stored is None:  # gone, or re-created under the name
+            self._count("gone")
             return
         if entries and self._dropped(stored):
             self.served = False
@@ -312,6 +336,20 @@ class ClaimStatusPublisher:
             extra={
                 "fields": {"claim": _label(ref), "uid": ref.uid, "devices": [e["device"] for e in entries]}
             },
+        )
+
+    def _patch(self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float) -> dict[str, Any] | None:
+        """The entries as a JSON patch of the claim read now (`claim_status.devices_patch`): the server
+        refused the apply for the claim's stored device config. None when the claim is gone."""
+        claim = self._api.get_resource_claim(ref.namespace, ref.name, timeout)
+        if claim is None or lookup(claim, "metadata", "uid") != ref.uid:
+            return None
+        ops = devices_patch(claim, entries, self._driver, self._pool)
+        if ops is None:
+            return claim
+        log.debug("claim status written as a JSON patch", extra={"fields": {"claim": _label(ref)}})
+        return self._api.patch_claim_status(
+            ref.namespace, ref.name, ops, field_manager=FIELD_MANAGER, timeout=timeout
         )
 
     def _remember(self, uid: str, *, written: bool) -> None:
@@ -404,6 +442,13 @@ def replaced(err: KubeError) -> bool:
     """The API server's answer to an apply whose `metadata.uid` is not the stored claim's: 422 Invalid,
     `metadata.uid: Invalid value: ...: field is immutable`."""
     return err.status == 422 and "metadata.uid" in err.message
+
+
+def allocation_rewritten(err: KubeError) -> bool:
+    """The API server's answer to an apply that would rewrite the claim's allocation: server-side apply
+    serialises the stored opaque device config again, and bytes stored in another form read as changed
+    (422 Invalid on `status.allocation`; from 1.37 also the binding permission it would need)."""
+    return err.status == 422 and "status.allocation" in err.message
 
 
 def _label(ref: ClaimRef) -> str:

@@ -4,6 +4,7 @@ API server when kubelet prepares and unprepares a claim."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -22,6 +23,7 @@ from vke_gpu_dra.claim_status import (
     DeviceFacts,
     apply_body,
     device_facts,
+    devices_patch,
     sharing_strategies,
     status_entries,
 )
@@ -156,6 +158,10 @@ class Writer:
         self.error = error
         self.gate = threading.Event()
         self.gate.set()
+        #: The claim a read answers (None: gone), and the reads and JSON patches made.
+        self.stored: dict[str, Any] | None = None
+        self.reads: list[tuple[str, str]] = []
+        self.patches: list[tuple[str, list[dict[str, Any]], str]] = []
 
     def apply_claim_status(
         self, namespace: str, name: str, body: dict[str, Any], *, field_manager: str, timeout: float
@@ -168,6 +174,21 @@ class Writer:
         if self.keeps:
             stored["status"]["devices"] = body["status"]["devices"]
         return stored
+
+    def get_resource_claim(
+        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
+    ) -> dict[str, Any] | None:
+        self.reads.append((namespace, name))
+        return copy.deepcopy(self.stored) if self.stored is not None else None
+
+    def patch_claim_status(
+        self, namespace: str, name: str, ops: list[dict[str, Any]], *, field_manager: str, timeout: float
+    ) -> dict[str, Any]:
+        self.patches.append((name, ops, field_manager))
+        assert self.stored is not None
+        patched = copy.deepcopy(self.stored)
+        patched["status"]["devices"] = ops[-1]["value"]
+        return patched
 
 
 def publisher(writer: Writer, metrics: Metrics | None = None, **kwargs: Any) -> ClaimStatusPublisher:
@@ -485,3 +506,124 @@ def test_the_plugin_prepares_as_before_where_the_server_drops_the_field(
     assert fake_api.count("PATCH") == 1, "one write shows the field is dropped; no more are made"
     assert "devices" not in fake_api.claims[("default", "c2")]["status"]
     assert json.dumps(fake_api.claims[("default", "c1")]["status"]).count("Ready") == 0
+
+
+# --- the JSON patch where the API server refuses the apply for the claim's stored device config ---
+
+#: The real API server's refusal (1.37) of an apply that would rewrite the allocation.
+REWRITTEN = KubeError(
+    422,
+    "Invalid",
+    'ResourceClaim.resource.k8s.io "c1" is invalid: [status.allocation: Forbidden: changing '
+    'status.allocation or status.reservedFor requires resource="resourceclaims/binding", verb="patch" '
+    "permission, "
+    "status.allocation: Invalid value: null: field cannot be modified once set]",
+)
+
+
+def with_entries(*entries: dict[str, Any]) -> dict[str, Any]:
+    held = claim("c1", "uid-1", "gpu-0")
+    held["metadata"]["resourceVersion"] = "42"
+    held["status"]["devices"] = list(entries)
+    return held
+
+
+THEIRS = {"driver": "nic.example.com", "pool": NODE, "device": "eth0", "data": {"mac": "02:00:00:00:00:01"}}
+OURS_OLD = {"driver": facts.DRIVER_NAME, "pool": NODE, "device": "gpu-1"}
+OTHER_POOL = {"driver": facts.DRIVER_NAME, "pool": "another-node", "device": "gpu-0"}
+
+
+def test_the_json_patch_replaces_our_entries_keeps_the_rest_and_applies_only_to_the_claim_read() -> None:
+    ours = [{"driver": facts.DRIVER_NAME, "pool": NODE, "device": "gpu-0"}]
+    ops = devices_patch(with_entries(THEIRS, OURS_OLD, OTHER_POOL), ours, facts.DRIVER_NAME, NODE)
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+        {"op": "add", "path": "/status/devices", "value": [THEIRS, OTHER_POOL, *ours]},
+    ]
+    removal = devices_patch(with_entries(THEIRS, OURS_OLD), [], facts.DRIVER_NAME, NODE)
+    assert removal is not None and removal[-1]["value"] == [THEIRS]
+    # nothing to change: no write
+    assert devices_patch(with_entries(THEIRS), [], facts.DRIVER_NAME, NODE) is None
+    assert devices_patch(with_entries(THEIRS, *ours), ours, facts.DRIVER_NAME, NODE) is None
+
+
+def test_an_apply_refused_for_the_stored_device_config_is_written_as_a_json_patch() -> None:
+    writer, metrics = Writer(error=REWRITTEN), Metrics()
+    writer.stored = with_entries(THEIRS)
+    pub = publisher(writer, metrics)
+    try:
+        pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
+        assert pub.wait_idle(10)
+        [(name, ops, manager)] = writer.patches
+        assert (name, manager, writer.reads) == ("c1", FIELD_MANAGER, [("default", "c1")])
+        theirs, ours = ops[-1]["value"]
+        assert theirs == THEIRS and (ours["device"], ours["conditions"][0]["type"]) == ("gpu-0", "Ready")
+        assert counted(metrics, "success") == 1 and counted(metrics, "api-error") == 0
+        # the claim now holds our entry: the unprepare's apply is refused too, and the patch removes it
+        writer.stored = with_entries(THEIRS, ours)
+        pub.unprepared(REF)
+        assert pub.wait_idle(10)
+        assert writer.patches[-1][1][-1]["value"] == [THEIRS] and counted(metrics, "success") == 2
+    finally:
+        pub.stop()
+
+
+def test_entries_an_earlier_json_patch_wrote_are_removed_by_one_even_when_the_apply_succeeds() -> None:
+    """The JSON patch's operation owns what it wrote, so an apply without entries leaves them."""
+    writer = Writer(keeps=False)
+    writer.stored = with_entries(THEIRS, OURS_OLD)
+    answered = with_entries(THEIRS, OURS_OLD)
+    writer.apply_claim_status = lambda *a, **k: answered  # type: ignore[method-assign]
+    pub = publisher(writer)
+    try:
+        pub.unprepared(REF)
+        assert pub.wait_idle(10)
+        [(_, ops, _)] = writer.patches
+        assert ops[-1]["value"] == [THEIRS]
+    finally:
+        pub.stop()
+
+
+@pytest.mark.parametrize(
+    ("stored", "result"),
+    [(None, "gone"), ({**with_entries(), "metadata": {"uid": "another", "resourceVersion": "7"}}, "gone")],
+    ids=["deleted", "re-created"],
+)
+def test_a_claim_gone_before_its_json_patch_is_not_written(
+    stored: dict[str, Any] | None, result: str
+) -> None:
+    writer, metrics = Writer(error=REWRITTEN), Metrics()
+    writer.stored = stored
+    pub = publisher(writer, metrics)
+    try:
+        pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
+        assert pub.wait_idle(10)
+        assert writer.patches == [] and counted(metrics, result) == 1
+    finally:
+        pub.stop()
+
+
+def test_a_failed_json_patch_is_counted_like_a_failed_apply_and_other_refusals_make_none() -> None:
+    writer, metrics = Writer(error=REWRITTEN), Metrics()
+    writer.stored = with_entries()
+
+    def refused(*_: Any, **__: Any) -> dict[str, Any]:
+        raise KubeError(422, "Invalid", "the test operation failed: resourceVersion changed")
+
+    writer.patch_claim_status = refused  # type: ignore[method-assign]
+    pub = publisher(writer, metrics)
+    try:
+        pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
+        assert pub.wait_idle(10)
+        assert counted(metrics, "api-error") == 1
+    finally:
+        pub.stop()
+    other = Writer(error=KubeError(422, "Invalid", "status.devices[0]: must be an allocated device"))
+    pub = publisher(other)
+    try:
+        pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
+        assert pub.wait_idle(10)
+        assert other.reads == [] and other.patches == []
+    finally:
+        pub.stop()
