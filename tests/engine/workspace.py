@@ -157,10 +157,10 @@ def missing_tools() -> str | None:
 
 def tool_dirs() -> list[Path]:
     """The folders of the tier's tools; skips the test, saying how to build them, where one is missing."""
-    dirs = [toolchain.locate(name) for name in TOOLS]
-    if any(d is None for d in dirs):
-        pytest.skip(missing_tools() or "")
-    return [d for d in dirs if d is not None]
+    reason = missing_tools()
+    if reason:
+        pytest.skip(reason)
+    return [folder for name in TOOLS if (folder := toolchain.locate(name)) is not None]
 
 
 def _diffs(meta: dict[str, Any]) -> tuple[str, ...]:
