@@ -190,13 +190,13 @@ def devices_patch(
     compact with sorted keys, and where the bytes stored differ (the client that created the claim sent
     its keys in another order) the allocation reads as changed and the write is refused (422,
     `status.allocation`). A JSON patch leaves what it does not name as the server serialises it, compact in
-    the stored order, so it is kept; stored bytes with whitespace in them are refused either way, and such
-    a claim gets no entries."""
+    the stored order, so it is kept; stored bytes with whitespace in them can still be refused, and such a
+    claim then gets no entries."""
     held = lookup(claim, "status", "devices") or []
-    held = held if isinstance(held, list) else []
-    ours = {id(e) for e in kept_entries(claim, driver_name, pool_name)}
-    devices = [dict(e) for e in held if id(e) not in ours] + [dict(e) for e in entries]
-    if devices == [dict(e) for e in held]:
+    held = [dict(e) for e in held] if isinstance(held, list) else []
+    ours = kept_entries(claim, driver_name, pool_name)
+    devices = [e for e in held if e not in ours] + [dict(e) for e in entries]
+    if devices == held:
         return None
     metadata = lookup(claim, "metadata") or {}
     return [

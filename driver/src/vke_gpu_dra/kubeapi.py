@@ -41,6 +41,7 @@ SLICE_API_VERSION = "resource.k8s.io/v1"
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 #: Content type of a server-side apply (JSON is YAML).
 APPLY_PATCH = "application/apply-patch+yaml"
+#: Content type of a JSON patch (RFC 6902).
 JSON_PATCH = "application/json-patch+json"
 #: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
 #: controller's two threads all fit, so no request finds the pool full.

@@ -288,24 +288,7 @@ class ClaimStatusPublisher:
         if self._stopping:
             timeout = max(0.001, min(timeout, self._drain_until - time.monotonic()))
         try:
-            stored: dict[str, Any] | None
-            try:
-                applied = self._api.apply_claim_status(
-                    ref.namespace,
-                    ref.name,
-                    apply_body(ref, entries),
-                    field_manager=FIELD_MANAGER,
-                    timeout=timeout,
-                )
-            except KubeError as err:
-                if not allocation_rewritten(err):
-                    raise
-                stored = self._patch(ref, entries, timeout)
-            else:
-                stored = applied
-                if not entries and kept_entries(applied, self._driver, self._pool):
-                    # entries an earlier JSON patch wrote: that operation, not the apply, owns them
-                    stored = self._patch(ref, entries, timeout)
+            stored = self._send(ref, entries, timeout)
         except KubeError as err:
             self._failed(ref, err)
             return
@@ -337,6 +320,26 @@ class ClaimStatusPublisher:
                 "fields": {"claim": _label(ref), "uid": ref.uid, "devices": [e["device"] for e in entries]}
             },
         )
+
+    def _send(self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float) -> dict[str, Any] | None:
+        """The claim's entries as an apply, or as a JSON patch where the apply cannot do it: the server
+        refused it for the claim's stored device config, or it left entries an earlier JSON patch wrote
+        (that operation, not the apply, owns them). The stored claim; None when it is gone."""
+        try:
+            stored = self._api.apply_claim_status(
+                ref.namespace,
+                ref.name,
+                apply_body(ref, entries),
+                field_manager=FIELD_MANAGER,
+                timeout=timeout,
+            )
+        except KubeError as err:
+            if not allocation_rewritten(err):
+                raise
+            return self._patch(ref, entries, timeout)
+        if not entries and kept_entries(stored, self._driver, self._pool):
+            return self._patch(ref, entries, timeout)
+        return stored
 
     def _patch(self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float) -> dict[str, Any] | None:
         """The entries as a JSON patch of the claim read now (`claim_status.devices_patch`): the server
