@@ -23,14 +23,19 @@ def test_cluster_role_grants_only_what_the_plugin_uses(render: Any) -> None:
     role = find(render({}), "ClusterRole", PLUGIN_SA)
     assert role["rules"] == [
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-        # the status.devices of the claims it prepared (server-side apply; the policy narrows it)
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch"]},
+        # the status.devices of the claims it prepared (server-side apply, an update in protobuf form where
+        # the apply is refused for the claim's stored device config; the policy narrows it)
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/status"],
+            "verbs": ["patch", "update"],
+        },
         # and, on 1.36+, its own driver's entries of claims allocated to its node (the API server's own check)
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceclaims/driver"],
             "resourceNames": [facts.DRIVER_NAME],
-            "verbs": ["associated-node:patch"],
+            "verbs": ["associated-node:patch", "associated-node:update"],
         },
         {
             "apiGroups": ["resource.k8s.io"],

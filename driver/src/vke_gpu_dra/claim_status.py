@@ -176,36 +176,6 @@ def apply_body(ref: ClaimRef, entries: Sequence[Mapping[str, Any]]) -> dict[str,
     }
 
 
-def devices_patch(
-    claim: Mapping[str, Any], entries: Sequence[Mapping[str, Any]], driver_name: str, pool_name: str
-) -> list[dict[str, Any]] | None:
-    """The JSON patch (RFC 6902) that gives a claim (as the API answered) our `entries` in place of the
-    ones it holds of `driver_name` in `pool_name`, other drivers' kept as they are; None when it already
-    holds exactly those. Its first operations test the claim's uid and resourceVersion, so it applies only
-    to the claim it was made from (a change since fails the write, 422, rather than losing another
-    writer's entries).
-
-    What the publisher writes when the API server refuses the server-side apply: apply serialises the
-    claim's stored opaque device config (`status.allocation.devices.config[].opaque.parameters`) again,
-    compact with sorted keys, and where the bytes stored differ (the client that created the claim sent
-    its keys in another order) the allocation reads as changed and the write is refused (422,
-    `status.allocation`). A JSON patch leaves what it does not name as the server serialises it, compact in
-    the stored order, so it is kept; stored bytes with whitespace in them can still be refused, and such a
-    claim then gets no entries."""
-    held = lookup(claim, "status", "devices") or []
-    held = [dict(e) for e in held] if isinstance(held, list) else []
-    ours = kept_entries(claim, driver_name, pool_name)
-    devices = [e for e in held if e not in ours] + [dict(e) for e in entries]
-    if devices == held:
-        return None
-    metadata = lookup(claim, "metadata") or {}
-    return [
-        {"op": "test", "path": "/metadata/uid", "value": metadata.get("uid")},
-        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")},
-        {"op": "add", "path": "/status/devices", "value": devices},
-    ]
-
-
 def kept_entries(claim: Mapping[str, Any], driver_name: str, pool_name: str) -> list[Mapping[str, Any]]:
     """The entries of `driver_name` in pool `pool_name` that a claim (as the API answered) holds."""
     found = lookup(claim, "status", "devices") or []

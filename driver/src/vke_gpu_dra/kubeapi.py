@@ -26,6 +26,7 @@ from vke_gpu_dra_kube.rest import Response, RestClient, TransportError
 from vke_gpu_dra_kube.settings import REQUEST_TIMEOUT
 
 from .api_errors import KubeError
+from .claim_wire import PROTOBUF, WireError, read_status
 
 
 class ClaimSource(Protocol):
@@ -41,8 +42,6 @@ SLICE_API_VERSION = "resource.k8s.io/v1"
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 #: Content type of a server-side apply (JSON is YAML).
 APPLY_PATCH = "application/apply-patch+yaml"
-#: Content type of a JSON patch (RFC 6902).
-JSON_PATCH = "application/json-patch+json"
 #: Connections kept per API server: the DRA socket's workers, the claim readers and the slice
 #: controller's two threads all fit, so no request finds the pool full.
 POOL_SIZE = 64
@@ -151,15 +150,16 @@ class KubeAPI:
         path: str,
         *,
         query: list[tuple[str, str]] | None = None,
-        body: dict[str, Any] | list[dict[str, Any]] | None = None,
+        body: dict[str, Any] | list[dict[str, Any]] | bytes | None = None,
         timeout: Any = REQUEST_TIMEOUT,
         content_type: str = "application/json",
+        accept: str = "application/json",
         stream: bool = False,
     ) -> Response:
-        """One attempt; `timeout` is (connect, read) seconds or a total in seconds; `body` is sent as
-        JSON with `content_type`. `stream`: the body is left unread. KubeError (status 0) when no
-        answer came."""
-        payload = json.dumps(body).encode() if body is not None else None
+        """One attempt; `timeout` is (connect, read) seconds or a total in seconds; `body` is sent with
+        `content_type`, as JSON unless it is bytes already. `stream`: the body is left unread. KubeError
+        (status 0) when no answer came."""
+        payload = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
         try:
             return self._client.request(
                 method,
@@ -167,6 +167,7 @@ class KubeAPI:
                 query=query or (),
                 body=payload,
                 content_type=content_type,
+                accept=accept,
                 timeout=timeout,
                 stream=stream,
             )
@@ -221,19 +222,38 @@ class KubeAPI:
             content_type=APPLY_PATCH,
         )
 
-    def patch_claim_status(
-        self, namespace: str, name: str, ops: list[dict[str, Any]], *, field_manager: str, timeout: float
+    def get_resource_claim_wire(self, namespace: str, name: str, timeout: float) -> bytes | None:
+        """The claim in Kubernetes' protobuf form (`claim_wire`), a quorum read within `timeout` seconds;
+        None if it does not exist."""
+        response = self._call(
+            "GET",
+            f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}",
+            timeout=_within(timeout),
+            accept=PROTOBUF,
+        )
+        if response.status == 404:
+            return None
+        if not 200 <= response.status <= 299:
+            raise _wire_error(response.status, str(response.reason or ""), response.data)
+        return response.data or b""
+
+    def update_claim_status_wire(
+        self, namespace: str, name: str, body: bytes, *, field_manager: str, timeout: float
     ) -> dict[str, Any]:
-        """A JSON patch (RFC 6902) of the claim's `status` subresource as `field_manager`, one attempt
-        within `timeout` seconds; the stored claim."""
-        return self._json(
-            "PATCH",
+        """An update of the claim's `status` subresource with `body`, the whole claim in protobuf form
+        (`claim_wire.with_devices`: its resourceVersion makes it apply only to the claim as read), as
+        `field_manager`, one attempt within `timeout` seconds; the stored claim, as JSON."""
+        response = self._call(
+            "PUT",
             f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}/status",
             query=[("fieldManager", field_manager)],
-            body=ops,
+            body=body,
             timeout=_within(timeout),
-            content_type=JSON_PATCH,
+            content_type=PROTOBUF,
         )
+        if not 200 <= response.status <= 299:
+            raise _error_from(response.status, str(response.reason or ""), response.data)
+        return json.loads(response.data) if response.data else {}
 
     def list_node_pods(self, node_name: str, timeout: float | None = None) -> list[dict[str, Any]]:
         """The pods bound to `node_name` (`spec.nodeName`, the way kubelet lists its own), read from
@@ -357,6 +377,18 @@ def _error_from(status: int, reason: str, data: bytes | None) -> KubeError:
         except (ValueError, AttributeError):
             message = data[:500].decode(errors="replace")
     return KubeError(status, reason, message)
+
+
+def _wire_error(status: int, reason: str, data: bytes | None) -> KubeError:
+    """The error of a request answered in protobuf form: the API server's Status message, read."""
+    if data:
+        try:
+            said = read_status(data)
+        except WireError:
+            said = None
+        if said is not None:
+            return KubeError(status, said[0] or reason, said[1])
+    return _error_from(status, reason, data)
 
 
 def failure_kind(err: KubeError) -> str:

@@ -40,12 +40,12 @@ from .claim_status import (
     DeviceFacts,
     apply_body,
     device_facts,
-    devices_patch,
     generation_of,
     kept_entries,
     sharing_strategies,
     status_entries,
 )
+from .claim_wire import StoredClaim, WireError, holds_entries_of, read_claim, with_devices
 from .kubeapi import KubeError, failure_kind
 from .kubelet.dra_service import ClaimPreparer
 from .metrics import Metrics
@@ -68,19 +68,17 @@ MAX_WRITTEN: Final = 65536
 
 
 class StatusWriter(Protocol):
-    """The API calls the publisher makes (`kubeapi.KubeAPI`): the apply, and the read and JSON patch it
-    falls back to where the server refuses the apply (`allocation_rewritten`)."""
+    """The API calls the publisher makes (`kubeapi.KubeAPI`): the apply, and the protobuf read and update
+    it falls back to where the server refuses the apply (`allocation_rewritten`)."""
 
     def apply_claim_status(
         self, namespace: str, name: str, body: dict[str, Any], *, field_manager: str, timeout: float
     ) -> dict[str, Any]: ...
 
-    def get_resource_claim(
-        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
-    ) -> dict[str, Any] | None: ...
+    def get_resource_claim_wire(self, namespace: str, name: str, timeout: float) -> bytes | None: ...
 
-    def patch_claim_status(
-        self, namespace: str, name: str, ops: list[dict[str, Any]], *, field_manager: str, timeout: float
+    def update_claim_status_wire(
+        self, namespace: str, name: str, body: bytes, *, field_manager: str, timeout: float
     ) -> dict[str, Any]: ...
 
 
@@ -322,9 +320,11 @@ class ClaimStatusPublisher:
         )
 
     def _send(self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float) -> dict[str, Any] | None:
-        """The claim's entries as an apply, or as a JSON patch where the apply cannot do it: the server
-        refused it for the claim's stored device config, or it left entries an earlier JSON patch wrote
-        (that operation, not the apply, owns them). The stored claim; None when it is gone."""
+        """The claim's entries as an apply, or as an update of the claim in protobuf form where the apply
+        cannot do it: the server refused it for the claim's stored device config, or it left entries an
+        earlier update wrote (that update, not the apply, owns them). The stored claim; None when it is
+        gone."""
+        deadline = time.monotonic() + timeout
         try:
             stored = self._api.apply_claim_status(
                 ref.namespace,
@@ -336,23 +336,39 @@ class ClaimStatusPublisher:
         except KubeError as err:
             if not allocation_rewritten(err):
                 raise
-            return self._patch(ref, entries, timeout)
+            return self._rewrite(ref, entries, deadline)
         if not entries and kept_entries(stored, self._driver, self._pool):
-            return self._patch(ref, entries, timeout)
+            return self._rewrite(ref, entries, deadline)
         return stored
 
-    def _patch(self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float) -> dict[str, Any] | None:
-        """The entries as a JSON patch of the claim read now (`claim_status.devices_patch`): the server
-        refused the apply for the claim's stored device config. None when the claim is gone."""
-        claim = self._api.get_resource_claim(ref.namespace, ref.name, timeout)
-        if claim is None or lookup(claim, "metadata", "uid") != ref.uid:
+    def _rewrite(
+        self, ref: ClaimRef, entries: list[dict[str, Any]], deadline: float
+    ) -> dict[str, Any] | None:
+        """The entries written by an update of the claim read now in protobuf form, every byte but its
+        `status.devices` kept (`claim_wire`): the server refused the apply for the claim's stored device
+        config. The update carries the resourceVersion read (a change since: 409, not retried). The stored
+        claim; {} when nothing was to be written; None when the claim is gone."""
+        body = self._api.get_resource_claim_wire(ref.namespace, ref.name, _left(deadline))
+        if body is None:
             return None
-        ops = devices_patch(claim, entries, self._driver, self._pool)
-        if ops is None:
-            return claim
-        log.debug("claim status written as a JSON patch", extra={"fields": {"claim": _label(ref)}})
-        return self._api.patch_claim_status(
-            ref.namespace, ref.name, ops, field_manager=FIELD_MANAGER, timeout=timeout
+        try:
+            claim: StoredClaim = read_claim(body)
+        except WireError as err:
+            # answered, but not with a claim: counted as the API's error it is, not as a network failure
+            raise KubeError(200, "InvalidResponse", f"claim {_label(ref)} read as protobuf: {err}") from None
+        if claim.uid != ref.uid:
+            return None
+        if not entries and not holds_entries_of(claim, self._driver, self._pool):
+            return {}
+        log.debug(
+            "claim status written by an update in protobuf form", extra={"fields": {"claim": _label(ref)}}
+        )
+        return self._api.update_claim_status_wire(
+            ref.namespace,
+            ref.name,
+            with_devices(claim, entries, self._driver, self._pool),
+            field_manager=FIELD_MANAGER,
+            timeout=_left(deadline),
         )
 
     def _remember(self, uid: str, *, written: bool) -> None:
@@ -452,6 +468,11 @@ def allocation_rewritten(err: KubeError) -> bool:
     serialises the stored opaque device config again, and bytes stored in another form read as changed
     (422 Invalid on `status.allocation`; from 1.37 also the binding permission it would need)."""
     return err.status == 422 and "status.allocation" in err.message
+
+
+def _left(deadline: float) -> float:
+    """Seconds left until `deadline` (time.monotonic()), a millisecond at least."""
+    return max(0.001, deadline - time.monotonic())
 
 
 def _label(ref: ClaimRef) -> str:

@@ -176,16 +176,17 @@ class RestClient:
         query: Sequence[tuple[str, str]] = (),
         body: bytes | None = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
         timeout: Timeout = REQUEST_TIMEOUT,
         stream: bool = False,
     ) -> Response:
-        """One attempt at `method path?query`; the answer whatever its status, its body read unless
-        `stream` (then read and close the response). TransportError when no answer came;
-        KubeconfigError when there are no credentials to send (an exec plugin failed)."""
+        """One attempt at `method path?query`, asking for an answer in `accept`; the answer whatever its
+        status, its body read unless `stream` (then read and close the response). TransportError when no
+        answer came; KubeconfigError when there are no credentials to send (an exec plugin failed)."""
         credentials = self.config.credentials
         identity = credentials.identity(_seconds(timeout))
         pool = self._pool_for(identity.client_cert)
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
         if identity.authorization:
             headers["Authorization"] = identity.authorization
         if body is not None:

@@ -4,7 +4,6 @@ API server when kubelet prepares and unprepares a claim."""
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
@@ -23,7 +22,6 @@ from vke_gpu_dra.claim_status import (
     DeviceFacts,
     apply_body,
     device_facts,
-    devices_patch,
     sharing_strategies,
     status_entries,
 )
@@ -39,6 +37,8 @@ from vke_gpu_dra_testing.kubelet_client import Kubelet
 from vke_gpu_dra_testing.plugin_env import NODE, claim, plugin_config
 
 from tests.driver.devices import full_gpu, mig_device
+
+from .k8s_protobuf import CONFIG, body, claim_message, device_status, devices_json, parse
 
 AT = datetime(2026, 12, 2, 10, 30, 15, 999, tzinfo=UTC)
 GPU0 = full_gpu(0, "GPU-0000", {facts.ATTR_PRODUCT_NAME: "NVIDIA A10"})
@@ -158,10 +158,10 @@ class Writer:
         self.error = error
         self.gate = threading.Event()
         self.gate.set()
-        #: The claim a read answers (None: gone), and the reads and JSON patches made.
-        self.stored: dict[str, Any] | None = None
+        #: The claim a protobuf read answers (None: gone), and the reads and updates made.
+        self.stored: bytes | None = None
         self.reads: list[tuple[str, str]] = []
-        self.patches: list[tuple[str, list[dict[str, Any]], str]] = []
+        self.updates: list[tuple[str, bytes, str]] = []
 
     def apply_claim_status(
         self, namespace: str, name: str, body: dict[str, Any], *, field_manager: str, timeout: float
@@ -175,20 +175,17 @@ class Writer:
             stored["status"]["devices"] = body["status"]["devices"]
         return stored
 
-    def get_resource_claim(
-        self, namespace: str, name: str, timeout: float | None = None, *, cached: bool = False
-    ) -> dict[str, Any] | None:
+    def get_resource_claim_wire(self, namespace: str, name: str, timeout: float) -> bytes | None:
         self.reads.append((namespace, name))
-        return copy.deepcopy(self.stored) if self.stored is not None else None
+        return self.stored
 
-    def patch_claim_status(
-        self, namespace: str, name: str, ops: list[dict[str, Any]], *, field_manager: str, timeout: float
+    def update_claim_status_wire(
+        self, namespace: str, name: str, body: bytes, *, field_manager: str, timeout: float
     ) -> dict[str, Any]:
-        self.patches.append((name, ops, field_manager))
-        assert self.stored is not None
-        patched = copy.deepcopy(self.stored)
-        patched["status"]["devices"] = ops[-1]["value"]
-        return patched
+        self.updates.append((name, body, field_manager))
+        updated = claim(name, "uid-1", "gpu-0")
+        updated["status"]["devices"] = devices_json(parse(body))
+        return updated
 
 
 def publisher(writer: Writer, metrics: Metrics | None = None, **kwargs: Any) -> ClaimStatusPublisher:
@@ -458,11 +455,24 @@ def test_the_kube_api_applies_status_by_key_beside_another_drivers_entries(
     )
 
 
+@pytest.mark.parametrize("stored", ["compact", "as-a-python-client-sent-it"])
 def test_the_plugin_reports_a_prepared_claims_devices_and_removes_them_at_unprepare(
-    short_tmp: Path, fake_api: FakeAPIServer
+    short_tmp: Path, fake_api: FakeAPIServer, stored: str
 ) -> None:
+    """Also for a claim whose device config was stored with whitespace: the apply is refused, and the entries
+    are written and removed by updates of the claim in protobuf form, its config's bytes kept."""
     fake_api.add_node(NODE)
-    fake_api.add_claim(claim("c1", "uid-1", "gpu-1"))
+    c1 = claim("c1", "uid-1", "gpu-1")
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
+    c1["status"]["allocation"]["devices"]["config"] = [
+        {
+            "source": "FromClaim",
+            "requests": ["gpu"],
+            "opaque": {"driver": facts.DRIVER_NAME, "parameters": parameters},
+        }
+    ]
+    config_bytes = [json.dumps(parameters).encode()] if stored != "compact" else None
+    fake_api.add_claim(c1, config_bytes=config_bytes)
     plugin = Plugin(plugin_config(short_tmp, gpus=2), stop_grace=5)
     plugin.start()
     kubelet = Kubelet(plugin.registration_socket)
@@ -478,6 +488,8 @@ def test_the_plugin_reports_a_prepared_claims_devices_and_removes_them_at_unprep
         assert kubelet.unprepare([("default", "c1", "uid-1")]) == {"uid-1": ""}
         assert plugin.claim_status.wait_idle(10)
         assert "devices" not in fake_api.claims[("default", "c1")]["status"]
+        assert fake_api.count("PUT", "/resourceclaims/c1/status") == (0 if config_bytes is None else 2)
+        assert fake_api.claim_config_bytes.get(("default", "c1")) == config_bytes
     finally:
         kubelet.close()
         plugin.stop()
@@ -508,7 +520,7 @@ def test_the_plugin_prepares_as_before_where_the_server_drops_the_field(
     assert json.dumps(fake_api.claims[("default", "c1")]["status"]).count("Ready") == 0
 
 
-# --- the JSON patch where the API server refuses the apply for the claim's stored device config ---
+# --- the update in protobuf form where the API server refuses the apply for the stored device config ---
 
 #: The real API server's refusal (1.37) of an apply that would rewrite the allocation.
 REWRITTEN = KubeError(
@@ -519,104 +531,115 @@ REWRITTEN = KubeError(
     "permission, "
     "status.allocation: Invalid value: null: field cannot be modified once set]",
 )
+THEIRS = device_status("nic.example.com", NODE, "eth0")
 
 
-def with_entries(*entries: dict[str, Any]) -> dict[str, Any]:
-    held = claim("c1", "uid-1", "gpu-0")
-    held["metadata"]["resourceVersion"] = "42"
-    held["status"]["devices"] = list(entries)
-    return held
+def held(*entries: Any, uid: str = "uid-1") -> bytes:
+    message = claim_message(devices=list(entries))
+    message.metadata.uid = uid
+    return body(message)
 
 
-THEIRS = {"driver": "nic.example.com", "pool": NODE, "device": "eth0", "data": {"mac": "02:00:00:00:00:01"}}
-OURS_OLD = {"driver": facts.DRIVER_NAME, "pool": NODE, "device": "gpu-1"}
-OTHER_POOL = {"driver": facts.DRIVER_NAME, "pool": "another-node", "device": "gpu-0"}
-
-
-def test_the_json_patch_replaces_our_entries_keeps_the_rest_and_applies_only_to_the_claim_read() -> None:
-    ours = [{"driver": facts.DRIVER_NAME, "pool": NODE, "device": "gpu-0"}]
-    ops = devices_patch(with_entries(THEIRS, OURS_OLD, OTHER_POOL), ours, facts.DRIVER_NAME, NODE)
-    assert ops == [
-        {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
-        {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
-        {"op": "add", "path": "/status/devices", "value": [THEIRS, OTHER_POOL, *ours]},
-    ]
-    removal = devices_patch(with_entries(THEIRS, OURS_OLD), [], facts.DRIVER_NAME, NODE)
-    assert removal is not None and removal[-1]["value"] == [THEIRS]
-    # nothing to change: no write
-    assert devices_patch(with_entries(THEIRS), [], facts.DRIVER_NAME, NODE) is None
-    assert devices_patch(with_entries(THEIRS, *ours), ours, facts.DRIVER_NAME, NODE) is None
-
-
-def test_an_apply_refused_for_the_stored_device_config_is_written_as_a_json_patch() -> None:
+def test_an_apply_refused_for_the_stored_device_config_is_written_as_an_update_of_the_claim_read() -> None:
     writer, metrics = Writer(error=REWRITTEN), Metrics()
-    writer.stored = with_entries(THEIRS)
+    writer.stored = held(THEIRS)
     pub = publisher(writer, metrics)
     try:
         pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
         assert pub.wait_idle(10)
-        [(name, ops, manager)] = writer.patches
+        [(name, sent, manager)] = writer.updates
         assert (name, manager, writer.reads) == ("c1", FIELD_MANAGER, [("default", "c1")])
-        theirs, ours = ops[-1]["value"]
-        assert theirs == THEIRS and (ours["device"], ours["conditions"][0]["type"]) == ("gpu-0", "Ready")
+        update = parse(sent)
+        assert (update.metadata.uid, update.metadata.resourceVersion) == ("uid-1", "42")  # the claim read
+        [config] = update.status.allocation.devices.config
+        assert config.deviceConfiguration.opaque.parameters.raw == CONFIG
+        theirs, ours = devices_json(update)
+        assert (theirs["driver"], ours["device"], ours["conditions"][0]["type"]) == (
+            "nic.example.com",
+            "gpu-0",
+            "Ready",
+        )
+        assert ours["data"][DATA_GPU_UUID] == "GPU-0000"
         assert counted(metrics, "success") == 1 and counted(metrics, "api-error") == 0
-        # the claim now holds our entry: the unprepare's apply is refused too, and the patch removes it
-        writer.stored = with_entries(THEIRS, ours)
+        # the claim now holds our entry: the unprepare's apply is refused too, and an update removes it
+        writer.stored = sent
         pub.unprepared(REF)
         assert pub.wait_idle(10)
-        assert writer.patches[-1][1][-1]["value"] == [THEIRS] and counted(metrics, "success") == 2
+        assert [d["driver"] for d in devices_json(parse(writer.updates[-1][1]))] == ["nic.example.com"]
+        assert counted(metrics, "success") == 2
     finally:
         pub.stop()
 
 
-def test_entries_an_earlier_json_patch_wrote_are_removed_by_one_even_when_the_apply_succeeds() -> None:
-    """The JSON patch's operation owns what it wrote, so an apply without entries leaves them."""
+def test_entries_an_earlier_update_wrote_are_removed_by_one_even_when_the_apply_succeeds() -> None:
+    """The update's manager owns what it wrote, so an apply without entries leaves them."""
     writer = Writer(keeps=False)
-    writer.stored = with_entries(THEIRS, OURS_OLD)
-    answered = with_entries(THEIRS, OURS_OLD)
+    ours = device_status(facts.DRIVER_NAME, NODE, "gpu-1")
+    writer.stored = held(THEIRS, ours)
+    answered = claim("c1", "uid-1", "gpu-0")
+    answered["status"]["devices"] = devices_json(claim_message(devices=[THEIRS, ours]))
     writer.apply_claim_status = lambda *a, **k: answered  # type: ignore[method-assign]
     pub = publisher(writer)
     try:
         pub.unprepared(REF)
         assert pub.wait_idle(10)
-        [(_, ops, _)] = writer.patches
-        assert ops[-1]["value"] == [THEIRS]
+        [(_, sent, _)] = writer.updates
+        assert [d["driver"] for d in devices_json(parse(sent))] == ["nic.example.com"]
     finally:
         pub.stop()
 
 
-@pytest.mark.parametrize(
-    ("stored", "result"),
-    [(None, "gone"), ({**with_entries(), "metadata": {"uid": "another", "resourceVersion": "7"}}, "gone")],
-    ids=["deleted", "re-created"],
-)
-def test_a_claim_gone_before_its_json_patch_is_not_written(
-    stored: dict[str, Any] | None, result: str
-) -> None:
+def test_a_removal_with_nothing_of_ours_held_makes_no_update() -> None:
+    writer, metrics = Writer(error=REWRITTEN), Metrics()
+    writer.stored = held(THEIRS)
+    pub = publisher(writer, metrics)
+    try:
+        pub._remember(REF.uid, written=True)  # an earlier process wrote them; the claim no longer holds them
+        pub.unprepared(REF)
+        assert pub.wait_idle(10)
+        assert writer.reads == [("default", "c1")] and writer.updates == []
+        assert counted(metrics, "success") == 1
+    finally:
+        pub.stop()
+
+
+@pytest.mark.parametrize(("stored"), [None, held(uid="another")], ids=["deleted", "re-created"])
+def test_a_claim_gone_before_its_update_is_not_written(stored: bytes | None) -> None:
     writer, metrics = Writer(error=REWRITTEN), Metrics()
     writer.stored = stored
     pub = publisher(writer, metrics)
     try:
         pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
         assert pub.wait_idle(10)
-        assert writer.patches == [] and counted(metrics, result) == 1
+        assert writer.updates == [] and counted(metrics, "gone") == 1
     finally:
         pub.stop()
 
 
-def test_a_failed_json_patch_is_counted_like_a_failed_apply_and_other_refusals_make_none() -> None:
+def test_a_failed_or_unreadable_update_is_counted_like_a_failed_apply_and_other_refusals_make_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     writer, metrics = Writer(error=REWRITTEN), Metrics()
-    writer.stored = with_entries()
+    writer.stored = held()
 
-    def refused(*_: Any, **__: Any) -> dict[str, Any]:
-        raise KubeError(422, "Invalid", "the test operation failed: resourceVersion changed")
+    def conflict(*_: Any, **__: Any) -> dict[str, Any]:
+        raise KubeError(
+            409, "Conflict", "the object has been modified; please apply your changes to the latest version"
+        )
 
-    writer.patch_claim_status = refused  # type: ignore[method-assign]
+    writer.update_claim_status_wire = conflict  # type: ignore[method-assign]
     pub = publisher(writer, metrics)
     try:
         pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
         assert pub.wait_idle(10)
         assert counted(metrics, "api-error") == 1
+        writer.stored = b'{"kind":"ResourceClaim"}'  # not protobuf: said, counted, not written
+        with caplog.at_level(logging.DEBUG, logger="vke_gpu_dra.status_publisher"):
+            pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
+            assert pub.wait_idle(10)
+        assert counted(metrics, "api-error") == 2
+        said = [getattr(r, "fields", {}).get("error", "") for r in caplog.records]
+        assert any("read as protobuf: not a Kubernetes protobuf body" in e for e in said), said
     finally:
         pub.stop()
     other = Writer(error=KubeError(422, "Invalid", "status.devices[0]: must be an allocated device"))
@@ -624,6 +647,6 @@ def test_a_failed_json_patch_is_counted_like_a_failed_apply_and_other_refusals_m
     try:
         pub.prepared(REF, claim("c1", "uid-1", "gpu-0"), [prepared("gpu-0")])
         assert pub.wait_idle(10)
-        assert other.reads == [] and other.patches == []
+        assert other.reads == [] and other.updates == []
     finally:
         pub.stop()

@@ -9,6 +9,7 @@ its RBAC verb as the apiserver does, and compared with the ClusterRole rendered 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -64,7 +65,18 @@ def plugin_requests(
     `pod_resources`, kubelet's PodResources API names the claim a container of the node uses; without,
     the node has none (the plugin then looks through the pod list)."""
     node = fake_api.add_node(NODE)
-    fake_api.add_claim(claim("c1", "uid-1", "gpu-0"))
+    # its device config stored as a Python JSON client sent it: the status apply is refused, and the plugin
+    # writes the entries by an update of the claim in protobuf form
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
+    c1 = claim("c1", "uid-1", "gpu-0")
+    c1["status"]["allocation"]["devices"]["config"] = [
+        {
+            "source": "FromClaim",
+            "requests": ["gpu"],
+            "opaque": {"driver": facts.DRIVER_NAME, "parameters": parameters},
+        }
+    ]
+    fake_api.add_claim(c1, config_bytes=[json.dumps(parameters).encode()])
     spec = slice_spec(driver=facts.DRIVER_NAME, node_name=NODE, devices=[], generation=3, slice_count=1)
     spec["pool"]["name"] = "legacy-pool"  # stale: deleted by the plugin
     fake_api.create_slice(
@@ -96,6 +108,7 @@ def plugin_requests(
         kubelet = Kubelet(plugin.registration_socket)
         kubelet.register()
         assert kubelet.prepare([("default", "c1", "uid-1")])["uid-1"]["error"] == ""
+        assert fake_api.wait_for(lambda: fake_api.count("PUT", "/resourceclaims/c1/status") == 1)
         kubelet.close()
         [published] = fake_api.slices_of(NODE)
         fake_api.edit_slice(
@@ -197,6 +210,11 @@ def test_with_list_pods_the_plugin_lists_only_its_own_nodes_pods_and_nothing_els
             "PATCH",
             "/apis/resource.k8s.io/v1/namespaces/d/resourceclaims/c/status?fieldManager=m&force=true",
             ("resource.k8s.io", "resourceclaims/status", "patch"),
+        ),
+        (
+            "PUT",
+            "/apis/resource.k8s.io/v1/namespaces/d/resourceclaims/c/status?fieldManager=m",
+            ("resource.k8s.io", "resourceclaims/status", "update"),
         ),
     ],
 )

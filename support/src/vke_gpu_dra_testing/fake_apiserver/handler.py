@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..k8s_protobuf import PROTOBUF
+from . import claim_protobuf
 from .errors import ApiError
 from .kubeconfig import TOKEN
 from .list_options import invalid_list_options, list_option_errors
@@ -30,17 +32,20 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, code: int, body: dict[str, Any] | bytes) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", PROTOBUF if isinstance(body, bytes) else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
-    def _body(self) -> dict[str, Any]:
+    def _body(self) -> dict[str, Any] | bytes:
+        """The request's body: JSON as a dict, a protobuf one as its bytes."""
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if (self.headers.get("Content-Type") or "") == PROTOBUF:
+            return raw
         if not raw:
             return {}
         try:
@@ -54,9 +59,15 @@ class Handler(BaseHTTPRequestHandler):
         path = split.path.rstrip("/")
         api = self.api
         body: dict[str, Any] = {}
+        wire = b""
+        accept = self.headers.get("Accept") or "application/json"
         try:
             if method in ("POST", "PUT", "PATCH", "DELETE"):
-                body = self._body()
+                sent = self._body()
+                if isinstance(sent, bytes):
+                    wire = sent
+                else:
+                    body = sent
             hold = api._admit(method, self.path)
             if hold is not None and not api._hold_request(hold):
                 self.close_connection = True  # the server stopped: drop the request unanswered
@@ -74,10 +85,15 @@ class Handler(BaseHTTPRequestHandler):
                 serve_watch(self, api, query)
                 return
             content_type = self.headers.get("Content-Type") or ""
-            code, result = route(api, method, path, query, body, content_type=content_type)
+            code, result = route(
+                api, method, path, query, body, content_type=content_type, accept=accept, wire=wire
+            )
             self._send(code, result)
         except ApiError as err:
-            self._send(err.code, err.status())
+            if accept.split(",")[0].strip() == PROTOBUF:
+                self._send(err.code, claim_protobuf.status_body(err))
+            else:
+                self._send(err.code, err.status())
 
     def do_GET(self) -> None:
         self._handle("GET")

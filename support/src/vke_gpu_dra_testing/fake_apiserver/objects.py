@@ -41,6 +41,9 @@ class ClusterObjects(Store):
         self.claim_device_status = True
         #: Server-side apply ownership of claims' `status.devices` keys: (namespace, name) -> manager -> keys.
         self.claim_status_owners: dict[tuple[str, str], dict[str, set[fake_claim_status.Key]]] = {}
+        #: The bytes a claim's opaque device configs were stored as, where a test set them (`add_claim`);
+        #: otherwise the compact form (`claim_protobuf`).
+        self.claim_config_bytes: dict[tuple[str, str], list[bytes]] = {}
 
     # --- what a test does (each takes `cond`) ---
 
@@ -64,17 +67,25 @@ class ClusterObjects(Store):
         self.delete_node(name)
         return self.add_node(name)
 
-    def add_claim(self, claim: dict[str, Any]) -> None:
+    def add_claim(self, claim: dict[str, Any], *, config_bytes: list[bytes] | None = None) -> None:
+        """Store `claim`; `config_bytes`: its allocation's opaque device configs as their creator sent them
+        (say, with whitespace: then every server-side apply of its status is refused, `claim_protobuf`)."""
         with self.cond:
             claim = copy.deepcopy(claim)
             claim["metadata"].setdefault("uid", str(uuid.uuid4()))
             claim["metadata"]["resourceVersion"] = self._next_rv()
-            self.claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
+            key = (claim["metadata"]["namespace"], claim["metadata"]["name"])
+            self.claims[key] = claim
+            if config_bytes is not None:
+                self.claim_config_bytes[key] = list(config_bytes)
+            else:
+                self.claim_config_bytes.pop(key, None)
 
     def delete_claim(self, namespace: str, name: str) -> None:
         """Delete a claim as a user would, whatever pods or kubelet still think of it."""
         with self.cond:
             del self.claims[(namespace, name)]
+            self.claim_config_bytes.pop((namespace, name), None)
 
     def add_pod(
         self,

@@ -7,6 +7,8 @@ import copy
 from typing import Any
 
 from .. import fake_claim_status
+from ..k8s_protobuf import PROTOBUF
+from . import claim_protobuf
 from .errors import ApiError
 from .list_options import invalid_list_options, list_option_errors, matches, parse_field_selector
 from .objects import ClusterObjects
@@ -29,8 +31,11 @@ def route(
     body: dict[str, Any],
     *,
     content_type: str,
+    accept: str = "application/json",
+    wire: bytes = b"",
 ) -> Answer:
-    """Any request but a watch (`watch.serve_watch`)."""
+    """Any request but a watch (`watch.serve_watch`). `wire`: a protobuf body (`content_type` PROTOBUF);
+    a claim read asking for PROTOBUF first (`accept`) is answered in it (bytes)."""
     parts = path.strip("/").split("/")
     with api.cond:
         if method == "GET" and parts == ["version"]:
@@ -42,30 +47,35 @@ def route(
                     404, "NotFound", f'nodes "{parts[3]}" not found', {"name": parts[3], "kind": "nodes"}
                 )
             return 200, copy.deepcopy(node)
-        if (
-            method == "GET"
-            and len(parts) == 7
-            and parts[:3] == ["apis", "resource.k8s.io", "v1"]
-            and parts[3] == "namespaces"
-            and parts[5] == "resourceclaims"
-        ):
-            store = api.claims
-            if query.get("resourceVersion") == "0" and api.claim_cache is not None:
-                store = api.claim_cache  # served from the (stale) watch cache
-            claim = store.get((parts[4], parts[6]))
-            if claim is None:
-                raise ApiError.not_found("resourceclaims", "resource.k8s.io", parts[6])
-            return 200, copy.deepcopy(claim)
+        claim_path = len(parts) == 7 and parts[:4] == ["apis", "resource.k8s.io", "v1", "namespaces"]
+        if method == "GET" and claim_path and parts[5] == "resourceclaims":
+            return route_claim_read(api, parts[4], parts[6], query, accept=accept)
         routed = (
             route_pods(api, method, parts, query)
             or route_deployments(api, method, parts, body)
-            or route_claim_status(api, method, parts, query, body, content_type=content_type)
+            or route_claim_status(api, method, parts, query, body, content_type=content_type, wire=wire)
         )
         if routed is not None:
             return routed
         if path.startswith(f"{RESOURCE}/deviceclasses"):
             return route_device_classes(api, method, path, query, body)
         return route_slices(api, method, path, query, body)
+
+
+def route_claim_read(
+    api: ClusterObjects, namespace: str, name: str, query: dict[str, str], *, accept: str
+) -> Answer:
+    """GET a claim: from the (stale) watch cache with `resourceVersion=0`, in protobuf form where `accept`
+    asks for it first."""
+    store = api.claims
+    if query.get("resourceVersion") == "0" and api.claim_cache is not None:
+        store = api.claim_cache  # served from the (stale) watch cache
+    claim = store.get((namespace, name))
+    if claim is None:
+        raise ApiError.not_found("resourceclaims", "resource.k8s.io", name)
+    if accept.split(",", maxsplit=1)[0].strip() == PROTOBUF:
+        return 200, claim_protobuf.read(api, claim)
+    return 200, copy.deepcopy(claim)
 
 
 def route_pods(api: ClusterObjects, method: str, parts: list[str], query: dict[str, str]) -> Answer | None:
@@ -105,11 +115,21 @@ def route_claim_status(
     body: dict[str, Any],
     *,
     content_type: str,
+    wire: bytes = b"",
 ) -> Answer | None:
-    """Server-side apply (only) of a claim's status, `status.devices` by key (`fake_claim_status`)."""
-    if not (method == "PATCH" and len(parts) == 8 and parts[5] == "resourceclaims" and parts[7] == "status"):
+    """Server-side apply of a claim's status, `status.devices` by key (`fake_claim_status`), and its update
+    in protobuf form (`claim_protobuf`)."""
+    if not (len(parts) == 8 and parts[5] == "resourceclaims" and parts[7] == "status"):
         return None
     namespace, name = parts[4], parts[6]
+    if method == "PUT":
+        if content_type != PROTOBUF:
+            raise ApiError(
+                415, "UnsupportedMediaType", "the fake updates a claim's status in protobuf form only"
+            )
+        return 200, claim_protobuf.update_status(api, namespace, name, wire, query)
+    if method != "PATCH":
+        return None
     if content_type != "application/apply-patch+yaml":
         raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
     if not query.get("fieldManager"):
@@ -127,6 +147,9 @@ def route_claim_status(
             f'ResourceClaim.resource.k8s.io "{name}" is invalid: metadata.uid: Invalid value: "{uid}": '
             "field is immutable",
         )
+    refused = claim_protobuf.apply_refused(api, claim)
+    if refused is not None:
+        raise refused
     updated = copy.deepcopy(claim)
     owners = copy.deepcopy(api.claim_status_owners.get((namespace, name), {}))
     errors = fake_claim_status.apply(
