@@ -7,6 +7,7 @@ admission policy does (403)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from vke_gpu_dra.claim_status import DATA_GPU_UUID, FIELD_MANAGER, apply_body, status_entries
 from vke_gpu_dra.kubeapi import KubeAPI, KubeError
 from vke_gpu_dra.metrics import Metrics
@@ -21,6 +23,7 @@ from vke_gpu_dra.status_publisher import ClaimStatusPublisher, allocation_rewrit
 from vke_gpu_dra_core import facts
 from vke_gpu_dra_core.device_model import ClaimRef, PreparedDevice
 from vke_gpu_dra_core.featuregates import FeatureGates
+from vke_gpu_dra_testing.k8s_protobuf import PB, open_envelope
 from vke_gpu_dra_testing.kubelet_client import Kubelet
 
 from .cluster import Cluster
@@ -238,20 +241,24 @@ TIME_SLICING = {
 }
 
 
-def test_a_claim_whose_device_config_apply_would_rewrite_gets_its_entries_by_json_patch(
-    each_cluster: Cluster, plugin_api: dict[str, Any]
+@pytest.mark.parametrize("compact", [True, False], ids=["go-struct-order", "python-json-whitespace"])
+def test_a_claim_whose_device_config_apply_would_rewrite_gets_its_entries_by_a_protobuf_update(
+    each_cluster: Cluster, plugin_api: dict[str, Any], compact: bool
 ) -> None:
     """Server-side apply serialises the stored opaque config again (compact, sorted keys): where the stored
-    bytes differ (a Go client sends a struct's fields in declaration order), the allocation reads as
-    changed and the apply is refused, on every release. The publisher then writes the same entries as a
-    JSON patch, which keeps the stored bytes, and removes them the same way at unprepare."""
+    bytes differ (a Go client sends a struct's fields in declaration order; a Python client's `json.dumps`
+    adds whitespace), the allocation reads as changed and the apply is refused, on every release. The
+    publisher then writes the same entries by an update of the claim read in protobuf form, which keeps
+    the stored bytes, and removes them the same way at unprepare, with the plugin's own pod-bound token."""
     api: KubeAPI = plugin_api["api"]
     own = plugin_api["own"]
     config = [{"source": "FromClaim", "opaque": {"driver": facts.DRIVER_NAME, "parameters": TIME_SLICING}}]
     requests = [{"name": "gpu", "exactly": {"deviceClassName": facts.DEVICE_CLASS_GPU.name}}]
     results = [{"request": "gpu", "driver": facts.DRIVER_NAME, "pool": own, "device": "gpu-0"}]
     name = f"c-{uuid.uuid4().hex[:6]}"
-    claim = each_cluster.allocated_claim(name, own, requests, results, config=config, compact=True)
+    claim = each_cluster.allocated_claim(name, own, requests, results, config=config, compact=compact)
+    sent = json.dumps(TIME_SLICING, separators=(",", ":") if compact else None).encode()
+    assert stored_config(api, claim) == sent
     ref, ours = entries_for(claim, own)
     with pytest.raises(KubeError) as refused:
         apply(api, ref, ours)
@@ -269,15 +276,31 @@ def test_a_claim_whose_device_config_apply_would_rewrite_gets_its_entries_by_jso
         assert publisher.wait_idle(30)
         stored = each_cluster.api.get(path)
         assert stored["status"]["allocation"] == claim["status"]["allocation"]
+        assert stored_config(api, stored) == sent
         [entry] = our_entries(stored)
         assert (entry["pool"], entry["device"], entry["conditions"][0]["status"]) == (own, "gpu-0", "True")
-        assert written(metrics, "success") == 1
+        assert written(metrics, "success") == 1, metrics_text(metrics)
+        managers = {(m["manager"], m["operation"]) for m in stored["metadata"]["managedFields"]}
+        assert (FIELD_MANAGER, "Update") in managers
         publisher.unprepared(ref)
         assert publisher.wait_idle(30)
         assert our_entries(each_cluster.api.get(path)) == []
-        assert written(metrics, "success") == 2
+        assert written(metrics, "success") == 2, metrics_text(metrics)
     finally:
         publisher.stop()
+
+
+def stored_config(api: KubeAPI, claim: dict[str, Any]) -> bytes:
+    """The bytes the API server keeps of the claim's (only) opaque device config, read in protobuf form."""
+    body = api.get_resource_claim_wire(claim["metadata"]["namespace"], claim["metadata"]["name"], 10)
+    assert body is not None
+    _, _, raw = open_envelope(body)
+    [config] = PB["ResourceClaim"].FromString(raw).status.allocation.devices.config
+    return bytes(config.deviceConfiguration.opaque.parameters.raw)
+
+
+def metrics_text(metrics: Metrics) -> str:
+    return generate_latest(metrics.registry).decode()
 
 
 def written(metrics: Metrics, result: str) -> float:

@@ -118,9 +118,8 @@ def read_claim(body: bytes) -> StoredClaim:
     if raw is None or raw.wire_type != _BYTES:
         raise WireError("runtime.Unknown has no raw object")
     fields = tuple(_fields(raw.payload, "ResourceClaim"))
-    top = _one_each(fields)
-    metadata = _one_each(_fields(_payload(top.get(_CLAIM_METADATA)), "ObjectMeta"))
-    status_fields = _fields(_payload(top.get(_CLAIM_STATUS)), "ResourceClaimStatus")
+    metadata = _one_each(_fields(_merged(fields, _CLAIM_METADATA), "ObjectMeta"))
+    status_fields = _fields(_merged(fields, _CLAIM_STATUS), "ResourceClaimStatus")
     keys = tuple(_device_key(f.payload) for f in status_fields if f.number == _STATUS_DEVICES)
     return StoredClaim(
         type_meta=type_meta.encoded,
@@ -156,10 +155,7 @@ def with_devices(claim: StoredClaim, entries: Sequence[Mapping[str, Any]], drive
     `status.devices` entries it holds of `driver` in `pool`; other drivers' entries, the allocation and
     every other byte as read. Its metadata keeps the uid and resourceVersion read, so an update with it
     applies only to the claim as read (a change since: 409 Conflict)."""
-    status_fields: list[Field] = []
-    for field in claim.fields:
-        if field.number == _CLAIM_STATUS:
-            status_fields = _fields(field.payload, "ResourceClaimStatus")
+    status_fields = _fields(_merged(claim.fields, _CLAIM_STATUS), "ResourceClaimStatus")
     kept = [
         f.encoded
         for f in status_fields
@@ -243,6 +239,12 @@ def _read_varint(data: bytes, pos: int, message: str) -> tuple[int, int]:
 def _one_each(fields: Sequence[Field]) -> dict[int, Field]:
     """Field number -> its field (the last one, as protobuf merges a repeated singular field)."""
     return {f.number: f for f in fields}
+
+
+def _merged(fields: Sequence[Field], number: int) -> bytes:
+    """The content of message field `number`: protobuf merges a message field that occurs more than once,
+    as their contents concatenated do."""
+    return b"".join(f.payload for f in fields if f.number == number and f.wire_type == _BYTES)
 
 
 def _payload(field: Field | None) -> bytes:

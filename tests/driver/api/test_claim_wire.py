@@ -155,3 +155,18 @@ def test_a_uid_that_is_not_utf8_is_refused() -> None:
     unknown.typeMeta.kind = "ResourceClaim"
     with pytest.raises(WireError, match=re.escape("ObjectMeta.uid is not UTF-8")):
         read_claim(MAGIC + unknown.SerializeToString())
+
+
+def test_a_message_field_sent_twice_is_read_merged_as_protobuf_merges_it() -> None:
+    """Two `status` fields are one status with both contents; the rewrite keeps both."""
+    theirs = claim_message(devices=[device_status("nic.example.com", NODE, "eth0")])
+    ours_held = PB["ResourceClaim"]()
+    ours_held.status.devices.append(device_status(facts.DRIVER_NAME, NODE, "gpu-0"))
+    raw = theirs.SerializeToString() + ours_held.SerializeToString()
+    unknown = PB["Unknown"](raw=raw)
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind = "resource.k8s.io/v1", "ResourceClaim"
+    claim = read_claim(MAGIC + unknown.SerializeToString())
+    assert [k[2] for k in claim.device_keys] == ["eth0", "gpu-0"] and claim.allocated
+    after = parse(with_devices(claim, [], facts.DRIVER_NAME, NODE))
+    assert [d.device for d in after.status.devices] == ["eth0"]
+    assert after.status.allocation == theirs.status.allocation
