@@ -298,6 +298,25 @@ def claims_of(cluster: Cluster, pod: dict[str, Any]) -> dict[str, dict[str, Any]
     return claims
 
 
+def unreported(cluster: Cluster, namespace: str) -> dict[str, list[str]]:
+    """The namespace's claims whose allocated devices lack a `Ready=True` entry of ours in `status.devices`:
+    claim name -> those devices."""
+    missing: dict[str, list[str]] = {}
+    for claim in cluster.api.items(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"):
+        status = claim.get("status") or {}
+        ready = {
+            (e["pool"], e["device"])
+            for e in status.get("devices") or []
+            if e["driver"] == facts.DRIVER_NAME
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in e.get("conditions") or [])
+        }
+        results = (status.get("allocation") or {}).get("devices", {}).get("results") or []
+        lacking = [r["device"] for r in results if (r["pool"], r["device"]) not in ready]
+        if lacking:
+            missing[claim["metadata"]["name"]] = lacking
+    return missing
+
+
 def minors_of(container: dict[str, Any], claims: dict[str, dict[str, Any]]) -> list[int]:
     """The GPU minors allocated to the container's claims (their requests it names, or all)."""
     minors = []
@@ -432,6 +451,12 @@ def test_a_quickstart_shape_runs_and_each_container_sees_exactly_its_gpus(
                 assert not any(line.startswith("env CUDA_MPS_") for line in lines), lines
             seen[name] = minors
     assert len(seen) == expected.containers and len(claim_uids) == expected.claims
+    # each claim reports its prepared devices, whatever client created it (the API server keeps these
+    # claims' device config as a Python client sent it, whitespace and all)
+    lacking = wait_until(lambda: not unreported(cluster, namespace) or None, timeout=30)
+    assert lacking, (
+        f"claims without their status.devices: {unreported(cluster, namespace)}\n{gpus.plugin_log()}"
+    )
     used = {m for minors in seen.values() for m in minors}
     assert all(len(m) == 1 for m in seen.values()) and len(used) == expected.gpus, seen
     uuids = {UUIDS[m] for m in used}
