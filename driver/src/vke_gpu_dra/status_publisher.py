@@ -1,9 +1,10 @@
 """Writes prepared claims' `status.devices` (see `claim_status`) in the background, never in a kubelet call.
 
 `prepared()` and `unprepared()` only queue the claim and return: kubelet's answer never waits for the API
-server. One worker thread applies the queued claims in order, each with one server-side apply bounded by
-`WRITE_TIMEOUT` seconds and tried once: a failed write is counted and logged, not retried (kubelet's next
-prepare of the claim writes it again; a deallocation clears it anyway).
+server. One worker thread applies the queued claims in order, each with one server-side apply (where the
+server refuses it for the claim's stored device config: a read and an update in protobuf form,
+`claim_wire`) bounded by `WRITE_TIMEOUT` seconds and tried once: a failed write is counted and logged, not
+retried (kubelet's next prepare of the claim writes it again; a deallocation clears it anyway).
 
 A prepare's entries are written `settle` seconds after it (half a second by default): kubelet starts the
 pod's containers meanwhile, and a claim unprepared before then (a pod that failed at once) never gets
