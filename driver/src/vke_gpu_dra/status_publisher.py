@@ -138,8 +138,9 @@ class ClaimStatusPublisher:
         self._timeout = timeout
         self._clock = clock
         self._settle = settle
-        #: UIDs of the claims whose entries this process wrote and has not removed (oldest first).
-        self._written: OrderedDict[str, None] = OrderedDict()
+        #: UIDs of the claims whose entries this process wrote and has not removed (oldest first), each with
+        #: whether they went by the update in protobuf form (the claim's later writes go that way at once).
+        self._written: OrderedDict[str, bool] = OrderedDict()
         lock = threading.RLock()
         #: The worker waits on `_cond`; `wait_idle` on `_idle` (same lock), so neither wakes the other.
         self._cond = threading.Condition(lock)
@@ -287,7 +288,7 @@ class ClaimStatusPublisher:
         if self._stopping:
             timeout = max(0.001, min(timeout, self._drain_until - time.monotonic()))
         try:
-            stored = self._send(ref, entries, timeout)
+            stored, by_update = self._send(ref, entries, timeout)
         except KubeError as err:
             self._failed(ref, err)
             return
@@ -308,7 +309,7 @@ class ClaimStatusPublisher:
             return
         if entries:
             self.served = True
-        self._remember(ref.uid, written=bool(entries))
+        self._remember(ref.uid, written=bool(entries), by_update=by_update)
         self._count("success")
         if self._failures.said:
             self._failures.said.clear()
@@ -320,12 +321,18 @@ class ClaimStatusPublisher:
             },
         )
 
-    def _send(self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float) -> dict[str, Any] | None:
+    def _send(
+        self, ref: ClaimRef, entries: list[dict[str, Any]], timeout: float
+    ) -> tuple[dict[str, Any] | None, bool]:
         """The claim's entries as an apply, or as an update of the claim in protobuf form where the apply
-        cannot do it: the server refused it for the claim's stored device config, or it left entries an
-        earlier update wrote (that update, not the apply, owns them). The stored claim; None when it is
-        gone."""
+        cannot do it: the server refused it for the claim's stored device config (then, or earlier for the
+        same claim), or it left entries an earlier update wrote (that update, not the apply, owns them).
+        The stored claim (None when it is gone), and whether the update wrote it."""
         deadline = time.monotonic() + timeout
+        with self._cond:
+            by_update = self._written.get(ref.uid, False)
+        if by_update:
+            return self._rewrite(ref, entries, deadline), True
         try:
             stored = self._api.apply_claim_status(
                 ref.namespace,
@@ -337,10 +344,10 @@ class ClaimStatusPublisher:
         except KubeError as err:
             if not allocation_rewritten(err):
                 raise
-            return self._rewrite(ref, entries, deadline)
+            return self._rewrite(ref, entries, deadline), True
         if not entries and kept_entries(stored, self._driver, self._pool):
-            return self._rewrite(ref, entries, deadline)
-        return stored
+            return self._rewrite(ref, entries, deadline), True
+        return stored, False
 
     def _rewrite(
         self, ref: ClaimRef, entries: list[dict[str, Any]], deadline: float
@@ -372,11 +379,11 @@ class ClaimStatusPublisher:
             timeout=_left(deadline),
         )
 
-    def _remember(self, uid: str, *, written: bool) -> None:
+    def _remember(self, uid: str, *, written: bool, by_update: bool = False) -> None:
         with self._cond:
             self._written.pop(uid, None)
             if written:
-                self._written[uid] = None
+                self._written[uid] = by_update
                 if len(self._written) > MAX_WRITTEN:
                     self._written.popitem(last=False)
 
