@@ -99,22 +99,28 @@ class StoredClaim:
     device_keys: tuple[tuple[str, str, str, str | None], ...]
 
 
-def read_claim(body: bytes) -> StoredClaim:
-    """The claim in a protobuf body (`MAGIC` + runtime.Unknown). WireError when it is not one."""
+def _open(body: bytes) -> tuple[Field | None, str, str, Field | None]:
+    """A protobuf body's runtime.Unknown: its typeMeta (as encoded), the object's kind and apiVersion, and
+    its raw message. WireError when the body is not one."""
     if not body.startswith(MAGIC):
         raise WireError(f"not a Kubernetes protobuf body: it starts with {body[:4]!r}, not {MAGIC!r}")
     envelope = _one_each(_fields(body[len(MAGIC) :], "runtime.Unknown"))
     type_meta = envelope.get(_UNKNOWN_TYPE_META)
-    if type_meta is None or type_meta.wire_type != _BYTES:
-        raise WireError("runtime.Unknown has no typeMeta")
-    meta = _one_each(_fields(type_meta.payload, "runtime.TypeMeta"))
+    meta = _one_each(_fields(_payload(type_meta), "runtime.TypeMeta"))
     kind = _text(meta.get(_TYPE_META_KIND), "TypeMeta.kind")
     api_version = _text(meta.get(_TYPE_META_API_VERSION), "TypeMeta.apiVersion")
+    return type_meta, kind, api_version, envelope.get(_UNKNOWN_RAW)
+
+
+def read_claim(body: bytes) -> StoredClaim:
+    """The claim in a protobuf body (`MAGIC` + runtime.Unknown). WireError when it is not one."""
+    type_meta, kind, api_version, raw = _open(body)
+    if type_meta is None or type_meta.wire_type != _BYTES:
+        raise WireError("runtime.Unknown has no typeMeta")
     if kind != "ResourceClaim":
         raise WireError(
             f"the body holds a {kind or 'object without a kind'} ({api_version}), not a ResourceClaim"
         )
-    raw = envelope.get(_UNKNOWN_RAW)
     if raw is None or raw.wire_type != _BYTES:
         raise WireError("runtime.Unknown has no raw object")
     fields = tuple(_fields(raw.payload, "ResourceClaim"))
@@ -134,13 +140,10 @@ def read_claim(body: bytes) -> StoredClaim:
 def read_status(body: bytes) -> tuple[str, str] | None:
     """(reason, message) of the Status an error answer in protobuf form holds; None when it holds another
     kind. WireError when it is not a protobuf body."""
-    if not body.startswith(MAGIC):
-        raise WireError(f"not a Kubernetes protobuf body: it starts with {body[:4]!r}, not {MAGIC!r}")
-    envelope = _one_each(_fields(body[len(MAGIC) :], "runtime.Unknown"))
-    meta = _one_each(_fields(_payload(envelope.get(_UNKNOWN_TYPE_META)), "runtime.TypeMeta"))
-    if _text(meta.get(_TYPE_META_KIND), "TypeMeta.kind") != "Status":
+    _, kind, _, raw = _open(body)
+    if kind != "Status":
         return None
-    status = _one_each(_fields(_payload(envelope.get(_UNKNOWN_RAW)), "Status"))
+    status = _one_each(_fields(_payload(raw), "Status"))
     return _text(status.get(_STATUS_REASON), "Status.reason"), _text(
         status.get(_STATUS_MESSAGE), "Status.message"
     )

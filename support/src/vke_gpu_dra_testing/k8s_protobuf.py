@@ -131,6 +131,11 @@ def _classes() -> dict[str, Any]:
 PB = _classes()
 
 
+def wants_protobuf(accept: str) -> bool:
+    """Whether a request's Accept header asks for the protobuf form first."""
+    return accept.split(",", maxsplit=1)[0].strip() == PROTOBUF
+
+
 def envelope(message: Any, kind: str, api_version: str) -> bytes:
     unknown = PB["Unknown"](raw=message.SerializeToString())
     unknown.typeMeta.apiVersion, unknown.typeMeta.kind = api_version, kind

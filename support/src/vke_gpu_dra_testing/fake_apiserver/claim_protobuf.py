@@ -20,18 +20,20 @@ from .objects import ClusterObjects
 UPDATE_MANAGER_SUFFIX = " (Update)"
 
 
+def rewritten_bytes(claim: dict[str, Any]) -> list[bytes]:
+    """The claim's opaque device configs as an apply serialises them again (`compact`)."""
+    configs = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("config") or []
+    return [compact((c.get("opaque") or {}).get("parameters")) for c in configs]
+
+
 def stored_bytes(api: ClusterObjects, claim: dict[str, Any]) -> list[bytes]:
     meta = claim["metadata"]
-    configs = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("config") or []
-    default = [compact((c.get("opaque") or {}).get("parameters")) for c in configs]
-    return api.claim_config_bytes.get((meta["namespace"], meta["name"]), default)
+    return api.claim_config_bytes.get((meta["namespace"], meta["name"]), rewritten_bytes(claim))
 
 
 def apply_refused(api: ClusterObjects, claim: dict[str, Any]) -> ApiError | None:
     """The 422 of a status apply on a claim whose stored config bytes an apply would rewrite, else None."""
-    configs = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("config") or []
-    rewritten = [compact((c.get("opaque") or {}).get("parameters")) for c in configs]
-    if stored_bytes(api, claim) == rewritten:
+    if stored_bytes(api, claim) == rewritten_bytes(claim):
         return None
     return ApiError(
         422,

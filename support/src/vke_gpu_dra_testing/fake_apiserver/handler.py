@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..k8s_protobuf import PROTOBUF
+from ..k8s_protobuf import PROTOBUF, wants_protobuf
 from . import claim_protobuf
 from .errors import ApiError
 from .kubeconfig import TOKEN
@@ -90,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
             )
             self._send(code, result)
         except ApiError as err:
-            if accept.split(",")[0].strip() == PROTOBUF:
+            if wants_protobuf(accept):
                 self._send(err.code, claim_protobuf.status_body(err))
             else:
                 self._send(err.code, err.status())

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from .. import fake_claim_status
-from ..k8s_protobuf import PROTOBUF
+from ..k8s_protobuf import PROTOBUF, wants_protobuf
 from . import claim_protobuf
 from .errors import ApiError
 from .list_options import invalid_list_options, list_option_errors, matches, parse_field_selector
@@ -73,7 +73,7 @@ def route_claim_read(
     claim = store.get((namespace, name))
     if claim is None:
         raise ApiError.not_found("resourceclaims", "resource.k8s.io", name)
-    if accept.split(",", maxsplit=1)[0].strip() == PROTOBUF:
+    if wants_protobuf(accept):
         return 200, claim_protobuf.read(api, claim)
     return 200, copy.deepcopy(claim)
 
